@@ -1,0 +1,222 @@
+"""The events every part of trainctl speaks: frozen dataclasses and one JSON codec.
+
+One JSON object per line: ``{"ts": <unix seconds>, "type": "<type>", ...}``.  The
+journal (``events.jsonl``), ``--json`` stdout, the runner's side channel and the agent
+socket all use :func:`encode` / :func:`decode`.  A missing metric is ``None``.
+
+Journal events carry ``seq`` (their 0-based line number in the journal) once the
+journal has written them; ephemeral events (``tick``, ``log``) are never journaled.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+PHASES = ("startup", "train", "val", "save", "finished")
+SEVERITIES = ("info", "warning", "error", "fatal")
+DIAGNOSES = ("deadlock", "spin", "stopped", "dead_worker", "io_wait", "unknown")
+STATES = ("STARTING", "RUNNING", "STALLED", "STOPPING", "BACKOFF", "FINISHED", "FAILED")
+
+
+@dataclass(frozen=True)
+class Event:
+    type: ClassVar[str] = ""
+    ts: float
+    seq: int | None = field(default=None, kw_only=True, compare=False)
+
+
+@dataclass(frozen=True)
+class Start(Event):
+    type: ClassVar[str] = "start"
+    attempt: int
+    pid: int
+    preset: str | None
+    command: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class Phase(Event):
+    type: ClassVar[str] = "phase"
+    phase: str
+
+
+@dataclass(frozen=True)
+class Progress(Event):
+    type: ClassVar[str] = "progress"
+    epoch: int | None
+    epochs: int | None
+    batch: int | None
+    batches: int | None
+    losses: dict[str, float] = field(default_factory=dict)
+    rate: float | None = None
+    rank: int | None = None
+
+
+@dataclass(frozen=True)
+class Warning(Event):  # noqa: A001 - the event's name in the contract
+    type: ClassVar[str] = "warning"
+    id: str
+    severity: str
+    text: str
+    advice: str = ""
+    source: str = "trainer"  # trainer | kernel | trainctl
+    count: int = 1
+
+
+@dataclass(frozen=True)
+class Stall(Event):
+    type: ClassVar[str] = "stall"
+    phase: str
+    idle_s: float
+    diagnosis: str
+    cpu_percent: float | None = None
+    stacks: str | None = None
+    threshold_s: float | None = None
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Restart(Event):
+    type: ClassVar[str] = "restart"
+    attempt: int
+    reason: str
+    preset: str | None
+    resume_from: str | None = None
+    delay_s: float = 0.0
+
+
+@dataclass(frozen=True)
+class Exit(Event):
+    type: ClassVar[str] = "exit"
+    returncode: int | None
+    signal: str | None = None
+
+
+@dataclass(frozen=True)
+class Projection(Event):
+    type: ClassVar[str] = "projection"
+    eta: float | None
+    deadline: float | None
+    buffer_s: float | None
+    rate: float | None
+    cost_so_far: float | None
+    cost_at_eta: float | None
+    eta_low: float | None = None
+    eta_high: float | None = None
+    budget: float | None = None
+    what_if: tuple[dict[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class State(Event):
+    type: ClassVar[str] = "state"
+    state: str
+    reason: str = ""
+
+
+@dataclass(frozen=True)
+class Checkpoint(Event):
+    """The runner verified a checkpoint and kept a good copy of it."""
+
+    type: ClassVar[str] = "checkpoint"
+    path: str
+    epoch: int | None = None
+    ok: bool = True
+    detail: str = ""
+
+
+@dataclass(frozen=True)
+class Info(Event):
+    """Something trainctl itself wants the user to know (not a trainer warning)."""
+
+    type: ClassVar[str] = "info"
+    text: str
+    key: str = ""
+
+
+@dataclass(frozen=True)
+class Tick(Event):
+    """Ephemeral, about once a second: the stall meter and the resource probes."""
+
+    type: ClassVar[str] = "tick"
+    phase: str | None = None
+    idle_s: float | None = None
+    threshold_s: float | None = None
+    auto_recover: bool = True
+    processes: tuple[dict[str, Any], ...] = ()
+    gpu: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class Log(Event):
+    """Ephemeral: raw trainer output lines (ANSI stripped) for the log tail."""
+
+    type: ClassVar[str] = "log"
+    lines: tuple[str, ...] = ()
+
+
+EVENT_TYPES: dict[str, type[Event]] = {
+    cls.type: cls
+    for cls in (Start, Phase, Progress, Warning, Stall, Restart, Exit, Projection, State,
+                Checkpoint, Info, Tick, Log)
+}
+EPHEMERAL = frozenset({"tick", "log"})
+
+
+def _clean(value: Any) -> Any:
+    """JSON has no NaN/inf: write them as strings so a NaN loss survives the trip."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # 'nan', 'inf', '-inf'
+    if isinstance(value, dict):
+        return {k: _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+def to_dict(event: Event) -> dict[str, Any]:
+    out: dict[str, Any] = {"ts": event.ts, "type": event.type}
+    for f in dataclasses.fields(event):
+        if f.name in ("ts", "seq"):
+            continue
+        out[f.name] = _clean(getattr(event, f.name))
+    if event.seq is not None:
+        out["seq"] = event.seq
+    return out
+
+
+def _float_or_special(v: Any) -> Any:
+    if isinstance(v, str) and v in ("nan", "inf", "-inf"):
+        return float(v)
+    return v
+
+
+def from_dict(d: dict[str, Any]) -> Event:
+    """Build an event from a decoded JSON object; unknown fields are dropped."""
+    try:
+        cls = EVENT_TYPES[d["type"]]
+    except KeyError as e:
+        raise ValueError(f"unknown event type {d.get('type')!r}") from e
+    names = {f.name for f in dataclasses.fields(cls)}
+    kw = {k: v for k, v in d.items() if k in names}
+    if cls is Progress and isinstance(kw.get("losses"), dict):
+        kw["losses"] = {k: _float_or_special(v) for k, v in kw["losses"].items()}
+    for k in ("command", "what_if", "processes", "lines"):
+        if k in kw and isinstance(kw[k], list):
+            kw[k] = tuple(kw[k])
+    return cls(**kw)
+
+
+def encode(event: Event) -> str:
+    return json.dumps(to_dict(event), separators=(",", ":"), ensure_ascii=False)
+
+
+def decode(line: str | bytes) -> Event:
+    return from_dict(json.loads(line))
+
+
+def with_seq(event: Event, seq: int) -> Event:
+    return dataclasses.replace(event, seq=seq)

@@ -1,0 +1,87 @@
+"""The append-only event journal of a run and the progress throttle that keeps it small."""
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+from .events import EPHEMERAL, Event, Progress, decode, encode, with_seq
+
+
+def count_lines(path: Path) -> int:
+    if not path.exists():
+        return 0
+    n = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(1 << 20):
+            n += chunk.count(b"\n")
+    return n
+
+
+class Journal:
+    """`events.jsonl`: one event per line; an event's seq is its 0-based line number."""
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+        self.next_seq = count_lines(self.path)
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._f = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+
+    def append(self, event: Event) -> Event:
+        if event.type in EPHEMERAL:
+            raise ValueError(f"{event.type} events are not journaled")
+        event = with_seq(event, self.next_seq)
+        self._f.write(encode(event) + "\n")
+        self.next_seq += 1
+        return event
+
+    def close(self) -> None:
+        self._f.close()
+
+
+def read_events(path: Path, since: int = 0) -> Iterator[Event]:
+    """Replay a journal from line `since`; a torn last line (agent killed mid-write) is skipped."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for seq, line in enumerate(f):
+            if seq < since:
+                continue
+            if not line.endswith("\n"):
+                break
+            try:
+                yield with_seq(decode(line), seq)
+            except (ValueError, TypeError, KeyError):
+                continue
+
+
+class ProgressThrottle:
+    """Let progress into the journal at most once per `interval` seconds, plus each epoch's
+    last batch and the first batch of an epoch; a held-back event is flushed once it is
+    `interval` old, so the journal never lags the trainer by more than that."""
+
+    def __init__(self, interval: float = 1.0):
+        self.interval = interval
+        self._last_ts: float | None = None
+        self._last_epoch: int | None = None
+        self._pending: Progress | None = None
+
+    def offer(self, ev: Progress) -> Progress | None:
+        last_of_epoch = ev.batch is not None and ev.batch == ev.batches
+        new_epoch = ev.epoch != self._last_epoch
+        if (self._last_ts is None or new_epoch or last_of_epoch
+                or ev.ts - self._last_ts >= self.interval):
+            self._admit(ev)
+            return ev
+        self._pending = ev
+        return None
+
+    def flush(self, now: float, force: bool = False) -> Progress | None:
+        ev = self._pending
+        if ev is not None and (force or self._last_ts is None or now - self._last_ts >= self.interval):
+            self._admit(ev)
+            return ev
+        return None
+
+    def _admit(self, ev: Progress) -> None:
+        self._last_ts = ev.ts
+        self._last_epoch = ev.epoch
+        self._pending = None

@@ -1,0 +1,56 @@
+"""Plain-text lines for --headless and for the agent's tmux pane."""
+from __future__ import annotations
+
+import time
+
+from . import events as E
+
+
+def _clock(ts: float) -> str:
+    return time.strftime("%H:%M:%S", time.localtime(ts))
+
+
+def _losses(losses: dict[str, float]) -> str:
+    return " ".join(f"{k}={v:.4g}" for k, v in losses.items())
+
+
+def format_event(ev: E.Event) -> str | None:
+    """One human line per journal event; None for events not worth a line."""
+    t = _clock(ev.ts)
+    match ev:
+        case E.Start():
+            return f"{t} START  attempt {ev.attempt}, pid {ev.pid}, preset {ev.preset or '-'}: {' '.join(ev.command)}"
+        case E.Phase():
+            return f"{t} PHASE  {ev.phase}"
+        case E.Progress():
+            ep = f"epoch {ev.epoch}/{ev.epochs or '?'} " if ev.epoch is not None else ""
+            rate = f" {ev.rate:.2f} it/s" if ev.rate else ""
+            return f"{t} PROG   {ep}batch {ev.batch}/{ev.batches or '?'}{rate} {_losses(ev.losses)}".rstrip()
+        case E.Warning():
+            count = f" (x{ev.count})" if ev.count > 1 else ""
+            advice = f"\n         advice: {ev.advice}" if ev.advice else ""
+            return f"{t} {ev.severity.upper():6} {ev.id}{count}: {ev.text}{advice}"
+        case E.Stall():
+            stacks = f", stacks: {ev.stacks}" if ev.stacks else ""
+            return (f"{t} STALL  {ev.diagnosis} in {ev.phase}: no batch for {ev.idle_s:.0f}s "
+                    f"(threshold {ev.threshold_s or 0:.0f}s){stacks}\n         {ev.detail}")
+        case E.Restart():
+            frm = f" from {ev.resume_from}" if ev.resume_from else ""
+            return (f"{t} RESTART attempt {ev.attempt} with preset {ev.preset or '-'}{frm} "
+                    f"in {ev.delay_s:.1f}s: {ev.reason}")
+        case E.Exit():
+            sig = f" ({ev.signal})" if ev.signal else ""
+            return f"{t} EXIT   returncode {ev.returncode}{sig}"
+        case E.State():
+            why = f": {ev.reason}" if ev.reason else ""
+            return f"{t} STATE  {ev.state}{why}"
+        case E.Checkpoint():
+            return f"{t} CKPT   {'good' if ev.ok else 'BAD'} {ev.path} (epoch {ev.epoch}) {ev.detail}".rstrip()
+        case E.Info():
+            return f"{t} INFO   {ev.text}"
+        case E.Projection():
+            if ev.eta is None:
+                return f"{t} ETA    unknown (no rate yet)"
+            buf = f", buffer {ev.buffer_s / 3600:+.1f} h" if ev.buffer_s is not None else ""
+            return f"{t} ETA    {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))}{buf}"
+    return None

@@ -1,0 +1,130 @@
+"""The run's state machine and the recovery policy. Pure: no OS calls, no clock."""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class RunState(str, enum.Enum):
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    STALLED = "STALLED"
+    STOPPING = "STOPPING"
+    BACKOFF = "BACKOFF"
+    FINISHED = "FINISHED"
+    FAILED = "FAILED"
+
+
+ALLOWED = {
+    RunState.STARTING: {RunState.RUNNING, RunState.STALLED, RunState.STOPPING, RunState.FINISHED,
+                        RunState.FAILED, RunState.BACKOFF},
+    RunState.RUNNING: {RunState.STALLED, RunState.STOPPING, RunState.FINISHED, RunState.FAILED,
+                       RunState.BACKOFF},
+    RunState.STALLED: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED, RunState.BACKOFF,
+                       RunState.FINISHED},
+    RunState.STOPPING: {RunState.BACKOFF, RunState.FINISHED, RunState.FAILED, RunState.STARTING},
+    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, RunState.FAILED, RunState.FINISHED},
+    RunState.FINISHED: set(),
+    RunState.FAILED: set(),
+}
+
+
+class StateMachine:
+    def __init__(self) -> None:
+        self.state = RunState.STARTING
+
+    def can(self, new: RunState) -> bool:
+        return new == self.state or new in ALLOWED[self.state]
+
+    def to(self, new: RunState) -> bool:
+        """Move to `new`; False (and no change) when that transition is not allowed."""
+        if new == self.state:
+            return False
+        if new not in ALLOWED[self.state]:
+            raise ValueError(f"run state cannot go from {self.state.value} to {new.value}")
+        self.state = new
+        return True
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """How an attempt ended.  kind: finished | crash | stall | user_restart | user_stop."""
+
+    kind: str
+    made_progress: bool
+    returncode: int | None = None
+    preset: str | None = None
+    requested_preset: str | None = None   # for user_restart: the preset asked for
+    stop_reason: str | None = None        # a fatal warning whose advice is "a human must act"
+
+
+@dataclass(frozen=True)
+class Decision:
+    action: str              # restart | finish | fail | stop
+    reason: str
+    preset: str | None = None
+    delay_s: float = 0.0
+
+
+class RecoveryPolicy:
+    """Restart on a stall or crash — with the fallback preset when there is one (A → B) —
+    within a restart budget, with exponential backoff, and a no-progress guard: an
+    automatic restart whose attempt made no new batch costs double, and
+    `no_progress_limit` of those in a row end the run as FAILED."""
+
+    def __init__(self, preset: str | None, fallback: str | None, *, max_restarts: int = 3,
+                 backoff_base: float = 1.0, backoff_factor: float = 2.0, backoff_max: float = 300.0,
+                 no_progress_limit: int = 2, auto_recover: bool = True):
+        self.preset = preset
+        self.fallback = fallback
+        self.max_restarts = max_restarts
+        self.backoff_base = backoff_base
+        self.backoff_factor = backoff_factor
+        self.backoff_max = backoff_max
+        self.no_progress_limit = no_progress_limit
+        self.auto_recover = auto_recover
+        self.used = 0            # budget spent (no-progress restarts count double)
+        self.auto_restarts = 0   # automatic restarts so far (drives the backoff)
+        self.no_progress_streak = 0
+
+    def _next_delay(self) -> float:
+        return min(self.backoff_max, self.backoff_base * self.backoff_factor ** self.auto_restarts)
+
+    def decide(self, outcome: Outcome) -> Decision:
+        current = outcome.preset or self.preset
+        if outcome.kind == "finished":
+            return Decision("finish", "the trainer finished", current)
+        if outcome.kind == "user_stop":
+            return Decision("stop", "stopped by the user", current)
+        if outcome.kind == "user_restart":
+            # The user's own restart is not charged to the automatic budget.
+            self.no_progress_streak = 0
+            return Decision("restart", "restart requested by the user",
+                            outcome.requested_preset or current, 0.0)
+        what = ("stalled" if outcome.kind == "stall"
+                else f"exited with code {outcome.returncode}")
+        if outcome.stop_reason:
+            return Decision("fail", f"the trainer {what} after a fatal error that a restart "
+                                    f"will not fix: {outcome.stop_reason}", current)
+        if not self.auto_recover:
+            return Decision("fail", f"the trainer {what} and auto-recovery is off", current)
+        if outcome.made_progress:
+            self.no_progress_streak = 0
+            self.used += 1
+        else:
+            self.no_progress_streak += 1
+            self.used += 2
+        if self.no_progress_streak >= self.no_progress_limit:
+            return Decision("fail", f"{self.no_progress_streak} attempts in a row made no new "
+                                    f"batch; giving up (the last one {what})", current)
+        if self.used > self.max_restarts:
+            return Decision("fail", f"restart budget spent ({self.max_restarts} restarts, "
+                                    f"no-progress attempts count double); the last attempt {what}",
+                            current)
+        target = self.fallback or current
+        delay = self._next_delay()
+        self.auto_restarts += 1
+        reason = f"the trainer {what}"
+        if target != current:
+            reason += f"; falling back from {current} to {target}"
+        return Decision("restart", reason, target, delay)

@@ -1,0 +1,67 @@
+"""Shared test setup: every test runs with private trainctl dirs, and nothing it starts survives it."""
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))   # so tests can import tests.helpers.*
+
+
+@pytest.fixture(autouse=True)
+def _private_trainctl_dirs(tmp_path_factory, monkeypatch):
+    base = tmp_path_factory.mktemp("trainctl-home")
+    monkeypatch.setenv("TRAINCTL_CONFIG_DIR", str(base / "config"))
+    monkeypatch.setenv("TRAINCTL_RUNS_DIR", str(base / "runs"))
+    monkeypatch.setenv("YOLO_OFFLINE", "1")
+    monkeypatch.setenv("YOLO_CONFIG_DIR", str(base / "yolo"))
+    monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    # The demo cache is shared across tests (dataset generation is deterministic).
+    monkeypatch.setenv("TRAINCTL_CACHE_DIR", os.environ.get("TRAINCTL_TEST_CACHE",
+                                                            str(Path("/tmp") / "trainctl-test-cache")))
+    yield
+
+
+@pytest.fixture(autouse=True)
+def _no_leftover_processes():
+    """Fail a test that leaves a child process behind (after killing it, so CI never hangs)."""
+    import time
+
+    import psutil
+    me = psutil.Process()
+    before = {p.pid for p in me.children(recursive=True)}
+    yield
+    deadline = time.monotonic() + 3.0
+    while True:
+        left = [p for p in me.children(recursive=True)
+                if p.pid not in before and _alive(p)]
+        if not left or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    if left:
+        desc = [f"{p.pid} {_cmd(p)}" for p in left]
+        for p in left:
+            try:
+                p.kill()
+            except psutil.Error:
+                pass
+        pytest.fail(f"test left processes running: {desc}")
+
+
+def _alive(p) -> bool:
+    import psutil
+    try:
+        return p.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def _cmd(p) -> str:
+    try:
+        return " ".join(p.cmdline())[:120]
+    except Exception:
+        return "?"

@@ -1,0 +1,64 @@
+import pytest
+
+from trainctl.engine.supervisor import Outcome, RecoveryPolicy, RunState, StateMachine
+
+
+def test_stall_falls_back_to_the_fallback_preset_and_backs_off():
+    pol = RecoveryPolicy("A", "B", max_restarts=3, backoff_base=1.0)
+    d = pol.decide(Outcome("stall", made_progress=True, preset="A"))
+    assert (d.action, d.preset, d.delay_s) == ("restart", "B", 1.0)
+    assert "falling back from A to B" in d.reason
+    d2 = pol.decide(Outcome("crash", made_progress=True, returncode=1, preset="B"))
+    assert (d2.action, d2.preset, d2.delay_s) == ("restart", "B", 2.0)
+
+
+def test_without_fallback_restarts_with_the_same_preset():
+    pol = RecoveryPolicy("A", None)
+    assert pol.decide(Outcome("stall", True, preset="A")).preset == "A"
+
+
+def test_budget_is_spent_and_the_run_fails_with_a_reason():
+    pol = RecoveryPolicy("A", "B", max_restarts=3, no_progress_limit=99)
+    delays = []
+    for _ in range(3):
+        d = pol.decide(Outcome("stall", True, preset="B"))
+        assert d.action == "restart"
+        delays.append(d.delay_s)
+    assert delays == sorted(delays) and delays[0] < delays[-1]
+    d = pol.decide(Outcome("stall", True, preset="B"))
+    assert d.action == "fail" and "budget" in d.reason
+
+
+def test_no_progress_attempts_count_double_and_stop_the_loop():
+    pol = RecoveryPolicy("A", "B", max_restarts=10, no_progress_limit=2)
+    assert pol.decide(Outcome("stall", False)).action == "restart"
+    d = pol.decide(Outcome("stall", False))
+    assert d.action == "fail" and "no new batch" in d.reason
+    pol = RecoveryPolicy("A", None, max_restarts=3, no_progress_limit=5)
+    assert pol.decide(Outcome("crash", False, 1)).action == "restart"   # used 2
+    assert pol.decide(Outcome("crash", False, 1)).action == "fail"      # used 4 > 3
+
+
+def test_user_actions_and_endings():
+    pol = RecoveryPolicy("A", "B", auto_recover=False)
+    assert pol.decide(Outcome("finished", True, 0)).action == "finish"
+    assert pol.decide(Outcome("user_stop", True)).action == "stop"
+    d = pol.decide(Outcome("user_restart", False, preset="A", requested_preset="B"))
+    assert (d.action, d.preset, d.delay_s) == ("restart", "B", 0.0)
+    assert pol.used == 0   # the user's restarts do not spend the automatic budget
+    assert pol.decide(Outcome("stall", True)).action == "fail"   # auto-recovery off
+
+
+def test_fatal_error_that_a_restart_cannot_fix_is_not_retried():
+    pol = RecoveryPolicy("A", "B")
+    d = pol.decide(Outcome("crash", True, 1, stop_reason="rocm.hip.no_binary_for_gpu"))
+    assert d.action == "fail" and "no_binary_for_gpu" in d.reason
+
+
+def test_state_machine_refuses_illegal_transitions():
+    sm = StateMachine()
+    assert sm.to(RunState.RUNNING)
+    assert not sm.to(RunState.RUNNING)
+    sm.to(RunState.FINISHED)
+    with pytest.raises(ValueError, match="FINISHED to RUNNING"):
+        sm.to(RunState.RUNNING)

@@ -1,0 +1,453 @@
+"""The `trainctl` command line. Exit codes: 0 finished, 1 failed, 2 bad usage or config."""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from . import __version__
+
+COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent")
+
+
+class UsageError(Exception):
+    """Bad usage or configuration: printed as `trainctl: ...`, exit 2."""
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    mode = p.add_mutually_exclusive_group()
+    mode.add_argument("--headless", action="store_true", help="no TUI: human-readable event lines")
+    mode.add_argument("--json", action="store_true", help="no TUI: events as JSON lines on stdout")
+    p.add_argument("--preset", help="preset name or path (overrides the job's)")
+    p.add_argument("--fallback", help="fallback preset name or path, used after a stall or crash")
+    p.add_argument("--stall-timeout", type=float, metavar="SECONDS",
+                   help="train-phase stall threshold (default: learned from the run)")
+    p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
+    p.add_argument("--resume-arg", action="append", default=[], metavar="ARG",
+                   help="appended to a generic command on restart (repeatable; {checkpoint} is replaced)")
+    p.add_argument("--run-dir", help="where the journal, log and stacks go")
+    p.add_argument("--deadline", help="ISO 8601 date/time the run must finish by")
+    p.add_argument("--name", help="job name (generic commands; default: the script's name)")
+    p.add_argument("--no-auto-recover", action="store_true", help="detect and diagnose, but never restart by itself")
+    p.add_argument("--no-tmux", action="store_true", help="run the agent detached, not in tmux")
+    p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="trainctl", description="Keep a training run alive.")
+    p.add_argument("--version", action="version", version=f"trainctl {__version__}")
+    sub = p.add_subparsers(dest="cmd")
+    run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI")
+    run.add_argument("job", nargs="?", help="job file (trainctl.toml)")
+    _run_options(run)
+    demo = sub.add_parser("demo", help="a real tiny YOLO training on CPU, in the TUI")
+    _run_options(demo)
+    demo.add_argument("--epochs", type=int, default=None)
+    att = sub.add_parser("attach", help="open the dashboard on a running agent")
+    att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
+    st = sub.add_parser("status", help="the state and projection of a run")
+    st.add_argument("run_dir", nargs="?")
+    st.add_argument("--json", action="store_true")
+    pr = sub.add_parser("presets", help="list, show, validate or edit presets")
+    pr.add_argument("action", choices=("list", "show", "validate", "edit"))
+    pr.add_argument("names", nargs="*")
+    sc = sub.add_parser("scan", help="postmortem of a saved training log")
+    sc.add_argument("logfile")
+    sc.add_argument("--json", action="store_true")
+    ctl = sub.add_parser("ctl", help="send a command to a running agent")
+    ctl.add_argument("run_dir")
+    ctl.add_argument("command", choices=("restart", "fallback", "switch_preset", "stop", "dump_stacks",
+                                         "auto_recover", "status", "list_presets"))
+    ctl.add_argument("--preset")
+    ctl.add_argument("--on", dest="on", action="store_true", default=None)
+    ctl.add_argument("--off", dest="on", action="store_false")
+    br = sub.add_parser("bridge", help=argparse.SUPPRESS)
+    br.add_argument("run_dir")
+    ag = sub.add_parser("agent", help=argparse.SUPPRESS)
+    ag.add_argument("run_dir")
+    ag.add_argument("--json", action="store_true")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    command: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, command = argv[:i], argv[i + 1:]
+    if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
+        argv = ["run", *argv]
+    args = build_parser().parse_args(argv)
+    args.command_argv = command
+    try:
+        return HANDLERS[args.cmd](args)
+    except UsageError as e:
+        print(f"trainctl: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+# ---------------------------------------------------------------------- run / demo
+def _prepare(args) -> tuple[Path, "RunSpec"]:
+    from .engine.config import ConfigError, list_presets, load_job, load_preset, parse_deadline
+    from .engine.paths import RunFiles, make_private_dir, new_run_dir
+    from .engine.spec import RunSpec
+
+    try:
+        job = load_job(Path(args.job)) if getattr(args, "job", None) else None
+        if job is None and not args.command_argv:
+            raise UsageError("give a job file (trainctl run trainctl.toml) or a command "
+                             "(trainctl run -- python train.py); `trainctl demo` shows one")
+        if job is not None and args.command_argv:
+            raise UsageError("give either a job file or `-- COMMAND`, not both")
+        job_dir = job.path.parent if job else Path.cwd()
+        search = [job_dir / "presets"]
+        preset_ref = args.preset or (job.preset if job else None)
+        fallback_ref = args.fallback or (job.fallback if job else None)
+        preset = load_preset(preset_ref, search) if preset_ref else None
+        fallback = load_preset(fallback_ref, search) if fallback_ref else None
+        deadline = parse_deadline(args.deadline) if args.deadline else (job.deadline if job else None)
+    except ConfigError as e:
+        raise UsageError(str(e)) from e
+    if args.max_restarts is not None and args.max_restarts < 0:
+        raise UsageError("--max-restarts: must be an integer >= 0")
+    if args.stall_timeout is not None and args.stall_timeout <= 0:
+        raise UsageError("--stall-timeout: must be a number of seconds > 0")
+
+    name = args.name or (job.name if job else Path(args.command_argv[-1] if len(args.command_argv) > 1
+                                                   else args.command_argv[0]).stem)
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
+    run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
+    run_dir = Path(run_dir_ref).expanduser().resolve() if run_dir_ref else new_run_dir(name)
+    files = RunFiles(run_dir)
+    if files.sock.exists() and _agent_alive(run_dir):
+        raise UsageError(f"{run_dir}: an agent is already running there (trainctl attach {run_dir})")
+    make_private_dir(files.dir)
+    make_private_dir(files.presets)
+    # The run keeps its own copy of every preset it may switch to: the editor edits these.
+    for path in list_presets(search):
+        dst = files.presets / path.name
+        if not dst.exists():
+            shutil.copyfile(path, dst)
+    for p in (preset, fallback):
+        if p is not None and p.path is not None:
+            shutil.copyfile(p.path, files.presets / f"{p.name}.toml")
+    stall = dict(job.stall) if job else {}
+    if args.stall_timeout is not None:
+        stall["train_timeout"] = args.stall_timeout
+    if job is not None:
+        shutil.copyfile(job.path, files.job)
+    spec = RunSpec(
+        job_name=name, kind=job.kind if job else "command",
+        command=list(job.command) if job and job.kind == "command" else list(args.command_argv),
+        job_file=str(job.path) if job and job.kind == "ultralytics" else None,
+        preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
+        resume_args=list(args.resume_arg or (job.resume_args if job else [])),
+        stall=stall, max_restarts=args.max_restarts if args.max_restarts is not None
+        else (job.max_restarts if job else 3),
+        auto_recover=not args.no_auto_recover, deadline=deadline,
+        cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
+        currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
+    spec.save(files.spec)
+    _link_latest(run_dir)
+    return run_dir, spec
+
+
+def _link_latest(run_dir: Path) -> None:
+    from .engine.paths import latest_link
+    link = latest_link()
+    try:
+        link.parent.mkdir(parents=True, exist_ok=True)
+        tmp = link.with_name(".latest.tmp")
+        if tmp.is_symlink() or tmp.exists():
+            tmp.unlink()
+        tmp.symlink_to(run_dir)
+        tmp.replace(link)
+    except OSError:
+        pass
+
+
+def _printer(as_json: bool):
+    from .engine.events import encode
+    from .engine.printer import format_event
+
+    def emit(ev) -> None:
+        line = encode(ev) if as_json else format_event(ev)
+        if line is not None:
+            print(line, flush=True)
+    return emit
+
+
+def _run_agent(run_dir: Path, spec, as_json: bool) -> int:
+    from .engine.agent import Agent
+    agent = Agent(run_dir, spec, printer=_printer(as_json))
+    return asyncio.run(agent.run())
+
+
+def cmd_run(args) -> int:
+    if args.host:
+        from .remote_cli import run_remote
+        return run_remote(args)
+    run_dir, spec = _prepare(args)
+    if args.headless or args.json:
+        if not args.json:
+            print(f"trainctl: run directory {run_dir}", flush=True)
+        return _run_agent(run_dir, spec, args.json)
+    _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
+    return _attach_local(run_dir)
+
+
+def cmd_demo(args) -> int:
+    from .engine.demo import make_demo_job
+    from .engine.paths import cache_dir
+    root = cache_dir() / "demo"
+    job = make_demo_job(root, **({"epochs": args.epochs} if args.epochs else {}))
+    args.job = str(job)
+    args.command_argv = []
+    return cmd_run(args)
+
+
+def cmd_agent(args) -> int:
+    from .engine.paths import RunFiles
+    from .engine.spec import RunSpec
+    files = RunFiles(args.run_dir)
+    spec = RunSpec.load(files.spec)
+    print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
+          f"dashboard: trainctl attach {files.dir}", flush=True)
+    return _run_agent(files.dir, spec, args.json)
+
+
+def _agent_alive(run_dir: Path) -> bool:
+    import socket
+    from .engine.paths import RunFiles
+    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        s.settimeout(2)
+        s.connect(str(RunFiles(run_dir).sock))
+        return True
+    except OSError:
+        return False
+    finally:
+        s.close()
+
+
+def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
+    """Start `trainctl agent RUN_DIR` so it outlives this terminal: in a tmux session named
+    after the job when tmux is there, else as a detached process (and say so)."""
+    from .engine.paths import RunFiles
+    files = RunFiles(run_dir)
+    argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)]
+    from .engine import tmux
+    if use_tmux and tmux.tmux_available():
+        session = tmux.session_name(spec.job_name)
+        try:
+            tmux.ensure_not_running(session)
+        except tmux.TmuxError as e:
+            raise UsageError(str(e)) from e
+        tmux.start_session(session, argv, cwd=str(run_dir),
+                           env={"TRAINCTL_TMUX_SESSION": session})
+        print(f"trainctl: agent running in tmux session {session} (tmux attach -t {session})")
+    else:
+        out = open(files.dir / "agent.out", "ab")
+        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
+                         start_new_session=True, cwd=str(run_dir))
+        why = "tmux not found" if use_tmux else "--no-tmux"
+        print(f"trainctl: agent running detached ({why}); its output: {files.dir / 'agent.out'}")
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        if files.sock.exists() and _agent_alive(run_dir):
+            return
+        time.sleep(0.1)
+    raise UsageError(f"the agent did not start within 30 s; see {files.dir / 'agent.out'}")
+
+
+# ---------------------------------------------------------------------- attach / ctl / status
+def _resolve_run_dir(ref: str | None) -> Path:
+    from .engine.paths import latest_link
+    if ref:
+        path = Path(ref).expanduser()
+    else:
+        path = latest_link()
+        if not path.exists():
+            raise UsageError(f"no run given and no latest run at {path}")
+    path = path.resolve()
+    if not (path / "events.jsonl").exists() and not (path / "spec.json").exists():
+        raise UsageError(f"{path}: not a trainctl run directory (no events.jsonl)")
+    return path
+
+
+def _attach_local(run_dir: Path) -> int:
+    from .engine.client import local_client
+    from .tui.app import run_dashboard
+    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}")
+
+
+def cmd_attach(args) -> int:
+    if args.target and args.target.startswith("ssh://"):
+        from .remote_cli import attach_remote
+        return attach_remote(args.target)
+    return _attach_local(_resolve_run_dir(args.target))
+
+
+async def _one_command(run_dir: Path, name: str, **kw) -> dict:
+    from .engine.client import local_client
+    client = local_client(run_dir)
+    try:
+        await client.connect(since=10**12)
+        return await client.command(name, **kw)
+    finally:
+        await client.close()
+
+
+def cmd_ctl(args) -> int:
+    from .engine.client import AgentUnavailable
+    run_dir = _resolve_run_dir(args.run_dir)
+    kw = {}
+    if args.command == "switch_preset":
+        if not args.preset:
+            raise UsageError("switch_preset needs --preset NAME")
+        kw["preset"] = args.preset
+    elif args.preset and args.command == "restart":
+        args.command, kw = "switch_preset", {"preset": args.preset}
+    if args.command == "auto_recover" and args.on is not None:
+        kw["on"] = args.on
+    try:
+        reply = asyncio.run(_one_command(run_dir, args.command, **kw))
+    except AgentUnavailable as e:
+        print(f"trainctl: {e}", file=sys.stderr)
+        return 1
+    if not reply.get("ok"):
+        print(f"trainctl: {args.command} refused: {reply.get('error')}", file=sys.stderr)
+        return 2
+    print(json.dumps(reply.get("result"), indent=2))
+    return 0
+
+
+def cmd_status(args) -> int:
+    from .engine import events as E
+    from .engine.client import AgentUnavailable
+    from .engine.journal import read_events
+    run_dir = _resolve_run_dir(args.run_dir)
+    try:
+        reply = asyncio.run(_one_command(run_dir, "status"))
+        status = reply.get("result") or {}
+        status["live"] = True
+    except (AgentUnavailable, OSError):
+        status = {"live": False, "run_dir": str(run_dir)}
+        last: dict[str, E.Event] = {}
+        for ev in read_events(run_dir / "events.jsonl"):
+            last[ev.type] = ev
+        if "state" in last:
+            status["state"] = last["state"].state
+        if "projection" in last:
+            status["projection"] = E.to_dict(last["projection"])
+        if "progress" in last:
+            status["progress"] = E.to_dict(last["progress"])
+    if args.json:
+        print(json.dumps(status, indent=2))
+        return 0
+    from .engine.projection import format_projection
+    print(f"run     {status.get('run_dir', run_dir)} ({'agent live' if status['live'] else 'agent not running'})")
+    print(f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
+          f"   attempt {status.get('attempt', '?')}")
+    proj = status.get("projection")
+    if proj:
+        for line in format_projection(E.from_dict(proj), time.time(), status.get("currency", "$")):
+            print(f"        {line}")
+    else:
+        print("        no projection yet")
+    return 0
+
+
+def cmd_bridge(args) -> int:
+    """Relay stdin/stdout to the agent's socket (what `ssh HOST trainctl bridge DIR` runs)."""
+    from .engine.paths import RunFiles
+    sock = RunFiles(args.run_dir).sock
+
+    async def relay() -> int:
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(sock), limit=1 << 22)
+        except OSError as e:
+            print(f"trainctl bridge: no agent at {sock}: {e.strerror}", file=sys.stderr)
+            return 1
+        loop = asyncio.get_running_loop()
+        stdin = asyncio.StreamReader()
+        await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
+        out = sys.stdout.buffer
+
+        async def up():
+            while data := await stdin.read(65536):
+                writer.write(data)
+                await writer.drain()
+            writer.write_eof()
+
+        async def down():
+            while data := await reader.read(65536):
+                out.write(data)
+                out.flush()
+        up_task = asyncio.create_task(up())
+        await down()
+        up_task.cancel()
+        return 0
+    try:
+        return asyncio.run(relay())
+    except (BrokenPipeError, ConnectionError):
+        return 0
+
+
+def cmd_scan(args) -> int:
+    from .engine.scan import main_scan
+    return main_scan(args.logfile, args.json)
+
+
+def cmd_presets(args) -> int:
+    from .engine.config import ConfigError, list_presets, load_preset
+    if args.action == "list":
+        for path in list_presets():
+            try:
+                p = load_preset(path)
+                print(f"{p.name:12} {path}  {p.description}")
+            except ConfigError as e:
+                print(f"{path.stem:12} {path}  INVALID: {e}")
+        return 0
+    if not args.names:
+        raise UsageError(f"presets {args.action} needs a preset name or path")
+    status = 0
+    for ref in args.names:
+        try:
+            p = load_preset(ref)
+        except ConfigError as e:
+            print(f"trainctl: {e}", file=sys.stderr)
+            status = 2
+            continue
+        if args.action == "show":
+            print(f"# {p.path}")
+            print(Path(p.path).read_text() if p.path else p)
+        elif args.action == "validate":
+            print(f"{p.path}: ok")
+        elif args.action == "edit":
+            editor = os.environ.get("EDITOR", "vi")
+            while True:
+                subprocess.call([editor, str(p.path)])
+                try:
+                    load_preset(p.path)
+                    print(f"{p.path}: ok")
+                    break
+                except ConfigError as e:
+                    print(f"trainctl: {e}", file=sys.stderr)
+                    if input("edit again? [Y/n] ").strip().lower() == "n":
+                        status = 2
+                        break
+    return status
+
+
+HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status,
+            "presets": cmd_presets, "scan": cmd_scan, "ctl": cmd_ctl, "bridge": cmd_bridge,
+            "agent": cmd_agent}
