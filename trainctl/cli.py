@@ -37,6 +37,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auto-recover", action="store_true", help="detect and diagnose, but never restart by itself")
     p.add_argument("--no-tmux", action="store_true", help="run the agent detached, not in tmux")
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
+    p.add_argument("--detach", action="store_true",
+                   help="start the agent (in tmux when there) and print its run directory; no TUI")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -116,6 +118,8 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
         deadline = parse_deadline(args.deadline) if args.deadline else (job.deadline if job else None)
     except ConfigError as e:
         raise UsageError(str(e)) from e
+    except ValueError as e:
+        raise UsageError(f"--deadline: {e}") from e
     if args.max_restarts is not None and args.max_restarts < 0:
         raise UsageError("--max-restarts: must be an integer >= 0")
     if args.stall_timeout is not None and args.stall_timeout <= 0:
@@ -201,6 +205,9 @@ def cmd_run(args) -> int:
             print(f"trainctl: run directory {run_dir}", flush=True)
         return _run_agent(run_dir, spec, args.json)
     _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
+    if args.detach:
+        print(f"trainctl: run directory {run_dir}", flush=True)
+        return 0
     return _attach_local(run_dir)
 
 
