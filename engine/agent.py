@@ -27,7 +27,7 @@ from .parse import ConsoleParser, LineSplitter
 from .paths import RunFiles, make_private_dir
 from .process import become_subreaper, kill_tree, signal_name
 from .projection import Projector, RateHistory
-from .signatures import Catalog, NanWatch, WarningMatcher
+from .signatures import Catalog, WarningMatcher
 from .spec import RunSpec
 from .stall import StallDetector
 from .supervisor import Outcome, RecoveryPolicy, RunState, StateMachine
@@ -75,7 +75,6 @@ class Agent:
                                       val_timeout=spec.stall.get("val_timeout"),
                                       save_timeout=spec.stall.get("save_timeout"))
         self.matcher = WarningMatcher(Catalog.load())
-        self.nan = NanWatch()
         self.projector = Projector(deadline=spec.deadline, cost_per_hour=spec.cost_per_hour,
                                    budget=spec.budget, preset=spec.preset,
                                    expected_rates=self._expected_rates(),
@@ -359,7 +358,7 @@ class Agent:
         t0 = self.clock()
         while self.clock() - t0 < limit_s:
             sample = await loop.run_in_executor(None, probe.sample)
-            held = [p for p in (getattr(sample, "pids", None) or {}) if p in pids] if sample else []
+            held = [p for p, _mem in sample.processes if p in pids] if sample else []
             if not held:
                 self.info(f"GPU memory released after {self.clock() - t0:.1f}s", "gpu_release")
                 return
@@ -386,7 +385,7 @@ class Agent:
             warning = self.matcher.feed(line, now, "trainer")
             if warning is not None:
                 self._on_warning(warning)
-            if self.matcher.startup_evidence(line):
+            if self.matcher.last is not None and self.matcher.last.startup_evidence:
                 self.detector.on_evidence(now, "log")
             for ev in self.parser.feed(line, now):
                 if self._structured:
@@ -398,8 +397,8 @@ class Agent:
 
     def _on_warning(self, warning: E.Warning) -> None:
         self.emit(warning)
-        sig = self.matcher.catalog.get(warning.id) if hasattr(self.matcher.catalog, "get") else None
-        if sig is not None and getattr(sig, "action", "") == "stop" and warning.severity == "fatal":
+        sig = self.matcher.catalog.get(warning.id)
+        if sig is not None and sig.action == "stop" and warning.severity == "fatal":
             self._fatal_stop = f"{warning.id}: {warning.text[:200]}"
 
     async def _read_side_channel(self, fd: int) -> None:
@@ -446,7 +445,7 @@ class Agent:
         self._progressed = True
         self.detector.on_progress(ev, now)
         self.projector.on_event(ev)
-        warning = self.nan.feed(ev, now)
+        warning = self.matcher.feed_progress(ev, now)
         if warning is not None:
             self._on_warning(warning)
         if self.sm.state in (RunState.STARTING, RunState.STALLED):
