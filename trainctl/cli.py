@@ -53,6 +53,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, default=None)
     att = sub.add_parser("attach", help="open the dashboard on a running agent")
     att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
+    amode = att.add_mutually_exclusive_group()
+    amode.add_argument("--headless", action="store_true", help="no TUI: follow the events as text lines")
+    amode.add_argument("--json", action="store_true", help="no TUI: follow the events as JSON lines")
     st = sub.add_parser("status", help="the state and projection of a run")
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
@@ -253,14 +256,15 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
     argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)]
     from .engine import tmux
     if use_tmux and tmux.tmux_available():
+        server = tmux.Tmux(os.environ.get("TRAINCTL_TMUX_SOCKET") or None)
         session = tmux.session_name(spec.job_name)
         try:
-            tmux.ensure_not_running(session)
+            server.start_session(session, argv, cwd=str(run_dir),
+                                 env={"TRAINCTL_TMUX_SESSION": session})
         except tmux.TmuxError as e:
             raise UsageError(str(e)) from e
-        tmux.start_session(session, argv, cwd=str(run_dir),
-                           env={"TRAINCTL_TMUX_SESSION": session})
-        print(f"trainctl: agent running in tmux session {session} (tmux attach -t {session})")
+        print(f"trainctl: agent running in tmux session {session} "
+              f"(`{' '.join(server.attach_argv(session))}` shows it)")
     else:
         out = open(files.dir / "agent.out", "ab")
         subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
@@ -299,8 +303,17 @@ def _attach_local(run_dir: Path) -> int:
 def cmd_attach(args) -> int:
     if args.target and args.target.startswith("ssh://"):
         from .remote_cli import attach_remote
-        return attach_remote(args.target)
-    return _attach_local(_resolve_run_dir(args.target))
+        return attach_remote(args.target, follow=args.json or args.headless, as_json=args.json)
+    run_dir = _resolve_run_dir(args.target)
+    if args.json or args.headless:
+        from .engine.client import local_client
+        from .engine.follow import follow
+        return asyncio.run(follow(lambda: local_client(run_dir), _printer(args.json), _note))
+    return _attach_local(run_dir)
+
+
+def _note(text: str) -> None:
+    print(f"trainctl: {text}", file=sys.stderr, flush=True)
 
 
 async def _one_command(run_dir: Path, name: str, **kw) -> dict:

@@ -1,0 +1,48 @@
+"""Follow an agent's events without a screen (`trainctl attach --json`), reconnecting
+with backoff when the connection drops and catching up from the journal: no gap, no
+duplicate (the journal's seq numbers say where to resume)."""
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+from . import events as E
+from .client import AgentClient
+
+FINAL_STATES = ("FINISHED", "FAILED")
+
+
+async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Event], None],
+                 note: Callable[[str], None], *, max_wait_s: float = 30.0,
+                 give_up_s: float | None = None) -> int:
+    """Print journal events until the run ends. Returns 0 finished, 1 failed, 3 gave up."""
+    next_seq = 0
+    delay = 0.5
+    lost_since: float | None = None
+    loop = asyncio.get_running_loop()
+    while True:
+        client = client_factory()
+        try:
+            hello = await client.connect(since=next_seq)
+            if lost_since is not None:
+                note(f"reconnected to {hello.get('job', 'the agent')}; catching up from event {next_seq}")
+            lost_since, delay = None, 0.5
+            async for ev in client.events():
+                if ev.seq is None:
+                    continue   # ticks and log lines: the screen's business
+                next_seq = ev.seq + 1
+                emit(ev)
+                if isinstance(ev, E.State) and ev.state in FINAL_STATES:
+                    return 0 if ev.state == "FINISHED" else 1
+            note("connection to the agent lost; the run goes on — retrying")
+        except (ConnectionError, OSError) as e:
+            note(f"cannot reach the agent ({e}); retrying in {delay:.1f}s")
+        finally:
+            await client.close()
+        now = loop.time()
+        lost_since = lost_since if lost_since is not None else now
+        if give_up_s is not None and now - lost_since > give_up_s:
+            note(f"gave up after {give_up_s:.0f}s without the agent")
+            return 3
+        await asyncio.sleep(delay)
+        delay = min(max_wait_s, delay * 2)

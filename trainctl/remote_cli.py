@@ -1,0 +1,154 @@
+"""`trainctl run --host HOST` and `trainctl attach ssh://HOST[/RUN_DIR]`: the agent lives on
+the box (inside tmux), the dashboard wherever the user is, joined by the user's own ssh."""
+from __future__ import annotations
+
+import asyncio
+import os
+import posixpath
+import sys
+import time
+from pathlib import Path
+
+from .cli import UsageError, _note, _printer
+
+
+def _host(destination: str, trainctl_cmd: str | None = None):
+    """The box, reached with the user's OpenSSH setup. TRAINCTL_SSH_CONFIG (an `ssh -F`
+    file) and TRAINCTL_REMOTE_TRAINCTL (trainctl's path on the box) are for setups where
+    ~/.ssh/config is not the place, e.g. tests."""
+    from .engine.remote import SshHost
+    config = os.environ.get("TRAINCTL_SSH_CONFIG")
+    remote = trainctl_cmd or os.environ.get("TRAINCTL_REMOTE_TRAINCTL") or "trainctl"
+    try:
+        return SshHost(destination, ssh_config=Path(config) if config else None,
+                       remote_trainctl=(remote,))
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+
+
+def _forwarded_options(args) -> list[str]:
+    out: list[str] = []
+    for flag in ("preset", "fallback", "deadline", "name"):
+        value = getattr(args, flag, None)
+        if value:
+            out += [f"--{flag.replace('_', '-')}", value]
+    if args.stall_timeout is not None:
+        out += ["--stall-timeout", repr(args.stall_timeout)]
+    if args.max_restarts is not None:
+        out += ["--max-restarts", str(args.max_restarts)]
+    for r in args.resume_arg or []:
+        out += ["--resume-arg", r]
+    if args.no_auto_recover:
+        out.append("--no-auto-recover")
+    return out
+
+
+def run_remote(args) -> int:
+    """Send the job and presets to the box, start the agent there in tmux, then attach."""
+    from .engine.config import ConfigError, list_presets, load_job, load_preset
+    from .engine.remote import RemoteError
+
+    job = None
+    try:
+        job = load_job(Path(args.job)) if args.job else None
+    except ConfigError as e:
+        raise UsageError(str(e)) from e
+    host_cfg = dict(job.host or {}) if job else {}
+    destination = args.host or host_cfg.get("destination")
+    host = _host(destination, host_cfg.get("trainctl"))
+    workdir = host_cfg.get("workdir") or "~/trainctl"
+    name = args.name or (job.name if job else Path(args.command_argv[0]).stem if args.command_argv else "run")
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = posixpath.join(workdir, name)
+    run_dir = args.run_dir or posixpath.join(base, "runs", f"{name}-{stamp}")
+    try:
+        host.check()
+        # The job and every preset it may use travel to the box, next to each other.
+        search = [job.path.parent / "presets"] if job else [Path.cwd() / "presets"]
+        for path in list_presets(search):
+            host.send_file(path, posixpath.join(base, "presets", path.name))
+        for ref in (args.preset, args.fallback):
+            if ref and ("/" in ref or ref.endswith(".toml")):
+                p = load_preset(ref, search)
+                host.send_file(p.path, posixpath.join(base, "presets", f"{p.name}.toml"))
+        opts = _forwarded_options(args)
+        for flag in ("--preset", "--fallback"):
+            if flag in opts:   # paths on this machine mean the copies sent to the box
+                i = opts.index(flag) + 1
+                if "/" in opts[i] or opts[i].endswith(".toml"):
+                    opts[i] = Path(opts[i]).stem
+        argv = [*host.remote_trainctl, "run", "--detach", "--run-dir", run_dir, *opts]
+        if job is not None:
+            remote_job = posixpath.join(base, "trainctl.toml")
+            host.send_file(job.path, remote_job)
+            argv.insert(len(host.remote_trainctl) + 1, remote_job)
+        else:
+            argv += ["--", *args.command_argv]
+        r = host.run(argv, timeout=120)
+        if r.returncode != 0:
+            raise UsageError(f"could not start the run on {host.name}: "
+                             f"{(r.stderr or r.stdout).strip()}")
+    except RemoteError as e:
+        raise UsageError(str(e)) from e
+    except ConfigError as e:
+        raise UsageError(str(e)) from e
+    if not run_dir.startswith("/"):
+        run_dir = _remote_abs(host, run_dir)
+    print(f"trainctl: started on {host.name}: {run_dir}", flush=True)
+    url = f"ssh://{destination}{run_dir}"
+    if args.headless or args.json or args.detach:
+        if args.detach:
+            print(f"trainctl: dashboard: trainctl attach {url}")
+            return 0
+        return _follow(host, run_dir, args.json)
+    return _dashboard(host, run_dir, url)
+
+
+def _remote_abs(host, path: str) -> str:
+    from .engine.remote import _remote_path
+    r = host.run(["sh", "-c", 'cd -- "$1" && pwd -P', "sh", _remote_path(path)], timeout=30)
+    return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else path
+
+
+def _client_factory(host, run_dir: str):
+    from .engine.client import AgentClient
+    from .engine.remote import SshTransport
+    return lambda: AgentClient(SshTransport(host, run_dir))
+
+
+def _follow(host, run_dir: str, as_json: bool) -> int:
+    from .engine.follow import follow
+    return asyncio.run(follow(_client_factory(host, run_dir), _printer(as_json), _note))
+
+
+def _dashboard(host, run_dir: str, url: str) -> int:
+    from .tui.app import run_dashboard
+    return run_dashboard(_client_factory(host, run_dir), attach_hint=f"trainctl attach {url}")
+
+
+def attach_remote(url: str, *, follow: bool = False, as_json: bool = False) -> int:
+    from .engine.remote import RemoteError, parse_attach_url
+    try:
+        destination, run_dir = parse_attach_url(url)
+    except ValueError as e:
+        raise UsageError(str(e)) from e
+    host = _host(destination)
+    try:
+        host.check(require_tmux=False)
+    except RemoteError as e:
+        raise UsageError(str(e)) from e
+    run_dir = run_dir or "latest"
+    if run_dir == "latest":
+        r = host.run([*host.remote_trainctl, "status", "--json"], timeout=60)
+        import json
+        try:
+            run_dir = json.loads(r.stdout)["run_dir"]
+        except (ValueError, KeyError):
+            raise UsageError(f"no run found on {host.name}: {(r.stderr or r.stdout).strip()[:300]}")
+    if follow:
+        return _follow(host, run_dir, as_json)
+    return _dashboard(host, run_dir, f"ssh://{destination}{run_dir}")
+
+
+if __name__ == "__main__":   # pragma: no cover
+    sys.exit(2)
