@@ -24,7 +24,7 @@ from . import events as E
 from .config import ConfigError, load_preset, preset_problems
 from .journal import Journal, ProgressThrottle
 from .parse import ConsoleParser, LineSplitter
-from .paths import RunFiles, make_private_dir
+from .paths import RunFiles, config_dir, make_private_dir
 from .process import become_subreaper, kill_tree, signal_name
 from .projection import Projector, RateHistory
 from .signatures import Catalog, WarningMatcher
@@ -37,6 +37,7 @@ WATCH_S = 0.25
 PROJECTION_S = 30.0
 LOG_FLUSH_S = 0.2
 CLIENT_QUEUE = 20000
+PROJECTED = frozenset({"start", "phase", "restart", "stall", "exit", "checkpoint"})
 
 
 class _Interrupt:
@@ -78,7 +79,7 @@ class Agent:
         self.projector = Projector(deadline=spec.deadline, cost_per_hour=spec.cost_per_hour,
                                    budget=spec.budget, preset=spec.preset,
                                    expected_rates=self._expected_rates(),
-                                   history=RateHistory(self.files.dir / "rates.json"),
+                                   history=RateHistory(config_dir() / "rates.json"),
                                    job=spec.job_name)
         self.preset = spec.preset
         self.next_preset: str | None = None
@@ -101,6 +102,8 @@ class Agent:
     def emit(self, ev: E.Event) -> E.Event:
         if ev.type not in E.EPHEMERAL:
             ev = self.journal.append(ev)
+            if ev.type in PROJECTED:
+                self.projector.on_event(ev)
             if self.printer:
                 self.printer(ev)
         if self.clients:
@@ -434,8 +437,7 @@ class Agent:
             return
         self.phase = phase
         self.detector.on_phase(phase, now)
-        ev = self.emit(E.Phase(now, phase))
-        self.projector.on_event(ev)
+        self.emit(E.Phase(now, phase))
         self._project(now)
 
     def _on_progress(self, ev: E.Progress) -> None:
@@ -444,7 +446,7 @@ class Agent:
             self._set_phase("train", now)
         self._progressed = True
         self.detector.on_progress(ev, now)
-        self.projector.on_event(ev)
+        self.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
         warning = self.matcher.feed_progress(ev, now)
         if warning is not None:
             self._on_warning(warning)

@@ -108,6 +108,7 @@ class Projection(Event):
     eta_high: float | None = None
     budget: float | None = None
     what_if: tuple[dict[str, Any], ...] = ()
+    lost_s: float | None = None  # time lost to stalls and restarts (detection, restart, redone work)
 
 
 @dataclass(frozen=True)
