@@ -53,7 +53,7 @@ _JOB_KEYS = ("name", "kind", "description", "command", "preset", "fallback", "de
              "cost_per_hour", "budget", "currency", "run_dir", "resume_args", "max_restarts")
 _JOB_SECTIONS = ("ultralytics", "stall", "host")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout")
-_HOST_KEYS = ("destination", "workdir")
+_HOST_KEYS = ("destination", "workdir", "trainctl")
 _RESUME_FIELDS = ("checkpoint",)
 
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")

@@ -198,8 +198,18 @@ def _run_agent(run_dir: Path, spec, as_json: bool) -> int:
     return asyncio.run(agent.run())
 
 
+def _job_has_host(args) -> bool:
+    if not getattr(args, "job", None):
+        return False
+    from .engine.config import ConfigError, load_job
+    try:
+        return bool(load_job(Path(args.job)).host)
+    except ConfigError as e:
+        raise UsageError(str(e)) from e
+
+
 def cmd_run(args) -> int:
-    if args.host:
+    if args.host or _job_has_host(args):
         from .remote_cli import run_remote
         return run_remote(args)
     run_dir, spec = _prepare(args)

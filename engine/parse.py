@@ -1,0 +1,354 @@
+"""Trainer console output → lines → progress and phase events.  Pure: no I/O, no clock.
+
+Two pieces:
+
+* :class:`LineSplitter` turns the raw byte stream of a trainer's stdout/stderr into text
+  lines.  It splits on both ``\\r`` and ``\\n`` (tqdm and Ultralytics redraw their bars with
+  ``\\r`` and no newline), strips ANSI codes, decodes UTF-8 incrementally and never waits
+  for a newline longer than :data:`MAX_PARTIAL` characters.
+* :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
+  events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars
+  and plain ``key=value`` logs.  A line it cannot read gives no event, never an exception.
+"""
+from __future__ import annotations
+
+import codecs
+import math
+import re
+
+from trainctl.engine.events import Event, Phase, Progress
+
+MAX_PARTIAL = 64 * 1024
+"""A line without terminator is cut into pieces of this many characters."""
+
+ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
+_SPLIT_RE = re.compile(r"[\r\n]+")
+
+
+def strip_ansi(s: str) -> str:
+    """Remove ANSI escape sequences (colours, ``\\x1b[K``, OSC titles) from ``s``."""
+    return ANSI_RE.sub("", s) if "\x1b" in s else s
+
+
+class LineSplitter:
+    """Split a byte stream into clean text lines, whatever the chunking.
+
+    ``feed(data)`` returns the lines completed by ``data``; the unterminated tail is kept
+    until the next ``\\r``/``\\n`` or :meth:`flush`.  Empty and blank lines are dropped and
+    trailing whitespace is removed.  The output does not depend on how the stream was cut.
+    """
+
+    def __init__(self, max_partial: int = MAX_PARTIAL) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pieces: list[str] = []  # the unterminated tail, in pieces (no quadratic joins)
+        self._size = 0
+        self._max = max_partial
+
+    def feed(self, data: bytes) -> list[str]:
+        new = self._decoder.decode(data)
+        if "\n" not in new and "\r" not in new:
+            self._pieces.append(new)
+            self._size += len(new)
+            return self._clean(self._cut()) if self._size > self._max else []
+        self._pieces.append(new)
+        parts = _SPLIT_RE.split("".join(self._pieces))
+        tail = parts.pop()
+        self._pieces, self._size = [tail], len(tail)
+        out = self._clean(parts)
+        if self._size > self._max:
+            out.extend(self._clean(self._cut()))
+        return out
+
+    def flush(self) -> list[str]:
+        """End of stream: return the unterminated tail (and any undecodable bytes) as lines."""
+        self._pieces.append(self._decoder.decode(b"", final=True))
+        text = "".join(self._pieces)
+        self._pieces, self._size = [], 0
+        return self._clean(_SPLIT_RE.split(text))
+
+    @property
+    def pending(self) -> int:
+        """Characters held back waiting for a line end (never more than ``max_partial``)."""
+        return self._size
+
+    def _cut(self) -> list[str]:
+        """Cut the tail into ``max_partial`` pieces, keeping the (non-empty) rest."""
+        text = "".join(self._pieces)
+        n = (len(text) - 1) // self._max * self._max
+        pieces = [text[k:k + self._max] for k in range(0, n, self._max)]
+        self._pieces, self._size = [text[n:]], len(text) - n
+        return pieces
+
+    @staticmethod
+    def _clean(parts: list[str]) -> list[str]:
+        out = []
+        for p in parts:
+            if "\x1b" in p:
+                p = ANSI_RE.sub("", p)
+            p = p.rstrip()
+            if p:
+                out.append(p)
+        return out
+
+
+# ---------------------------------------------------------------------------- patterns
+
+DEFAULT_LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
+
+# Ultralytics batch line, 8.4 (own TQDM) and 8.3 (tqdm):
+#   "        1/3    0G   1.79   1.213   1.093   4   64: 8% ━─── 2/24 4.8it/s 0.3s<4.5s"
+#   "     80/400  29.9G  0.6966  0.3341  1.085  31  640: 100%|██████████| 351/351 [04:18<00:00,  1.36it/s]"
+# Something always follows the count (8.4: rate and elapsed, 8.3: tqdm's [...]): a frame cut
+# short by a kill ("... 4/2") is not read as batch 4 of 2.  The 8.4 rate is captured here
+# (groups 6-8); 8.3's is read from the tail.  No lazy groups: this runs on every frame.
+_UL_BATCH = re.compile(
+    r" *(\d+)/(\d+) +[^ :]*G +([^:]*): *\d+%(?:\|[^|]*\|| [^ ]+) *(\d+)/(\d+) +"
+    r"(?:(\d+\.?\d*)([kKMG]?)(it/s|s/it)\b)?(.*)$")
+# Ultralytics validation bars (detect/seg/pose/obb and classify).
+_UL_VAL = re.compile(r"\s+(?:Class\s+Images\s+Instances\s+\w+\(P|classes\s+top1_acc)")
+_UL_DONE = re.compile(r"\d+ epochs? completed in ")
+# Any tqdm bar:  "desc:  45%|████▌     | 45/100 [00:10<00:12,  4.40it/s, loss=0.123]"
+_TQDM = re.compile(r"(?:(.*?):)?\s*(\d+)%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([^\]]*)\]?\s*$")
+# tqdm without a total: "Epoch 2: 45it [00:10,  4.40it/s, loss=0.1]"
+_TQDM_NOTOTAL = re.compile(r"(?:(.*?):)?\s*(\d+)it \[([^\]]*)\]?\s*$")
+_SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
+
+_NUM = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+_EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d+)(?:\s*/\s*(\d+))?", re.I)
+_COUNTER = re.compile(
+    r"\b(epoch|step|batch|iter|iteration)s?\b\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+# torchvision references: "Epoch: [0]  [  0/1563]  eta: ...  loss: 6.9"
+_BRACKET_BATCH = re.compile(
+    r"\bepoch\b\W*\[?\s*\d+(?:\s*/\s*\d+)?\s*\]?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.I)
+_KV_LOSS = re.compile(r"([A-Za-z_][\w./-]*)\s*[:=]\s*(" + _NUM + r")(?![\w.])", re.I)
+_VAL_WORD = re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
+                       r"testing|sanity checking)\b", re.I)
+_SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped", re.I)
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:\s?")
+_LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
+_EPOCH_LINE = re.compile(r"\s*epoch\s*\[?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*\]?\s*:?\s*$", re.I)
+
+
+def parse_rate(text: str) -> float | None:
+    """Batches per second from a tqdm/Ultralytics rate: ``2.8it/s``, ``5.75s/it``, ``1.6Kit/s``.
+
+    ``None`` when ``text`` holds no rate (a first frame) or an unknown one (``?it/s``).
+    """
+    end = text.find("it/s")
+    inverse = False
+    if end < 0:
+        end = text.find("s/it")
+        if end < 0:
+            return None
+        inverse = True
+    num = text[text.rfind(" ", 0, end) + 1:end].lstrip("[(,")
+    scale = _SCALE.get(num[-1:]) if num[-1:].isalpha() else 1.0
+    if scale is None:
+        return None
+    if scale != 1.0:
+        num = num[:-1]
+    try:
+        value = float(num) * scale
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return 1.0 / value if inverse else value
+
+
+def _float(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def _is_loss_key(key: str) -> bool:
+    k = key.lower()
+    return "loss" in k or k in _LOSS_EXTRA
+
+
+# ---------------------------------------------------------------------------- parser
+
+class ConsoleParser:
+    """Stateful reader of a trainer's console lines.
+
+    ``feed(line, now)`` returns the events the line implies: a :class:`Phase` when the phase
+    changes (the first progress line means ``train``; an Ultralytics validation bar ``val``;
+    ``N epochs completed in`` ``finished``), then a :class:`Progress` for a batch line.
+    Loss names come from the last Ultralytics header seen (``box_loss cls_loss dfl_loss``
+    when none was).  Once an Ultralytics header or batch line has been seen, the generic
+    tqdm and key=value readers are switched off so that scan bars and argument dumps are
+    never mistaken for progress.
+    """
+
+    def __init__(self) -> None:
+        self.phase: str | None = None
+        self.loss_names: tuple[str, ...] = DEFAULT_LOSS_NAMES
+        self.ultralytics = False
+        self._context_epoch: tuple[int, int | None] | None = None
+
+    # -- entry point
+    def feed(self, line: str, now: float) -> list[Event]:
+        if "%" in line and "/" in line:
+            # Fast path: an Ultralytics batch frame (the overwhelming majority of lines).
+            m = _UL_BATCH.match(line)
+            if m is not None:
+                return self._ultralytics(m, now, None)
+        rank = None
+        if line[:1] == "[":
+            rm = _RANK_PREFIX.match(line)
+            if rm is not None:
+                rank = int(rm.group(1))
+                line = line[rm.end():]
+                if "%" in line and "/" in line:
+                    m = _UL_BATCH.match(line)
+                    if m is not None:
+                        return self._ultralytics(m, now, rank)
+        return self._slow(line, now, rank)
+
+    def _slow(self, line: str, now: float, rank: int | None) -> list[Event]:
+        stripped = line.lstrip()
+        if stripped.startswith("Epoch") and "GPU_mem" in line:
+            self._header(stripped)
+            return []
+        if _UL_VAL.match(line):
+            return self._phase("val", now) if self.phase != "finished" else []
+        if _UL_DONE.match(stripped):
+            return self._phase("finished", now)
+        if self.ultralytics:
+            return []
+        if "%|" in line or "it [" in line:
+            return self._tqdm(line, now, rank)
+        low = line.lower()
+        if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
+            return self._keyvalue(line, now, rank)
+        return []
+
+    # -- helpers
+    def _phase(self, phase: str, now: float) -> list[Event]:
+        if phase == self.phase:
+            return []
+        self.phase = phase
+        return [Phase(now, phase)]
+
+    def _emit(self, p: Progress) -> list[Event]:
+        """A progress, preceded by ``Phase(train)`` when it ends another phase."""
+        if self.phase == "train":
+            return [p]
+        self.phase = "train"
+        return [Phase(p.ts, "train"), p]
+
+    def _header(self, stripped: str) -> None:
+        cols = stripped.split()
+        names = [c for c in cols[2:] if c not in ("Instances", "Size")]
+        if names:
+            self.loss_names = tuple(names)
+        self.ultralytics = True
+
+    def _ultralytics(self, m: re.Match, now: float, rank: int | None) -> list[Event]:
+        self.ultralytics = True
+        epoch, epochs, desc, batch, batches, num, prefix, unit, tail = m.groups()
+        toks = desc.split()
+        if toks and toks[-1][-1] == "…":  # desc cut to the terminal width: no Instances/Size
+            values = toks[:-1]
+        else:
+            values = toks[:-2]
+        names = self.loss_names
+        try:
+            if len(values) > len(names):
+                raise ValueError(values)
+            losses = dict(zip(names, map(float, values)))
+        except ValueError:
+            losses = self._some_losses(values)
+        if num is not None:
+            rate = float(num) * _SCALE[prefix]
+            rate = rate if unit == "it/s" else (1.0 / rate if rate else None)
+        else:
+            rate = parse_rate(tail)
+        return self._emit(Progress(now, epoch=int(epoch), epochs=int(epochs), batch=int(batch),
+                                   batches=int(batches), losses=losses, rate=rate or None,
+                                   rank=rank))
+
+    def _some_losses(self, values: list[str]) -> dict[str, float]:
+        """The losses that parse, named by the header (extra columns become ``lossN``)."""
+        names = self.loss_names
+        losses = {}
+        for i, tok in enumerate(values):
+            v = _float(tok)
+            if v is not None:
+                losses[names[i] if i < len(names) else f"loss{i}"] = v
+        return losses
+
+    def _tqdm(self, line: str, now: float, rank: int | None) -> list[Event]:
+        m = _TQDM.match(line)
+        if m is not None:
+            desc, batch, batches, inside = m.group(1), int(m.group(3)), int(m.group(4)), m.group(5)
+        else:
+            m = _TQDM_NOTOTAL.match(line)
+            if m is None:
+                return []
+            desc, batch, batches, inside = m.group(1), int(m.group(2)), None, m.group(3)
+        desc = desc or ""
+        if _SKIP_DESC.search(desc):
+            return []
+        if _VAL_WORD.search(desc):
+            return self._phase("val", now) if self.phase != "finished" else []
+        epoch = epochs = None
+        em = _EPOCH_IN.search(desc)
+        if em is not None:
+            epoch = int(em.group(1))
+            epochs = int(em.group(2)) if em.group(2) else None
+        elif self._context_epoch is not None:
+            epoch, epochs = self._context_epoch
+        parts = inside.split(",")
+        rate = parse_rate(parts[1]) if len(parts) > 1 else None
+        losses = {}
+        for part in parts[2:]:
+            k, sep, v = part.partition("=")
+            k = k.strip()
+            if sep and _is_loss_key(k):
+                f = _float(v.strip())
+                if f is not None:
+                    losses[k] = f
+        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
+                                   losses=losses, rate=rate, rank=rank))
+
+    def _keyvalue(self, line: str, now: float, rank: int | None) -> list[Event]:
+        em = _EPOCH_LINE.match(line)
+        if em is not None:  # "Epoch 2/10" on its own line: context for tqdm bars below it
+            self._context_epoch = (int(em.group(1)), int(em.group(2)))
+            return []
+        epoch = epochs = batch = batches = None
+        for m in _COUNTER.finditer(line):
+            key = m.group(1).lower()
+            n = int(m.group(2))
+            total = int(m.group(3)) if m.group(3) else None
+            if key == "epoch":
+                if epoch is None:
+                    epoch, epochs = n, total
+            elif batch is None:
+                batch, batches = n, total
+        if batch is None:
+            bm = _BRACKET_BATCH.search(line)
+            if bm is not None:
+                batch, batches = int(bm.group(1)), int(bm.group(2))
+        losses = {}
+        for k, v in _KV_LOSS.findall(line):
+            if _is_loss_key(k):
+                losses[k] = float(v)
+        if epoch is None and batch is None:
+            return []
+        if not losses and batches is None:
+            return []  # "epochs=2, batch=4" in an argument dump is not progress
+        if _VAL_WORD.search(line):
+            return self._phase("val", now) if self.phase != "finished" else []
+        if epoch is None and self._context_epoch is not None:
+            epoch, epochs = self._context_epoch
+        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
+                                   losses=losses, rate=None, rank=rank))
+
+
+def is_nan_loss(progress: Progress) -> bool:
+    """True when any loss in ``progress`` is NaN or infinite."""
+    return any(not math.isfinite(v) for v in progress.losses.values())

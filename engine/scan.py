@@ -1,0 +1,290 @@
+"""``trainctl scan LOGFILE``: a postmortem of a trainer's console log.
+
+Reads the raw log (bytes, ``\\r`` frames and ANSI codes included) through the same
+:class:`~trainctl.engine.parse.LineSplitter` and :class:`~trainctl.engine.parse.ConsoleParser`
+the agent uses, runs every line through the warning matcher, and reports the phases seen,
+the first and last progress, the warnings, and where the run stopped.
+"""
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections import deque
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from trainctl.engine.events import Phase, Progress
+from trainctl.engine.events import Warning as WarningEvent
+from trainctl.engine.parse import ConsoleParser, LineSplitter
+
+TAIL_LINES = 20
+CHUNK = 1 << 20
+
+
+class Matcher(Protocol):
+    """What scan needs from :class:`trainctl.engine.signatures.WarningMatcher`."""
+
+    def feed(self, line: str, now: float, source: str = "trainer") -> WarningEvent | None: ...
+
+    def counts(self) -> dict[str, int]: ...
+
+
+@dataclass(frozen=True)
+class ProgressPoint:
+    """One parsed progress line and where it was (1-based line number after splitting)."""
+
+    line_no: int
+    epoch: int | None
+    epochs: int | None
+    batch: int | None
+    batches: int | None
+    losses: dict[str, float] = field(default_factory=dict)
+    rate: float | None = None
+
+
+@dataclass(frozen=True)
+class WarningSummary:
+    """A warning id found in the log: how often, and its first line."""
+
+    id: str
+    severity: str
+    count: int
+    first_line: str
+    advice: str
+    first_line_no: int
+
+
+@dataclass(frozen=True)
+class ScanReport:
+    path: str
+    lines: int
+    progress_lines: int
+    phases: tuple[str, ...]
+    first_progress: ProgressPoint | None
+    last_progress: ProgressPoint | None
+    last_phase: str | None
+    finished: bool
+    warnings: tuple[WarningSummary, ...]
+    warnings_checked: bool
+    lines_after_progress: int
+    tail: tuple[str, ...]
+    where: str
+
+
+def _default_matcher() -> Matcher | None:
+    try:
+        from trainctl.engine.signatures import Catalog, WarningMatcher
+    except ImportError:
+        return None
+    return WarningMatcher(Catalog.load())
+
+
+def scan_log(path: str | Path, matcher: Matcher | None = None) -> ScanReport:
+    """Read the log at ``path`` and summarise it.  Raises OSError when it cannot be read.
+
+    ``matcher`` defaults to the signature catalog's matcher; a matcher with a
+    ``feed_progress(progress, now)`` method also sees every progress (NaN losses).
+    Times are meaningless in a postmortem, so every line is fed with ``now=0.0``.
+    """
+    if matcher is None:
+        matcher = _default_matcher()
+    feed_progress = getattr(matcher, "feed_progress", None)
+    splitter, parser = LineSplitter(), ConsoleParser()
+    scan = _Scan(matcher, feed_progress)
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK):
+            for line in splitter.feed(chunk):
+                scan.line(line, parser.feed(line, 0.0))
+    for line in splitter.flush():
+        scan.line(line, parser.feed(line, 0.0))
+    return scan.report(str(path), parser.phase)
+
+
+class _Scan:
+    """The running totals of one scan."""
+
+    def __init__(self, matcher: Matcher | None, feed_progress: Any) -> None:
+        self.matcher = matcher
+        self.feed_progress = feed_progress
+        self.n = 0
+        self.progress_lines = 0
+        self.phases: list[str] = []
+        self.first: ProgressPoint | None = None
+        self.last: ProgressPoint | None = None
+        self.first_warning: dict[str, tuple[WarningEvent, int]] = {}
+        self.own_counts: dict[str, int] = {}
+        self.after = 0
+        self.tail: deque[str] = deque(maxlen=TAIL_LINES)
+
+    def line(self, line: str, events: list) -> None:
+        self.n += 1
+        progressed = False
+        for ev in events:
+            if isinstance(ev, Phase):
+                self.phases.append(ev.phase)
+            elif isinstance(ev, Progress):
+                progressed = True
+                self._progress(ev)
+        if progressed:
+            self.after = 0
+            self.tail.clear()
+        else:
+            self.after += 1
+            self.tail.append(line)
+        if self.matcher is not None:
+            self._warning(self.matcher.feed(line, 0.0, source="trainer"))
+
+    def _progress(self, ev: Progress) -> None:
+        self.progress_lines += 1
+        self.last = ProgressPoint(self.n, ev.epoch, ev.epochs, ev.batch, ev.batches,
+                                  dict(ev.losses), ev.rate)
+        if self.first is None:
+            self.first = self.last
+        if self.feed_progress is not None:
+            self._warning(self.feed_progress(ev, 0.0))
+
+    def _warning(self, w: WarningEvent | None) -> None:
+        if w is None:
+            return
+        self.own_counts[w.id] = self.own_counts.get(w.id, 0) + 1
+        self.first_warning.setdefault(w.id, (w, self.n))
+
+    def report(self, path: str, last_phase: str | None) -> ScanReport:
+        counts = self.matcher.counts() if self.matcher is not None else {}
+        warnings = tuple(
+            WarningSummary(id=w.id, severity=w.severity,
+                           count=max(counts.get(w.id, 0), self.own_counts[w.id]),
+                           first_line=w.text, advice=w.advice, first_line_no=line_no)
+            for w, line_no in sorted(self.first_warning.values(), key=lambda t: t[1]))
+        finished = last_phase == "finished"
+        return ScanReport(
+            path=path, lines=self.n, progress_lines=self.progress_lines, phases=tuple(self.phases),
+            first_progress=self.first, last_progress=self.last, last_phase=last_phase,
+            finished=finished, warnings=warnings, warnings_checked=self.matcher is not None,
+            lines_after_progress=self.after,
+            tail=tuple(self.tail),
+            where=_where(self.last, last_phase, finished, self.after, self.n))
+
+
+# ---------------------------------------------------------------------------- text
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def _of(n: int | None, total: int | None) -> str:
+    if n is None:
+        return "?"
+    return f"{n}/{total}" if total is not None else str(n)
+
+
+def describe_progress(p: ProgressPoint) -> str:
+    """``epoch 2/50, batch 4886/41163`` (parts the log did not show are left out)."""
+    parts = []
+    if p.epoch is not None:
+        parts.append(f"epoch {_of(p.epoch, p.epochs)}")
+    if p.batch is not None:
+        parts.append(f"batch {_of(p.batch, p.batches)}")
+    return ", ".join(parts) or "progress"
+
+
+def _where(last: ProgressPoint | None, phase: str | None, finished: bool, after: int,
+           lines: int) -> str:
+    if last is None:
+        state = "finished" if finished else f"phase {phase or 'startup'}"
+        return f"no training progress in {lines} lines ({state})"
+    at = describe_progress(last).replace(", batch", " at batch")
+    if finished:
+        return f"finished; last progress in {at}"
+    distance = ("the last line is a progress line" if after == 0 else
+                f"after the last progress line {_plural(after, 'line')} from the end")
+    return f"stopped in {at}, phase {phase or 'train'}, {distance}"
+
+
+def _fmt_losses(losses: dict[str, float]) -> str:
+    return " ".join(f"{k} {v:.4g}" for k, v in losses.items())
+
+
+def _fmt_phases(phases: tuple[str, ...]) -> str:
+    if not phases:
+        return "none"
+    if len(phases) <= 12:
+        return " -> ".join(phases)
+    return (" -> ".join(phases[:6]) + f" -> ... ({len(phases) - 12} more) -> "
+            + " -> ".join(phases[-6:]))
+
+
+def format_report(report: ScanReport) -> str:
+    """The report as text for a terminal."""
+    out = [f"scan of {report.path}",
+           f"  lines:          {report.lines} ({report.progress_lines} progress)",
+           f"  phases:         {_fmt_phases(report.phases)}"]
+    for label, p in (("first progress", report.first_progress),
+                     ("last progress", report.last_progress)):
+        if p is not None:
+            extra = [s for s in (_fmt_losses(p.losses),
+                                 f"{p.rate:.3g} it/s" if p.rate is not None else "") if s]
+            out.append(f"  {label + ':':15s} {describe_progress(p)} (line {p.line_no})"
+                       + (f"; {'; '.join(extra)}" if extra else ""))
+    out.append(f"  where:          {report.where}")
+    if not report.warnings_checked:
+        out.append("  warnings:       not checked (no signature catalog)")
+    elif not report.warnings:
+        out.append("  warnings:       none")
+    else:
+        out.append(f"  warnings:       {len(report.warnings)}")
+        for w in report.warnings:
+            times = f" x{w.count}" if w.count != 1 else ""
+            out.append(f"    [{w.severity}] {w.id}{times} (first at line {w.first_line_no})")
+            out.append(f"      > {w.first_line}")
+            if w.advice:
+                out.append(f"      advice: {w.advice}")
+    if report.last_progress is not None and report.tail:
+        n, shown = report.lines_after_progress, len(report.tail)
+        out.append(f"  after the last progress line ({_plural(n, 'line')}"
+                   + (f", last {shown} shown" if n > shown else "") + "):")
+        out.extend(f"    | {line}" for line in report.tail)
+    return "\n".join(out)
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return repr(value)  # 'nan', 'inf', '-inf', as the event codec writes them
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def report_to_dict(report: ScanReport) -> dict[str, Any]:
+    """The report as plain JSON-able data (non-finite losses as ``"nan"``/``"inf"``)."""
+    return _json_safe(asdict(report))
+
+
+def main_scan(path: str, as_json: bool) -> int:
+    """``trainctl scan PATH [--json]``: print the report; 0 when read, 2 when unreadable."""
+    p = Path(path)
+    if not p.is_file():
+        what = ("is a directory" if p.is_dir() else
+                "not a regular file" if p.exists() else "no such file")
+        print(f"trainctl scan: cannot read log file {path}: {what} (give the path of a trainer "
+              f"console log, e.g. <run_dir>/train.log)", file=sys.stderr)
+        return 2
+    try:
+        matcher = _default_matcher()
+    except ValueError as e:  # CatalogError: the message names the file and the key
+        print(f"trainctl scan: {e}", file=sys.stderr)
+        return 2
+    try:
+        report = scan_log(p, matcher=matcher)
+    except OSError as e:
+        print(f"trainctl scan: cannot read log file {path}: {e.strerror or e}", file=sys.stderr)
+        return 2
+    if as_json:
+        print(json.dumps(report_to_dict(report), ensure_ascii=False))
+    else:
+        print(format_report(report))
+    return 0

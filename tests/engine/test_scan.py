@@ -1,0 +1,125 @@
+"""`trainctl scan`: postmortem of recorded real logs, whole and cut where a run would stop."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trainctl.engine.events import Warning as WarningEvent
+from trainctl.engine.scan import format_report, main_scan, report_to_dict, scan_log
+from trainctl.engine.signatures import Catalog
+
+LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"
+LONG = LOGS / "ultralytics84_cpu_long.log"
+
+
+class FakeMatcher:
+    """Reports 'Closing dataloader mosaic' once, counting repeats, like the real matcher."""
+
+    def __init__(self) -> None:
+        self.n = 0
+
+    def feed(self, line: str, now: float, source: str = "trainer") -> WarningEvent | None:
+        if "dataloader mosaic" not in line:
+            return None
+        self.n += 1
+        if self.n > 1:
+            return None
+        return WarningEvent(now, id="test.mosaic", severity="info", text=line.strip(),
+                            advice="nothing to do", source=source)
+
+    def counts(self) -> dict[str, int]:
+        return {"test.mosaic": self.n} if self.n else {}
+
+
+def _cut_after(data: bytes, marker: bytes, nth: int = 1) -> bytes:
+    """``data`` up to the end of the nth frame that contains ``marker`` (a run stopping there)."""
+    pos = -1
+    for _ in range(nth):
+        pos = data.index(marker, pos + 1)
+    end = data.find(b"\r", pos)
+    return data[:end]
+
+
+@pytest.mark.timeout(30)
+def test_scan_finished_run():
+    r = scan_log(LONG, matcher=FakeMatcher())
+    assert r.finished and r.last_phase == "finished"
+    assert r.phases == ("train", "val") * 3 + ("finished",)
+    assert (r.first_progress.epoch, r.first_progress.batch) == (1, 0)
+    lp = r.last_progress
+    assert (lp.epoch, lp.epochs, lp.batch, lp.batches) == (3, 3, 24, 24)
+    assert set(lp.losses) == {"box_loss", "cls_loss", "dfl_loss"}
+    assert r.where == "finished; last progress in epoch 3/3 at batch 24/24"
+    assert r.tail[-1].startswith("Speed:") and r.lines_after_progress >= len(r.tail)
+    [w] = r.warnings
+    assert (w.id, w.count, w.first_line, w.advice) == ("test.mosaic", 1, "Closing dataloader mosaic",
+                                                       "nothing to do")
+
+
+@pytest.mark.timeout(30)
+def test_scan_run_stopped_mid_epoch(tmp_path):
+    data = LONG.read_bytes()
+    log = tmp_path / "train.log"
+    log.write_bytes(_cut_after(data, b"        2/3 ", nth=9))
+    r = scan_log(log, matcher=FakeMatcher())
+    lp = r.last_progress
+    assert (lp.epoch, lp.epochs, lp.batches) == (2, 3, 24) and 0 < lp.batch < 24
+    assert not r.finished and r.phases == ("train", "val", "train")
+    assert r.where == (f"stopped in epoch 2/3 at batch {lp.batch}/24, phase train, "
+                       "the last line is a progress line")
+    assert r.lines_after_progress == 0 and r.tail == ()
+
+
+@pytest.mark.timeout(30)
+def test_scan_run_stopped_after_validation_with_a_real_warning(tmp_path):
+    """A hang right after validation (the seeds' hang), then a DataLoader worker killed."""
+    data = LONG.read_bytes()
+    cut = data[:data.index(b"\n", data.index(b"   all   ")) + 1]  # epoch 1's val result line
+    killed = "RuntimeError: DataLoader worker (pid 4161) is killed by signal: Killed."
+    log = tmp_path / "train.log"
+    log.write_bytes(cut + f"Traceback (most recent call last):\n{killed}\n".encode())
+    expected = Catalog.load().match(killed)
+    assert expected is not None
+    r = scan_log(log)  # the real signature catalog
+    assert r.phases == ("train", "val") and r.last_phase == "val"
+    assert r.where.startswith("stopped in epoch 1/3 at batch 24/24, phase val, "
+                              "after the last progress line 4 lines from the end")
+    assert r.tail[-1] == killed
+    assert [(w.id, w.severity, w.first_line) for w in r.warnings] == [
+        (expected.id, expected.severity, killed)]
+    text = format_report(r)
+    assert "phase val" in text and killed in text and expected.id in text
+
+
+@pytest.mark.timeout(30)
+def test_scan_without_progress(tmp_path):
+    log = tmp_path / "train.log"
+    log.write_bytes(LONG.read_bytes().split(b"Starting training")[0])
+    r = scan_log(log, matcher=FakeMatcher())
+    assert r.last_progress is None and r.phases == ()
+    assert r.where == f"no training progress in {r.lines} lines (phase startup)"
+
+
+@pytest.mark.timeout(30)
+def test_report_to_dict_is_json_with_nan_as_text():
+    d = report_to_dict(scan_log(LOGS / "keyvalue.log", matcher=FakeMatcher()))
+    back = json.loads(json.dumps(d, allow_nan=False))
+    assert back["last_progress"]["losses"] == {"Loss": "nan"}
+    assert back["where"].startswith("stopped in epoch 3/3 at batch 30/30")
+    assert back["tail"] == ["done"]
+
+
+@pytest.mark.timeout(30)
+def test_main_scan(tmp_path, capsys):
+    assert main_scan(str(LOGS / "ultralytics84_cpu.log"), as_json=False) == 0
+    out = capsys.readouterr().out
+    assert "finished; last progress in epoch 2/2 at batch 2/2" in out
+    assert main_scan(str(LOGS / "ultralytics84_cpu.log"), as_json=True) == 0
+    assert json.loads(capsys.readouterr().out)["finished"] is True
+    missing = tmp_path / "nope.log"
+    assert main_scan(str(missing), as_json=False) == 2
+    assert str(missing) in capsys.readouterr().err
+    assert main_scan(str(tmp_path), as_json=True) == 2
+    assert "is a directory" in capsys.readouterr().err
