@@ -92,6 +92,7 @@ class Agent:
         self._interrupt = _Interrupt()
         self._log_lines: deque[str] = deque(maxlen=200)
         self._seen_procs: dict[int, psutil.Process] = {}
+        self._last_workers: set[int] = set()
         self._sampler = None
         self._last_tick = 0.0
         self._last_projection = 0.0
@@ -276,6 +277,7 @@ class Agent:
         self.proc = proc
         now = self.clock()
         self._seen_procs = {}
+        self._last_workers: set[int] = set()
         self._structured = False
         self._progressed = False
         self._fatal_stop: str | None = None
@@ -486,6 +488,7 @@ class Agent:
         if proc is not None and proc.returncode is None and self._sampler is not None:
             samples = await loop.run_in_executor(None, self._sampler.sample, proc.pid)
             processes = tuple(s.as_dict() for s in samples)
+            self._last_workers = {s.pid for s in samples if s.role == "worker"}
             for s in samples:
                 if s.pid not in self._seen_procs:
                     try:
@@ -534,7 +537,7 @@ class Agent:
         gpu = self.gpu_probe.sample() if self.gpu_probe is not None else None
         return diagnose(pid, self.files.stacks, sampler=None, gpu=gpu,
                         tag=f"{tag}-{int(self.clock())}",
-                        known_workers=set(self._seen_procs) - {pid})
+                        known_workers=set(self._last_workers))
 
     # ------------------------------------------------------------------ kernel log
     def _start_kernel_log(self):

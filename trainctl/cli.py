@@ -128,8 +128,7 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
     if args.stall_timeout is not None and args.stall_timeout <= 0:
         raise UsageError("--stall-timeout: must be a number of seconds > 0")
 
-    name = args.name or (job.name if job else Path(args.command_argv[-1] if len(args.command_argv) > 1
-                                                   else args.command_argv[0]).stem)
+    name = args.name or (job.name if job else _command_name(args.command_argv))
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
     run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
     run_dir = Path(run_dir_ref).expanduser().resolve() if run_dir_ref else new_run_dir(name)
@@ -165,6 +164,14 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
     spec.save(files.spec)
     _link_latest(run_dir)
     return run_dir, spec
+
+
+def _command_name(argv: list[str]) -> str:
+    """`python train.py --x` → train; `./run.sh` → run."""
+    for a in argv:
+        if a.endswith((".py", ".sh")):
+            return Path(a).stem
+    return Path(argv[0]).stem
 
 
 def _link_latest(run_dir: Path) -> None:
