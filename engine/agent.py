@@ -81,6 +81,7 @@ class Agent:
                                    expected_rates=self._expected_rates(),
                                    history=RateHistory(config_dir() / "rates.json"),
                                    job=spec.job_name)
+        self._load_detector_state()
         self.preset = spec.preset
         self.next_preset: str | None = None
         self.attempt = 0
@@ -123,6 +124,22 @@ class Agent:
 
     def info(self, text: str, key: str = "") -> None:
         self.emit(E.Info(self.clock(), text, key))
+
+    def _load_detector_state(self) -> None:
+        path = self.files.dir / "detector.json"
+        try:
+            self.detector.load_state_dict(json.loads(path.read_text()))
+        except (OSError, ValueError, TypeError, KeyError):
+            pass
+
+    def _save_detector_state(self) -> None:
+        path = self.files.dir / "detector.json"
+        try:
+            tmp = path.with_suffix(".tmp")
+            tmp.write_text(json.dumps(self.detector.state_dict()))
+            tmp.replace(path)
+        except (OSError, TypeError, ValueError):
+            pass
 
     # ------------------------------------------------------------------ presets
     def _preset_path(self, name: str) -> Path:
@@ -316,6 +333,7 @@ class Agent:
         if pending is not None:
             self.emit(pending)
         self.emit(E.Exit(self.clock(), returncode, signal_name(returncode)))
+        self._save_detector_state()
         self.proc = None
         if kind is None:
             kind = "finished" if returncode == 0 else "crash"
@@ -527,7 +545,8 @@ class Agent:
         self.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
         diag = await loop.run_in_executor(None, self._diagnose, proc.pid, f"{self.attempt}")
         self.emit(E.Stall(self.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
-                          diag.cpu_percent, diag.stacks, verdict.threshold_s, diag.detail))
+                          diag.cpu_percent, diag.stacks, verdict.threshold_s,
+                          f"{diag.detail} ({verdict.reason})"))
         if self.policy.auto_recover and proc.returncode is None and self._stalled:
             self._interrupt.set("stall")
 
@@ -535,7 +554,7 @@ class Agent:
         from .diagnose import diagnose
         make_private_dir(self.files.stacks)
         gpu = self.gpu_probe.sample() if self.gpu_probe is not None else None
-        return diagnose(pid, self.files.stacks, sampler=None, gpu=gpu,
+        return diagnose(pid, self.files.stacks, sampler=self._sampler, gpu=gpu,
                         tag=f"{tag}-{int(self.clock())}",
                         known_workers=set(self._last_workers))
 

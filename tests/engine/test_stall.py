@@ -1,0 +1,276 @@
+"""The stall detector, with a fake clock (time is an argument)."""
+from __future__ import annotations
+
+import pytest
+
+from trainctl.engine.events import Progress
+from trainctl.engine.stall import StallDetector, StallVerdict
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def prog(now: float, epoch: int | None, batch: int | None, batches: int | None = 100,
+         rank: int | None = None) -> Progress:
+    return Progress(now, epoch, 10, batch, batches, {"loss": 1.0}, rank=rank)
+
+
+def run_epoch(d: StallDetector, t: float, epoch: int, batches: int, dt: float,
+              total: int | None = None) -> float:
+    """Feed `batches` progress lines of `epoch` (of `total` batches; default: the epoch ends
+    with the last one), dt apart, starting at t + dt; returns the last time."""
+    if d.phase != "train":
+        d.on_phase("train", t)
+    for b in range(1, batches + 1):
+        t += dt
+        d.on_progress(prog(t, epoch, b, total or batches), t)
+    return t
+
+
+def first_verdict(d: StallDetector, start: float, until: float, step: float = 0.25):
+    """Check every `step` seconds from `start`; the first (time, verdict) or None."""
+    t = start
+    while t <= until:
+        v = d.check(t)
+        if v is not None:
+            return t, v
+        t = round(t + step, 6)
+    return None
+
+
+def test_learned_threshold_never_below_the_floor():
+    d = StallDetector()
+    d.reset(0.0)
+    t = run_epoch(d, 1.0, 1, 200, 0.05, total=1000)
+    assert d.threshold(t) == pytest.approx(30.0)          # 5 × 0.05 s = 0.25 s → the floor
+    assert d.check(t + 29.0) is None
+    v = d.check(t + 30.5)
+    assert v is not None and v.phase == "train" and v.threshold_s == pytest.approx(30.0)
+
+
+def test_learned_threshold_is_factor_times_slowest_interval_when_above_the_floor():
+    d = StallDetector()
+    d.reset(0.0)
+    t = run_epoch(d, 1.0, 1, 20, 10.0, total=1000)
+    assert d.threshold(t) == pytest.approx(50.0)          # 5 × 10 s
+    assert d.check(t + 49.0) is None
+    assert d.check(t + 51.0) is not None
+
+
+def test_fixed_train_timeout_overrides_learning_and_the_floor():
+    d = StallDetector(train_timeout=5.0)
+    d.reset(0.0)
+    t = run_epoch(d, 1.0, 1, 100, 2.0)                   # learning would say 10 s, floor 30 s
+    assert d.threshold(t) == 5.0
+    assert d.check(t + 4.9) is None
+    assert d.check(t + 5.1) is not None
+
+
+def test_fixed_timeout_5s_with_fast_batches_fires_at_the_first_check_after_5s():
+    d = StallDetector(train_timeout=5.0)
+    d.reset(0.0)
+    last = run_epoch(d, 2.0, 1, 200, 0.05)               # last progress at 12.0
+    when, v = first_verdict(d, 12.25, 30.0)
+    assert when == pytest.approx(17.25)                   # first 0.25 s check past 17.0
+    assert v.idle_s == pytest.approx(when - last) and v.idle_s > 5.0
+    assert v.threshold_s == 5.0 and "fixed" in v.reason
+
+
+def test_one_verdict_per_stall_and_rearm_after_progress():
+    d = StallDetector(train_timeout=5.0)
+    d.reset(0.0)
+    t = run_epoch(d, 0.0, 1, 50, 0.1)
+    v1 = d.check(t + 6)
+    assert isinstance(v1, StallVerdict)
+    assert all(d.check(t + 6 + k) is None for k in range(1, 100))   # no stream
+    assert d.idle(t + 50) == pytest.approx(50.0)          # the meter keeps counting
+    t2 = t + 200
+    d.on_progress(prog(t2, 1, 51), t2)                    # it moved: re-armed
+    assert d.check(t2 + 4) is None
+    v2 = d.check(t2 + 6)
+    assert v2 is not None and v2.idle_s == pytest.approx(6.0)
+
+
+def test_a_repeated_progress_line_is_not_progress():
+    d = StallDetector(train_timeout=5.0)
+    d.reset(0.0)
+    t = run_epoch(d, 0.0, 1, 10, 0.1)
+    d.on_progress(prog(t + 4, 1, 10), t + 4)              # the same frame printed again
+    assert d.idle(t + 6) == pytest.approx(6.0)
+    assert d.check(t + 6) is not None
+
+
+def test_startup_grace_default_and_no_verdict_before_it():
+    d = StallDetector()
+    d.reset(100.0)
+    assert d.phase == "startup" and d.threshold(100.0) == 600.0
+    assert d.check(100 + 599) is None
+    v = d.check(100 + 601)
+    assert v is not None and v.phase == "startup" and "first batch" in v.reason
+
+
+def test_startup_grace_extends_on_evidence_and_is_bounded():
+    d = StallDetector()
+    d.reset(0.0)
+    for t in range(0, 3000, 30):                          # busy CPU / compile lines forever
+        d.on_evidence(float(t), "compile")
+        v = d.check(float(t))
+        if v is not None:
+            break
+    assert v is not None
+    assert 1800.0 <= v.idle_s <= 1830.0 and v.threshold_s == 1800.0    # the bound
+    assert "evidence" in v.reason
+
+
+def test_startup_evidence_that_stops_gives_the_evidence_window():
+    d = StallDetector()
+    d.reset(0.0)
+    for t in range(0, 901, 60):                           # MIOpen lines until 900 s
+        d.on_evidence(float(t), "miopen")
+    assert d.check(1100.0) is None                        # past the 600 s grace
+    assert d.threshold(1100.0) == pytest.approx(1200.0)   # 900 + 300
+    assert d.check(1201.0) is not None
+
+
+def test_fixed_startup_timeout_is_not_extended():
+    d = StallDetector(startup_timeout=120.0)
+    d.reset(0.0)
+    d.on_evidence(100.0, "cpu")
+    assert d.check(121.0) is not None
+
+
+def test_startup_ends_at_the_first_batch_and_is_remembered_for_the_next_attempt():
+    d = StallDetector()
+    d.reset(0.0)
+    d.on_phase("train", 10.0)                             # runner says train, no batch yet
+    assert d.phase == "startup"
+    d.on_progress(prog(700.0, 1, 1), 700.0)               # a 700 s compile (evidence kept it alive)
+    assert d.phase == "train"
+    d.reset(1000.0)                                       # attempt 2
+    assert d.threshold(1000.0) == pytest.approx(1400.0)   # 2 × 700 s seen
+
+
+def test_slow_but_healthy_validation_and_save_pass():
+    d = StallDetector()
+    d.reset(0.0)
+    t = run_epoch(d, 1.0, 1, 100, 0.5)                    # train threshold: floor 30 s
+    d.on_phase("val", t)
+    assert d.threshold(t) == pytest.approx(300.0)         # first val: max(300, 10 × 30)
+    assert first_verdict(d, t, t + 250, step=5) is None   # a 250 s validation is fine
+    t += 250
+    d.on_phase("save", t)
+    assert first_verdict(d, t, t + 280, step=5) is None   # a 280 s save is fine
+    t += 280
+    d.on_phase("train", t)
+    assert d.phase == "save"                              # until the first batch comes
+    t += 20                                               # slow first batch (workers restart)
+    t = run_epoch(d, t - 0.5, 2, 100, 0.5)
+    d.on_phase("val", t)
+    assert d.threshold(t) == pytest.approx(750.0)         # 3 × 250 s learned
+    assert first_verdict(d, t, t + 700, step=10) is None
+    d.on_phase("save", t + 700)
+    assert d.threshold(t + 700) == pytest.approx(3 * 300.0)   # 280 s save + 20 s first batch
+    assert d.check(t + 700 + 901) is not None
+
+
+def test_first_batch_after_validation_counts_toward_validation_not_train():
+    d = StallDetector()
+    d.reset(0.0)
+    t = run_epoch(d, 0.0, 1, 50, 0.1)
+    d.on_phase("val", t)
+    d.on_phase("train", t + 30)
+    assert d.phase == "val" and d.check(t + 200) is None   # 200 s with no batch: val's budget
+    d.on_progress(prog(t + 200, 2, 1, 50), t + 200)
+    assert d.phase == "train"
+    assert d.state_dict()["val"] == [pytest.approx(200.0)]
+    assert max(d.state_dict()["train"]) < 1.0              # train intervals not polluted
+
+
+def test_warmup_intervals_do_not_teach_the_train_threshold():
+    d = StallDetector(floor=1.0)
+    d.reset(0.0)
+    d.on_phase("train", 0.0)
+    t = 0.0
+    for epoch in (1, 2):
+        for b in range(1, 21):
+            t += 10.0 if b <= 3 else 0.1                   # slow first batches of each epoch
+            d.on_progress(prog(t, epoch, b, 20), t)
+    state = d.state_dict()
+    assert max(state["train"]) == pytest.approx(0.1)
+    assert d.threshold(t) == pytest.approx(3 * 10.0)       # epoch's end: 3 × the 10 s gap seen
+    t += 1.0
+    d.on_progress(prog(t, 3, 1, 20), t)                    # epoch 3 begins
+    assert d.threshold(t) == pytest.approx(50.0)           # warm-up: 5 × 10 s
+    for b in range(2, 6):
+        t += 0.1
+        d.on_progress(prog(t, 3, b, 20), t)
+    assert d.threshold(t) == pytest.approx(1.0)            # steady: 5 × 0.1 s → floor 1 s
+
+
+def test_silent_gap_between_epochs_gets_a_first_phase_budget_then_is_learned():
+    d = StallDetector()
+    d.reset(0.0)
+    t = run_epoch(d, 0.0, 1, 50, 0.1)                     # last line: batch 50/50
+    assert d.threshold(t) == pytest.approx(300.0)          # a silent val may follow
+    t += 120                                               # a 120 s silent validation
+    d.on_progress(prog(t, 2, 1, 50), t)
+    for b in range(2, 51):
+        t += 0.1
+        d.on_progress(prog(t, 2, b, 50), t)
+    assert d.threshold(t) == pytest.approx(360.0)          # 3 × 120 s
+    assert d.check(t + 359) is None and d.check(t + 361) is not None
+
+
+def test_reset_keeps_learning_and_state_dict_round_trips():
+    d = StallDetector()
+    d.reset(0.0)
+    t = run_epoch(d, 0.0, 1, 40, 8.0, total=1000)
+    learned = d.threshold(t)
+    assert learned == pytest.approx(40.0)
+    d.reset(t + 10)
+    assert d.phase == "startup"
+    d.on_progress(prog(t + 20, 2, 1, 1000), t + 20)
+    for b in range(2, 6):
+        d.on_progress(prog(t + 20 + 8 * b, 2, b, 1000), t + 20 + 8 * b)
+    assert d.threshold(t + 60) == pytest.approx(40.0)
+    fresh = StallDetector()
+    fresh.load_state_dict(d.state_dict())
+    assert fresh.state_dict() == d.state_dict()
+    fresh.load_state_dict({"version": 99, "train": [1e9]})        # unknown version: ignored
+    fresh.load_state_dict({"version": 1, "train": ["x", -1, 2.0], "val": None})
+    assert fresh.state_dict()["train"] == [2.0]
+
+
+def test_one_stuck_rank_among_moving_ones_is_named():
+    d = StallDetector(train_timeout=5.0)
+    d.reset(0.0)
+    d.on_phase("train", 0.0)
+    t = 0.0
+    for b in range(1, 40):
+        t += 0.1
+        d.on_progress(prog(t, 1, b, 1000, rank=0), t)
+        if b <= 20:
+            d.on_progress(prog(t, 1, b, 1000, rank=1), t)   # rank 1 stops after batch 20
+    v = None
+    while v is None and t < 20:
+        t += 0.1
+        d.on_progress(prog(t, 1, int(t * 10), 1000, rank=0), t)
+        v = d.check(t)
+    assert v is not None and v.ranks == (1,) and "rank 1" in v.reason
+    t_stop = t
+    assert d.check(t + 0.1) is None                        # once
+    w = first_verdict(d, t_stop + 0.25, t_stop + 10)        # now rank 0 stops too
+    assert w is not None and w[1].ranks == (0, 1)
+
+
+def test_finished_never_stalls_and_bad_settings_are_refused():
+    d = StallDetector(train_timeout=5.0)
+    d.reset(0.0)
+    run_epoch(d, 0.0, 1, 10, 0.1)
+    d.on_phase("finished", 2.0)
+    assert d.check(10_000.0) is None and d.threshold(10_000.0) is None
+    with pytest.raises(ValueError, match="train_timeout"):
+        StallDetector(train_timeout=0)
+    with pytest.raises(ValueError, match="floor"):
+        StallDetector(floor=-1)
+    with pytest.raises(ValueError, match="phase"):
+        d.on_phase("eval", 1.0)
