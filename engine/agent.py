@@ -89,6 +89,7 @@ class Agent:
         self.proc: asyncio.subprocess.Process | None = None
         self.phase = "startup"
         self.last_checkpoint: str | None = None
+        self._furthest: tuple[int, int] = (0, 0)   # the furthest (epoch, batch) of the run
         self.stop_requested = asyncio.Event()
         self._interrupt = _Interrupt()
         self._log_lines: deque[str] = deque(maxlen=200)
@@ -175,7 +176,8 @@ class Agent:
                 argv += ["--resume", resume_from]
         else:
             argv = list(self.spec.command) + list(preset.args if preset else ())
-            if self.attempt > 1 and self.spec.resume_args:
+            needs = any("{checkpoint}" in a for a in self.spec.resume_args)
+            if self.attempt > 1 and self.spec.resume_args and (resume_from or not needs):
                 argv += [a.replace("{checkpoint}", resume_from or "") for a in self.spec.resume_args]
         return argv, env
 
@@ -189,7 +191,8 @@ class Agent:
         candidates = [self.files.checkpoints / "last_good.pt"]
         if self.last_checkpoint:
             candidates.append(Path(self.last_checkpoint))
-        chosen = pick_resume_checkpoint(candidates)
+        chosen = pick_resume_checkpoint(
+            candidates, on_skip=lambda path, why: self.info(f"not resuming from {path}: {why}", "resume_skip"))
         return str(chosen) if chosen else None
 
     # ------------------------------------------------------------------ main loop
@@ -296,6 +299,7 @@ class Agent:
         self._seen_procs = {}
         self._last_workers: set[int] = set()
         self._structured = False
+        self._structured_phases = False
         self._progressed = False
         self._fatal_stop: str | None = None
         self._stalled = False
@@ -304,14 +308,14 @@ class Agent:
         self.splitter = LineSplitter()
         self.parser = ConsoleParser()
         self.throttle = ProgressThrottle(1.0)
-        self._set_phase("startup", now)
+        self._set_phase("startup", now, force=True)
         from .probes import TreeSampler
         self._sampler = TreeSampler()
 
         readers = [asyncio.create_task(self._read_output(proc)),
                    asyncio.create_task(self._read_side_channel(r_fd))]
         watcher = asyncio.create_task(self._watch())
-        waiter = asyncio.create_task(proc.wait())
+        waiter = asyncio.create_task(_exited(proc))
         interrupt = asyncio.create_task(self._interrupt.event.wait())
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
         kind = None
@@ -356,7 +360,7 @@ class Agent:
         """Kill the trainer's whole tree — but never while it writes a checkpoint."""
         loop = asyncio.get_running_loop()
         if self.phase == "save":
-            self.info(f"waiting for the checkpoint save to finish before stopping ({why})")
+            self.info(f"waiting for the checkpoint save to finish before stopping ({why})", "save_wait")
             deadline = self.clock() + self.spec.save_wait_s
             while self.phase == "save" and proc.returncode is None and self.clock() < deadline:
                 await asyncio.sleep(0.1)
@@ -411,11 +415,9 @@ class Agent:
             if self.matcher.last is not None and self.matcher.last.startup_evidence:
                 self.detector.on_evidence(now, "log")
             for ev in self.parser.feed(line, now):
-                if self._structured:
-                    continue
-                if isinstance(ev, E.Progress):
+                if isinstance(ev, E.Progress) and not self._structured:
                     self._on_progress(ev)
-                elif isinstance(ev, E.Phase):
+                elif isinstance(ev, E.Phase) and not (self._structured or self._structured_phases):
                     self._set_phase(ev.phase, now)
 
     def _on_warning(self, warning: E.Warning) -> None:
@@ -441,19 +443,24 @@ class Agent:
                     self._structured = True
                     self._on_progress(ev)
                 elif isinstance(ev, E.Phase):
-                    self._structured = True
+                    # A script may report only its phases (engine/report.py): its console
+                    # progress still counts.
+                    self._structured_phases = True
                     self._set_phase(ev.phase, now)
                 elif isinstance(ev, E.Checkpoint):
                     if ev.ok:
                         self.last_checkpoint = ev.path
                     self.emit(ev)
                 elif isinstance(ev, (E.Info, E.Warning)):
+                    if isinstance(ev, E.Info) and ev.key == "runner.config_error":
+                        self._fatal_stop = f"bad configuration: {ev.text}"   # a restart cannot fix it
                     self.emit(ev)
         finally:
             transport.close()
 
-    def _set_phase(self, phase: str, now: float) -> None:
-        if phase == self.phase and phase != "startup":
+    def _set_phase(self, phase: str, now: float, force: bool = False) -> None:
+        """Enter ``phase``; a repeat (the runner's own "startup" after ours) is dropped."""
+        if phase == self.phase and not force:
             return
         self.phase = phase
         self.detector.on_phase(phase, now)
@@ -462,9 +469,12 @@ class Agent:
 
     def _on_progress(self, ev: E.Progress) -> None:
         now = ev.ts
-        if self.phase in ("startup", "finished"):
+        if self.phase != "train":
             self._set_phase("train", now)
-        self._progressed = True
+        mark = (ev.epoch or 0, ev.batch or 0)
+        if mark > self._furthest:   # only a batch beyond any earlier attempt's is new progress
+            self._furthest = mark
+            self._progressed = True
         self.detector.on_progress(ev, now)
         self.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
         warning = self.matcher.feed_progress(ev, now)
@@ -765,6 +775,14 @@ def _journal_lines(path: Path, since: int, upto: int) -> list[str]:
             if seq >= since and line.endswith("\n"):
                 out.append(line)
     return out
+
+
+async def _exited(proc: asyncio.subprocess.Process, poll_s: float = 0.1) -> int:
+    """The trainer's exit status as soon as it exits.  Not proc.wait(): on Python 3.11 that
+    also waits for stdout to close, which never happens while orphaned workers hold it."""
+    while proc.returncode is None:
+        await asyncio.sleep(poll_s)
+    return proc.returncode
 
 
 def _restamp(ev: E.Event, now: float) -> E.Event:

@@ -112,7 +112,8 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
                              "(trainctl run -- python train.py); `trainctl demo` shows one")
         if job is not None and args.command_argv:
             raise UsageError("give either a job file or `-- COMMAND`, not both")
-        job_dir = job.path.parent if job else Path.cwd()
+        # Absolute: the agent may run elsewhere (tmux, detached in the run directory).
+        job_dir = job.path.resolve().parent if job else Path.cwd()
         search = [job_dir / "presets"]
         preset_ref = args.preset or (job.preset if job else None)
         fallback_ref = args.fallback or (job.fallback if job else None)
@@ -153,7 +154,7 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
     spec = RunSpec(
         job_name=name, kind=job.kind if job else "command",
         command=list(job.command) if job and job.kind == "command" else list(args.command_argv),
-        job_file=str(job.path) if job and job.kind == "ultralytics" else None,
+        job_file=str(job.path.resolve()) if job and job.kind == "ultralytics" else None,
         preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
         resume_args=list(args.resume_arg or (job.resume_args if job else [])),
         stall=stall, max_restarts=args.max_restarts if args.max_restarts is not None

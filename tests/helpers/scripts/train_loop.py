@@ -6,8 +6,11 @@ Usage: python train_loop.py [options]   (every option is optional)
   --batch-time S       seconds the main loop spends per batch (0.05)
   --load-time S        seconds a DataLoader worker spends per batch (0.0)
   --val-time S         silent "validation" after each epoch, no output (0.0)
-  --workers N          DataLoader workers (env TRAIN_WORKERS, else 2); 0 = load in the main process
-  --mp-context C       fork | spawn | forkserver (env TRAIN_MP_CONTEXT, else fork)
+  --workers N          DataLoader workers (env TRAIN_WORKERS, else the preset's TRAINCTL_WORKERS
+                       that trainctl exports, else 2); 0 = load in the main process
+  --mp-context C       fork | spawn | forkserver (env TRAIN_MP_CONTEXT, else the preset's
+                       TRAINCTL_MP_CONTEXT, else fork); the preset's TRAINCTL_PERSISTENT_WORKERS
+                       (0/1) and TRAINCTL_PREFETCH_FACTOR also apply when workers > 0
   --hang-at E:B        hang at epoch E, batch B (1-based); default: never
   --hang-kind K        what happens there (worker):
                          worker       the worker loading batch B blocks forever on an Event: the
@@ -21,7 +24,12 @@ Usage: python train_loop.py [options]   (every option is optional)
   --hang-attempt N     hang only when env TRAINCTL_ATTEMPT == N (default: on every attempt)
   --checkpoint PATH    after each epoch write {"epoch": E} there (atomically)
   --resume PATH        start after the epoch saved in PATH (a missing file: from the start)
-Output on stdout (flushed): "start pid=P attempt=A workers=W context=C resume_epoch=R",
+  --save-time S        write the checkpoint in place (not atomically) and slowly: half, sleep S,
+                       the rest; reports phase "save" around it on trainctl's side channel
+                       (trainctl.engine.report) and prints "save begin/end epoch=E"
+Output on stdout (flushed): "env OMP_NUM_THREADS=.. TRAINCTL_PRESET=.. TRAINCTL_WORKERS=.. ..."
+(the preset-related variables it sees, "-" when unset),
+"start pid=P attempt=A workers=W context=C resume_epoch=R",
 one "epoch=E/EE batch=B/BB loss=X" per batch, "checkpoint epoch=E path=P", "done".
 """
 from __future__ import annotations
@@ -38,6 +46,10 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 
+SEEN_ENV = ("OMP_NUM_THREADS", "TRAINCTL_PRESET", "TRAINCTL_WORKERS", "TRAINCTL_MP_CONTEXT",
+            "TRAINCTL_PERSISTENT_WORKERS", "TRAINCTL_PREFETCH_FACTOR", "TRAINCTL_ATTEMPT")
+
+
 def _pair(text: str) -> tuple[int, int]:
     e, _, b = text.partition(":")
     return int(e), int(b)
@@ -50,8 +62,10 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-time", type=float, default=0.05)
     p.add_argument("--load-time", type=float, default=0.0)
     p.add_argument("--val-time", type=float, default=0.0)
-    p.add_argument("--workers", type=int, default=int(os.environ.get("TRAIN_WORKERS", "2")))
-    p.add_argument("--mp-context", default=os.environ.get("TRAIN_MP_CONTEXT", "fork"),
+    p.add_argument("--workers", type=int,
+                   default=int(os.environ.get("TRAIN_WORKERS") or os.environ.get("TRAINCTL_WORKERS") or 2))
+    p.add_argument("--mp-context", default=os.environ.get("TRAIN_MP_CONTEXT")
+                   or os.environ.get("TRAINCTL_MP_CONTEXT") or "fork",
                    choices=("fork", "spawn", "forkserver"))
     p.add_argument("--hang-at", type=_pair, default=None)
     p.add_argument("--hang-kind", default="worker",
@@ -59,6 +73,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--hang-attempt", type=int, default=None)
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--resume", default=None)
+    p.add_argument("--save-time", type=float, default=0.0)
     return p.parse_args(argv)
 
 
@@ -86,6 +101,24 @@ class Batches(Dataset):
         return x, x.sum(dim=1, keepdim=True)
 
 
+def slow_save(path: str, epoch: int, seconds: float) -> None:
+    """Write {"epoch": E} in place in two halves, ``seconds`` apart (a kill in between
+    leaves a truncated file), inside phase "save" on trainctl's side channel."""
+    from trainctl.engine.report import report_checkpoint, saving
+
+    text = json.dumps({"epoch": epoch})
+    with saving():
+        print(f"save begin epoch={epoch}", flush=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text[:len(text) // 2])
+            f.flush()
+            time.sleep(seconds)
+            f.write(text[len(text) // 2:])
+        print(f"save end epoch={epoch}", flush=True)
+    report_checkpoint(path, epoch)
+    print(f"checkpoint epoch={epoch} path={path}", flush=True)
+
+
 def main(argv=None) -> int:
     a = parse_args(argv)
     attempt = int(os.environ.get("TRAINCTL_ATTEMPT", "1") or 1)
@@ -95,6 +128,7 @@ def main(argv=None) -> int:
         with open(a.resume, encoding="utf-8") as f:
             start_epoch = int(json.load(f)["epoch"]) + 1
     torch.set_num_threads(1)
+    print("env " + " ".join(f"{k}={os.environ.get(k) or '-'}" for k in SEEN_ENV), flush=True)
     print(f"start pid={os.getpid()} attempt={attempt} workers={a.workers} context={a.mp_context} "
           f"resume_epoch={start_epoch - 1}", flush=True)
     data = Batches(a.batches, a.load_time, hang if a.hang_kind in ("worker", "worker-exit") else None,
@@ -102,6 +136,10 @@ def main(argv=None) -> int:
     kw = {"num_workers": a.workers, "batch_size": None}
     if a.workers > 0:
         kw["multiprocessing_context"] = a.mp_context
+        if os.environ.get("TRAINCTL_PERSISTENT_WORKERS"):
+            kw["persistent_workers"] = os.environ["TRAINCTL_PERSISTENT_WORKERS"] == "1"
+        if os.environ.get("TRAINCTL_PREFETCH_FACTOR"):
+            kw["prefetch_factor"] = int(os.environ["TRAINCTL_PREFETCH_FACTOR"])
     loader = DataLoader(data, **kw)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -128,7 +166,9 @@ def main(argv=None) -> int:
             print(f"epoch={epoch}/{a.epochs} batch={b}/{a.batches} loss={loss.item():.4f}", flush=True)
         if a.val_time:
             time.sleep(a.val_time)
-        if a.checkpoint:
+        if a.checkpoint and a.save_time:
+            slow_save(a.checkpoint, epoch, a.save_time)
+        elif a.checkpoint:
             tmp = f"{a.checkpoint}.tmp"
             with open(tmp, "w", encoding="utf-8") as f:
                 json.dump({"epoch": epoch}, f)
