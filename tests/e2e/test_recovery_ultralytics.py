@@ -1,0 +1,175 @@
+"""Recovery of a real Ultralytics job: YOLOv8n on a tiny synthetic data set, on CPU.
+
+Under preset A (2 spawned DataLoader workers) the workers are stopped with SIGSTOP in
+epoch 2; trainctl detects the stall, kills the tree and resumes under preset B from the
+last good checkpoint the runner kept.  The checkpoints of that run (real ones) then
+show that the agent never resumes from a truncated file.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.e2e.conftest import start_trainctl
+from trainctl.engine.agent import Agent
+from trainctl.engine.demo import make_dataset
+from trainctl.engine.journal import read_events
+from trainctl.engine.paths import cache_dir, make_private_dir
+from trainctl.engine.runners.checkpoint import GOOD_NAME, inspect_checkpoint
+from trainctl.engine.spec import RunSpec
+
+pytest.importorskip("ultralytics")
+pytestmark = pytest.mark.e2e
+
+EPOCHS = 3
+
+
+def write_job(root: Path) -> Path:
+    # 40 images in batches of 4: 10 batches an epoch, more than A's 2 workers x prefetch 2
+    # hold ready, so stopped workers starve the trainer within the epoch.
+    data = make_dataset(cache_dir() / "recovery-e2e", n_train=40, n_val=4)
+    job = root / "trainctl.toml"
+    job.write_text(f"""\
+kind = "ultralytics"
+name = "recovery-test"
+preset = "A"
+fallback = "B"
+
+[ultralytics]
+model = "yolov8n.yaml"
+data = "{data}"
+epochs = {EPOCHS}
+imgsz = 64
+batch = 4
+device = "cpu"
+""")
+    return job
+
+
+def spawn_workers(pid: int) -> list[psutil.Process]:
+    out = []
+    try:
+        children = psutil.Process(pid).children()
+    except psutil.Error:
+        return out
+    for child in children:
+        try:
+            if "spawn_main" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                out.append(child)
+        except psutil.Error:
+            continue
+    return out
+
+
+def of(events, kind: str) -> list:
+    return [e for e in events if e.type == kind]
+
+
+@pytest.fixture(scope="module")
+def recovered(tmp_path_factory):
+    """Run the SIGSTOP scenario once; the tests below read what it left."""
+    root = tmp_path_factory.mktemp("yolo-recovery")
+    with pytest.MonkeyPatch.context() as mp:   # what tests/conftest.py does per test
+        mp.setenv("TRAINCTL_CONFIG_DIR", str(root / "config"))
+        mp.setenv("TRAINCTL_RUNS_DIR", str(root / "runs"))
+        mp.setenv("YOLO_OFFLINE", "1")
+        mp.setenv("YOLO_CONFIG_DIR", str(root / "yolo"))
+        mp.delenv("GITHUB_ACTIONS", raising=False)
+        mp.setenv("TRAINCTL_CACHE_DIR", os.environ.get("TRAINCTL_TEST_CACHE", "/tmp/trainctl-test-cache"))
+        return _run_scenario(root)
+
+
+def _run_scenario(root: Path) -> dict:
+    job = write_job(root)
+    saved = root / "epoch1_good.pt"
+    tc = start_trainctl(["run", str(job), "--json", "--stall-timeout", "6",
+                         "--run-dir", str(root / "run")])
+    try:
+        good = tc.run_dir / "checkpoints" / GOOD_NAME
+        tc.wait_event(lambda e: e.type == "checkpoint" and e.epoch == 1 and e.ok, 120, "epoch 1's checkpoint")
+        shutil.copyfile(good, saved)   # a real good checkpoint, older than the final one
+        start1 = of(tc.events(), "start")[0]
+        tc.wait_event(lambda e: e.type == "progress" and e.epoch == 2, 60, "epoch 2")
+        workers = spawn_workers(start1.pid)
+        for w in workers:
+            w.send_signal(signal.SIGSTOP)
+        stopped_at = time.time()
+        result = tc.wait(150)
+    finally:
+        tc.kill()
+    return {"result": result, "workers": workers, "stopped_at": stopped_at, "epoch1": saved,
+            "good": good, "start1": start1}
+
+
+@pytest.mark.timeout(240)
+def test_stopped_workers_under_A_resume_under_B_from_the_last_good_checkpoint(recovered):
+    res, good = recovered["result"], recovered["good"]
+    assert res.returncode == 0, res.describe()
+    assert len(recovered["workers"]) == 2, "preset A should have 2 spawned DataLoader workers"
+    events = res.events
+    stall = next(e for e in of(events, "stall") if e.ts > recovered["stopped_at"])
+    assert stall.diagnosis == "stopped" and stall.phase == "train", stall
+    restart = of(events, "restart")[0]
+    assert restart.ts > stall.ts
+    assert (restart.attempt, restart.preset, restart.resume_from) == (2, "B", str(good))
+    starts = of(events, "start")
+    assert starts[1].attempt == 2 and starts[1].preset == "B" and starts[1].ts > restart.ts
+    assert "--resume" in starts[1].command and str(good) in starts[1].command
+    # Attempt 1's processes (the stopped workers included) are gone.
+    assert not [w.pid for w in recovered["workers"] if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
+    assert not psutil.pid_exists(starts[0].pid) or psutil.Process(starts[0].pid).status() == psutil.STATUS_ZOMBIE
+    # Attempt 2 resumed at epoch 2 (epoch 1 was checkpointed) with no workers, and finished.
+    two = [e for e in events if e.ts >= starts[1].ts]
+    infos = {e.key: e.text for e in of(two, "info")}
+    assert "resuming from" in infos["runner.resume"] and "at epoch 2 of 3" in infos["runner.resume"]
+    assert infos["runner.preset"].startswith("preset B: 0 DataLoader workers")
+    progress = of(two, "progress")
+    assert progress[0].epoch == 2 and progress[-1].epoch == EPOCHS
+    assert of(events, "exit")[-1].returncode == 0
+    assert of(events, "state")[-1].state == "FINISHED"
+    assert [c.epoch for c in of(events, "checkpoint") if c.ok][-1] == EPOCHS
+    assert inspect_checkpoint(good).epoch == EPOCHS - 1
+
+
+def make_agent(run_dir: Path) -> Agent:
+    make_private_dir(run_dir)
+    spec = RunSpec(job_name="t", kind="ultralytics", job_file=str(run_dir / "job.toml"),
+                   preset="A", fallback="B", kernel_log=False)
+    return Agent(run_dir, spec, serve=False)
+
+
+@pytest.mark.timeout(240)   # the module's scenario runs first when this test runs alone
+def test_a_truncated_checkpoint_is_never_resumed_from(recovered, tmp_path):
+    newest, older = recovered["good"], recovered["epoch1"]   # real: epochs 3 and 1
+    assert inspect_checkpoint(newest).ok and inspect_checkpoint(older).epoch == 0
+    run_dir = tmp_path / "run"
+    agent = make_agent(run_dir)
+    kept = run_dir / "checkpoints" / GOOD_NAME
+    kept.parent.mkdir()
+    shutil.copyfile(older, kept)
+    last = run_dir / "weights" / "last.pt"
+    last.parent.mkdir()
+
+    # A whole newer checkpoint is preferred to the older kept one ...
+    shutil.copyfile(newest, last)
+    agent.last_checkpoint = str(last)
+    assert agent._resume_checkpoint() == str(last)
+    # ... but the same file cut short by a kill mid-write is skipped, with a word why.
+    data = last.read_bytes()
+    last.write_bytes(data[: len(data) // 2])
+    os.utime(last)
+    assert agent._resume_checkpoint() == str(kept)
+    # And when the kept copy is the damaged one, the older good file is used.
+    shutil.copyfile(older, last)
+    kept.write_bytes(newest.read_bytes()[:4096])
+    assert agent._resume_checkpoint() == str(last)
+    agent.journal.close()
+    skips = [e.text for e in read_events(run_dir / "events.jsonl") if e.type == "info" and e.key == "resume_skip"]
+    assert len(skips) == 2 and str(last) in skips[0] and str(kept) in skips[1], skips
+    assert all("truncated" in s or "zip" in s for s in skips), skips
