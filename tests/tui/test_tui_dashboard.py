@@ -1,0 +1,256 @@
+"""Pilot tests: the dashboard over a replayed journal, every key, confirms, reconnects."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from textual.message import Message
+from textual.notifications import Notify
+from tui_helpers import replayed, screen_text, shown, tick, wait_for
+
+from trainctl.engine import events as ev
+from trainctl.tui.messages import AgentDisconnected, CommandDone, EventBatch
+from trainctl.tui.screens.confirm import ConfirmScreen
+from trainctl.tui.screens.help import HelpScreen
+from trainctl.tui.screens.preset_picker import PresetPicker
+from trainctl.tui.widgets.log_tail import LogTail
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def finite_losses(events: list[ev.Event]) -> int:
+    return sum(1 for e in events if isinstance(e, ev.Progress)
+               for v in e.losses.values() if math.isfinite(v))
+
+
+async def test_replay_shows_the_whole_run_in_few_messages(make_app, agent, journal):
+    messages: list[Message] = []
+    app = make_app()
+    async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
+        await replayed(pilot, agent)
+        model = app.dashboard.model
+        assert model.chart_points() == finite_losses(journal)
+        restarts = [e for e in journal if isinstance(e, ev.Restart)]
+        assert [label for _, label in model.restarts] == [f"#{r.attempt} {r.preset}" for r in restarts]
+        batches = [m for m in messages if isinstance(m, EventBatch)]
+        assert sum(len(b.events) for b in batches) == len(journal)
+        assert len(batches) < len(journal) / 20
+        text = screen_text(app)
+        for expected in ("yolo-rocm@gpu-box", "preset B", "RUNNING", "attempt 2",
+                         "auto-recover on", "connected", "Epoch 3/3", "Batch 140/300",
+                         "stall.deadlock", "kernel.amdgpu.wq_hog", "last stall: deadlock",
+                         "stacks/stall-1-", "buffer +2 h 50 m", "A (expected 2.4 it/s): ETA"):
+            assert expected in text, expected
+        # warnings are counted and newest first
+        rows = model.warning_rows()
+        assert rows[0].id == "stall.deadlock"
+        assert model.warnings["rocm.miopen.is_enough_workspace"].count > 1
+
+
+@pytest.mark.parametrize("key,command,args", [
+    ("r", "restart", {}), ("f", "fallback", {}), ("s", "stop", {})])
+async def test_destructive_keys_confirm_first(make_app, agent, key, command, args):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        for cancel in ("n", "escape"):
+            await pilot.press(key)
+            await shown(pilot, ConfirmScreen)
+            await pilot.press(cancel)
+            await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
+        await pilot.pause(0.05)
+        assert agent.commands == []          # cancel sends nothing
+        await pilot.press(key)
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: agent.commands, what=command)
+        assert agent.commands == [(command, args)]
+
+
+async def test_dump_stacks_and_auto_recover_toggle(make_app, agent):
+    messages: list[Message] = []
+    app = make_app()
+    async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
+        await replayed(pilot, agent)
+        await pilot.press("d")
+        await wait_for(pilot, lambda: agent.commands, what="dump_stacks")
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(agent.commands) == 2, what="auto_recover")
+        assert agent.commands == [("dump_stacks", {}), ("auto_recover", {"on": False})]
+        await wait_for(pilot, lambda: "auto-recover OFF" in screen_text(app), what="OFF")
+        done = [m.name for m in messages if isinstance(m, CommandDone)]
+        assert done == ["dump_stacks", "auto_recover"]
+        await pilot.press("a")
+        await wait_for(pilot, lambda: len(agent.commands) == 3, what="auto_recover on")
+        assert agent.commands[-1] == ("auto_recover", {"on": True})
+
+
+async def test_pick_preset_restarts_with_the_choice(make_app, agent):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        await pilot.press("p")
+        await shown(pilot, PresetPicker)
+        assert "(running now)" in screen_text(app)
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
+        assert agent.commands == [("list_presets", {})]
+        await pilot.press("p")
+        await shown(pilot, PresetPicker)
+        await pilot.press("home", "enter")   # A is first
+        await wait_for(pilot, lambda: len(agent.commands) == 3, what="switch_preset")
+        assert agent.commands[-1] == ("switch_preset", {"preset": "A"})
+
+
+async def test_log_toggle_shows_bounded_raw_output(make_app, agent, journal):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        log = app.dashboard.query_one(LogTail)
+        assert not log.display
+        agent.emit(ev.Log(journal[-1].ts, lines=tuple(f"line {i}" for i in range(2000))))
+        await wait_for(pilot, lambda: len(app.dashboard.model.log) == 500, what="log lines")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: log.display and log.region.height > 0, what="log shown")
+        assert log.line_count == 500 and log.lines[-1] == "line 1999"
+        agent.emit(ev.Log(journal[-1].ts, lines=("the newest line",)))
+        await wait_for(pilot, lambda: log.lines[-1] == "the newest line", what="live line")
+        await pilot.press("l")
+        await wait_for(pilot, lambda: not log.display, what="log hidden")
+
+
+async def test_help_lists_every_key(make_app, agent):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        await pilot.press("question_mark")
+        await shown(pilot, HelpScreen)
+        text = screen_text(app)
+        for binding in app.dashboard.BINDINGS:
+            assert binding.description in text and binding.tooltip, binding.id
+            assert binding.id
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
+        assert agent.commands == []
+
+
+async def test_palette_has_every_action(make_app, agent):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        titles = [c.title for c in app.get_system_commands(app.dashboard)]
+        for binding in app.dashboard.BINDINGS:
+            if not binding.action.startswith("app."):
+                assert any(t.startswith(binding.description) for t in titles), binding.id
+        assert "Leave (q)" in titles
+        command = next(c for c in app.get_system_commands(app.dashboard)
+                       if c.title.startswith("Stacks"))
+        await command.callback()
+        await wait_for(pilot, lambda: agent.commands, what="dump_stacks from the palette")
+        assert agent.commands == [("dump_stacks", {})]
+
+
+@pytest.mark.parametrize("hint,expected", [
+    ("", "trainctl attach /home/ana/runs/yolo-rocm-20251115"),
+    ("ssh://gpu-box/home/ana/runs/x", "trainctl attach ssh://gpu-box/home/ana/runs/x")])
+async def test_quit_leaves_the_run_going(make_app, agent, hint, expected):
+    app = make_app(attach_hint=hint)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app._exit, what="exit")
+    assert app.return_value == 0
+    assert expected in app.exit_message.splitlines()[-1]
+    assert "stop" not in [name for name, _ in agent.commands]
+
+
+async def test_failed_command_notifies_with_the_error(make_app, agent):
+    messages: list[Message] = []
+    agent.replies["restart"] = {"ok": False, "error": "restart refused: no checkpoint yet",
+                                "result": None}
+    app = make_app()
+    async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
+        await replayed(pilot, agent)
+        await pilot.press("r")
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any(isinstance(m, Notify) for m in messages), what="toast")
+        [note] = [m.notification for m in messages if isinstance(m, Notify)]
+        assert note.message == "restart refused: no checkpoint yet"
+        assert note.severity == "error" and "restart" in note.title
+
+
+async def test_reconnects_without_gap_or_duplicates(make_app, agent, journal):
+    messages: list[Message] = []
+    app = make_app()
+    app.bridge._backoff_min = 0.05
+    async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
+        await replayed(pilot, agent)
+        before = app.dashboard.model.chart_points()
+        agent.drop()
+        await wait_for(pilot, lambda: not app.dashboard.connected, what="disconnect")
+        await wait_for(pilot, lambda: "disconnected — retrying" in screen_text(app),
+                       what="header says so")
+        assert app.dashboard.check_action("restart", ()) is None
+        await pilot.press("r")
+        await pilot.pause(0.05)
+        assert not isinstance(app.screen, ConfirmScreen)
+        # the run went on while we were away: 30 more batches journaled
+        last = journal[-1]
+        assert isinstance(last, ev.Progress)
+        for i in range(1, 31):
+            agent.append(ev.Progress(last.ts + i, epoch=3, epochs=3, batch=140 + 2 * i,
+                                     batches=300, losses={"box_loss": 1.3, "cls_loss": 1.5,
+                                                          "dfl_loss": 1.1}, rate=2.1))
+        await pilot.pause(0.2)          # a few refused attempts
+        agent.restore()
+        await wait_for(pilot, lambda: app.dashboard.connected, what="reconnect")
+        await replayed(pilot, agent)
+        assert agent.connects[0] == 0
+        assert agent.connects[-1] == last.seq + 1
+        assert app.dashboard.model.chart_points() == before + 30 * 3
+        seqs = [e.seq for m in messages if isinstance(m, EventBatch) for e in m.events]
+        assert seqs == sorted(set(seqs)) == list(range(len(agent.journal)))
+        assert any(isinstance(m, AgentDisconnected) for m in messages)
+        assert "● connected" in screen_text(app)
+
+
+async def test_live_stall_and_resources(make_app, agent, journal):
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await replayed(pilot, agent)
+        assert "waiting for the agent's probes" in screen_text(app)
+        t = journal[-1].ts
+        agent.emit(tick(t + 1, idle_s=45.0))
+        await wait_for(pilot, lambda: "idle 45 s of 1 m" in screen_text(app), what="meter")
+        assert app.dashboard.query_one("StallMeter").has_class("-warn")
+        assert "no GPU" in screen_text(app) and "48330" in screen_text(app)
+        agent.append(ev.Stall(t + 70, phase="train", idle_s=70.0, diagnosis="spin",
+                              cpu_percent=99.0, stacks=None, threshold_s=60.0,
+                              detail="main thread busy in a Python loop"))
+        agent.append(ev.State(t + 70, state="STALLED"))
+        agent.emit(tick(t + 71, idle_s=71.0, gpu={"util": 0.0, "mem_used": 6.1 * 2**30,
+                                                  "mem_total": 8 * 2**30, "power_w": 31.0,
+                                                  "name": "RX 5600 XT"}))
+        await wait_for(pilot, lambda: "STALLED: spin" in screen_text(app), what="stall")
+        text = screen_text(app)
+        assert "main thread busy in a Python loop" in text
+        assert "GPU RX 5600 XT util 0%" in text and "6.1 GiB/8.0 GiB" in text
+        assert app.dashboard.query_one("StallMeter").has_class("-alarm")
+        assert app.dashboard.query_one("#hdr-state").has_class("-stalled")
+
+
+async def test_finished_run_greys_out_restart(make_app, agent, journal):
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        t = journal[-1].ts
+        agent.append(ev.Exit(t + 1, returncode=0))
+        agent.append(ev.State(t + 1, state="FINISHED"))
+        await wait_for(pilot, lambda: app.dashboard.run_state == "FINISHED", what="finished")
+        for action in ("restart", "fallback", "pick_preset", "stop", "dump_stacks"):
+            assert app.dashboard.check_action(action, ()) is None, action
+        assert app.dashboard.check_action("toggle_log", ()) is True
+        await pilot.press("r")
+        await pilot.pause(0.05)
+        assert app.screen is app.dashboard and agent.commands == []

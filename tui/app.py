@@ -1,0 +1,84 @@
+"""The trainctl Textual app: one dashboard over one agent, reached through the bridge.
+
+The app never owns the training process.  Quitting leaves the run going and prints how
+to come back (``trainctl attach RUN_DIR``, or ``ssh://HOST/RUN_DIR`` when remote).
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import Any
+
+from textual.app import App, SystemCommand
+from textual.screen import Screen
+
+from trainctl.tui.bridge import Bridge, ClientLike
+from trainctl.tui.screens.dashboard import DashboardScreen
+
+
+class TrainctlApp(App[int]):
+    """``client_factory`` makes a fresh, unconnected ``AgentClient`` for each connection."""
+
+    CSS_PATH = "trainctl.tcss"
+    TITLE = "trainctl"
+    ENABLE_COMMAND_PALETTE = True
+
+    def __init__(self, client_factory: Callable[[], ClientLike], *, title_hint: str = "",
+                 attach_hint: str = "", clock: Callable[[], float] = time.time) -> None:
+        super().__init__()
+        self.attach_hint = attach_hint
+        self.exit_message = ""
+        self.dashboard = DashboardScreen(clock=clock, title_hint=title_hint)
+        self.bridge = Bridge(client_factory, self.dashboard)
+        self.dashboard.command = self.bridge.command
+        self.dashboard.bridge_restart = partial(self.bridge.start, self.dashboard)
+        if title_hint:
+            self.sub_title = title_hint
+
+    def get_default_screen(self) -> Screen[Any]:
+        return self.dashboard
+
+    def on_mount(self) -> None:
+        self.bridge.start(self.dashboard)
+
+    # ------------------------------------------------------------------ palette and quit
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        if screen is self.dashboard:
+            for binding in DashboardScreen.BINDINGS:
+                if binding.action.startswith("app."):
+                    continue
+                yield SystemCommand(f"{binding.description} ({binding.key_display or binding.key})",
+                                    binding.tooltip, partial(screen.run_action, binding.action))
+            yield SystemCommand("Leave (q)", "Quit the dashboard; the run goes on",
+                                self.action_leave)
+
+    def come_back_hint(self) -> str:
+        """How to reattach: the hint the CLI gave, else the run directory from hello."""
+        target = self.attach_hint or self.dashboard.model.run_dir
+        if target.startswith("trainctl "):
+            return target          # the CLI gave the whole command
+        return f"trainctl attach {target}" if target else "trainctl attach"
+
+    def action_leave(self) -> None:
+        """Quit the dashboard only: the agent and the run keep going."""
+        state = self.dashboard.model.state
+        code = 1 if state == "FAILED" else 0
+        if state in ("FINISHED", "FAILED"):
+            message = f"The run is {state}. To look at it again:\n  {self.come_back_hint()}"
+        else:
+            message = f"The run goes on. Come back with:\n  {self.come_back_hint()}"
+        self.exit_message = message
+        self.exit(result=code, return_code=code, message=message)
+
+    async def action_quit(self) -> None:
+        self.action_leave()
+
+
+def run_dashboard(client_factory: Callable[[], ClientLike], attach_hint: str = "",
+                  title_hint: str = "") -> int:
+    """Run the dashboard in this terminal; returns the process exit code."""
+    app = TrainctlApp(client_factory, attach_hint=attach_hint, title_hint=title_hint)
+    app.run()
+    return app.return_code or 0

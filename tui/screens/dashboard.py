@@ -1,0 +1,335 @@
+"""The one dashboard screen: it owns the run model and pushes views down to its widgets.
+
+Bridge messages arrive here (:class:`EventBatch` and friends); the screen folds them into
+a :class:`RunModel` and sets each widget's ``info``.  Keys request changes from the agent
+through ``command`` (the bridge's); destructive ones ask first in a modal.
+"""
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from textual import work
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Horizontal
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Footer
+from textual.worker import Worker, WorkerState
+
+from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
+from trainctl.tui.model import RunModel
+from trainctl.tui.screens.confirm import ConfirmScreen
+from trainctl.tui.screens.help import HelpScreen
+from trainctl.tui.screens.preset_editor import PresetEditorScreen
+from trainctl.tui.screens.preset_picker import PresetPicker
+from trainctl.tui.widgets.log_tail import LogTail
+from trainctl.tui.widgets.loss_chart import ChartData, LossChart
+from trainctl.tui.widgets.progress_panel import ProgressInfo, ProgressPanel
+from trainctl.tui.widgets.projection_panel import ProjectionInfo, ProjectionPanel
+from trainctl.tui.widgets.resources_panel import ResourcesInfo, ResourcesPanel
+from trainctl.tui.widgets.run_header import HeaderInfo, RunHeader
+from trainctl.tui.widgets.stall_meter import StallInfo, StallMeter
+from trainctl.tui.widgets.warnings_panel import WarningsPanel
+
+Command = Callable[..., Awaitable[dict[str, Any]]]
+LIVE_STATES = ("STARTING", "RUNNING", "STALLED")
+BRIDGE_RESTART_S = 2.0   # after an internal error in the bridge
+NARROW_BELOW = 120   # columns: below this the panels use their compact layout
+AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "dump_stacks",
+                 "toggle_auto")
+
+
+async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
+    return {"ok": False, "error": "not connected to the agent", "result": None}
+
+
+class DashboardScreen(Screen[None]):
+    BINDINGS = [
+        Binding("r", "restart", "Restart", id="restart",
+                tooltip="Kill the trainer and resume from the last good checkpoint"),
+        Binding("f", "fallback", "Fallback", id="fallback",
+                tooltip="Restart with the job's fallback preset (the safe one)"),
+        Binding("p", "pick_preset", "Preset…", id="pick_preset",
+                tooltip="Pick a preset and restart with it"),
+        Binding("e", "edit_preset", "Edit", id="edit_preset",
+                tooltip="Edit the running preset; save for now or the next restart"),
+        Binding("s", "stop", "Stop", id="stop", tooltip="Stop the run: kill the trainer, no restart"),
+        Binding("d", "dump_stacks", "Stacks", id="dump_stacks",
+                tooltip="py-spy dump of the trainer and its workers into the run directory"),
+        Binding("a", "toggle_auto", "Auto", id="auto_recover",
+                tooltip="Turn automatic restarts after stalls and crashes on or off"),
+        Binding("l", "toggle_log", "Log", id="toggle_log",
+                tooltip="Show or hide the trainer's raw output"),
+        Binding("question_mark", "help", "Help", key_display="?", id="help",
+                tooltip="Keys and what the run states mean"),
+        Binding("q", "app.leave", "Quit", id="quit",
+                tooltip="Leave the dashboard; the run goes on"),
+    ]
+
+    connected: reactive[bool] = reactive(False, bindings=True)
+    run_state: reactive[str] = reactive("STARTING", bindings=True)
+    show_log: reactive[bool] = reactive(False)
+
+    def __init__(self, *, clock: Callable[[], float] = time.time, title_hint: str = "") -> None:
+        super().__init__(id="dashboard")
+        self.clock = clock
+        self.model = RunModel()
+        self.model.job = title_hint
+        self.command: Command = _not_connected
+        self.bridge_restart: Callable[[], object] | None = None
+        self._connection = "connecting…"
+        self._chart_seen = -1
+        self._warnings_seen = -1
+
+    def compose(self) -> ComposeResult:
+        yield RunHeader(id="header")
+        with Horizontal(id="top"):
+            yield ProgressPanel(id="progress", classes="panel")
+            yield StallMeter(id="stall", classes="panel")
+        with Horizontal(id="middle"):
+            yield LossChart(id="chart", classes="panel")
+            yield WarningsPanel(id="warnings", classes="panel")
+        yield LogTail(id="log", classes="panel")
+        with Horizontal(id="bottom"):
+            yield ProjectionPanel(id="projection", classes="panel")
+            yield ResourcesPanel(id="resources", classes="panel")
+        yield Footer()
+
+    def on_mount(self) -> None:
+        self.set_interval(1.0, self._push_clock)
+        self._push()
+
+    @property
+    def wide(self) -> bool:
+        return self.size.width >= NARROW_BELOW
+
+    def on_resize(self) -> None:
+        self.set_class(not self.wide, "-narrow")
+        footer = self.query_one(Footer)
+        footer.compact = not self.wide
+        footer.show_command_palette = self.wide
+        if self.model.version:
+            self._push()
+
+    # ------------------------------------------------------------------ bridge messages
+    def on_agent_connected(self, message: AgentConnected) -> None:
+        self.model.apply_hello(message.hello)
+        self._connection = "connected"
+        self.connected = True
+        self._push()
+
+    def on_agent_disconnected(self, message: AgentDisconnected) -> None:
+        over = " (run over)" if self.model.state in ("FINISHED", "FAILED") else ""
+        self._connection = (f"disconnected{over} — retrying in {message.retry_in:.0f}s"
+                            if message.retry_in >= 1 else f"disconnected{over} — retrying")
+        self.connected = False
+        self._push_header()
+
+    def on_event_batch(self, message: EventBatch) -> None:
+        model = self.model
+        model.apply_all(message.events)
+        if message.tick is not None:
+            model.apply_tick(message.tick)
+        if message.log_lines:
+            model.apply_log(message.log_lines)
+            if self.show_log:
+                self.query_one(LogTail).append_lines(message.log_lines)
+        self._push()
+
+    def on_command_done(self, message: CommandDone) -> None:
+        if not message.ok:
+            self.notify(message.error, title=f"{message.name} failed", severity="error",
+                        timeout=8)
+            return
+        if message.name == "auto_recover":
+            self.model.auto_recover = bool(message.args.get("on"))
+            self._push_header()
+        self.notify(f"{message.name}: done", title="Agent")
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        """The one place this screen's worker failures land (bridge, commands, dialogs):
+        an error row in the warnings panel; the bridge is started again."""
+        worker = event.worker
+        if event.state != WorkerState.ERROR:
+            return
+        self.report_error(f"{worker.name or worker.group} failed: {worker.error!r}")
+        if worker.group == "engine" and self.bridge_restart is not None:
+            self.set_timer(BRIDGE_RESTART_S, self.bridge_restart)
+
+    def report_error(self, text: str) -> None:
+        """A failure inside the TUI itself, shown as an error row in the warnings panel."""
+        self.model.note("trainctl.tui", "error", text, "see the log for the traceback",
+                         self.clock())
+        self._push()
+
+    # ------------------------------------------------------------------ pushing views down
+    def _push(self) -> None:
+        model = self.model
+        self.run_state = model.state
+        self._push_header()
+        self._push_clock()
+        tick = model.tick
+        stall = model.stall
+        self.query_one(StallMeter).info = StallInfo(
+            phase=(tick.phase if tick else None) or model.phase,
+            idle_s=tick.idle_s if tick else None, threshold_s=tick.threshold_s if tick else None,
+            stalled=model.state == "STALLED",
+            diagnosis=stall.diagnosis if stall else None, stall_phase=stall.phase if stall else None,
+            stall_idle_s=stall.idle_s if stall else None, detail=stall.detail if stall else "",
+            stacks=self._short_path(stall.stacks) if stall else None, wide=self.wide)
+        self.query_one(ResourcesPanel).info = ResourcesInfo(
+            tick.processes if tick else (), tick.gpu if tick else None, tick is not None,
+            self.wide)
+        if model.chart_version != self._chart_seen:
+            self._chart_seen = model.chart_version
+            self.query_one(LossChart).show(self.chart_data())
+        if model.warnings_version != self._warnings_seen:
+            self._warnings_seen = model.warnings_version
+            self.query_one(WarningsPanel).show_rows(model.warning_rows())
+
+    def _short_path(self, path: str | None) -> str | None:
+        """A path inside the run directory, relative to it."""
+        run_dir = self.model.run_dir.rstrip("/")
+        if path and run_dir and path.startswith(run_dir + "/"):
+            return path[len(run_dir) + 1:]
+        return path
+
+    def _push_header(self) -> None:
+        m = self.model
+        self.query_one(RunHeader).info = HeaderInfo(
+            m.job, m.host, m.preset, m.state, m.attempt, m.auto_recover, self.connected,
+            self._connection)
+
+    def _push_clock(self) -> None:
+        """The parts that change with time alone: time in this epoch, time to ETA."""
+        m, now = self.model, self.clock()
+        p = m.progress
+        in_epoch = None
+        if m.epoch_started is not None:
+            end = now if m.state in LIVE_STATES and self.connected else m.last_progress_ts
+            in_epoch = max(0.0, (end or now) - m.epoch_started)
+        rate = p.rate if p and p.rate is not None else (m.projection.rate if m.projection else None)
+        self.query_one(ProgressPanel).info = ProgressInfo(
+            p.epoch if p else None, p.epochs if p else None, p.batch if p else None,
+            p.batches if p else None, rate, in_epoch, m.phase)
+        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide)
+
+    def chart_data(self) -> ChartData:
+        series = tuple((name, *map(tuple, s.sampled())) for name, s in self.model.losses.items())
+        return ChartData(series, tuple(self.model.restarts))  # type: ignore[arg-type]
+
+    def watch_show_log(self, show: bool) -> None:
+        """The log tail takes the place of the chart and warnings (no restyle, no chart
+        redraw at a new size: toggling stays cheap while the trainer floods output)."""
+        log = self.query_one(LogTail)
+        if show:
+            log.replace_lines(self.model.log)
+        log.display = show
+        self.query_one("#middle").display = not show
+
+    # ------------------------------------------------------------------ keys
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action in AGENT_ACTIONS and not self.connected:
+            return None
+        state = self.run_state
+        if action in ("restart", "fallback", "pick_preset") and state == "FINISHED":
+            return None
+        if action == "fallback" and not self.model.fallback:
+            return None
+        if action == "stop" and state in ("FINISHED", "FAILED", "STOPPING"):
+            return None
+        if action == "dump_stacks" and state not in LIVE_STATES:
+            return None
+        return True
+
+    def _allowed(self, action: str) -> bool:
+        """Palette commands skip the footer's greying: check again and say why not."""
+        if self.check_action(action, ()):
+            return True
+        why = "not connected to the agent" if not self.connected else f"the run is {self.run_state}"
+        self.notify(f"{action.replace('_', ' ')} is not available: {why}", severity="warning")
+        return False
+
+    def action_restart(self) -> None:
+        if self._allowed("restart"):
+            self._confirm_then("restart", "Restart the trainer now?",
+                               f"It is killed and resumed from the last good checkpoint with "
+                               f"preset {self.model.preset or '?'}.")
+
+    def action_fallback(self) -> None:
+        if self._allowed("fallback"):
+            fb = self.model.fallback
+            self._confirm_then("fallback", f"Fall back to preset {fb}?",
+                               f"The trainer is killed and resumed from the last good "
+                               f"checkpoint with preset {fb}.")
+
+    def action_stop(self) -> None:
+        if self._allowed("stop"):
+            self._confirm_then("stop", "Stop the run?",
+                               "The trainer is killed and not restarted. The journal stays.")
+
+    def action_dump_stacks(self) -> None:
+        if self._allowed("dump_stacks"):
+            self.send("dump_stacks")
+
+    def action_toggle_auto(self) -> None:
+        if self._allowed("toggle_auto"):
+            self.send("auto_recover", on=not self.model.auto_recover)
+
+    def action_toggle_log(self) -> None:
+        self.show_log = not self.show_log
+
+    def action_help(self) -> None:
+        self.app.push_screen(HelpScreen(list(self.BINDINGS)))
+
+    def action_pick_preset(self) -> None:
+        if self._allowed("pick_preset"):
+            self._pick_preset()
+
+    def action_edit_preset(self) -> None:
+        if self._allowed("edit_preset"):
+            self._edit_preset()
+
+    # ------------------------------------------------------------------ workers
+    def send(self, name: str, **args: Any) -> None:
+        """Send a command in a worker; the answer comes back as :class:`CommandDone`."""
+        self.run_worker(self._send(name, args), group="commands", exit_on_error=False)
+
+    async def _send(self, name: str, args: dict[str, Any]) -> None:
+        self.post_message(CommandDone(name, args, await self.command(name, **args)))
+
+    @work(group="dialogs", exclusive=True, exit_on_error=False)
+    async def _confirm_then(self, name: str, question: str, body: str) -> None:
+        if await self.app.push_screen_wait(ConfirmScreen(question, body, yes=name.title())):
+            await self._send(name, {})
+
+    @work(group="dialogs", exclusive=True, exit_on_error=False)
+    async def _pick_preset(self) -> None:
+        reply = await self.command("list_presets")
+        if not reply.get("ok"):
+            self.post_message(CommandDone("list_presets", {}, reply))
+            return
+        choice = await self.app.push_screen_wait(PresetPicker(reply["result"], self.model.preset))
+        if choice:
+            await self._send("switch_preset", {"preset": choice})
+
+    @work(group="dialogs", exclusive=True, exit_on_error=False)
+    async def _edit_preset(self) -> None:
+        name = self.model.preset
+        if not name:
+            listed = await self.command("list_presets")
+            if not listed.get("ok"):
+                self.post_message(CommandDone("list_presets", {}, listed))
+                return
+            name = await self.app.push_screen_wait(
+                PresetPicker(listed["result"], None, title="Edit which preset?"))
+            if not name:
+                return
+        reply = await self.command("read_preset", name=name)
+        if not reply.get("ok"):
+            self.post_message(CommandDone("read_preset", {"name": name}, reply))
+            return
+        await self.app.push_screen_wait(PresetEditorScreen(reply["result"], self.command))

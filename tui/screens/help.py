@@ -1,0 +1,40 @@
+"""The key list with what each key does, and what the run states mean."""
+from __future__ import annotations
+
+from rich.table import Table
+from textual.app import ComposeResult
+from textual.binding import Binding
+from textual.containers import Vertical
+from textual.screen import ModalScreen
+from textual.widgets import Static
+
+STATES = (("RUNNING", "batches are coming"),
+          ("STALLED", "no batch for longer than the phase's threshold"),
+          ("RESTARTING", "killed; waiting before the next attempt (backoff)"),
+          ("FINISHED", "the trainer exited 0"),
+          ("FAILED", "gave up: restart budget spent or a human must act"))
+
+
+class HelpScreen(ModalScreen[None]):
+    BINDINGS = [Binding("escape,question_mark,q", "dismiss", "Close", id="help.close",
+                        tooltip="Back to the dashboard")]
+
+    def __init__(self, bindings: list[Binding]) -> None:
+        super().__init__()
+        self._keys = bindings
+
+    def compose(self) -> ComposeResult:
+        keys = Table.grid(padding=(0, 2))
+        for binding in self._keys:
+            keys.add_row(f"[bold]{binding.key_display or binding.key}[/]",
+                         binding.description, f"[dim]{binding.tooltip}[/]")
+        keys.add_row("[bold]ctrl+p[/]", "Palette", "[dim]every action by name[/]")
+        states = Table.grid(padding=(0, 2))
+        for name, meaning in STATES:
+            states.add_row(f"[bold]{name}[/]", meaning)
+        with Vertical(id="help-dialog"):
+            yield Static("[b]Keys[/b]")
+            yield Static(keys)
+            yield Static("\n[b]Run states[/b]")
+            yield Static(states)
+            yield Static("\n[dim]Quitting leaves the run going; `trainctl attach` comes back.[/]")

@@ -1,0 +1,80 @@
+"""Each loss over the global batch index, restarts as vertical lines; at most ~2 redraws/s."""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+from textual.timer import Timer
+from textual_plotext import PlotextPlot
+
+MIN_INTERVAL = 0.5   # seconds between two redraws
+COLORS = ("cyan", "magenta", "green", "yellow", "blue", "white")
+
+
+@dataclass(frozen=True)
+class ChartData:
+    """Already downsampled series (name, xs, ys) and restart marks (x, label)."""
+
+    series: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...] = ()
+    restarts: tuple[tuple[float, str], ...] = ()
+
+
+class LossChart(PlotextPlot):
+    """Set data with :meth:`show`; bursts of updates collapse into one redraw."""
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(**kwargs)  # type: ignore[arg-type]
+        self._pending: ChartData | None = None
+        self._timer: Timer | None = None
+        self._last_draw = 0.0
+        self.draws = 0
+
+    def on_mount(self) -> None:
+        super().on_mount()
+        self.border_title = "Loss"
+        self._configure()
+        self.refresh()
+
+    def _configure(self) -> None:
+        plt = self.plt
+        plt.xlabel("global batch")
+        plt.frame(False)
+        plt.title("")
+
+    def show(self, data: ChartData) -> None:
+        """Take new data; draw now if the last draw was long enough ago, else soon."""
+        self._pending = data
+        if self._timer is not None:
+            return
+        wait = self._last_draw + MIN_INTERVAL - time.monotonic()
+        if wait <= 0:
+            self._draw()
+        else:
+            self._timer = self.set_timer(wait, self._draw)
+
+    def flush(self) -> None:
+        """Draw pending data at once (tests and screenshots)."""
+        if self._timer is not None:
+            self._timer.stop()
+        self._draw()
+
+    def _draw(self) -> None:
+        self._timer = None
+        data, self._pending = self._pending, None
+        if data is None:
+            return
+        self._last_draw = time.monotonic()
+        self.draws += 1
+        plt = self.plt
+        plt.clear_data()
+        for index, (name, xs, ys) in enumerate(data.series):
+            if xs:
+                plt.plot(list(xs), list(ys), label=name, marker="braille",
+                         color=COLORS[index % len(COLORS)])
+        for x, _label in data.restarts:
+            plt.vline(x, "red")
+        if not data.series:
+            plt.title("no losses yet")
+        else:
+            plt.title("")
+        self.refresh()

@@ -1,0 +1,70 @@
+"""CPU and memory of the trainer and each worker, and the GPU (or "no GPU")."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widgets import Static
+
+from trainctl.tui import fmt
+
+MAX_ROWS = 6
+
+
+@dataclass(frozen=True)
+class ResourcesInfo:
+    processes: tuple[dict[str, Any], ...] = ()
+    gpu: dict[str, Any] | None = None
+    known: bool = False   # False until the first tick
+    wide: bool = True
+
+
+STATUS = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "zombie": "Z",
+          "idle": "I", "tracing-stop": "t", "dead": "X"}
+
+
+def gpu_line(gpu: dict[str, Any] | None) -> str:
+    if not gpu:
+        return "no GPU"
+    mem = ""
+    if gpu.get("mem_used") is not None:
+        mem = f" · mem {fmt.size(gpu['mem_used'])}/{fmt.size(gpu.get('mem_total'))}"
+    power = f" · {gpu['power_w']:.0f} W" if gpu.get("power_w") is not None else ""
+    return f"GPU {gpu.get('name') or ''} util {fmt.percent(gpu.get('util'))}{mem}{power}"
+
+
+def resources_text(info: ResourcesInfo) -> Text:
+    if not info.known:
+        return Text("waiting for the agent's probes…", style="dim")
+    text = Text()
+    procs = info.processes
+    for proc in procs[:MAX_ROWS]:
+        role = str(proc.get("role") or "?")
+        style = "bold" if role == "main" else ""
+        status = str(proc.get("status") or "?")
+        cpu, rss = fmt.percent(proc.get("cpu_percent")), fmt.size(proc.get("rss_bytes"))
+        if info.wide:
+            text.append(f"{role:<6} {proc.get('pid', '?'):>7} {status:<8.8} cpu {cpu:>4} "
+                        f"rss {rss:>9} thr {proc.get('num_threads') or '—'}\n", style=style)
+        else:
+            text.append(f"{role:<6} {proc.get('pid', '?'):>7} {STATUS.get(status, '?')} "
+                        f"{cpu:>5} {rss:>9}\n", style=style)
+    if len(procs) > MAX_ROWS:
+        text.append(f"… {len(procs) - MAX_ROWS} more processes\n", style="dim")
+    if not procs:
+        text.append("no trainer process\n", style="dim")
+    text.append(gpu_line(info.gpu), style="" if info.gpu else "dim")
+    return text
+
+
+class ResourcesPanel(Static):
+    info: reactive[ResourcesInfo] = reactive(ResourcesInfo, init=False)
+
+    def on_mount(self) -> None:
+        self.border_title = "Resources"
+        self.watch_info(self.info)
+
+    def watch_info(self, info: ResourcesInfo) -> None:
+        self.update(resources_text(info))

@@ -1,0 +1,63 @@
+"""The top line: job, host, preset, run state, attempt, auto-recovery, connection."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from textual.app import ComposeResult
+from textual.containers import Horizontal
+from textual.reactive import reactive
+from textual.widgets import Label
+
+STATE_LABELS = {"BACKOFF": "RESTARTING"}
+STATE_CLASSES = ("-starting", "-running", "-stalled", "-stopping", "-backoff", "-finished",
+                 "-failed")
+
+
+@dataclass(frozen=True)
+class HeaderInfo:
+    """Everything the header shows; the dashboard sets a new one when anything changes."""
+
+    job: str = ""
+    host: str = ""
+    preset: str | None = None
+    state: str = "STARTING"
+    attempt: int | None = None
+    auto_recover: bool = True
+    connected: bool = False
+    connection: str = "connecting…"
+
+
+class RunHeader(Horizontal):
+    """One line of labels; the state and connection labels are coloured by class."""
+
+    info: reactive[HeaderInfo] = reactive(HeaderInfo, init=False)
+
+    def compose(self) -> ComposeResult:
+        yield Label("trainctl", id="hdr-job")
+        yield Label("", id="hdr-preset")
+        yield Label("", id="hdr-state")
+        yield Label("", id="hdr-attempt")
+        yield Label("", id="hdr-auto")
+        yield Label("", id="hdr-conn")
+
+    def on_mount(self) -> None:
+        self.watch_info(self.info)
+
+    def watch_info(self, info: HeaderInfo) -> None:
+        if not self.is_mounted:
+            return
+        where = f"{info.job}@{info.host}" if info.job and info.host else info.job or info.host
+        self.query_one("#hdr-job", Label).update(f"trainctl · {where}" if where else "trainctl")
+        self.query_one("#hdr-preset", Label).update(f"preset {info.preset or '?'}")
+        state = self.query_one("#hdr-state", Label)
+        state.update(f" {STATE_LABELS.get(info.state, info.state)} ")
+        state.remove_class(*STATE_CLASSES)
+        state.add_class(f"-{info.state.lower()}")
+        self.query_one("#hdr-attempt", Label).update(
+            f"attempt {info.attempt}" if info.attempt else "attempt —")
+        auto = self.query_one("#hdr-auto", Label)
+        auto.update("auto-recover on" if info.auto_recover else "auto-recover OFF")
+        auto.set_class(not info.auto_recover, "-off")
+        conn = self.query_one("#hdr-conn", Label)
+        conn.update(("● " if info.connected else "○ ") + info.connection)
+        conn.set_class(not info.connected, "-down")
