@@ -22,6 +22,7 @@ import psutil
 from .. import __version__
 from . import events as E
 from .config import ConfigError, load_preset, preset_problems
+from .joblock import JobBusy, JobLock
 from .journal import Journal, ProgressThrottle
 from .parse import ConsoleParser, LineSplitter
 from .paths import RunFiles, config_dir, make_private_dir
@@ -108,7 +109,7 @@ class Agent:
             if ev.type in PROJECTED:
                 self.projector.on_event(ev)
             if self.printer:
-                self.printer(ev)
+                self._print(ev)
         if self.clients:
             line = E.encode(ev) + "\n"
             for q in list(self.clients):
@@ -118,6 +119,21 @@ class Agent:
                     self.clients.discard(q)
                     q.put_nowait(None) if not q.full() else None
         return ev
+
+    def _print(self, ev: E.Event) -> None:
+        """Print an event; a terminal that went away (tmux session killed, ssh gone: EIO or
+        EPIPE) stops the printing, never the supervision."""
+        try:
+            self.printer(ev)
+        except (OSError, ValueError):
+            self.printer = None
+            try:
+                fd = os.open(os.devnull, os.O_WRONLY)   # later stray prints must not fail either
+                os.dup2(fd, 1)
+                os.dup2(fd, 2)
+                os.close(fd)
+            except OSError:
+                pass
 
     def set_state(self, state: RunState, reason: str = "") -> None:
         if self.sm.to(state):
@@ -204,6 +220,12 @@ class Agent:
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
         make_private_dir(self.files.dir)
+        lock = JobLock(self.spec.job_name)
+        try:
+            lock.acquire(self.files.dir)
+        except JobBusy as e:
+            print(f"trainctl: {e}", file=sys.stderr, flush=True)
+            return 2
         self._write_info()
         if self.serve:
             await self._start_server()
@@ -226,6 +248,7 @@ class Agent:
             except FileNotFoundError:
                 pass
             self.journal.close()
+            lock.release()
 
     def _on_signal(self) -> None:
         self.stop_requested.set()

@@ -136,6 +136,10 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
     files = RunFiles(run_dir)
     if files.sock.exists() and _agent_alive(run_dir):
         raise UsageError(f"{run_dir}: an agent is already running there (trainctl attach {run_dir})")
+    from .engine.joblock import JobBusy, holder
+    running = holder(name)
+    if running is not None:   # checked before anything is written; the agent checks again
+        raise UsageError(str(JobBusy(name, running)))
     make_private_dir(files.dir)
     make_private_dir(files.presets)
     # The run keeps its own copy of every preset it may switch to: the editor edits these.
@@ -163,7 +167,6 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
     spec.save(files.spec)
-    _link_latest(run_dir)
     return run_dir, spec
 
 
@@ -217,6 +220,7 @@ def _job_has_host(args) -> bool:
 
 
 def cmd_run(args) -> int:
+    from .engine.paths import RunFiles
     if args.host or _job_has_host(args):
         from .remote_cli import run_remote
         return run_remote(args)
@@ -224,8 +228,15 @@ def cmd_run(args) -> int:
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
+        _link_latest(run_dir)
         return _run_agent(run_dir, spec, args.json)
-    _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
+    try:
+        _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
+    except UsageError:
+        if not RunFiles(run_dir).events.exists():   # refused before it began: leave no trace
+            shutil.rmtree(run_dir, ignore_errors=True)
+        raise
+    _link_latest(run_dir)
     if args.detach:
         print(f"trainctl: run directory {run_dir}", flush=True)
         return 0

@@ -1,0 +1,79 @@
+"""One run of a job at a time on a machine: the agent holds an flock on
+``<runs dir>/.locks/<job>.lock`` for its whole life and writes its run directory into it.
+
+A lock (not a pid file) so that a crashed or killed agent never leaves a stale claim: the
+kernel drops the lock with the process.  The fd is not inherited by the trainer (Python
+opens files non-inheritable), so orphaned workers never hold it.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+from pathlib import Path
+
+from .paths import make_private_dir, runs_dir
+
+
+class JobBusy(Exception):
+    """The job already runs; ``run_dir`` is the holder's run directory (may be '')."""
+
+    def __init__(self, job: str, run_dir: str) -> None:
+        self.job, self.run_dir = job, run_dir
+        where = f" in {run_dir} (`trainctl attach {run_dir}`)" if run_dir else ""
+        super().__init__(f"job {job!r} is already running on this machine{where}; stop it "
+                         f"first (`trainctl ctl {run_dir or 'RUN_DIR'} stop`), or give this "
+                         "run another name (--name)")
+
+
+def lock_path(job: str) -> Path:
+    return runs_dir() / ".locks" / f"{job}.lock"
+
+
+class JobLock:
+    def __init__(self, job: str) -> None:
+        self.job = job
+        self.path = lock_path(job)
+        self._fd: int | None = None
+
+    def acquire(self, run_dir: Path | str) -> None:
+        """Take the lock for ``run_dir`` or raise :class:`JobBusy` naming the holder."""
+        make_private_dir(self.path.parent)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = _read(fd)
+            os.close(fd)
+            raise JobBusy(self.job, holder) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, str(run_dir).encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)   # closing drops the flock
+            self._fd = None
+
+
+def holder(job: str) -> str | None:
+    """The run directory of the live agent running ``job``, '' if it is unknown, or None
+    when no agent runs it.  Only looks (takes and drops the lock at once)."""
+    path = lock_path(job)
+    try:
+        fd = os.open(path, os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return _read(fd)
+    finally:
+        os.close(fd)
+    return None
+
+
+def _read(fd: int) -> str:
+    try:
+        return os.pread(fd, 4096, 0).decode(errors="replace").strip()
+    except OSError:
+        return ""

@@ -1,0 +1,109 @@
+"""`trainctl run` puts its agent in a tmux session named after the job (a private tmux
+server here): the session shows the run as text, a second run of the same job is refused
+(in tmux, detached or headless) without leaving a run directory behind, and the run
+survives the loss of its tmux session."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import read_journal
+from tests.helpers.hangs import wait_until
+from tests.helpers.tmux_runs import TmuxRuns
+from trainctl.engine import tmux as tm
+
+pytestmark = [pytest.mark.e2e,
+              pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN_LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
+LOOP = [sys.executable, str(TRAIN_LOOP), "--workers", "0", "--batch-time", "0.05"]
+
+
+@pytest.fixture
+def runs(tmp_path):
+    r = TmuxRuns(tmp_path)
+    try:
+        yield r
+    finally:
+        r.kill()
+
+
+def trainctl(runs: TmuxRuns, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    import os
+    env = {**os.environ, **runs.env}
+    return subprocess.run([sys.executable, "-m", "trainctl", *args], env=env, cwd=str(ROOT),
+                          capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def states(run_dir: Path) -> list[str]:
+    return [e.state for e in read_journal(run_dir) if e.type == "state"]
+
+
+@pytest.mark.timeout(90)
+def test_agent_in_tmux_and_a_second_run_of_the_job_is_refused(runs):
+    first = trainctl(runs, "run", "--detach", "--name", "twice", "--",
+                     *LOOP, "--epochs", "1", "--batches", "1000")
+    assert first.returncode == 0, first.stderr
+    assert "tmux session trainctl-twice" in first.stdout, first.stdout
+    (run_dir,) = runs.run_dirs()
+    assert runs.agents.session_alive("trainctl-twice")
+    wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="progress")
+    # The session is the agent's plain-text view of the run.
+    screen = wait_until(lambda: (s := runs.agents.capture("trainctl-twice")) and "epoch 1/1" in s
+                        and s, 20, what="progress lines in the tmux pane")
+    assert f"trainctl attach {run_dir}" in screen, screen
+
+    for extra in ([], ["--no-tmux"], ["--json"]):
+        again = trainctl(runs, "run", *extra, "--detach" if "--json" not in extra else "--json",
+                         "--name", "twice", "--", *LOOP, "--epochs", "1", "--batches", "10")
+        assert again.returncode == 2, (extra, again.stdout, again.stderr)
+        assert "job 'twice' is already running" in again.stderr, again.stderr
+        assert str(run_dir) in again.stderr and "--name" in again.stderr, again.stderr
+    assert runs.run_dirs() == [run_dir], "a refused run left a run directory behind"
+    assert (runs.runs / "latest").resolve() == run_dir.resolve()
+
+    # Another name is another job: it runs beside the first.
+    other = trainctl(runs, "run", "--detach", "--name", "other", "--",
+                     *LOOP, "--epochs", "1", "--batches", "5")
+    assert other.returncode == 0, other.stderr
+    stop = trainctl(runs, "ctl", str(run_dir), "stop")
+    assert stop.returncode == 0, stop.stderr
+    wait_until(lambda: "FINISHED" in states(run_dir), 30, what="the first run to stop")
+    # Once it stopped, the job may run again.
+    wait_until(lambda: runs.agent_pid(run_dir) and not _alive(runs.agent_pid(run_dir)), 15,
+               what="the first agent to exit")
+    third = trainctl(runs, "run", "--detach", "--no-tmux", "--name", "twice", "--",
+                     *LOOP, "--epochs", "1", "--batches", "5")
+    assert third.returncode == 0, third.stderr
+
+
+@pytest.mark.timeout(90)
+def test_the_run_goes_on_when_its_tmux_session_is_killed(runs):
+    r = trainctl(runs, "run", "--detach", "--name", "orphan", "--",
+                 *LOOP, "--epochs", "2", "--batches", "60")
+    assert r.returncode == 0, r.stderr
+    (run_dir,) = runs.run_dirs()
+    wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="progress")
+    # What a user's `tmux kill-server` does: SIGHUP to the pane, and the terminal the agent
+    # prints to is gone (EIO on its next print).
+    subprocess.run(runs.agents.argv("kill-server"), check=True, timeout=10)
+    assert not runs.agents.session_exists("trainctl-orphan")
+    wait_until(lambda: "FINISHED" in states(run_dir), 40, what="the run to finish without its tmux")
+    events = read_journal(run_dir)
+    last = [e for e in events if e.type == "progress"][-1]
+    assert (last.epoch, last.batch) == (2, 60)
+    assert [e.returncode for e in events if e.type == "exit"] == [0]
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
