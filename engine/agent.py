@@ -99,6 +99,7 @@ class Agent:
         self._sampler = None
         self._last_tick = 0.0
         self._last_projection = 0.0
+        self._last_risk_check = 0.0
         self._last_gpu: dict | None = None
         self._server: asyncio.base_events.Server | None = None
 
@@ -531,6 +532,13 @@ class Agent:
                 await self._tick(now)
             if now - self._last_projection >= PROJECTION_S:
                 self._project(now)
+            elif now - self._last_risk_check >= TICK_S:
+                # The risk is checked every second (cheap), so a deadline or budget that
+                # becomes unreachable is said within a second, not at the next projection.
+                self._last_risk_check = now
+                risk = self.projector.at_risk(now)
+                if risk is not None:
+                    self._project(now, risk)
 
     async def _tick(self, now: float) -> None:
         loop = asyncio.get_running_loop()
@@ -555,12 +563,13 @@ class Agent:
                          _round(self.detector.threshold(now)), self.policy.auto_recover,
                          processes, self._last_gpu))
 
-    def _project(self, now: float) -> None:
+    def _project(self, now: float, risk: E.Warning | None = None) -> None:
+        """A projection event, then the at-risk warning it implies (``risk``: already found)."""
         self._last_projection = now
         proj = self.projector.project(now)
         if proj is not None:
             self.emit(proj)
-        risk = self.projector.at_risk(now)
+        risk = risk or self.projector.at_risk(now)
         if risk is not None:
             self.emit(risk)
 

@@ -1,0 +1,74 @@
+"""The projection under a real agent: a PyTorch loop whose job has a deadline and a budget
+it cannot meet.  `trainctl status` answers from the live agent (human and --json), the
+at-risk warnings come once each (not on every tick), and after the run `status` still
+answers from the journal."""
+from __future__ import annotations
+
+import datetime as dt
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, ROOT, start_trainctl
+
+pytestmark = pytest.mark.e2e
+
+TRAIN_LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
+
+
+def status(run_dir: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainctl", "status", str(run_dir), *extra],
+                          capture_output=True, text=True, timeout=30, cwd=str(ROOT))
+
+
+@pytest.mark.timeout(90)
+def test_status_and_at_risk_warnings_on_a_live_run(tmp_path):
+    # ~300 batches at 0.05 s: about 15 s of work; the deadline is 5 s away and the budget
+    # ($36/h = 1 cent/s, $0.04) is spent after about 4 s.
+    deadline = (dt.datetime.now() + dt.timedelta(seconds=5)).replace(microsecond=0)
+    command = [PYTHON, str(TRAIN_LOOP), "--epochs", "2", "--batches", "150",
+               "--batch-time", "0.05", "--workers", "0"]
+    job = tmp_path / "trainctl.toml"
+    job.write_text(f'kind = "command"\nname = "late"\ncommand = {json.dumps(command)}\n'
+                   f'deadline = "{deadline.isoformat()}"\ncost_per_hour = 36.0\nbudget = 0.04\n')
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "progress" and e.epoch == 1 and (e.batch or 0) >= 60, 40,
+                      "progress past batch 60")
+        live = status(tc.run_dir, "--json")
+        assert live.returncode == 0, live.stderr
+        st = json.loads(live.stdout)
+        assert st["live"] is True and st["state"] == "RUNNING", st
+        proj = st["projection"]
+        now = time.time()
+        assert proj["deadline"] == pytest.approx(deadline.timestamp())
+        assert proj["rate"] == pytest.approx(20, rel=0.5), proj   # 0.05 s a batch
+        # 1 s or so of work done of 300 batches' worth: the ETA is several seconds ahead
+        assert now + 2 < proj["eta"] < now + 30, (proj["eta"] - now, proj)
+        assert proj["cost_so_far"] > 0 and proj["cost_at_eta"] > proj["cost_so_far"]
+        human = status(tc.run_dir)
+        assert human.returncode == 0, human.stderr
+        assert "agent live" in human.stdout and "RUNNING" in human.stdout, human.stdout
+        assert "ETA " in human.stdout and "deadline " in human.stdout, human.stdout
+        assert "budget $0.04" in human.stdout, human.stdout
+        r = tc.wait(60)
+    assert r.returncode == 0, r.describe()
+    ids = [w.id for w in r.of_type("warning")]
+    assert ids.count("deadline.at_risk") == 1, ids
+    assert ids.count("budget.at_risk") == 1, ids
+    late = next(w for w in r.of_type("warning") if w.id == "deadline.at_risk")
+    assert "deadline" in late.text and late.advice, late
+    projections = r.of_type("projection")
+    phases = r.of_type("phase")
+    assert len(projections) >= len(phases), (len(projections), len(phases))
+    assert projections[-1].buffer_s < 0   # it did end after the deadline
+
+    after = status(r.run_dir, "--json")
+    st = json.loads(after.stdout)
+    assert st["live"] is False and st["state"] == "FINISHED", st
+    assert st["projection"]["deadline"] == pytest.approx(deadline.timestamp())
+    human = status(r.run_dir)
+    assert "agent not running" in human.stdout and "FINISHED" in human.stdout, human.stdout
