@@ -272,10 +272,15 @@ class Agent:
                 return 130
             if decision.action == "fail":
                 self.set_state(RunState.FAILED, decision.reason)
+                advice = ("Fix the command or preset named above, then `trainctl run` again."
+                          if outcome.returncode is None else
+                          "Read the stall diagnosis, warnings and stacks above; fix, then "
+                          "`trainctl run` again.")
+                good = self._resume_checkpoint() if outcome.returncode is not None else None
+                if good:
+                    advice += f" The last good checkpoint is {good}."
                 self.emit(E.Warning(self.clock(), "trainctl.failed", "fatal", decision.reason,
-                                    "Read the stall diagnosis and stacks above; fix, then "
-                                    "`trainctl run` again (it resumes from the last good checkpoint).",
-                                    source="trainctl"))
+                                    advice, source="trainctl"))
                 return 1
             preset = self.next_preset or decision.preset
             self.next_preset = None

@@ -103,6 +103,9 @@ class RecoveryPolicy:
                             outcome.requested_preset or current, 0.0)
         what = ("stalled" if outcome.kind == "stall"
                 else f"exited with code {outcome.returncode}")
+        if outcome.stop_reason and outcome.returncode is None and outcome.kind == "crash":
+            # It never ran (spawn failed, preset invalid): no exit code to speak of.
+            return Decision("fail", f"the trainer could not start: {outcome.stop_reason}", current)
         if outcome.stop_reason:
             return Decision("fail", f"the trainer {what} after a fatal error that a restart "
                                     f"will not fix: {outcome.stop_reason}", current)

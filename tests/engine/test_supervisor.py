@@ -62,3 +62,12 @@ def test_state_machine_refuses_illegal_transitions():
     sm.to(RunState.FINISHED)
     with pytest.raises(ValueError, match="FINISHED to RUNNING"):
         sm.to(RunState.RUNNING)
+
+
+def test_a_trainer_that_never_started_fails_at_once_and_says_so():
+    pol = RecoveryPolicy("A", "B", max_restarts=3)
+    d = pol.decide(Outcome("crash", False, None, "A", stop_reason="[Errno 2] No such file: 'trian.py'"))
+    assert d.action == "fail"
+    assert d.reason == "the trainer could not start: [Errno 2] No such file: 'trian.py'"
+    d = RecoveryPolicy("A", "B").decide(Outcome("crash", True, 1, "A", stop_reason="oom: killed"))
+    assert d.action == "fail" and "exited with code 1 after a fatal error" in d.reason
