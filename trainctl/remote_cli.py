@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import UsageError, _note, _printer
+from .cli import UsageError, _command_name, _note, _printer
 
 
 def _host(destination: str, trainctl_cmd: str | None = None):
@@ -46,7 +46,7 @@ def _forwarded_options(args) -> list[str]:
 def run_remote(args) -> int:
     """Send the job and presets to the box, start the agent there in tmux, then attach."""
     from .engine.config import ConfigError, list_presets, load_job, load_preset
-    from .engine.remote import RemoteError
+    from .engine.remote import RemoteError, _remote_path
 
     job = None
     try:
@@ -57,7 +57,9 @@ def run_remote(args) -> int:
     destination = args.host or host_cfg.get("destination")
     host = _host(destination, host_cfg.get("trainctl"))
     workdir = host_cfg.get("workdir") or "~/trainctl"
-    name = args.name or (job.name if job else Path(args.command_argv[0]).stem if args.command_argv else "run")
+    # Named as `trainctl run` names it on the box (`python train.py` -> train, not python).
+    name = args.name or (job.name if job else _command_name(args.command_argv) if args.command_argv else "run")
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = posixpath.join(workdir, name)
     run_dir = args.run_dir or posixpath.join(base, "runs", f"{name}-{stamp}")
@@ -65,23 +67,30 @@ def run_remote(args) -> int:
         host.check()
         # The job and every preset it may use travel to the box, next to each other.
         search = [job.path.parent / "presets"] if job else [Path.cwd() / "presets"]
+        sent: dict[str, str] = {}          # preset name -> its copy on the box
         for path in list_presets(search):
-            host.send_file(path, posixpath.join(base, "presets", path.name))
+            sent[path.stem] = posixpath.join(base, "presets", path.name)
+            host.send_file(path, sent[path.stem])
         for ref in (args.preset, args.fallback):
             if ref and ("/" in ref or ref.endswith(".toml")):
                 p = load_preset(ref, search)
-                host.send_file(p.path, posixpath.join(base, "presets", f"{p.name}.toml"))
+                sent[p.name] = posixpath.join(base, "presets", f"{p.name}.toml")
+                host.send_file(p.path, sent[p.name])
         opts = _forwarded_options(args)
         for flag in ("--preset", "--fallback"):
-            if flag in opts:   # paths on this machine mean the copies sent to the box
+            if flag in opts:
+                # Names and paths on this machine mean the copies sent to the box, named by
+                # their path there: the box looks names up under its own working directory
+                # (the remote home for a command), not in the directory they were sent to.
                 i = opts.index(flag) + 1
-                if "/" in opts[i] or opts[i].endswith(".toml"):
-                    opts[i] = Path(opts[i]).stem
+                ref = Path(opts[i]).stem if "/" in opts[i] or opts[i].endswith(".toml") else opts[i]
+                opts[i] = _remote_path(sent[ref]) if ref in sent else ref
         argv = [*host.remote_trainctl, "run", "--detach", "--run-dir", run_dir, *opts]
         if job is not None:
             remote_job = posixpath.join(base, "trainctl.toml")
-            host.send_file(job.path, remote_job)
-            argv.insert(len(host.remote_trainctl) + 1, remote_job)
+            host.send_text(_job_for_box(job.path), remote_job)
+            # `~/...` would reach the box quoted, never expanded: name it from the remote home.
+            argv.insert(len(host.remote_trainctl) + 1, _remote_path(remote_job))
         else:
             argv += ["--", *args.command_argv]
         r = host.run(argv, timeout=120)
@@ -102,6 +111,15 @@ def run_remote(args) -> int:
             return 0
         return _follow(host, run_dir, args.json)
     return _dashboard(host, run_dir, url)
+
+
+def _job_for_box(path: Path) -> str:
+    """The job file as the box gets it: without its [host] table, which says where to run
+    it from here (left in, the box would hand the job on over ssh instead of running it)."""
+    import tomlkit
+    doc = tomlkit.parse(path.read_text(encoding="utf-8"))
+    doc.pop("host", None)
+    return tomlkit.dumps(doc)
 
 
 def _remote_abs(host, path: str) -> str:
