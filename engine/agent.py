@@ -23,7 +23,7 @@ from .. import __version__
 from . import events as E
 from .config import ConfigError, load_preset, preset_problems
 from .joblock import JobBusy, JobLock
-from .journal import Journal, ProgressThrottle
+from .journal import Journal, ProgressThrottle, journal_lines
 from .parse import ConsoleParser, LineSplitter
 from .paths import RunFiles, config_dir, make_private_dir
 from .process import become_subreaper, kill_tree, signal_name
@@ -654,7 +654,7 @@ class Agent:
                 "auto_recover": self.policy.auto_recover, "preset": self.preset,
                 "fallback": self.spec.fallback, "attempt": self.attempt,
                 "deadline": self.spec.deadline, "budget": self.spec.budget,
-                "currency": self.spec.currency}
+                "currency": self.spec.currency, "live": True}
 
     async def _serve_client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         queue: asyncio.Queue = asyncio.Queue(maxsize=CLIENT_QUEUE)
@@ -693,7 +693,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         try:
             if since < upto:
-                lines = await loop.run_in_executor(None, _journal_lines, self.files.events, since, upto)
+                lines = await loop.run_in_executor(None, journal_lines, self.files.events, since, upto)
                 for i in range(0, len(lines), 2000):
                     writer.write("".join(lines[i:i + 2000]).encode())
                     await writer.drain()
@@ -801,17 +801,6 @@ class Agent:
         raise ValueError(f"unknown command {name!r}; known: status, restart, fallback, switch_preset, "
                          "stop, auto_recover, dump_stacks, list_presets, read_preset, write_preset, "
                          "set_next_preset")
-
-
-def _journal_lines(path: Path, since: int, upto: int) -> list[str]:
-    out = []
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for seq, line in enumerate(f):
-            if seq >= upto:
-                break
-            if seq >= since and line.endswith("\n"):
-                out.append(line)
-    return out
 
 
 async def _exited(proc: asyncio.subprocess.Process, poll_s: float = 0.1) -> int:

@@ -23,13 +23,21 @@ class AgentUnavailable(ConnectionError):
 
 
 class UnixTransport:
-    def __init__(self, sock_path: Path | str):
+    """The agent's Unix socket.  With ``journal_fallback``, a run whose agent is gone (the
+    run ended, or the agent died) still answers: a hello with ``"live": false`` and the
+    journal, read from the run directory, then the end of the stream."""
+
+    def __init__(self, sock_path: Path | str, journal_fallback: bool = False):
         self.sock_path = Path(sock_path)
+        self.journal_fallback = journal_fallback
 
     async def open(self):
         try:
             return await asyncio.open_unix_connection(str(self.sock_path), limit=1 << 22)
         except (FileNotFoundError, ConnectionRefusedError) as e:
+            run_dir = self.sock_path.parent
+            if self.journal_fallback and RunFiles(run_dir).events.exists():
+                return _offline_streams(run_dir)
             raise AgentUnavailable(f"no agent is listening on {self.sock_path} ({e.strerror})") from e
 
     def describe(self) -> str:
@@ -108,6 +116,10 @@ class AgentClient:
     async def command(self, name: str, timeout: float = 60.0, **args) -> dict:
         if self._writer is None:
             raise AgentUnavailable("not connected")
+        if self.hello_info.get("live") is False:
+            raise AgentUnavailable(offline_reply(self.hello_info.get("run_dir", "?"), self.hello_info))
+        if self._pump is not None and self._pump.done():
+            raise AgentUnavailable("connection to the agent lost")
         cid = next(self._ids)
         fut = asyncio.get_running_loop().create_future()
         self._waiting[cid] = fut
@@ -130,4 +142,72 @@ def replay_journal(path: Path | str) -> list[E.Event]:
 
 
 def local_client(run_dir: Path | str) -> AgentClient:
-    return AgentClient(UnixTransport(RunFiles(run_dir).sock))
+    return AgentClient(UnixTransport(RunFiles(run_dir).sock, journal_fallback=True))
+
+
+# ---------------------------------------------------------------------- no agent: the journal
+def offline_hello(run_dir: Path | str) -> dict:
+    """The hello an agent would give, from the run directory alone (``"live": false``)."""
+    from .spec import RunSpec
+    files = RunFiles(run_dir)
+    hello = {"op": "hello", "ok": True, "live": False, "run_dir": str(files.dir),
+             "state": "UNKNOWN", "job": files.dir.name}
+    try:
+        spec = RunSpec.load(files.spec)
+        hello.update(job=spec.job_name, host=spec.host, preset=spec.preset, fallback=spec.fallback,
+                     auto_recover=spec.auto_recover, deadline=spec.deadline, budget=spec.budget,
+                     currency=spec.currency)
+    except (OSError, ValueError, TypeError):
+        pass
+    for ev in read_events(files.events):
+        if isinstance(ev, E.State):
+            hello["state"] = ev.state
+        elif isinstance(ev, E.Start):
+            hello.update(attempt=ev.attempt, preset=ev.preset)
+    return hello
+
+
+def offline_reply(run_dir: Path | str, hello: dict) -> str:
+    return (f"no agent is running for {RunFiles(run_dir).dir} (the run is {hello.get('state')}); "
+            "its journal is all there is")
+
+
+class _OfflineWriter:
+    """The writer side of an offline 'connection': the hello request says from where to
+    replay; the whole answer is fed to the reader at once, then the end of the stream."""
+
+    def __init__(self, run_dir: Path, reader: asyncio.StreamReader):
+        self.run_dir, self.reader, self.answered = run_dir, reader, False
+
+    def write(self, data: bytes) -> None:
+        if self.answered or self.reader.at_eof():
+            return
+        self.answered = True
+        try:
+            since = int(json.loads(data.decode().splitlines()[0]).get("since", 0))
+        except (ValueError, IndexError, AttributeError):
+            since = 0
+        for line in offline_lines(self.run_dir, since):
+            self.reader.feed_data(line.encode())
+        self.reader.feed_eof()
+
+    async def drain(self) -> None:
+        return None
+
+    def write_eof(self) -> None:
+        return None
+
+    def close(self) -> None:
+        return None
+
+
+def offline_lines(run_dir: Path | str, since: int) -> list[str]:
+    """What an offline replay sends: the hello line, then the journal from ``since``."""
+    from .journal import journal_lines
+    return [json.dumps(offline_hello(run_dir)) + "\n",
+            *journal_lines(RunFiles(run_dir).events, max(0, since))]
+
+
+def _offline_streams(run_dir: Path) -> tuple[asyncio.StreamReader, _OfflineWriter]:
+    reader = asyncio.StreamReader(limit=1 << 22)
+    return reader, _OfflineWriter(run_dir, reader)

@@ -15,7 +15,8 @@ FINAL_STATES = ("FINISHED", "FAILED")
 async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Event], None],
                  note: Callable[[str], None], *, max_wait_s: float = 30.0,
                  give_up_s: float | None = None) -> int:
-    """Print journal events until the run ends. Returns 0 finished, 1 failed, 3 gave up."""
+    """Print journal events until the run ends. Returns 0 finished, 1 failed, 3 gave up
+    (or the agent is gone and the journal does not end the run)."""
     next_seq = 0
     delay = 0.5
     lost_since: float | None = None
@@ -34,6 +35,13 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
                 emit(ev)
                 if isinstance(ev, E.State) and ev.state in FINAL_STATES:
                     return 0 if ev.state == "FINISHED" else 1
+            if hello.get("live") is False:
+                # The journal was all there is, and it does not end the run: nobody is
+                # supervising it any more (the agent was killed or crashed).
+                note(f"no agent is running for {hello.get('run_dir', 'this run')} and its journal "
+                     f"ends in state {hello.get('state')}: the agent was killed or crashed "
+                     "(its output is agent.out in the run directory, or its tmux pane)")
+                return 3
             note("connection to the agent lost; the run goes on — retrying")
         except (ConnectionError, OSError) as e:
             note(f"cannot reach the agent ({e}); retrying in {delay:.1f}s")

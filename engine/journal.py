@@ -18,6 +18,22 @@ def count_lines(path: Path) -> int:
     return n
 
 
+def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
+    """The journal's complete lines with seq in [since, upto) (a line being written is left out)."""
+    out = []
+    try:
+        f = open(path, encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return out
+    with f:
+        for seq, line in enumerate(f):
+            if upto is not None and seq >= upto:
+                break
+            if seq >= since and line.endswith("\n"):
+                out.append(line)
+    return out
+
+
 class Journal:
     """`events.jsonl`: one event per line; an event's seq is its 0-based line number."""
 

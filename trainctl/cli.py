@@ -350,7 +350,7 @@ async def _one_command(run_dir: Path, name: str, **kw) -> dict:
     client = local_client(run_dir)
     try:
         await client.connect(since=10**12)
-        return await client.command(name, **kw)
+        return await client.command(name, **kw)   # AgentUnavailable when no agent runs
     finally:
         await client.close()
 
@@ -389,7 +389,10 @@ def cmd_status(args) -> int:
         status = reply.get("result") or {}
         status["live"] = True
     except (AgentUnavailable, OSError):
-        status = {"live": False, "run_dir": str(run_dir)}
+        from .engine.client import offline_hello
+        status = offline_hello(run_dir)   # job, preset, attempt and state from the run directory
+        status.pop("op", None)
+        status.pop("ok", None)
         last: dict[str, E.Event] = {}
         for ev in read_events(run_dir / "events.jsonl"):
             last[ev.type] = ev
@@ -424,8 +427,20 @@ def cmd_bridge(args) -> int:
         try:
             reader, writer = await asyncio.open_unix_connection(str(sock), limit=1 << 22)
         except OSError as e:
-            print(f"trainctl bridge: no agent at {sock}: {e.strerror}", file=sys.stderr)
-            return 1
+            if not RunFiles(args.run_dir).events.exists():
+                print(f"trainctl bridge: no agent at {sock} and no journal there: {e.strerror}",
+                      file=sys.stderr)
+                return 1
+            # The run is over (or its agent died): answer with its journal, then end.
+            from .engine.client import offline_lines
+            first = sys.stdin.buffer.readline()
+            try:
+                since = int(json.loads(first or b"{}").get("since", 0))
+            except (ValueError, AttributeError):
+                since = 0
+            sys.stdout.buffer.write("".join(offline_lines(args.run_dir, since)).encode())
+            sys.stdout.buffer.flush()
+            return 0
         loop = asyncio.get_running_loop()
         stdin = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)

@@ -35,6 +35,7 @@ from trainctl.engine.client import AgentClient
 from trainctl.engine.remote import SshTransport
 
 from tests.e2e.conftest import read_journal, start_trainctl
+from tests.helpers.hangs import wait_until
 from tests.helpers.sshd import LocalSshd, require_sshd
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -372,6 +373,12 @@ def test_remote_run_streams_events_and_falls_back_over_ssh(box):
     assert (last["epoch"], last["batch"]) == (2, 120)
     journal = read_journal(run_dir)                 # what the client saw is the box's journal
     assert [e.seq for e in journal] == [e["seq"] for e in events]
+
+    # Later, with the agent gone, a reattach still shows the whole run and ends.
+    wait_until(lambda: not (run_dir / "agent.sock").exists(), 30, what="the agent to exit")
+    later = cli(["attach", f"ssh://{box.dest}{run_dir}", "--json"], box.client_env, timeout=60)
+    assert later.returncode == 0, later.stderr
+    assert [e["seq"] for e in json_lines(later.stdout)] == [e.seq for e in journal]
 
 
 @pytest.mark.timeout(120)

@@ -254,3 +254,30 @@ async def test_finished_run_greys_out_restart(make_app, agent, journal):
         await pilot.press("r")
         await pilot.pause(0.05)
         assert app.screen is app.dashboard and agent.commands == []
+
+
+async def test_a_run_without_its_agent_shows_its_journal_and_says_so(tmp_path):
+    """The real client on a run directory whose agent is gone: the whole journal replays,
+    the header says there is no agent, and agent keys answer with the reason."""
+    from trainctl.engine.client import local_client
+    from trainctl.engine.journal import Journal
+    from trainctl.engine.paths import RunFiles
+    from trainctl.engine.spec import RunSpec
+    from trainctl.tui.app import TrainctlApp
+
+    files = RunFiles(tmp_path / "run")
+    files.dir.mkdir()
+    RunSpec(job_name="old-run", kind="command", preset="A", fallback="B").save(files.spec)
+    j = Journal(files.events)
+    j.append(ev.Start(100.0, 1, 7, "A", ("python", "t.py")))
+    for b in range(1, 6):
+        j.append(ev.Progress(100.0 + b, 1, 1, b, 5, {"loss": 1.0 / b}))
+    j.append(ev.State(107.0, "FINISHED", "the trainer finished"))
+    j.close()
+    app = TrainctlApp(lambda: local_client(files.dir))
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: app.dashboard.model.last_seq == 6, what="the journal replayed")
+        await wait_for(pilot, lambda: "no agent running" in screen_text(app), what="the offline label")
+        text = screen_text(app)
+        assert "FINISHED" in text and "Batch 5/5" in text, text
+        assert app.dashboard.model.chart_points() == 5

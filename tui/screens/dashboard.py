@@ -81,6 +81,7 @@ class DashboardScreen(Screen[None]):
         self.command: Command = _not_connected
         self.bridge_restart: Callable[[], object] | None = None
         self._connection = "connecting…"
+        self._offline = False
         self._chart_seen = -1
         self._warnings_seen = -1
 
@@ -117,11 +118,17 @@ class DashboardScreen(Screen[None]):
     # ------------------------------------------------------------------ bridge messages
     def on_agent_connected(self, message: AgentConnected) -> None:
         self.model.apply_hello(message.hello)
-        self._connection = "connected"
-        self.connected = True
+        # No agent: the run directory's journal answered (the run is over, or its agent died).
+        self._offline = message.hello.get("live") is False
+        self._connection = "journal only: no agent running" if self._offline else "connected"
+        self.connected = not self._offline
         self._push()
 
     def on_agent_disconnected(self, message: AgentDisconnected) -> None:
+        if self._offline:
+            self.connected = False
+            self._push_header()
+            return   # the journal was replayed; the label stays
         over = " (run over)" if self.model.state in ("FINISHED", "FAILED") else ""
         self._connection = (f"disconnected{over} — retrying in {message.retry_in:.0f}s"
                             if message.retry_in >= 1 else f"disconnected{over} — retrying")
