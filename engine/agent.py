@@ -194,7 +194,8 @@ class Agent:
         else:
             argv = list(self.spec.command) + list(preset.args if preset else ())
             needs = any("{checkpoint}" in a for a in self.spec.resume_args)
-            if self.attempt > 1 and self.spec.resume_args and (resume_from or not needs):
+            resuming = self.attempt > 1 or resume_from is not None
+            if resuming and self.spec.resume_args and (resume_from or not needs):
                 argv += [a.replace("{checkpoint}", resume_from or "") for a in self.spec.resume_args]
         return argv, env
 
@@ -257,7 +258,10 @@ class Agent:
 
     async def _attempts(self) -> int:
         preset = self.preset
-        resume_from: str | None = None
+        resume_from: str | None = self.spec.resume_from   # --resume-from, for the first attempt
+        if resume_from:
+            self.last_checkpoint = resume_from
+            self.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
         while True:
             self.attempt += 1
             self.preset = preset
@@ -278,7 +282,8 @@ class Agent:
                           "`trainctl run` again.")
                 good = self._resume_checkpoint() if outcome.returncode is not None else None
                 if good:
-                    advice += f" The last good checkpoint is {good}."
+                    advice += (f" To go on from its last good checkpoint ({good}): "
+                               f"`trainctl run ... --resume-from {self.files.dir}`.")
                 self.emit(E.Warning(self.clock(), "trainctl.failed", "fatal", decision.reason,
                                     advice, source="trainctl"))
                 return 1

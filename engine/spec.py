@@ -15,6 +15,7 @@ class RunSpec:
     preset: str | None = None                  # preset names; files live in run_dir/presets/
     fallback: str | None = None
     resume_args: list[str] = field(default_factory=list)
+    resume_from: str | None = None             # the first attempt starts from this checkpoint
     stall: dict[str, float] = field(default_factory=dict)  # train_timeout, startup_timeout, val_timeout, save_timeout
     max_restarts: int = 3
     auto_recover: bool = True

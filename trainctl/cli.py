@@ -31,6 +31,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
     p.add_argument("--resume-arg", action="append", default=[], metavar="ARG",
                    help="appended to a generic command on restart (repeatable; {checkpoint} is replaced)")
+    p.add_argument("--resume-from", metavar="PATH",
+                   help="start from this checkpoint, or from the last good checkpoint of this "
+                        "earlier run directory (a command resumes through its --resume-arg)")
     p.add_argument("--run-dir", help="where the journal, log and stacks go")
     p.add_argument("--deadline", help="ISO 8601 date/time the run must finish by")
     p.add_argument("--name", help="job name (generic commands; default: the script's name)")
@@ -129,6 +132,9 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
     if args.stall_timeout is not None and args.stall_timeout <= 0:
         raise UsageError("--stall-timeout: must be a number of seconds > 0")
 
+    resume_args = list(args.resume_arg or (job.resume_args if job else []))
+    kind = job.kind if job else "command"
+    resume_from = _resume_from(args.resume_from, kind, resume_args) if args.resume_from else None
     name = args.name or (job.name if job else _command_name(args.command_argv))
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
     run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
@@ -160,7 +166,7 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
         command=list(job.command) if job and job.kind == "command" else list(args.command_argv),
         job_file=str(job.path.resolve()) if job and job.kind == "ultralytics" else None,
         preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
-        resume_args=list(args.resume_arg or (job.resume_args if job else [])),
+        resume_args=resume_args, resume_from=resume_from,
         stall=stall, max_restarts=args.max_restarts if args.max_restarts is not None
         else (job.max_restarts if job else 3),
         auto_recover=not args.no_auto_recover, deadline=deadline,
@@ -168,6 +174,39 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
     spec.save(files.spec)
     return run_dir, spec
+
+
+def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
+    """The checkpoint `--resume-from` names: a file, or an earlier run directory's newest
+    checkpoint that verifies (a truncated one is never chosen)."""
+    from .engine.journal import read_events
+    from .engine.paths import RunFiles
+    from .engine.runners.checkpoint import inspect_checkpoint, pick_resume_checkpoint
+    path = Path(ref).expanduser().resolve()
+    if kind == "command" and not resume_args:
+        raise UsageError("--resume-from: a command resumes through its resume arguments; give "
+                         "--resume-arg (e.g. --resume-arg=--resume --resume-arg={checkpoint}) "
+                         "or resume_args in the job")
+    if path.is_dir():
+        files = RunFiles(path)
+        if not files.events.exists():
+            raise UsageError(f"--resume-from {ref}: not a checkpoint file nor a trainctl run "
+                             "directory (no events.jsonl)")
+        candidates = [files.checkpoints / "last_good.pt"]
+        candidates += [ev.path for ev in read_events(files.events)
+                       if ev.type == "checkpoint" and ev.ok and ev.path]
+        good = pick_resume_checkpoint(candidates) if kind == "ultralytics" else \
+            next((Path(c) for c in reversed(candidates[1:]) if Path(c).is_file()), None)
+        if good is None:
+            raise UsageError(f"--resume-from {ref}: that run has no checkpoint that verifies")
+        return str(good)
+    if not path.is_file():
+        raise UsageError(f"--resume-from {ref}: no such file or run directory")
+    if kind == "ultralytics":
+        check = inspect_checkpoint(path)
+        if not check.ok:
+            raise UsageError(f"--resume-from {ref}: not a checkpoint that loads: {check.detail}")
+    return str(path)
 
 
 def _command_name(argv: list[str]) -> str:

@@ -28,7 +28,7 @@ def _host(destination: str, trainctl_cmd: str | None = None):
 
 def _forwarded_options(args) -> list[str]:
     out: list[str] = []
-    for flag in ("preset", "fallback", "deadline", "name"):
+    for flag in ("preset", "fallback", "deadline", "name", "resume_from"):
         value = getattr(args, flag, None)
         if value:
             out += [f"--{flag.replace('_', '-')}", value]

@@ -1,0 +1,70 @@
+"""`trainctl run --resume-from`: a new run that starts from an earlier run's checkpoint
+(after a FAILED run the user fixes things and goes on, not from epoch 1)."""
+from __future__ import annotations
+
+import json
+import signal
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, ROOT, run_trainctl, start_trainctl, write_ultralytics_job
+from trainctl.engine.runners.checkpoint import GOOD_NAME
+
+pytestmark = pytest.mark.e2e
+TRAIN_LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
+
+
+@pytest.mark.timeout(60)
+def test_a_command_starts_from_the_given_checkpoint(tmp_path):
+    ck = tmp_path / "ck.json"
+    loop = [PYTHON, str(TRAIN_LOOP), "--batches", "10", "--batch-time", "0.01", "--workers", "0",
+            "--checkpoint", str(ck)]
+    first = run_trainctl(["run", "--json", "--", *loop, "--epochs", "2"], timeout=40)
+    assert first.returncode == 0, first.describe()
+    assert json.loads(ck.read_text()) == {"epoch": 2}
+    second = run_trainctl(["run", "--json", "--resume-arg=--resume", "--resume-arg={checkpoint}",
+                           "--resume-from", str(ck), "--", *loop, "--epochs", "3"], timeout=40)
+    assert second.returncode == 0, second.describe()
+    (start,) = second.of_type("start")
+    assert list(start.command[-2:]) == ["--resume", str(ck)], start.command
+    assert {p.epoch for p in second.of_type("progress")} == {3}
+    assert any(i.key == "resume_from" and str(ck) in i.text for i in second.of_type("info"))
+    assert "resume_epoch=2" in (second.run_dir / "train.log").read_text()
+
+
+@pytest.mark.timeout(30)
+@pytest.mark.parametrize("args, message", [
+    (["--resume-from", "/nonexistent/ck.pt", "--resume-arg", "{checkpoint}"], "no such file or run directory"),
+    (["--resume-from", "{tmp}"], "resumes through its resume arguments"),
+    (["--resume-from", "{tmp}", "--resume-arg", "{checkpoint}"], "not a checkpoint file nor a trainctl run"),
+])
+def test_bad_resume_from_is_refused_naming_the_path(tmp_path, args, message):
+    args = [a.replace("{tmp}", str(tmp_path)) for a in args]
+    r = run_trainctl(["run", "--json", *args, "--", PYTHON, "-c", "pass"], timeout=20)
+    assert r.returncode == 2, r.describe()
+    assert message in r.stderr and "--resume-from" in r.stderr, r.stderr
+
+
+@pytest.mark.timeout(180)
+def test_an_ultralytics_run_goes_on_from_an_earlier_run_directory(tmp_path):
+    job = write_ultralytics_job(tmp_path / "job", n_train=16, n_val=4, epochs=3, batch=4,
+                                preset="B")
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "checkpoint" and e.epoch == 1 and e.ok, 120,
+                      "epoch 1's checkpoint")
+        tc.signal(signal.SIGINT)
+        first = tc.wait(60)
+    assert first.returncode == 130, first.describe()
+    assert (first.run_dir / "checkpoints" / GOOD_NAME).exists()
+    truncated = tmp_path / "truncated.pt"
+    truncated.write_bytes((first.run_dir / "checkpoints" / GOOD_NAME).read_bytes()[:5000])
+    bad = run_trainctl(["run", str(job), "--json", "--resume-from", str(truncated)], timeout=60)
+    assert bad.returncode == 2 and "not a checkpoint that loads" in bad.stderr, bad.describe()
+
+    second = run_trainctl(["run", str(job), "--json", "--resume-from", str(first.run_dir)],
+                          timeout=150)
+    assert second.returncode == 0, second.describe()
+    (start,) = second.of_type("start")
+    assert "--resume" in start.command, start.command
+    epochs = sorted({p.epoch for p in second.of_type("progress")})
+    assert epochs[0] >= 2 and epochs[-1] == 3, epochs   # epoch 1 was not trained again
