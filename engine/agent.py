@@ -34,9 +34,11 @@ from .stall import StallDetector
 from .supervisor import Outcome, RecoveryPolicy, RunState, StateMachine
 
 TICK_S = 1.0
-WATCH_S = 0.25
+WATCH_S = 0.5
+READ_PAUSE_S = 0.1     # after a small read of the trainer's output, read again this much later
+READ_BURST = 32768     # a read this large (a flood) is followed at once
 PROJECTION_S = 30.0
-LOG_FLUSH_S = 0.2
+LOG_FLUSH_S = 0.5
 CLIENT_QUEUE = 20000
 PROJECTED = frozenset({"start", "phase", "restart", "stall", "exit", "checkpoint"})
 
@@ -89,6 +91,7 @@ class Agent:
         self.clients: set[asyncio.Queue] = set()
         self.proc: asyncio.subprocess.Process | None = None
         self.phase = "startup"
+        self._reported_phase = False
         self.last_checkpoint: str | None = None
         self._furthest: tuple[int, int] = (0, 0)   # the furthest (epoch, batch) of the run
         self.stop_requested = asyncio.Event()
@@ -314,20 +317,26 @@ class Agent:
                                 "Fix the preset (trainctl presets validate) and restart.", source="trainctl"))
             return Outcome("crash", False, None, preset, stop_reason=str(e))
         r_fd, w_fd = os.pipe()
+        # The trainer's output goes to a pipe of our own (not asyncio's): reading it can be
+        # paused to take a burst of lines in one read, and proc.wait() does not wait for
+        # it to close (workers orphaned by a dead trainer may hold it open).
+        out_r, out_w = os.pipe()
+        _grow_pipe(out_w)
         env["TRAINCTL_EVENTS_FD"] = str(w_fd)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out_w,
                 stderr=asyncio.subprocess.STDOUT, env=env, cwd=self.spec.cwd,
                 start_new_session=True, pass_fds=(w_fd,))
         except OSError as e:
-            os.close(r_fd)
-            os.close(w_fd)
+            for fd in (r_fd, w_fd, out_r, out_w):
+                os.close(fd)
             self.emit(E.Warning(self.clock(), "trainctl.spawn_failed", "fatal",
                                 f"cannot start {argv[0]}: {e}", "Check the command and its path.",
                                 source="trainctl"))
             return Outcome("crash", False, None, preset, stop_reason=str(e))
         os.close(w_fd)
+        os.close(out_w)
         self.proc = proc
         now = self.clock()
         self._seen_procs = {}
@@ -346,10 +355,10 @@ class Agent:
         from .probes import TreeSampler
         self._sampler = TreeSampler()
 
-        readers = [asyncio.create_task(self._read_output(proc)),
+        readers = [asyncio.create_task(self._read_output(out_r)),
                    asyncio.create_task(self._read_side_channel(r_fd))]
         watcher = asyncio.create_task(self._watch())
-        waiter = asyncio.create_task(_exited(proc))
+        waiter = asyncio.create_task(proc.wait())
         interrupt = asyncio.create_task(self._interrupt.event.wait())
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
         kind = None
@@ -427,17 +436,30 @@ class Agent:
         self.info(f"GPU memory still held by {held} after {limit_s:.0f}s; restarting anyway", "gpu_release")
 
     # ------------------------------------------------------------------ reading the trainer
-    async def _read_output(self, proc: asyncio.subprocess.Process) -> None:
-        assert proc.stdout is not None
-        with open(self.files.log, "ab") as log:
-            while True:
-                data = await proc.stdout.read(65536)
-                if not data:
-                    break
-                log.write(data)
-                log.flush()
-                self._on_lines(self.splitter.feed(data))
-            self._on_lines(self.splitter.flush())
+    async def _read_output(self, fd: int) -> None:
+        """Read the trainer's output until every writer has closed it.  After a small read
+        the pipe is left alone for READ_PAUSE_S, so a trainer that flushes every line costs
+        one wake-up per pause, not one per line (the cost of a wake-up, not of a line,
+        dominates at ordinary rates); a large read is followed at once."""
+        loop = asyncio.get_running_loop()
+        reader = asyncio.StreamReader(limit=1 << 22)
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
+        try:
+            with open(self.files.log, "ab") as log:
+                while data := await reader.read(1 << 20):
+                    log.write(data)
+                    log.flush()
+                    self._on_lines(self.splitter.feed(data))
+                    if len(data) < READ_BURST:
+                        transport.pause_reading()
+                        try:
+                            await asyncio.sleep(READ_PAUSE_S)
+                        finally:
+                            transport.resume_reading()
+                self._on_lines(self.splitter.flush())
+        finally:
+            transport.close()
 
     def _on_lines(self, lines: list[str]) -> None:
         now = self.clock()
@@ -450,7 +472,7 @@ class Agent:
                 self.detector.on_evidence(now, "log")
             for ev in self.parser.feed(line, now):
                 if isinstance(ev, E.Progress) and not self._structured:
-                    self._on_progress(ev)
+                    self._on_progress(ev, console=True)
                 elif isinstance(ev, E.Phase) and not (self._structured or self._structured_phases):
                     self._set_phase(ev.phase, now)
 
@@ -480,7 +502,7 @@ class Agent:
                     # A script may report only its phases (engine/report.py): its console
                     # progress still counts.
                     self._structured_phases = True
-                    self._set_phase(ev.phase, now)
+                    self._set_phase(ev.phase, now, reported=True)
                 elif isinstance(ev, E.Checkpoint):
                     if ev.ok:
                         self.last_checkpoint = ev.path
@@ -492,18 +514,25 @@ class Agent:
         finally:
             transport.close()
 
-    def _set_phase(self, phase: str, now: float, force: bool = False) -> None:
-        """Enter ``phase``; a repeat (the runner's own "startup" after ours) is dropped."""
+    def _set_phase(self, phase: str, now: float, force: bool = False, reported: bool = False) -> None:
+        """Enter ``phase``; a repeat (the runner's own "startup" after ours) is dropped.
+        ``reported``: the trainer said so on its side channel (not guessed from output)."""
         if phase == self.phase and not force:
+            self._reported_phase = self._reported_phase or reported
             return
+        self._reported_phase = reported
         self.phase = phase
         self.detector.on_phase(phase, now)
         self.emit(E.Phase(now, phase))
         self._project(now)
 
-    def _on_progress(self, ev: E.Progress) -> None:
+    def _on_progress(self, ev: E.Progress, console: bool = False) -> None:
         now = ev.ts
-        if self.phase != "train":
+        # A batch line read from the console may be older than a val/save phase the trainer
+        # reported on its side channel (two pipes, read at different moments): it must not
+        # end that phase, or a restart could kill the trainer in the middle of a save.
+        late = console and self._reported_phase and self.phase in ("val", "save")
+        if self.phase != "train" and not late:
             self._set_phase("train", now)
         mark = (ev.epoch or 0, ev.batch or 0)
         if mark > self._furthest:   # only a batch beyond any earlier attempt's is new progress
@@ -808,12 +837,14 @@ class Agent:
                          "set_next_preset")
 
 
-async def _exited(proc: asyncio.subprocess.Process, poll_s: float = 0.1) -> int:
-    """The trainer's exit status as soon as it exits.  Not proc.wait(): on Python 3.11 that
-    also waits for stdout to close, which never happens while orphaned workers hold it."""
-    while proc.returncode is None:
-        await asyncio.sleep(poll_s)
-    return proc.returncode
+def _grow_pipe(fd: int, size: int = 1 << 20) -> None:
+    """Room for a burst of output while the reader pauses (64 KiB by default on Linux;
+    1 MiB is what an unprivileged process may ask for).  Best effort."""
+    try:
+        import fcntl
+        fcntl.fcntl(fd, getattr(fcntl, "F_SETPIPE_SZ", 1031), size)
+    except OSError:
+        pass
 
 
 def _restamp(ev: E.Event, now: float) -> E.Event:
