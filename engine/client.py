@@ -113,7 +113,10 @@ class AgentClient:
                 return
             yield ev
 
-    async def command(self, name: str, timeout: float = 60.0, **args) -> dict:
+    async def command(self, name: str, /, *, timeout: float = 60.0, **args) -> dict:
+        """Send command ``name`` with ``args`` and wait for its reply.  ``name`` is
+        positional-only: read_preset, write_preset and set_next_preset take a ``name``
+        argument of their own."""
         if self._writer is None:
             raise AgentUnavailable("not connected")
         if self.hello_info.get("live") is False:
@@ -128,6 +131,7 @@ class AgentClient:
         return await asyncio.wait_for(fut, timeout)
 
     async def close(self) -> None:
+        """Close the connection, and the transport's own process if it has one (ssh)."""
         if self._writer is not None:
             try:
                 self._writer.close()
@@ -135,6 +139,9 @@ class AgentClient:
                 pass
         if self._pump is not None:
             self._pump.cancel()
+        closer = getattr(self.transport, "close", None)
+        if closer is not None:
+            await closer()
 
 
 def replay_journal(path: Path | str) -> list[E.Event]:

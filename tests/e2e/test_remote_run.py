@@ -510,3 +510,54 @@ def test_job_file_with_a_host_runs_on_the_box(box, tmp_path):
     seen = [json.loads(ln[len("ARGV_ENV "):]) for ln in (run_dir / "train.log").read_text().splitlines()
             if ln.startswith("ARGV_ENV ")]
     assert seen == [{"argv": ["a b"], "env": "from the job's preset"}]
+
+
+@pytest.mark.timeout(150)
+async def test_dashboard_over_ssh_edits_the_remote_preset_and_falls_back(box):
+    """The TUI itself, attached from here over ssh: the preset editor reads and writes the
+    box's preset, and the fallback key restarts the remote trainer under B."""
+    from trainctl.tui.app import TrainctlApp
+    from trainctl.tui.screens.confirm import ConfirmScreen
+
+    from tests.tui.tui_helpers import (
+        edit_workers_and_save,
+        screen_text,
+        shown,
+        wait_for,
+    )
+
+    run_dir = box.runs / "tui"
+    await asyncio.to_thread(start_remote, box, run_dir,
+                            train_loop("--epochs", "2", "--batches", "200", "--batch-time", "0.03"),
+                            "--preset", "A", "--fallback", "B")
+    host = box.host()
+    app = TrainctlApp(lambda: AgentClient(SshTransport(host, str(run_dir))))
+    async with app.run_test(size=(160, 48)) as pilot:
+        model = app.dashboard.model
+        await wait_for(pilot, lambda: model.progress is not None, 60, "progress over ssh")
+        await wait_for(pilot, lambda: "RUNNING" in screen_text(app), 10, "RUNNING on screen")
+        assert (model.preset, model.attempt) == ("A", 1)
+
+        # The editor opens the running preset as the box has it, and saves it there.
+        editor = await edit_workers_and_save(pilot, "ctrl+s", "2", "1")
+        assert str(run_dir / "presets" / "A.toml") in screen_text(app)   # the box's file
+        await pilot.press("y")
+        preset_a = run_dir / "presets" / "A.toml"
+        await wait_for(pilot, lambda: "workers = 1" in preset_a.read_text(), 30, "A.toml written")
+        assert "# " in preset_a.read_text()             # its comments kept
+        await wait_for(pilot, lambda: not editor.dirty, 10, "editor clean")
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is not editor, 10, "editor closed")
+
+        # Fall back: confirm, and the box's agent restarts the trainer under B.
+        await pilot.press("f")
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: model.attempt == 2 and model.preset == "B", 60, "attempt 2 on B")
+        await wait_for(pilot, lambda: model.state == "FINISHED", 90, "the run to finish")
+        text = screen_text(app)
+        assert "FINISHED" in text, text
+    events = read_journal(run_dir)
+    assert [(e.attempt, e.preset) for e in events if e.type == "start"] == [(1, "A"), (2, "B")]
+    assert [e.preset for e in events if e.type == "restart"] == ["B"]
+    assert "attempt=2 workers=0" in (run_dir / "train.log").read_text()

@@ -5,7 +5,6 @@ import time
 from collections.abc import Callable
 
 from textual.pilot import Pilot
-
 from trainctl.engine.events import Tick
 
 TICK = dict(phase="train", idle_s=0.6, threshold_s=60.0, auto_recover=True,
@@ -29,14 +28,14 @@ async def wait_for(pilot: Pilot, predicate: Callable[[], object], timeout: float
         await pilot.pause(0.01)
 
 
-async def replayed(pilot: Pilot, agent) -> None:  # noqa: ANN001 - FakeAgent
+async def replayed(pilot: Pilot, agent) -> None:
     """Wait until the dashboard has applied every journal event the agent holds."""
     app = pilot.app
     last = agent.journal[-1].seq
     await wait_for(pilot, lambda: app.dashboard.model.last_seq == last, what=f"seq {last}")
 
 
-def screen_text(app) -> str:  # noqa: ANN001 - any App
+def screen_text(app) -> str:
     """The characters on the screen, one line per row."""
     strips = app.screen._compositor.render_strips()
     return "\n".join("".join(segment.text for segment in strip) for strip in strips)
@@ -50,3 +49,24 @@ async def shown(pilot: Pilot, screen_type: type) -> None:
                    what="layout")
     await pilot.pause()
     await pilot.pause()
+
+
+async def edit_workers_and_save(pilot: Pilot, save_key: str, old: str, new: str) -> object:
+    """On the dashboard: `e` opens the running preset; set dataloader.workers from ``old``
+    to ``new``; ``save_key`` (ctrl+s, ctrl+r, ctrl+t) brings up the diff to confirm.
+    Returns the editor screen (the confirm modal is showing)."""
+    from textual.widgets import Input
+    from trainctl.tui.screens.confirm import ConfirmScreen
+    from trainctl.tui.screens.preset_editor import PresetEditorScreen
+    app = pilot.app
+    await pilot.press("e")
+    await shown(pilot, PresetEditorScreen)
+    editor = app.screen
+    workers = editor.query_one("#field-dataloader-workers", Input)
+    assert workers.value == old, workers.value
+    workers.value = new
+    await pilot.pause()
+    await pilot.press(save_key)
+    await shown(pilot, ConfirmScreen)
+    assert f"+workers = {new}" in app.screen.body.code
+    return editor
