@@ -103,6 +103,7 @@ class Agent:
         self._last_tick = 0.0
         self._last_projection = 0.0
         self._last_risk_check = 0.0
+        self._projection_basis = (False, False)
         self._last_gpu: dict | None = None
         self._server: asyncio.base_events.Server | None = None
 
@@ -573,10 +574,13 @@ class Agent:
                 self._project(now)
             elif now - self._last_risk_check >= TICK_S:
                 # The risk is checked every second (cheap), so a deadline or budget that
-                # becomes unreachable is said within a second, not at the next projection.
+                # becomes unreachable is said within a second, not at the next projection;
+                # so is the first projection that knows the work left or the run's own rate.
                 self._last_risk_check = now
                 risk = self.projector.at_risk(now)
-                if risk is not None:
+                basis = self.projector.basis()
+                if risk is not None or basis != self._projection_basis:
+                    self._projection_basis = basis
                     self._project(now, risk)
 
     async def _tick(self, now: float) -> None:

@@ -404,6 +404,11 @@ class Projector:
             return est.rate, None, None
         return None, None, None
 
+    def basis(self) -> tuple[bool, bool]:
+        """What a projection can stand on now: (total work known, own rate measured).
+        A change is worth a projection at once (the first one of a run says "unknown")."""
+        return self._total() is not None, len(self._meter.records) >= MIN_RECORDS
+
     # ------------------------------------------------------------------ time left
     def _total(self) -> int | None:
         if self._batches is None or self._single_pass_broken or self._last is None:

@@ -72,3 +72,19 @@ def test_status_and_at_risk_warnings_on_a_live_run(tmp_path):
     assert st["projection"]["deadline"] == pytest.approx(deadline.timestamp())
     human = status(r.run_dir)
     assert "agent not running" in human.stdout and "FINISHED" in human.stdout, human.stdout
+
+
+@pytest.mark.timeout(60)
+def test_the_first_projection_with_an_eta_comes_within_seconds(tmp_path):
+    """Not 30 s later: once the work left and the run's own rate are known, the journal
+    (and the dashboard's Deadline panel) gets a projection with an ETA at once."""
+    command = [PYTHON, str(TRAIN_LOOP), "--epochs", "2", "--batches", "100",
+               "--batch-time", "0.05", "--workers", "0"]
+    with start_trainctl(["run", "--json", "--", *command]) as tc:
+        r = tc.wait(50)
+    assert r.returncode == 0, r.describe()
+    first = r.of_type("progress")[0]
+    with_eta = [p for p in r.of_type("projection") if p.eta is not None and p.ts < r.of_type("exit")[0].ts]
+    assert with_eta, [(p.ts - first.ts, p.eta) for p in r.of_type("projection")]
+    assert with_eta[0].ts - first.ts < 3.0, with_eta[0].ts - first.ts
+    assert with_eta[0].rate == pytest.approx(20, rel=0.5)
