@@ -38,7 +38,7 @@ WATCH_S = 0.5
 READ_PAUSE_S = 0.1     # after a small read of the trainer's output, read again this much later
 READ_BURST = 32768     # a read this large (a flood) is followed at once
 PROJECTION_S = 30.0
-LOG_FLUSH_S = 0.5
+LOG_FLUSH_S = 0.25
 CLIENT_QUEUE = 20000
 PROJECTED = frozenset({"start", "phase", "restart", "stall", "exit", "checkpoint"})
 
@@ -97,6 +97,7 @@ class Agent:
         self.stop_requested = asyncio.Event()
         self._interrupt = _Interrupt()
         self._log_lines: deque[str] = deque(maxlen=200)
+        self._last_log_flush = 0.0
         self._seen_procs: dict[int, psutil.Process] = {}
         self._last_workers: set[int] = set()
         self._sampler = None
@@ -452,6 +453,8 @@ class Agent:
                     log.write(data)
                     log.flush()
                     self._on_lines(self.splitter.feed(data))
+                    if self.clock() - self._last_log_flush >= LOG_FLUSH_S:
+                        self._flush_logs()      # here, not only on the watch loop's wake-ups
                     if len(data) < READ_BURST:
                         transport.pause_reading()
                         try:
@@ -553,16 +556,14 @@ class Agent:
 
     # ------------------------------------------------------------------ watching
     async def _watch(self) -> None:
-        last_log = 0.0
         while True:
             await asyncio.sleep(WATCH_S)
             now = self.clock()
             pending = self.throttle.flush(now)
             if pending is not None:
                 self.emit(pending)
-            if now - last_log >= LOG_FLUSH_S:
+            if now - self._last_log_flush >= LOG_FLUSH_S:
                 self._flush_logs()
-                last_log = now
             verdict = self.detector.check(now)
             if verdict is not None and not self._stalled:
                 self._stalled = True
@@ -617,6 +618,7 @@ class Agent:
             self.emit(risk)
 
     def _flush_logs(self) -> None:
+        self._last_log_flush = self.clock()
         if self._log_lines:
             lines = tuple(self._log_lines)
             self._log_lines.clear()
