@@ -42,6 +42,9 @@ class TrainctlApp(App[int]):
     def on_mount(self) -> None:
         self.bridge.start(self.dashboard)
 
+    async def on_unmount(self) -> None:
+        await self.bridge.aclose()
+
     # ------------------------------------------------------------------ palette and quit
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)

@@ -55,6 +55,7 @@ class Bridge:
         self._dropped = 0
         self._wake = asyncio.Event()
         self._lock = asyncio.Lock()
+        self._closing: set[asyncio.Future[None]] = set()
 
     @property
     def connected(self) -> bool:
@@ -122,8 +123,22 @@ class Bridge:
             return True, "the agent closed the connection"
         finally:
             self._client = None
-            with contextlib.suppress(Exception):   # closing a dead connection
-                await client.close()
+            # Its own task, so a cancelled follow (the app quitting) still ends the ssh
+            # process; aclose() waits for it while the event loop is alive.
+            closing = asyncio.ensure_future(_close_quietly(client))
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.shield(closing)
+
+    async def aclose(self, timeout: float = 5.0) -> None:
+        """Wait (bounded) for the connections being closed: the app calls this on exit."""
+        client = self._client
+        if client is not None:
+            self._client = None
+            self._closing.add(asyncio.ensure_future(_close_quietly(client)))
+        if self._closing:
+            await asyncio.wait(set(self._closing), timeout=timeout)
 
     def _take(self, event: Event) -> None:
         if isinstance(event, Tick):
@@ -163,3 +178,8 @@ class Bridge:
                 if last:
                     self._tick, self._lines, self._dropped = None, [], 0
                 self._target.post_message(batch)
+
+
+async def _close_quietly(client: ClientLike) -> None:
+    with contextlib.suppress(Exception):   # closing a dead connection
+        await client.close()
