@@ -30,14 +30,19 @@ def runs_dir() -> Path:
 
 
 def new_run_dir(job_name: str, now: float | None = None) -> Path:
+    """Create a new, empty run directory for ``job_name`` (private) and return it."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
     root = runs_dir()
+    root.mkdir(parents=True, exist_ok=True)
     path = root / f"{job_name}-{stamp}"
     n = 1
-    while path.exists():
-        n += 1
-        path = root / f"{job_name}-{stamp}-{n}"
-    return path
+    while True:
+        try:
+            path.mkdir(mode=0o700)   # made, not only named: a run started at the same second
+            return path              # by another process takes the next name
+        except FileExistsError:
+            n += 1
+            path = root / f"{job_name}-{stamp}-{n}"
 
 
 def latest_link() -> Path:

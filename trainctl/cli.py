@@ -10,8 +10,12 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from . import __version__
+
+if TYPE_CHECKING:
+    from .engine.spec import RunSpec
 
 COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent")
 
@@ -103,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- run / demo
-def _prepare(args) -> tuple[Path, "RunSpec"]:
+def _prepare(args) -> tuple[Path, RunSpec]:
     from .engine.config import ConfigError, list_presets, load_job, load_preset, parse_deadline
     from .engine.paths import RunFiles, make_private_dir, new_run_dir
     from .engine.spec import RunSpec
@@ -138,14 +142,18 @@ def _prepare(args) -> tuple[Path, "RunSpec"]:
     name = args.name or (job.name if job else _command_name(args.command_argv))
     name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
     run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
-    run_dir = Path(run_dir_ref).expanduser().resolve() if run_dir_ref else new_run_dir(name)
-    files = RunFiles(run_dir)
-    if files.sock.exists() and _agent_alive(run_dir):
-        raise UsageError(f"{run_dir}: an agent is already running there (trainctl attach {run_dir})")
     from .engine.joblock import JobBusy, holder
     running = holder(name)
     if running is not None:   # checked before anything is written; the agent checks again
         raise UsageError(str(JobBusy(name, running)))
+    if run_dir_ref:
+        run_dir = Path(run_dir_ref).expanduser().resolve()
+        if RunFiles(run_dir).sock.exists() and _agent_alive(run_dir):
+            raise UsageError(f"{run_dir}: an agent is already running there "
+                             f"(trainctl attach {run_dir})")
+    else:
+        run_dir = new_run_dir(name)   # made here: two runs started at once never share one
+    files = RunFiles(run_dir)
     make_private_dir(files.dir)
     make_private_dir(files.presets)
     # The run keeps its own copy of every preset it may switch to: the editor edits these.
@@ -222,7 +230,7 @@ def _link_latest(run_dir: Path) -> None:
     link = latest_link()
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
-        tmp = link.with_name(".latest.tmp")
+        tmp = link.with_name(f".latest.{os.getpid()}.tmp")   # runs may start at once
         if tmp.is_symlink() or tmp.exists():
             tmp.unlink()
         tmp.symlink_to(run_dir)
@@ -259,7 +267,6 @@ def _job_has_host(args) -> bool:
 
 
 def cmd_run(args) -> int:
-    from .engine.paths import RunFiles
     if args.host or _job_has_host(args):
         from .remote_cli import run_remote
         return run_remote(args)
@@ -267,12 +274,19 @@ def cmd_run(args) -> int:
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
+        from .engine.paths import latest_link
+        previous = latest_link().resolve() if latest_link().is_symlink() else None
         _link_latest(run_dir)
-        return _run_agent(run_dir, spec, args.json)
+        code = _run_agent(run_dir, spec, args.json)
+        if code == 2 and _never_began(run_dir):   # another run of the job won: leave no trace
+            shutil.rmtree(run_dir, ignore_errors=True)
+            if previous is not None and previous.is_dir():
+                _link_latest(previous)
+        return code
     try:
         _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
     except UsageError:
-        if not RunFiles(run_dir).events.exists():   # refused before it began: leave no trace
+        if _never_began(run_dir):   # refused before it began: leave no trace
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     _link_latest(run_dir)
@@ -333,18 +347,47 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
             raise UsageError(str(e)) from e
         print(f"trainctl: agent running in tmux session {session} "
               f"(`{' '.join(server.attach_argv(session))}` shows it)")
+        def gone() -> bool:
+            return not server.session_exists(session)
     else:
-        out = open(files.dir / "agent.out", "ab")
-        subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT,
-                         start_new_session=True, cwd=str(run_dir))
+        with open(files.dir / "agent.out", "ab") as out:
+            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
+                                    stderr=subprocess.STDOUT, start_new_session=True,
+                                    cwd=str(run_dir))
         why = "tmux not found" if use_tmux else "--no-tmux"
         print(f"trainctl: agent running detached ({why}); its output: {files.dir / 'agent.out'}")
+        def gone() -> bool:
+            return proc.poll() is not None
     deadline = time.monotonic() + 30
+    next_check = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         if files.sock.exists() and _agent_alive(run_dir):
             return
+        if time.monotonic() >= next_check:
+            next_check += 0.5
+            if gone() and not (files.sock.exists() and _agent_alive(run_dir)):
+                raise UsageError(f"the agent ended before it started the run: {_agent_said(files)}")
         time.sleep(0.1)
     raise UsageError(f"the agent did not start within 30 s; see {files.dir / 'agent.out'}")
+
+
+def _never_began(run_dir: Path) -> bool:
+    """No event in the run's journal: the agent refused (or never ran) before its start."""
+    from .engine.paths import RunFiles
+    events = RunFiles(run_dir).events
+    try:
+        return events.stat().st_size == 0
+    except FileNotFoundError:
+        return True
+
+
+def _agent_said(files) -> str:
+    """The last lines the agent wrote to agent.out (why it ended), or where to look."""
+    try:
+        lines = (files.dir / "agent.out").read_text(errors="replace").strip().splitlines()
+    except OSError:
+        lines = []
+    return "\n".join(lines[-5:]) if lines else "it printed nothing (its tmux session is gone)"
 
 
 # ---------------------------------------------------------------------- attach / ctl / status

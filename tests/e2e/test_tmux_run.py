@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -107,3 +106,41 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+@pytest.mark.timeout(90)
+@pytest.mark.parametrize("mode", [[], ["--no-tmux"], ["--json"]], ids=["tmux", "detached", "headless"])
+def test_two_runs_of_a_job_started_at_once_one_wins_the_other_says_why(runs, mode):
+    """Both may pass the early check; the agent that loses the job lock ends at once, and
+    `trainctl run` says why (it used to wait 30 s and say the agent 'did not start')."""
+    import os
+    env = {**os.environ, **runs.env}
+    detach = [] if "--json" in mode else ["--detach"]   # headless: the winner runs to the end
+    batches = "60" if "--json" in mode else "400"
+    argv = [sys.executable, "-m", "trainctl", "run", *mode, *detach, "--name", "race", "--",
+            *LOOP, "--epochs", "1", "--batches", batches]
+    procs = [subprocess.Popen(argv, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(3)]
+    try:
+        results = [(p.wait(timeout=45), *p.communicate()) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    codes = sorted(code for code, _, _ in results)
+    assert codes == [0, 2, 2], results
+    for code, out, err in results:
+        if code == 2:   # refused by the early check, by tmux (the session exists) or the agent
+            assert "job is already running in tmux session 'trainctl-race'" in err \
+                or "job 'race' is already running" in err, (out, err)
+            assert "did not start" not in err, err
+    winner = [out for code, out, _ in results if code == 0][0]
+    run_dirs = runs.run_dirs()
+    assert len(run_dirs) == 1, run_dirs   # the losers left no run directory
+    assert (runs.runs / "latest").resolve() == run_dirs[0].resolve()
+    if "--json" in mode:
+        assert '"type": "exit"' in winner or '"type":"exit"' in winner, winner[-500:]
+    else:
+        assert str(run_dirs[0]) in winner, (run_dirs, winner)
+        stop = trainctl(runs, "ctl", str(run_dirs[0]), "stop")
+        assert stop.returncode == 0, stop.stderr

@@ -90,7 +90,6 @@ def test_seeds_eight_hours_lost_to_a_hang_then_restart_from_checkpoint():
     pj.on_event(E.Checkpoint(T0 + 1, "/run/last.pt", 1))     # a resumed run: epoch 1 done
     t_hang, batch = feed_steady(pj, T0 + 30.0, 2, 4886 - 24 * 60, 2.4, 61)
     assert batch == 4886
-    hw = BATCHES + 4886
     stall_at = t_hang + 8 * 3600
     pj.on_event(E.Stall(stall_at, "train", 8 * 3600, "deadlock"))
     p = pj.project(stall_at)
