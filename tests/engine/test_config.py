@@ -480,3 +480,19 @@ def test_config_error_is_an_exception_with_fields():
     assert isinstance(err, Exception) and err.line is None and err.problems == (err,)
     assert str(err) == "presets/A.toml: [threads] omp_num_threads: must be an integer >= 1 (got 0)"
     assert str(ConfigError("", "preset", "no preset named \"Z\"")) == 'preset: no preset named "Z"'
+
+
+def test_the_readme_job_file_example_is_a_valid_job(tmp_path):
+    """README.md's job file example loads as written (with the project's presets beside it)."""
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    example = readme.split("## Job file", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    (tmp_path / "presets").mkdir()
+    for name in ("A.toml", "B.toml"):
+        (tmp_path / "presets" / name).write_text((root / "presets" / name).read_text())
+    (tmp_path / "trainctl.toml").write_text(example)
+    job = load_job(tmp_path / "trainctl.toml")
+    assert (job.kind, job.name, job.preset, job.fallback) == ("ultralytics", "yolo-boxes", "A", "B")
+    assert job.host == {"destination": "me@gpu-box", "workdir": "~/trainctl"}
+    assert job.stall == {"train_timeout": 120.0, "startup_timeout": 900.0}
+    assert job.load_preset().dataloader.workers == 2 and job.load_fallback().dataloader.workers == 0
