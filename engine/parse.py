@@ -156,6 +156,15 @@ def parse_rate(text: str) -> float | None:
     return 1.0 / value if inverse else value
 
 
+def _has_val_word(text: str) -> bool:
+    """``_VAL_WORD.search(text)``, with a substring test first: every one of its words holds
+    "val", "test" or "sanity", and most lines hold none (the regex costs ~3 us a line)."""
+    low = text.lower()
+    if "val" not in low and "test" not in low and "sanity" not in low:
+        return False
+    return _VAL_WORD.search(text) is not None
+
+
 def _float(tok: str) -> float | None:
     try:
         return float(tok)
@@ -292,7 +301,7 @@ class ConsoleParser:
         desc = desc or ""
         if _SKIP_DESC.search(desc):
             return []
-        if _VAL_WORD.search(desc):
+        if _has_val_word(desc):
             return self._phase("val", now) if self.phase != "finished" else []
         epoch = epochs = None
         em = _EPOCH_IN.search(desc)
@@ -333,15 +342,15 @@ class ConsoleParser:
             bm = _BRACKET_BATCH.search(line)
             if bm is not None:
                 batch, batches = int(bm.group(1)), int(bm.group(2))
+        if epoch is None and batch is None:
+            return []
         losses = {}
         for k, v in _KV_LOSS.findall(line):
             if _is_loss_key(k):
                 losses[k] = float(v)
-        if epoch is None and batch is None:
-            return []
         if not losses and batches is None:
             return []  # "epochs=2, batch=4" in an argument dump is not progress
-        if _VAL_WORD.search(line):
+        if _has_val_word(line):
             return self._phase("val", now) if self.phase != "finished" else []
         if epoch is None and self._context_epoch is not None:
             epoch, epochs = self._context_epoch
