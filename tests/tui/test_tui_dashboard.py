@@ -281,3 +281,27 @@ async def test_a_run_without_its_agent_shows_its_journal_and_says_so(tmp_path):
         text = screen_text(app)
         assert "FINISHED" in text and "Batch 5/5" in text, text
         assert app.dashboard.model.chart_points() == 5
+
+
+@pytest.mark.parametrize("size", [(80, 24), (160, 48)])
+async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
+        make_app, agent, journal, size):
+    """After the end: 'finished HH:MM (… ago)' (never 'ETA … (in -5 s)'), no stall meter
+    counting, no processes from the last tick; at 80 columns the job name stays readable."""
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await replayed(pilot, agent)
+        agent.emit(tick(journal[-1].ts + 1))
+        await wait_for(pilot, lambda: "48302" in screen_text(app), what="the trainer's pid")
+        t = journal[-1].ts
+        agent.append(ev.Exit(t + 1.5, 0, None))
+        agent.append(ev.Projection(t + 1.5, eta=t + 1.5, deadline=t + 10_000, buffer_s=9_998.5,
+                                   rate=2.1, cost_so_far=0.16, cost_at_eta=0.16, budget=3.0))
+        agent.append(ev.State(t + 1.6, "FINISHED", "done"))
+        await wait_for(pilot, lambda: app.dashboard.model.state == "FINISHED", what="FINISHED")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "finished Nov 15" in text and "(in -" not in text and "ETA Nov" not in text, text
+        assert "run FINISHED: nothing left to watch" in text, text
+        assert "run FINISHED: no trainer process" in text and "48302" not in text, text
+        assert "yolo-rocm@gpu-box" in text.splitlines()[0], text

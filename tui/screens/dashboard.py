@@ -180,16 +180,18 @@ class DashboardScreen(Screen[None]):
         self._push_clock()
         tick = model.tick
         stall = model.stall
+        ended = model.state if model.state in ("FINISHED", "FAILED") else None
         self.query_one(StallMeter).info = StallInfo(
             phase=(tick.phase if tick else None) or model.phase,
             idle_s=tick.idle_s if tick else None, threshold_s=tick.threshold_s if tick else None,
             stalled=model.state == "STALLED",
             diagnosis=stall.diagnosis if stall else None, stall_phase=stall.phase if stall else None,
             stall_idle_s=stall.idle_s if stall else None, detail=stall.detail if stall else "",
-            stacks=self._short_path(stall.stacks) if stall else None, wide=self.wide)
+            stacks=self._short_path(stall.stacks) if stall else None, wide=self.wide,
+            ended=ended)
         self.query_one(ResourcesPanel).info = ResourcesInfo(
             tick.processes if tick else (), tick.gpu if tick else None, tick is not None,
-            self.wide)
+            self.wide, ended)
         if model.chart_version != self._chart_seen:
             self._chart_seen = model.chart_version
             self.query_one(LossChart).show(self.chart_data())
@@ -208,7 +210,7 @@ class DashboardScreen(Screen[None]):
         m = self.model
         self.query_one(RunHeader).info = HeaderInfo(
             m.job, m.host, m.preset, m.state, m.attempt, m.auto_recover, self.connected,
-            self._connection)
+            self._connection, self.wide)
 
     def _push_clock(self) -> None:
         """The parts that change with time alone: time in this epoch, time to ETA."""

@@ -20,8 +20,13 @@ class ProjectionInfo:
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
     """The same facts as ``format_projection`` in lines of at most ~36 columns."""
-    lines = [f"ETA {format_when(p.eta, now)} (in {humanize_duration(p.eta - now)})"
-             if p.eta is not None else "ETA unknown"]
+    if p.eta is None:
+        lines = ["ETA unknown"]
+    else:
+        what = "finished" if p.eta <= p.ts else "ETA"   # as format_projection says it
+        rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
+               else f"{humanize_duration(now - p.eta)} ago")
+        lines = [f"{what} {format_when(p.eta, now)} ({rel})"]
     if p.deadline is not None:
         lines.append(f"deadline {format_when(p.deadline, now)}: {signed_duration(p.buffer_s)}")
     if p.cost_so_far is not None:

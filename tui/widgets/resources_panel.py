@@ -19,6 +19,7 @@ class ResourcesInfo:
     gpu: dict[str, Any] | None = None
     known: bool = False   # False until the first tick
     wide: bool = True
+    ended: str | None = None   # FINISHED / FAILED: the last tick's processes are gone
 
 
 STATUS = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "zombie": "Z",
@@ -36,6 +37,8 @@ def gpu_line(gpu: dict[str, Any] | None) -> str:
 
 
 def resources_text(info: ResourcesInfo) -> Text:
+    if info.ended:
+        return Text(f"run {info.ended}: no trainer process", style="dim")
     if not info.known:
         return Text("waiting for the agent's probes…", style="dim")
     text = Text()

@@ -25,6 +25,7 @@ class HeaderInfo:
     auto_recover: bool = True
     connected: bool = False
     connection: str = "connecting…"
+    wide: bool = True     # narrow (80 columns): the job name first, shorter labels after it
 
 
 class RunHeader(Horizontal):
@@ -47,7 +48,8 @@ class RunHeader(Horizontal):
         if not self.is_mounted:
             return
         where = f"{info.job}@{info.host}" if info.job and info.host else info.job or info.host
-        self.query_one("#hdr-job", Label).update(f"trainctl · {where}" if where else "trainctl")
+        job = f"trainctl · {where}" if where and info.wide else where or "trainctl"
+        self.query_one("#hdr-job", Label).update(job)
         self.query_one("#hdr-preset", Label).update(f"preset {info.preset or '?'}")
         state = self.query_one("#hdr-state", Label)
         state.update(f" {STATE_LABELS.get(info.state, info.state)} ")
@@ -56,8 +58,17 @@ class RunHeader(Horizontal):
         self.query_one("#hdr-attempt", Label).update(
             f"attempt {info.attempt}" if info.attempt else "attempt —")
         auto = self.query_one("#hdr-auto", Label)
-        auto.update("auto-recover on" if info.auto_recover else "auto-recover OFF")
+        label = "auto-recover" if info.wide else "auto"
+        auto.update(f"{label} on" if info.auto_recover else f"{label} OFF")
         auto.set_class(not info.auto_recover, "-off")
         conn = self.query_one("#hdr-conn", Label)
-        conn.update(("● " if info.connected else "○ ") + info.connection)
+        text = info.connection if info.wide else _short(info.connection)
+        conn.update(("● " if info.connected else "○ ") + text)
+        conn.tooltip = info.connection
         conn.set_class(not info.connected, "-down")
+
+
+def _short(connection: str) -> str:
+    """The connection label for 80 columns: "journal only: no agent running" -> "journal
+    only", "disconnected (2) — retrying in 4s" -> "disconnected (2)"."""
+    return connection.split(":", 1)[0].split(" — ", 1)[0]

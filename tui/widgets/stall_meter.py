@@ -24,6 +24,7 @@ class StallInfo:
     detail: str = ""
     stacks: str | None = None
     wide: bool = True
+    ended: str | None = None    # FINISHED / FAILED: nothing left to watch
 
 
 class StallMeter(Static):
@@ -39,6 +40,8 @@ class StallMeter(Static):
         fraction = None
         if info.idle_s is not None and info.threshold_s:
             fraction = info.idle_s / info.threshold_s
+        if info.ended:
+            fraction = None
         self.set_class(fraction is not None and 0.5 <= fraction < 1.0, "-warn")
         self.set_class(info.stalled or (fraction is not None and fraction >= 1.0), "-alarm")
         self.update(self.render_info(info, fraction))
@@ -47,14 +50,20 @@ class StallMeter(Static):
     def render_info(info: StallInfo, fraction: float | None) -> Text:
         text = Text(no_wrap=True, overflow="ellipsis")
         phase = info.phase or "—"
-        if info.idle_s is None:
+        if info.ended:
+            text.append(f"run {info.ended}: nothing left to watch", style="dim")
+            fraction = None
+        elif info.idle_s is None:
             text.append(f"{phase}: no reading yet\n")
+        elif info.threshold_s:
+            text.append(f"{phase}: idle {fmt.duration(info.idle_s)} of "
+                        f"{fmt.duration(info.threshold_s)}\n")
         else:
-            limit = fmt.duration(info.threshold_s) if info.threshold_s else "learning"
-            text.append(f"{phase}: idle {fmt.duration(info.idle_s)} of {limit}\n")
-        filled = 0 if fraction is None else min(BAR_WIDTH, round(fraction * BAR_WIDTH))
-        text.append("█" * filled, style="bold")
-        text.append("░" * (BAR_WIDTH - filled), style="dim")
+            text.append(f"{phase}: idle {fmt.duration(info.idle_s)} (limit: still learning)\n")
+        if not info.ended:
+            filled = 0 if fraction is None else min(BAR_WIDTH, round(fraction * BAR_WIDTH))
+            text.append("█" * filled, style="bold")
+            text.append("░" * (BAR_WIDTH - filled), style="dim")
         if info.diagnosis:
             label = "STALLED" if info.stalled else "last stall"
             text.append(f"\n{label}: {info.diagnosis}, {fmt.duration(info.stall_idle_s)}"
