@@ -304,4 +304,5 @@ async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
         assert "finished Nov 15" in text and "(in -" not in text and "ETA Nov" not in text, text
         assert "run FINISHED: nothing left to watch" in text, text
         assert "run FINISHED: no trainer process" in text and "48302" not in text, text
-        assert "yolo-rocm@gpu-box" in text.splitlines()[0], text
+        header = text.splitlines()[0]
+        assert "yolo-rocm@gpu-box" in header and "attempt 2" in header, header
