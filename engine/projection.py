@@ -651,8 +651,11 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
             line += f": buffer {signed_duration(p.buffer_s)}" + (" (late)" if p.buffer_s < 0 else "")
         lines.append(line)
     if p.cost_so_far is not None:
-        line = (f"cost {format_money(p.cost_so_far, currency)} so far, "
-                f"{format_money(p.cost_at_eta, currency)} at ETA")
+        if p.eta is not None and p.eta <= p.ts:      # finished: one figure
+            line = f"cost {format_money(p.cost_so_far, currency)} in all"
+        else:
+            line = (f"cost {format_money(p.cost_so_far, currency)} so far, "
+                    f"{format_money(p.cost_at_eta, currency)} at ETA")
         if p.budget is not None:
             line += f"; budget {format_money(p.budget, currency)}"
             if p.cost_at_eta is not None:
