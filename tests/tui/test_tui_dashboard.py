@@ -306,3 +306,13 @@ async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
         assert "run FINISHED: no trainer process" in text and "48302" not in text, text
         header = text.splitlines()[0]
         assert "yolo-rocm@gpu-box" in header and "attempt 2" in header, header
+
+
+def test_the_loss_legend_is_in_the_chart_border_not_over_the_curves():
+    from trainctl.tui.widgets.loss_chart import ChartData, legend
+    data = ChartData((("box_loss", (1.0,), (2.0,)), ("cls_loss", (1.0,), (1.0,)),
+                      ("loss", (1.0,), (0.5,))), ((5.0, "#2 B"),))
+    assert legend(data) == ("Loss [cyan]━ box_loss[/] [magenta]━ cls_loss[/] [green]━ loss[/]"
+                            " [red]│ restart[/]")
+    assert legend(data, short=True).startswith("Loss [cyan]━ box[/] [magenta]━ cls[/] [green]━ loss[/]")
+    assert legend(ChartData()) == "Loss"

@@ -69,12 +69,26 @@ class LossChart(PlotextPlot):
         plt.clear_data()
         for index, (name, xs, ys) in enumerate(data.series):
             if xs:
-                plt.plot(list(xs), list(ys), label=name, marker="braille",
-                         color=COLORS[index % len(COLORS)])
+                plt.plot(list(xs), list(ys), marker="braille", color=COLORS[index % len(COLORS)])
         for x, _label in data.restarts:
             plt.vline(x, "red")
+        # The legend goes in the border: plotext draws its own over the curves.
+        self.border_title = legend(data, short=self.size.width < 60)
         if not data.series:
             plt.title("no losses yet")
         else:
             plt.title("")
         self.refresh()
+
+
+def legend(data: ChartData, short: bool = False) -> str:
+    """'Loss ━ box_loss ━ cls_loss │ restart' in the curves' colours (markup for a border
+    title); ``short`` drops a "_loss" suffix (80 columns)."""
+    parts = ["Loss"]
+    for index, (name, _xs, _ys) in enumerate(data.series):
+        label = name[:-5] if short and name.endswith("_loss") and len(name) > 5 else name
+        label = label.replace("[", "\\[")
+        parts.append(f"[{COLORS[index % len(COLORS)]}]━ {label}[/]")
+    if data.restarts:
+        parts.append("[red]│ restart[/]")
+    return " ".join(parts)
