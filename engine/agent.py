@@ -8,7 +8,6 @@ pure RecoveryPolicy decides what comes next.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import signal
@@ -233,9 +232,6 @@ class Agent:
             lock.acquire(self.files.dir)
         except JobBusy as e:
             print(f"trainctl: {e}", file=sys.stderr, flush=True)
-            with contextlib.suppress(OSError):   # for `trainctl run`, waiting on us in tmux
-                with open(self.files.dir / "agent.out", "a", encoding="utf-8") as out:
-                    out.write(f"trainctl: {e}\n")
             return 2
         self._write_info()
         if self.serve:

@@ -109,6 +109,7 @@ class Projection(Event):
     budget: float | None = None
     what_if: tuple[dict[str, Any], ...] = ()
     lost_s: float | None = None  # time lost to stalls and restarts (detection, restart, redone work)
+    finished: bool = False       # the run ended (eta is when); not inferred from eta <= ts
 
 
 @dataclass(frozen=True)

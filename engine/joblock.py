@@ -9,9 +9,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import time
 from pathlib import Path
 
 from .paths import make_private_dir, runs_dir
+
+
+ACQUIRE_WAIT_S = 1.0
 
 
 class JobBusy(Exception):
@@ -39,12 +43,20 @@ class JobLock:
         """Take the lock for ``run_dir`` or raise :class:`JobBusy` naming the holder."""
         make_private_dir(self.path.parent)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = _read(fd)
-            os.close(fd)
-            raise JobBusy(self.job, holder) from None
+        deadline = time.monotonic() + ACQUIRE_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                # `holder()` takes the lock for an instant to look: try again a little
+                # while before calling the job busy.
+                if time.monotonic() < deadline:
+                    time.sleep(0.05)
+                    continue
+                holder = _read(fd)
+                os.close(fd)
+                raise JobBusy(self.job, holder) from None
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(run_dir).encode(), 0)
         self._fd = fd

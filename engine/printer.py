@@ -52,5 +52,6 @@ def format_event(ev: E.Event) -> str | None:
             if ev.eta is None:
                 return f"{t} ETA    unknown (no rate yet)"
             buf = f", buffer {ev.buffer_s / 3600:+.1f} h" if ev.buffer_s is not None else ""
-            return f"{t} ETA    {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))}{buf}"
+            what = "END   " if ev.finished else "ETA   "
+            return f"{t} {what} {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))}{buf}"
     return None

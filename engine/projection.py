@@ -481,7 +481,7 @@ class Projector:
         buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
         return Projection(now, eta, self.deadline, buffer_s, rate, self._cost(end),
                           self._cost(eta), eta_low, eta_high, self.budget, what_if,
-                          self._lost(now, rate))
+                          self._lost(now, rate), finished=self._finished_ts is not None)
 
     def _what_if(self, now: float, total: int, batches: int) -> tuple[dict[str, Any], ...]:
         """Each other known preset, switched to now: a restart from the last checkpoint."""
@@ -640,7 +640,7 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
     else:
         rel = f"in {humanize_duration(p.eta - now)}" if p.eta >= now else \
             f"{humanize_duration(now - p.eta)} ago"
-        what = "finished" if p.eta <= p.ts else "ETA"   # a live ETA is never before its own time
+        what = "finished" if p.finished else "ETA"
         line = f"{what} {format_when(p.eta, now)} ({rel}){rate}"
         if p.eta_low is not None and p.eta_high is not None and p.eta_high - p.eta_low >= 60:
             line += f", likely {format_when(p.eta_low, now)} – {format_when(p.eta_high, now)}"
@@ -651,7 +651,7 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
             line += f": buffer {signed_duration(p.buffer_s)}" + (" (late)" if p.buffer_s < 0 else "")
         lines.append(line)
     if p.cost_so_far is not None:
-        if p.eta is not None and p.eta <= p.ts:      # finished: one figure
+        if p.finished:      # one figure
             line = f"cost {format_money(p.cost_so_far, currency)} in all"
         else:
             line = (f"cost {format_money(p.cost_so_far, currency)} so far, "

@@ -107,7 +107,9 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # ---------------------------------------------------------------------- run / demo
-def _prepare(args) -> tuple[Path, RunSpec]:
+def _prepare(args) -> tuple[Path, RunSpec, bool]:
+    """Check the run's inputs, make its directory, write its spec: (run dir, spec, whether
+    the directory is new: made here, so ours to remove if the run is refused)."""
     from .engine.config import ConfigError, list_presets, load_job, load_preset, parse_deadline
     from .engine.paths import RunFiles, make_private_dir, new_run_dir
     from .engine.spec import RunSpec
@@ -181,7 +183,7 @@ def _prepare(args) -> tuple[Path, RunSpec]:
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
     spec.save(files.spec)
-    return run_dir, spec
+    return run_dir, spec, not run_dir_ref
 
 
 def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
@@ -239,6 +241,22 @@ def _link_latest(run_dir: Path) -> None:
         pass
 
 
+def _unlink_latest(run_dir: Path, previous: Path | None) -> None:
+    """`latest` named ``run_dir``, now removed: point it back at ``previous`` (or drop it),
+    unless another run has linked it since."""
+    from .engine.paths import latest_link
+    link = latest_link()
+    try:
+        if os.readlink(link) != str(run_dir):
+            return
+        if previous is not None and previous.is_dir():
+            _link_latest(previous)
+        else:
+            link.unlink()
+    except OSError:
+        pass
+
+
 def _printer(as_json: bool):
     from .engine.events import encode
     from .engine.printer import format_event
@@ -270,7 +288,7 @@ def cmd_run(args) -> int:
     if args.host or _job_has_host(args):
         from .remote_cli import run_remote
         return run_remote(args)
-    run_dir, spec = _prepare(args)
+    run_dir, spec, created = _prepare(args)
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
@@ -278,15 +296,14 @@ def cmd_run(args) -> int:
         previous = latest_link().resolve() if latest_link().is_symlink() else None
         _link_latest(run_dir)
         code = _run_agent(run_dir, spec, args.json)
-        if code == 2 and _never_began(run_dir):   # another run of the job won: leave no trace
+        if code == 2 and created and _never_began(run_dir):   # another run won: no trace
             shutil.rmtree(run_dir, ignore_errors=True)
-            if previous is not None and previous.is_dir():
-                _link_latest(previous)
+            _unlink_latest(run_dir, previous)
         return code
     try:
         _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
     except UsageError:
-        if _never_began(run_dir):   # refused before it began: leave no trace
+        if created and _never_began(run_dir):   # refused before it began: leave no trace
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     _link_latest(run_dir)
@@ -347,8 +364,14 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
             raise UsageError(str(e)) from e
         print(f"trainctl: agent running in tmux session {session} "
               f"(`{' '.join(server.attach_argv(session))}` shows it)")
-        def gone() -> bool:
-            return not server.session_exists(session)
+        def gone() -> bool:   # remain-on-exit keeps a dead pane: look at its command
+            return not server.session_alive(session)
+
+        def said() -> str:
+            try:
+                return _last_lines(server.capture(session, lines=50))
+            except tmux.TmuxError:
+                return ""
     else:
         with open(files.dir / "agent.out", "ab") as out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
@@ -358,6 +381,12 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
         print(f"trainctl: agent running detached ({why}); its output: {files.dir / 'agent.out'}")
         def gone() -> bool:
             return proc.poll() is not None
+
+        def said() -> str:
+            try:
+                return _last_lines((files.dir / "agent.out").read_text(errors="replace"))
+            except OSError:
+                return ""
     deadline = time.monotonic() + 30
     next_check = time.monotonic() + 0.5
     while time.monotonic() < deadline:
@@ -366,7 +395,8 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
         if time.monotonic() >= next_check:
             next_check += 0.5
             if gone() and not (files.sock.exists() and _agent_alive(run_dir)):
-                raise UsageError(f"the agent ended before it started the run: {_agent_said(files)}")
+                raise UsageError("the agent ended before it started the run: "
+                                 + (said() or "it printed nothing"))
         time.sleep(0.1)
     raise UsageError(f"the agent did not start within 30 s; see {files.dir / 'agent.out'}")
 
@@ -381,13 +411,11 @@ def _never_began(run_dir: Path) -> bool:
         return True
 
 
-def _agent_said(files) -> str:
-    """The last lines the agent wrote to agent.out (why it ended), or where to look."""
-    try:
-        lines = (files.dir / "agent.out").read_text(errors="replace").strip().splitlines()
-    except OSError:
-        lines = []
-    return "\n".join(lines[-5:]) if lines else "it printed nothing (its tmux session is gone)"
+def _last_lines(text: str) -> str:
+    """Why the agent ended: its `trainctl:` lines (a refusal), else its last lines."""
+    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    refusals = [ln for ln in lines if ln.startswith("trainctl: ")]
+    return "\n".join(refusals[-2:] or lines[-5:])
 
 
 # ---------------------------------------------------------------------- attach / ctl / status

@@ -128,8 +128,7 @@ class Bridge:
             closing = asyncio.ensure_future(_close_quietly(client))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
-            with contextlib.suppress(asyncio.CancelledError):
-                await asyncio.shield(closing)
+            await asyncio.shield(closing)   # a cancel stops the wait, not the close
 
     async def aclose(self, timeout: float = 5.0) -> None:
         """Wait (bounded) for the connections being closed: the app calls this on exit."""

@@ -144,3 +144,61 @@ def test_two_runs_of_a_job_started_at_once_one_wins_the_other_says_why(runs, mod
         assert str(run_dirs[0]) in winner, (run_dirs, winner)
         stop = trainctl(runs, "ctl", str(run_dirs[0]), "stop")
         assert stop.returncode == 0, stop.stderr
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("use_tmux", [True, False], ids=["tmux", "detached"])
+def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch, use_tmux):
+    """The race's other branch, made certain: the early check passed, then another agent
+    took the job.  The real agent (in tmux, or detached) refuses, and `trainctl run` says
+    why within seconds — not 'did not start within 30 s'."""
+    import time
+
+    from trainctl import cli
+    from trainctl.engine.joblock import JobLock
+    for key, value in runs.env.items():
+        monkeypatch.setenv(key, value)
+    args = cli.build_parser().parse_args(["run", "--detach", "--name", "locked"])
+    args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]
+    run_dir, spec, created = cli._prepare(args)
+    assert created and run_dir.is_dir()
+    lock = JobLock("locked")
+    lock.acquire("/the/other/run")
+    try:
+        started = time.monotonic()
+        with pytest.raises(cli.UsageError) as refused:
+            cli._start_detached_agent(run_dir, spec, use_tmux=use_tmux)
+        took = time.monotonic() - started
+    finally:
+        lock.release()
+    message = str(refused.value)
+    assert "the agent ended before it started the run" in message, message
+    assert "job 'locked' is already running on this machine in /the/other/run" in message, message
+    assert took < 20, took   # a hang guard, not a benchmark: the old code waited 30 s
+
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("given", [False, True], ids=["new-run-dir", "run-dir-given"])
+def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_path, given):
+    """Refused after the early check (the race, simulated by a holder() that saw nothing):
+    a run directory trainctl made is removed; one the user named is left as it was."""
+    from trainctl import cli
+    from trainctl.engine import joblock
+    for key, value in runs.env.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(joblock, "holder", lambda job: None)
+    mine = tmp_path / "my-run"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("mine")
+    argv = ["run", "--detach", "--no-tmux", "--name", "taken"]
+    args = cli.build_parser().parse_args(argv + (["--run-dir", str(mine)] if given else []))
+    args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]
+    lock = joblock.JobLock("taken")
+    lock.acquire("/the/other/run")
+    try:
+        with pytest.raises(cli.UsageError, match="job 'taken' is already running"):
+            cli.cmd_run(args)
+    finally:
+        lock.release()
+    assert runs.run_dirs() == []
+    assert (mine / "notes.txt").read_text() == "mine"

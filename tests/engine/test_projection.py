@@ -468,10 +468,14 @@ def test_recorded_restart_run_accounts_the_lost_time():
 
 def test_a_finished_run_reads_as_finished_with_one_cost():
     p = E.Projection(T0 + 100, eta=T0 + 100, deadline=T0 + 3600, buffer_s=3500, rate=2.0,
-                     cost_so_far=0.05, cost_at_eta=0.05, budget=5.0)
+                     cost_so_far=0.05, cost_at_eta=0.05, budget=5.0, finished=True)
     lines = format_projection(p, T0 + 160)
     assert lines[0].startswith("finished ") and "(1 m ago)" in lines[0], lines
     assert "cost $0.05 in all; budget $5.00 ($4.95 to spare)" in lines, lines
     live = E.Projection(T0 + 100, eta=T0 + 200, deadline=None, buffer_s=None, rate=2.0,
                         cost_so_far=0.05, cost_at_eta=0.10, budget=None)
     assert format_projection(live, T0 + 100)[1] == "cost $0.05 so far, $0.10 at ETA"
+    # All the work done but no exit yet (validation, the final save): still an ETA.
+    done = E.Projection(T0 + 100, eta=T0 + 100, deadline=None, buffer_s=None, rate=2.0,
+                        cost_so_far=0.05, cost_at_eta=0.05, budget=None)
+    assert format_projection(done, T0 + 100)[0].startswith("ETA "), format_projection(done, T0 + 100)

@@ -296,13 +296,15 @@ async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
         t = journal[-1].ts
         agent.append(ev.Exit(t + 1.5, 0, None))
         agent.append(ev.Projection(t + 1.5, eta=t + 1.5, deadline=t + 10_000, buffer_s=9_998.5,
-                                   rate=2.1, cost_so_far=0.16, cost_at_eta=0.16, budget=3.0))
+                                   rate=2.1, cost_so_far=0.16, cost_at_eta=0.16, budget=3.0,
+                                   finished=True))
         agent.append(ev.State(t + 1.6, "FINISHED", "done"))
         await wait_for(pilot, lambda: app.dashboard.model.state == "FINISHED", what="FINISHED")
         await pilot.pause()
         text = screen_text(app)
         assert "finished Nov 15" in text and "(in -" not in text and "ETA Nov" not in text, text
         assert "run FINISHED: nothing left to watch" in text, text
+        assert "cost $0.16 of $3.00" in text or "cost $0.16 in all" in text, text
         assert "run FINISHED: no trainer process" in text and "48302" not in text, text
         header = text.splitlines()[0]
         assert "yolo-rocm@gpu-box" in header and "attempt 2" in header, header

@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 
+from textual.markup import escape
 from textual.timer import Timer
 from textual_plotext import PlotextPlot
 
@@ -87,7 +88,7 @@ def legend(data: ChartData, short: bool = False) -> str:
     parts = ["Loss"]
     for index, (name, _xs, _ys) in enumerate(data.series):
         label = name[:-5] if short and name.endswith("_loss") and len(name) > 5 else name
-        label = label.replace("[", "\\[")
+        label = escape(label)
         parts.append(f"[{COLORS[index % len(COLORS)]}]━ {label}[/]")
     if data.restarts:
         parts.append("[red]│ restart[/]")

@@ -23,7 +23,7 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
     if p.eta is None:
         lines = ["ETA unknown"]
     else:
-        what = "finished" if p.eta <= p.ts else "ETA"   # as format_projection says it
+        what = "finished" if p.finished else "ETA"
         rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
                else f"{humanize_duration(now - p.eta)} ago")
         lines = [f"{what} {format_when(p.eta, now)} ({rel})"]
@@ -31,7 +31,10 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
         lines.append(f"deadline {format_when(p.deadline, now)}: {signed_duration(p.buffer_s)}")
     if p.cost_so_far is not None:
         budget = f" of {format_money(p.budget)}" if p.budget is not None else ""
-        lines.append(f"cost {format_money(p.cost_so_far)} → {format_money(p.cost_at_eta)}{budget}")
+        cost = format_money(p.cost_so_far)
+        if not p.finished:
+            cost += f" → {format_money(p.cost_at_eta)}"
+        lines.append(f"cost {cost}{budget}")
     for w in p.what_if:
         buffer = f" {signed_duration(w['buffer_s'])}" if w.get("buffer_s") is not None else ""
         lines.append(f"{w.get('preset', '?')}: ETA {format_when(w.get('eta'), now)}{buffer}")
