@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -367,11 +368,14 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
         def gone() -> bool:   # remain-on-exit keeps a dead pane: look at its command
             return not server.session_alive(session)
 
-        def said() -> str:
+        def said() -> str:   # what its pane shows, then the dead session goes
             try:
                 return _last_lines(server.capture(session, lines=50))
             except tmux.TmuxError:
                 return ""
+            finally:
+                with contextlib.suppress(tmux.TmuxError):
+                    server.ensure_not_running(session)   # clears a dead session
     else:
         with open(files.dir / "agent.out", "ab") as out:
             proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,

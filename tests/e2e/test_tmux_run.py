@@ -175,6 +175,7 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     assert "the agent ended before it started the run" in message, message
     assert "job 'locked' is already running on this machine in /the/other/run" in message, message
     assert took < 20, took   # a hang guard, not a benchmark: the old code waited 30 s
+    assert not runs.agents.session_exists("trainctl-locked")   # no dead pane left behind
 
 
 @pytest.mark.timeout(60)
