@@ -382,6 +382,7 @@ class Agent:
         if pending is not None:
             self.emit(pending)
         self.emit(E.Exit(self.clock(), returncode, signal_name(returncode)))
+        self._project(self.clock())     # the end, when it finished; else where it stands
         self._save_detector_state()
         self.proc = None
         if kind is None:

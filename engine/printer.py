@@ -4,6 +4,7 @@ from __future__ import annotations
 import time
 
 from . import events as E
+from .projection import format_money, humanize_duration, signed_duration
 
 
 def _clock(ts: float) -> str:
@@ -51,7 +52,11 @@ def format_event(ev: E.Event) -> str | None:
         case E.Projection():
             if ev.eta is None:
                 return f"{t} ETA    unknown (no rate yet)"
-            buf = f", buffer {ev.buffer_s / 3600:+.1f} h" if ev.buffer_s is not None else ""
-            what = "END   " if ev.finished else "ETA   "
-            return f"{t} {what} {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))}{buf}"
+            buf = f", buffer {signed_duration(ev.buffer_s)}" if ev.buffer_s is not None else ""
+            cost = f", cost {format_money(ev.cost_so_far)}" if ev.cost_so_far is not None else ""
+            if ev.finished:
+                return f"{t} END    {time.strftime('%a %d %b %H:%M:%S', time.localtime(ev.eta))}{buf}{cost}"
+            rate = f" at {ev.rate:.3g} it/s" if ev.rate else ""
+            return (f"{t} ETA    {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))} "
+                    f"(in {humanize_duration(max(0.0, ev.eta - ev.ts))}{rate}){buf}")
     return None

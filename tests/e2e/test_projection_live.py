@@ -65,6 +65,10 @@ def test_status_and_at_risk_warnings_on_a_live_run(tmp_path):
     phases = r.of_type("phase")
     assert len(projections) >= len(phases), (len(projections), len(phases))
     assert projections[-1].buffer_s < 0   # it did end after the deadline
+    # The journal's last projection is the end itself, made after the exit.
+    exit_ev = r.of_type("exit")[-1]
+    assert projections[-1].finished and projections[-1].ts >= exit_ev.ts, projections[-1]
+    assert not any(p.finished for p in projections[:-1])
 
     after = status(r.run_dir, "--json")
     st = json.loads(after.stdout)
@@ -72,6 +76,7 @@ def test_status_and_at_risk_warnings_on_a_live_run(tmp_path):
     assert st["projection"]["deadline"] == pytest.approx(deadline.timestamp())
     human = status(r.run_dir)
     assert "agent not running" in human.stdout and "FINISHED" in human.stdout, human.stdout
+    assert "finished " in human.stdout and "in all" in human.stdout, human.stdout
 
 
 @pytest.mark.timeout(60)

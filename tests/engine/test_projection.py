@@ -479,3 +479,15 @@ def test_a_finished_run_reads_as_finished_with_one_cost():
     done = E.Projection(T0 + 100, eta=T0 + 100, deadline=None, buffer_s=None, rate=2.0,
                         cost_so_far=0.05, cost_at_eta=0.05, budget=None)
     assert format_projection(done, T0 + 100)[0].startswith("ETA "), format_projection(done, T0 + 100)
+
+
+def test_headless_lines_for_a_projection_say_eta_with_time_left_or_the_end():
+    from trainctl.engine.printer import format_event
+    live = E.Projection(T0, eta=T0 + 5400, deadline=T0 + 9000, buffer_s=3600, rate=2.4,
+                        cost_so_far=1.0, cost_at_eta=3.0)
+    line = format_event(live)
+    assert " ETA    " in line and "(in 1 h 30 m at 2.4 it/s), buffer +1 h" in line, line
+    end = E.Projection(T0 + 60, eta=T0 + 60, deadline=None, buffer_s=None, rate=2.4,
+                       cost_so_far=1.25, cost_at_eta=1.25, finished=True)
+    line = format_event(end)
+    assert " END    " in line and line.endswith(", cost $1.25"), line
