@@ -318,3 +318,18 @@ def test_the_loss_legend_is_in_the_chart_border_not_over_the_curves():
                             " [red]│ restart[/]")
     assert legend(data, short=True).startswith("Loss [cyan]━ box[/] [magenta]━ cls[/] [green]━ loss[/]")
     assert legend(ChartData()) == "Loss"
+
+
+async def test_the_loss_legend_follows_the_chart_width(make_app, agent, journal):
+    from trainctl.tui.widgets.loss_chart import LossChart
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await replayed(pilot, agent)
+        chart = app.dashboard.query_one(LossChart)
+        chart.flush()
+        await wait_for(pilot, lambda: "box_loss" in str(chart.border_title), what="long legend")
+        await pilot.resize_terminal(80, 24)
+        await wait_for(pilot, lambda: "━ box[" in str(chart.border_title)
+                       and "box_loss" not in str(chart.border_title), what="short legend")
+        await pilot.resize_terminal(160, 48)
+        await wait_for(pilot, lambda: "box_loss" in str(chart.border_title), what="long again")

@@ -28,6 +28,7 @@ class LossChart(PlotextPlot):
         self._pending: ChartData | None = None
         self._timer: Timer | None = None
         self._last_draw = 0.0
+        self._shown = ChartData()
         self.draws = 0
 
     def on_mount(self) -> None:
@@ -41,6 +42,9 @@ class LossChart(PlotextPlot):
         plt.xlabel("global batch")
         plt.frame(False)
         plt.title("")
+
+    def on_resize(self) -> None:
+        self.border_title = legend(self._shown, short=self.size.width < 60)
 
     def show(self, data: ChartData) -> None:
         """Take new data; draw now if the last draw was long enough ago, else soon."""
@@ -74,6 +78,7 @@ class LossChart(PlotextPlot):
         for x, _label in data.restarts:
             plt.vline(x, "red")
         # The legend goes in the border: plotext draws its own over the curves.
+        self._shown = data
         self.border_title = legend(data, short=self.size.width < 60)
         if not data.series:
             plt.title("no losses yet")
