@@ -382,7 +382,8 @@ class Agent:
         if pending is not None:
             self.emit(pending)
         self.emit(E.Exit(self.clock(), returncode, signal_name(returncode)))
-        self._project(self.clock())     # the end, when it finished; else where it stands
+        if returncode == 0:
+            self._project(self.clock())     # the end: status and the dashboard say 'finished'
         self._save_detector_state()
         self.proc = None
         if kind is None:
