@@ -61,8 +61,12 @@ class _Interrupt:
 
 class Agent:
     def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
-                 clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True):
+                 clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
+                 on_locked: Callable[[], None] | None = None):
+        """``on_locked``: called once the job is this agent's (its lock taken), before
+        the trainer starts: `trainctl run --headless` points `latest` at the run then."""
         self.files = RunFiles(run_dir)
+        self.on_locked = on_locked
         self.spec = spec
         self.printer = printer
         self.clock = clock
@@ -233,6 +237,8 @@ class Agent:
         except JobBusy as e:
             print(f"trainctl: {e}", file=sys.stderr, flush=True)
             return 2
+        if self.on_locked is not None:
+            self.on_locked()
         self._write_info()
         if self.serve:
             await self._start_server()

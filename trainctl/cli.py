@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -242,22 +243,6 @@ def _link_latest(run_dir: Path) -> None:
         pass
 
 
-def _unlink_latest(run_dir: Path, previous: Path | None) -> None:
-    """`latest` named ``run_dir``, now removed: point it back at ``previous`` (or drop it),
-    unless another run has linked it since."""
-    from .engine.paths import latest_link
-    link = latest_link()
-    try:
-        if os.readlink(link) != str(run_dir):
-            return
-        if previous is not None and previous.is_dir():
-            _link_latest(previous)
-        else:
-            link.unlink()
-    except OSError:
-        pass
-
-
 def _printer(as_json: bool):
     from .engine.events import encode
     from .engine.printer import format_event
@@ -269,9 +254,10 @@ def _printer(as_json: bool):
     return emit
 
 
-def _run_agent(run_dir: Path, spec, as_json: bool) -> int:
+def _run_agent(run_dir: Path, spec, as_json: bool,
+               on_locked: Callable[[], None] | None = None) -> int:
     from .engine.agent import Agent
-    agent = Agent(run_dir, spec, printer=_printer(as_json))
+    agent = Agent(run_dir, spec, printer=_printer(as_json), on_locked=on_locked)
     return asyncio.run(agent.run())
 
 
@@ -293,13 +279,10 @@ def cmd_run(args) -> int:
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
-        from .engine.paths import latest_link
-        previous = latest_link().resolve() if latest_link().is_symlink() else None
-        _link_latest(run_dir)
-        code = _run_agent(run_dir, spec, args.json)
+        # `latest` names the run once the job is its own: a refused run never touches it.
+        code = _run_agent(run_dir, spec, args.json, on_locked=lambda: _link_latest(run_dir))
         if code == 2 and created and _never_began(run_dir):   # another run won: no trace
             shutil.rmtree(run_dir, ignore_errors=True)
-            _unlink_latest(run_dir, previous)
         return code
     try:
         _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
