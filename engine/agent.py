@@ -461,8 +461,7 @@ class Agent:
                     log.write(data)
                     log.flush()
                     self._on_lines(self.splitter.feed(data))
-                    if self.clock() - self._last_log_flush >= LOG_FLUSH_S:
-                        self._flush_logs()      # here, not only on the watch loop's wake-ups
+                    self._flush_logs_if_due()   # here, not only on the watch loop's wake-ups
                     if len(data) < READ_BURST:
                         transport.pause_reading()
                         try:
@@ -570,8 +569,7 @@ class Agent:
             pending = self.throttle.flush(now)
             if pending is not None:
                 self.emit(pending)
-            if now - self._last_log_flush >= LOG_FLUSH_S:
-                self._flush_logs()
+            self._flush_logs_if_due()   # lines that came with the trainer's last write
             verdict = self.detector.check(now)
             if verdict is not None and not self._stalled:
                 self._stalled = True
@@ -624,6 +622,10 @@ class Agent:
         risk = risk or self.projector.at_risk(now)
         if risk is not None:
             self.emit(risk)
+
+    def _flush_logs_if_due(self) -> None:
+        if self.clock() - self._last_log_flush >= LOG_FLUSH_S:
+            self._flush_logs()
 
     def _flush_logs(self) -> None:
         self._last_log_flush = self.clock()

@@ -630,6 +630,14 @@ def format_money(v: float | None, currency: str = "$") -> str:
     return f"{currency}{v:,.0f}" if abs(v) >= 100 else f"{currency}{v:,.2f}"
 
 
+def eta_phrase(p: Projection, now: float) -> str:
+    """'ETA Nov 24 18:00 (in 2 h 5 m)' or, once the run ended, 'finished … (3 m ago)'."""
+    assert p.eta is not None
+    rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
+           else f"{humanize_duration(now - p.eta)} ago")
+    return f"{'finished' if p.finished else 'ETA'} {format_when(p.eta, now)} ({rel})"
+
+
 def format_projection(p: Projection, now: float, currency: str = "$") -> list[str]:
     """Human lines for `trainctl status` and the TUI (colouring is the TUI's job)."""
     lines = []
@@ -638,10 +646,7 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
         lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown")
                      + rate)
     else:
-        rel = f"in {humanize_duration(p.eta - now)}" if p.eta >= now else \
-            f"{humanize_duration(now - p.eta)} ago"
-        what = "finished" if p.finished else "ETA"
-        line = f"{what} {format_when(p.eta, now)} ({rel}){rate}"
+        line = eta_phrase(p, now) + rate
         if p.eta_low is not None and p.eta_high is not None and p.eta_high - p.eta_low >= 60:
             line += f", likely {format_when(p.eta_low, now)} – {format_when(p.eta_high, now)}"
         lines.append(line)

@@ -7,8 +7,8 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from trainctl.engine.events import Projection
-from trainctl.engine.projection import (format_money, format_projection, format_what_if,
-                                        format_when, humanize_duration, signed_duration)
+from trainctl.engine.projection import (eta_phrase, format_money, format_projection,
+                                        format_what_if, format_when, signed_duration)
 
 
 @dataclass(frozen=True)
@@ -20,13 +20,7 @@ class ProjectionInfo:
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
     """The same facts as ``format_projection`` in lines of at most ~36 columns."""
-    if p.eta is None:
-        lines = ["ETA unknown"]
-    else:
-        what = "finished" if p.finished else "ETA"
-        rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
-               else f"{humanize_duration(now - p.eta)} ago")
-        lines = [f"{what} {format_when(p.eta, now)} ({rel})"]
+    lines = [eta_phrase(p, now) if p.eta is not None else "ETA unknown"]
     if p.deadline is not None:
         lines.append(f"deadline {format_when(p.deadline, now)}: {signed_duration(p.buffer_s)}")
     if p.cost_so_far is not None:

@@ -52,7 +52,6 @@ class StallMeter(Static):
         phase = info.phase or "—"
         if info.ended:
             text.append(f"run {info.ended}: nothing left to watch", style="dim")
-            fraction = None
         elif info.idle_s is None:
             text.append(f"{phase}: no reading yet\n")
         elif info.threshold_s:
