@@ -90,12 +90,15 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
              gpu: GpuSample | None = None, pyspy: bool = True, sample_s: float = 1.0,
              tag: str = "", expected_workers: int | None = None,
              known_workers: set[int] | frozenset[int] | None = None, native: bool = True,
-             pyspy_timeout: float = PYSPY_TIMEOUT_S) -> Diagnosis:
+             pyspy_timeout: float = PYSPY_TIMEOUT_S, snapshot: bool = False) -> Diagnosis:
     """Classify the stall of the trainer ``pid`` (see the module doc) and dump its stacks.
 
     ``sampler``: the agent's :class:`TreeSampler` (its last sample tells which workers
     existed before); ``known_workers``: worker pids seen recently (the last tick's, not
-    every pid ever seen: DataLoader workers are replaced every epoch)."""
+    every pid ever seen: DataLoader workers are replaced every epoch).  ``snapshot``: asked
+    for on a run that is not stalled: the dump is a snapshot, named and headed so, and its
+    classification is not a verdict.  A dump that cannot be written (stacks/ unwritable,
+    disk full) leaves ``stacks`` None and says why in ``detail``: never an exception."""
     t0 = time.monotonic()
     sampler = sampler or TreeSampler()
     before = set(sampler.worker_pids()) | set(known_workers or ())
@@ -116,13 +119,21 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
         dumps = _dump_all(exe, second, native, pyspy_timeout, why_no_stacks)
     diagnosis, detail = classify(first, second, dumps, gpu=gpu, before=before,
                                  expected_workers=expected_workers, runnable=runnable)
+    problem = ""   # why the stacks are missing or incomplete
     if pyspy:
         failed = [d for d in dumps if not d.ok]
         if why_no_stacks:
-            detail += f" No stacks: {why_no_stacks}."
+            problem = f"No stacks: {why_no_stacks}."
         elif failed and len(failed) == len(dumps):
-            detail += f" py-spy could not read the stacks ({failed[0].why})."
-        stacks = str(_write(stacks_dir, tag, pid, dumps, diagnosis, detail))
+            problem = f"py-spy could not read the stacks ({failed[0].why})."
+        try:
+            stacks = str(_write(stacks_dir, tag, pid, dumps, diagnosis,
+                                f"{detail} {problem}".strip(), snapshot))
+        except OSError as e:
+            problem += f" The stacks could not be written to {stacks_dir}: {e.strerror or e}."
+    if snapshot:
+        detail = f"a snapshot of {len(second)} running processes, not a stall verdict."
+    detail = f"{detail} {problem.strip()}".strip()
     main = _main(second)
     return Diagnosis(diagnosis, main.cpu_percent if main else None, stacks, detail, second,
                      time.monotonic() - t0)
@@ -356,13 +367,19 @@ def _pyspy_error(text: str, rc: int) -> str:
     return msg[:300]
 
 
-def _write(stacks_dir: Path, tag: str, pid: int, dumps: list[_Dump], diagnosis: str, detail: str) -> Path:
+def _write(stacks_dir: Path, tag: str, pid: int, dumps: list[_Dump], diagnosis: str, detail: str,
+           snapshot: bool = False) -> Path:
     stacks_dir = Path(stacks_dir)
     stacks_dir.mkdir(parents=True, exist_ok=True)
-    name = f"stall-{tag}-{pid}.txt" if tag else f"stall-{pid}.txt"
+    kind = "snapshot" if snapshot else "stall"
+    name = f"{kind}-{tag}-{pid}.txt" if tag else f"{kind}-{pid}.txt"
     path = stacks_dir / re.sub(r"[^A-Za-z0-9._-]", "_", name)
-    out = [f"# trainctl stall dump of pid {pid} at {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
-           f"# diagnosis: {diagnosis}: {detail}", ""]
+    when = time.strftime('%Y-%m-%d %H:%M:%S %z')
+    out = ([f"# trainctl stack snapshot of pid {pid} at {when}",
+            "# asked for on a run that was not stalled: what each process was doing, not a verdict", ""]
+           if snapshot else
+           [f"# trainctl stall dump of pid {pid} at {when}",
+            f"# diagnosis: {diagnosis}: {detail}", ""])
     for d in dumps:
         s = d.sample
         out.append(f"=== pid {s.pid} {s.role} ({s.name}) status={s.status} "

@@ -140,6 +140,17 @@ class Info(Event):
 
 
 @dataclass(frozen=True)
+class Error(Event):
+    """A part of the agent failed (``where``); supervision goes on.  ``traceback``: the
+    path of the full traceback in the run directory (or null)."""
+
+    type: ClassVar[str] = "error"
+    where: str
+    text: str
+    traceback: str | None = None
+
+
+@dataclass(frozen=True)
 class Tick(Event):
     """Ephemeral, about once a second: the stall meter and the resource probes."""
 
@@ -163,7 +174,7 @@ class Log(Event):
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
     for cls in (Start, Phase, Progress, Warning, Stall, Restart, Exit, Projection, State,
-                Checkpoint, Info, Tick, Log)
+                Checkpoint, Info, Error, Tick, Log)
 }
 EPHEMERAL = frozenset({"tick", "log"})
 

@@ -35,24 +35,56 @@ def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
 
 
 class Journal:
-    """`events.jsonl`: one event per line; an event's seq is its 0-based line number."""
+    """`events.jsonl`: one event per line; an event's seq is its 0-based line number.
+
+    Written with plain ``os.write`` so a full disk (ENOSPC) or an I/O error raises OSError
+    and loses that event only: a line cut short is ended with a newline at the next write
+    that succeeds (it then reads as one undecodable line, skipped on replay), so every
+    later seq is still the line number."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
         self.next_seq = count_lines(self.path)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._f = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
+        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        self._torn = self._ends_torn()
+
+    def _ends_torn(self) -> bool:
+        try:
+            with open(self.path, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                return size > 0 and os.pread(f.fileno(), 1, size - 1) != b"\n"
+        except OSError:
+            return False
+
+    def _write(self, data: bytes) -> None:
+        view = memoryview(data)
+        while view:
+            try:
+                n = os.write(self._fd, view)
+            except OSError:
+                if len(view) != len(data):
+                    self._torn = True
+                raise
+            view = view[n:]
 
     def append(self, event: Event) -> Event:
         if event.type in EPHEMERAL:
             raise ValueError(f"{event.type} events are not journaled")
+        if self._fd is None:
+            raise ValueError("the journal is closed")
+        if self._torn:   # end the line a full disk cut short: it counts as one line
+            self._write(b"\n")
+            self._torn = False
+            self.next_seq += 1
         event = with_seq(event, self.next_seq)
-        self._f.write(encode(event) + "\n")
+        self._write((encode(event) + "\n").encode())
         self.next_seq += 1
         return event
 
     def close(self) -> None:
-        self._f.close()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
 
 
 def read_events(path: Path, since: int = 0) -> Iterator[Event]:

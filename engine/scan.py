@@ -1,8 +1,8 @@
 """``trainctl scan LOGFILE``: a postmortem of a trainer's console log.
 
 Reads the raw log (bytes, ``\\r`` frames and ANSI codes included) through the same
-:class:`~trainctl.engine.parse.LineSplitter` and :class:`~trainctl.engine.parse.ConsoleParser`
-the agent uses, runs every line through the warning matcher, and reports the phases seen,
+:class:`~trainctl.engine.feed.OutputFeed` the agent uses (splitter, parser and warning
+matcher), and reports the phases seen,
 the first and last progress, the warnings, and where the run stopped.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 from trainctl.engine.events import Phase, Progress
 from trainctl.engine.events import Warning as WarningEvent
-from trainctl.engine.parse import ConsoleParser, LineSplitter
+from trainctl.engine.feed import OutputFeed
 
 TAIL_LINES = 20
 CHUNK = 1 << 20
@@ -91,15 +91,15 @@ def scan_log(path: str | Path, matcher: Matcher | None = None) -> ScanReport:
     if matcher is None:
         matcher = _default_matcher()
     feed_progress = getattr(matcher, "feed_progress", None)
-    splitter, parser = LineSplitter(), ConsoleParser()
+    feed = OutputFeed(matcher)
     scan = _Scan(matcher, feed_progress)
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
-            for line in splitter.feed(chunk):
-                scan.line(line, parser.feed(line, 0.0))
-    for line in splitter.flush():
-        scan.line(line, parser.feed(line, 0.0))
-    return scan.report(str(path), parser.phase)
+            for fed in feed.feed(chunk, 0.0):
+                scan.line(fed.text, fed.events, fed.warning)
+    for fed in feed.flush(0.0):
+        scan.line(fed.text, fed.events, fed.warning)
+    return scan.report(str(path), feed.phase)
 
 
 class _Scan:
@@ -118,7 +118,7 @@ class _Scan:
         self.after = 0
         self.tail: deque[str] = deque(maxlen=TAIL_LINES)
 
-    def line(self, line: str, events: list) -> None:
+    def line(self, line: str, events: tuple, warning: WarningEvent | None) -> None:
         self.n += 1
         progressed = False
         for ev in events:
@@ -133,8 +133,7 @@ class _Scan:
         else:
             self.after += 1
             self.tail.append(line)
-        if self.matcher is not None:
-            self._warning(self.matcher.feed(line, 0.0, source="trainer"))
+        self._warning(warning)
 
     def _progress(self, ev: Progress) -> None:
         self.progress_lines += 1

@@ -13,19 +13,26 @@ class RunState(str, enum.Enum):
     BACKOFF = "BACKOFF"
     FINISHED = "FINISHED"
     FAILED = "FAILED"
+    STOPPED = "STOPPED"
+
+
+FINAL_STATES = frozenset({RunState.FINISHED, RunState.FAILED, RunState.STOPPED})
 
 
 ALLOWED = {
     RunState.STARTING: {RunState.RUNNING, RunState.STALLED, RunState.STOPPING, RunState.FINISHED,
-                        RunState.FAILED, RunState.BACKOFF},
+                        RunState.FAILED, RunState.BACKOFF, RunState.STOPPED},
     RunState.RUNNING: {RunState.STALLED, RunState.STOPPING, RunState.FINISHED, RunState.FAILED,
-                       RunState.BACKOFF},
+                       RunState.BACKOFF, RunState.STOPPED},
     RunState.STALLED: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED, RunState.BACKOFF,
-                       RunState.FINISHED},
-    RunState.STOPPING: {RunState.BACKOFF, RunState.FINISHED, RunState.FAILED, RunState.STARTING},
-    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, RunState.FAILED, RunState.FINISHED},
+                       RunState.FINISHED, RunState.STOPPED},
+    RunState.STOPPING: {RunState.BACKOFF, RunState.FINISHED, RunState.FAILED, RunState.STARTING,
+                        RunState.STOPPED},
+    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, RunState.FAILED, RunState.FINISHED,
+                       RunState.STOPPED},
     RunState.FINISHED: set(),
     RunState.FAILED: set(),
+    RunState.STOPPED: set(),
 }
 
 
@@ -46,9 +53,19 @@ class StateMachine:
         return True
 
 
+class OutcomeKind(str, enum.Enum):
+    """How an attempt ended."""
+
+    FINISHED = "finished"
+    CRASH = "crash"
+    STALL = "stall"
+    USER_RESTART = "user_restart"
+    USER_STOP = "user_stop"
+
+
 @dataclass(frozen=True)
 class Outcome:
-    """How an attempt ended.  kind: finished | crash | stall | user_restart | user_stop."""
+    """How an attempt ended (``kind``: an OutcomeKind; its value compares equal to the string)."""
 
     kind: str
     made_progress: bool

@@ -158,17 +158,17 @@ def test_a_truncated_checkpoint_is_never_resumed_from(recovered, tmp_path):
 
     # A whole newer checkpoint is preferred to the older kept one ...
     shutil.copyfile(newest, last)
-    agent.last_checkpoint = str(last)
-    assert agent._resume_checkpoint() == str(last)
+    agent.ctx.last_checkpoint = str(last)
+    assert agent.loop.resume_checkpoint() == str(last)
     # ... but the same file cut short by a kill mid-write is skipped, with a word why.
     data = last.read_bytes()
     last.write_bytes(data[: len(data) // 2])
     os.utime(last)
-    assert agent._resume_checkpoint() == str(kept)
+    assert agent.loop.resume_checkpoint() == str(kept)
     # And when the kept copy is the damaged one, the older good file is used.
     shutil.copyfile(older, last)
     kept.write_bytes(newest.read_bytes()[:4096])
-    assert agent._resume_checkpoint() == str(last)
+    assert agent.loop.resume_checkpoint() == str(last)
     agent.journal.close()
     skips = [e.text for e in read_events(run_dir / "events.jsonl") if e.type == "info" and e.key == "resume_skip"]
     assert len(skips) == 2 and str(last) in skips[0] and str(kept) in skips[1], skips

@@ -1,0 +1,227 @@
+"""The attempt loop: the supervisor's state machine over attempts.
+
+Each attempt: build the trainer's argv/env from its runner kind, ask the Spawner for a
+trainer, take in its output and side channel, watch it, and wait until it exits or an
+end request (a stall, a user command) comes; then the pure RecoveryPolicy decides what
+comes next (restart with which preset after which pause, finish, fail, stop).  Time comes
+from the context's clock and asyncio's sleeps, so a fake spawner on a virtual-time loop
+replays a whole recovery in milliseconds.
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from .. import events as E
+from ..config import ConfigError
+from ..process import signal_name
+from ..supervisor import Outcome, OutcomeKind, RunState
+from .context import EndRequest, Interrupt, RunContext
+from .intake import Intake
+from .runners import runner_for, trainer_env
+from .spawner import Spawner, Trainer
+from .stop import Stopper
+from .tasks import ErrorReporter, supervise
+from .watch import Watcher
+
+READERS_DRAIN_S = 5.0
+EXIT_SUPERVISION_LOST = 4   # the agent could not go on supervising (its reason is journaled)
+KILL_RETRY_S = 1.0
+
+
+class AttemptLoop:
+    def __init__(self, ctx: RunContext, spawner: Spawner, report: ErrorReporter, on_give_up) -> None:
+        self.ctx = ctx
+        self.spawner = spawner
+        self.report = report
+        self.on_give_up = on_give_up
+        self.intake = Intake(ctx)
+        self.stopper = Stopper(ctx, self.intake, report)
+        self.runner = runner_for(ctx.spec.kind)
+        self._log_loss_warned = False
+
+    # ------------------------------------------------------------------ the loop
+    async def run(self) -> int:
+        ctx = self.ctx
+        preset = ctx.preset
+        resume_from: str | None = ctx.spec.resume_from   # --resume-from, for the first attempt
+        if resume_from:
+            ctx.last_checkpoint = resume_from
+            ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
+        while True:
+            ctx.attempt += 1
+            ctx.preset = preset
+            ctx.projector.preset = preset
+            outcome = await self.run_attempt(preset, resume_from)
+            decision = ctx.policy.decide(outcome)
+            if decision.action == "finish":
+                ctx.set_state(RunState.FINISHED, decision.reason)
+                return 0
+            if decision.action == "stop":
+                return self.stopped(decision.reason)
+            if decision.action == "fail":
+                self.fail(decision.reason, outcome)
+                return 1
+            preset = ctx.next_preset or decision.preset
+            ctx.next_preset = None
+            resume_from = self.resume_checkpoint()
+            ctx.set_state(RunState.BACKOFF, decision.reason)
+            ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
+                               resume_from, decision.delay_s))
+            try:
+                await asyncio.wait_for(ctx.stop_requested.wait(), decision.delay_s)
+                return self.stopped("stopped by the user during backoff")
+            except asyncio.TimeoutError:
+                pass
+            if ctx.next_preset is not None:   # picked by the user during the backoff
+                if ctx.next_preset != preset:
+                    ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
+                             "picked during the backoff", "next_preset")
+                preset, ctx.next_preset = ctx.next_preset, None
+
+    def stopped(self, reason: str) -> int:
+        """The run ends on a stop: the user's (STOPPED, 130), or the agent's own when its
+        supervision could not go on (FAILED, EXIT_SUPERVISION_LOST)."""
+        ctx = self.ctx
+        if ctx.lost is not None:
+            ctx.set_state(RunState.FAILED, ctx.lost)
+            return EXIT_SUPERVISION_LOST
+        ctx.set_state(RunState.STOPPED, reason)
+        return 130
+
+    def fail(self, reason: str, outcome: Outcome) -> None:
+        ctx = self.ctx
+        ctx.set_state(RunState.FAILED, reason)
+        advice = ("Fix the command or preset named above, then `trainctl run` again."
+                  if outcome.returncode is None else
+                  "Read the stall diagnosis, warnings and stacks above; fix, then "
+                  "`trainctl run` again.")
+        good = self.resume_checkpoint() if outcome.returncode is not None else None
+        if good:
+            advice += (f" To go on from its last good checkpoint ({good}): "
+                       f"`trainctl run ... --resume-from {ctx.files.dir}`.")
+        ctx.emit(E.Warning(ctx.clock(), "trainctl.failed", "fatal", reason, advice, source="trainctl"))
+
+    def resume_checkpoint(self) -> str | None:
+        ctx = self.ctx
+        return self.runner.resume_checkpoint(
+            ctx.spec, ctx.files, ctx.last_checkpoint,
+            on_skip=lambda path, why: ctx.info(f"not resuming from {path}: {why}", "resume_skip"))
+
+    def command(self, preset_name: str | None, resume_from: str | None) -> tuple[list[str], dict[str, str]]:
+        ctx = self.ctx
+        preset = ctx.load_preset(preset_name)
+        env = trainer_env(ctx.files, preset_name, preset, ctx.attempt)
+        argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.attempt)
+        return argv, env
+
+    # ------------------------------------------------------------------ one attempt
+    async def run_attempt(self, preset: str | None, resume_from: str | None) -> Outcome:
+        ctx, intake = self.ctx, self.intake
+        ctx.interrupt = Interrupt()
+        if ctx.stop_requested.is_set():
+            ctx.interrupt.set(EndRequest.USER_STOP)
+        if ctx.sm.state != RunState.STARTING:
+            ctx.set_state(RunState.STARTING, f"attempt {ctx.attempt}")
+        try:
+            argv, env = self.command(preset, resume_from)
+        except ConfigError as e:
+            ctx.emit(E.Warning(ctx.clock(), "trainctl.preset_invalid", "fatal", str(e),
+                               "Fix the preset (trainctl presets validate) and restart.", source="trainctl"))
+            return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
+        try:
+            trainer = await self.spawner.spawn(argv, env, ctx.spec.cwd, ctx.files.log)
+        except OSError as e:
+            ctx.emit(E.Warning(ctx.clock(), "trainctl.spawn_failed", "fatal",
+                               f"cannot start {argv[0]}: {e}", "Check the command and its path.",
+                               source="trainctl"))
+            return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
+        ctx.trainer = trainer
+        self._log_loss_warned = False
+        now = ctx.clock()
+        ctx.emit(E.Start(now, ctx.attempt, trainer.pid, preset, tuple(argv)))
+        ctx.detector.reset(now)
+        intake.begin(now)
+        watcher = Watcher(ctx, intake, self.on_stall)
+        readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
+                   supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
+        watch = supervise("watch", watcher.run, self.report, self.on_give_up)
+        waiter = asyncio.create_task(trainer.wait())
+        interrupt = asyncio.create_task(ctx.interrupt.event.wait())
+        await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
+        kind: OutcomeKind | None = None
+        if not waiter.done():
+            kind = OutcomeKind(ctx.interrupt.kind.value)
+            await self.kill(trainer, kind.value, waiter)
+        returncode = await waiter
+        interrupt.cancel()
+        await self.stopper.sweep(trainer)   # orphaned workers included
+        try:
+            await asyncio.wait_for(asyncio.gather(*readers), READERS_DRAIN_S)
+        except asyncio.TimeoutError:
+            for t in readers:
+                t.cancel()
+        watch.cancel()
+        if watcher.stall_task is not None and not watcher.stall_task.done():
+            watcher.stall_task.cancel()
+        intake.flush_logs()
+        intake.flush_progress(ctx.clock(), force=True)
+        self.report_log_loss(trainer, final=True)
+        ctx.emit(E.Exit(ctx.clock(), returncode, signal_name(returncode)))
+        if returncode == 0:
+            ctx.project(ctx.clock())     # the end: status and the dashboard say 'finished'
+        ctx.save_detector_state()
+        ctx.trainer = None
+        if kind is None or (kind == OutcomeKind.STALL and returncode == 0):
+            kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
+        return Outcome(kind, intake.progressed, returncode, preset,
+                       requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop)
+
+    async def kill(self, trainer: Trainer, why: str, waiter: asyncio.Task) -> None:
+        """Kill it; if killing fails (no file descriptors left, a psutil race), say so and
+        fall back to SIGKILL of its process group (its pid cannot have been reused: it is
+        our child and not reaped yet), until it is gone."""
+        try:
+            await self.stopper.kill(trainer, why)
+            return
+        except Exception as e:
+            self.report("kill", e)
+        while not waiter.done():
+            try:
+                os.killpg(trainer.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            await asyncio.wait({waiter}, timeout=KILL_RETRY_S)
+
+    async def on_stall(self, verdict) -> None:
+        try:
+            await self.stopper.on_stall(verdict)
+        except Exception as e:   # recovery must happen even if the stall report failed
+            self.report("stall", e)
+            if self.ctx.policy.auto_recover and self.ctx.trainer is not None:
+                self.ctx.interrupt.set(EndRequest.STALL)
+
+    # ------------------------------------------------------------------ reading
+    async def read_output(self, trainer: Trainer) -> None:
+        async for data in trainer.output():
+            self.intake.on_output(data)
+            self.report_log_loss(trainer)
+        self.intake.end_output()
+
+    async def read_side(self, trainer: Trainer) -> None:
+        async for line in trainer.side_lines():
+            self.intake.on_side_line(line)
+
+    def report_log_loss(self, trainer: Trainer, final: bool = False) -> None:
+        """One warning when train.log starts losing lines; the count at the attempt's end."""
+        ctx = self.ctx
+        if trainer.log_dropped and not self._log_loss_warned:
+            self._log_loss_warned = True
+            ctx.emit(E.Warning(ctx.clock(), "trainctl.log_write_failed", "error",
+                               f"cannot write {ctx.files.log}: {trainer.log_error}",
+                               "Free disk space. Supervision goes on; the lines are read but not "
+                               "kept in train.log until then.", source="trainctl"))
+        elif final and trainer.log_dropped:
+            ctx.info(f"{trainer.log_dropped} lines of output could not be kept in train.log",
+                     "log_dropped")

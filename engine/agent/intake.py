@@ -1,0 +1,154 @@
+"""What the trainer says, taken in: console lines (through the output feed) and the
+runner's side channel become phases, progress, warnings and checkpoints; they move the
+stall detector and the projector, and the journal gets them (progress throttled)."""
+from __future__ import annotations
+
+import dataclasses
+from collections import deque
+
+from .. import events as E
+from ..feed import FedLine, OutputFeed
+from ..journal import ProgressThrottle
+from ..supervisor import RunState
+from .context import RunContext
+
+LOG_FLUSH_S = 0.25
+LOG_TAIL = 200
+
+
+class Intake:
+    def __init__(self, ctx: RunContext) -> None:
+        self.ctx = ctx
+        self.phase = "startup"
+        self.reported_phase = False   # the phase came from the side channel, not the console
+        self.feed = OutputFeed(ctx.matcher)
+        self.throttle = ProgressThrottle(1.0)
+        self.structured = False       # progress comes on the side channel: ignore the console's
+        self.structured_phases = False
+        self.progressed = False       # this attempt went beyond the furthest batch of the run
+        self.fatal_stop: str | None = None
+        self.stalled = False
+        self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
+        self.last_log_flush = 0.0
+
+    def begin(self, now: float) -> None:
+        """A new attempt: forget what the last trainer said."""
+        self.feed = OutputFeed(self.ctx.matcher)
+        self.throttle = ProgressThrottle(1.0)
+        self.structured = self.structured_phases = False
+        self.progressed = False
+        self.fatal_stop = None
+        self.stalled = False
+        self.set_phase("startup", now, force=True)
+
+    # ------------------------------------------------------------------ console
+    def on_output(self, data: bytes) -> None:
+        self.on_fed(self.feed.feed(data, self.ctx.clock()))
+        self.flush_logs_if_due()
+
+    def end_output(self) -> None:
+        self.on_fed(self.feed.flush(self.ctx.clock()))
+
+    def on_fed(self, lines: list[FedLine]) -> None:
+        now = self.ctx.clock()
+        for fed in lines:
+            self.log_lines.append(fed.text)
+            if fed.warning is not None:
+                self.on_warning(fed.warning)
+            if fed.evidence:
+                self.ctx.detector.on_evidence(now, "log")
+            for ev in fed.events:
+                if isinstance(ev, E.Progress) and not self.structured:
+                    self.on_progress(ev, console=True)
+                elif isinstance(ev, E.Phase) and not (self.structured or self.structured_phases):
+                    self.set_phase(ev.phase, now)
+
+    def on_kernel_line(self, line: str) -> None:
+        warning = self.ctx.matcher.feed(line, self.ctx.clock(), "kernel")
+        if warning is not None:
+            self.on_warning(warning)
+
+    # ------------------------------------------------------------------ side channel
+    def on_side_line(self, line: bytes) -> None:
+        try:
+            ev = E.decode(line)
+        except (ValueError, TypeError, KeyError):
+            return
+        now = self.ctx.clock()
+        ev = dataclasses.replace(ev, ts=now)   # one time base for detector and journal
+        if isinstance(ev, E.Progress):
+            self.structured = True
+            self.on_progress(ev)
+        elif isinstance(ev, E.Phase):
+            # A script may report only its phases (engine/report.py): its console progress
+            # still counts.
+            self.structured_phases = True
+            self.set_phase(ev.phase, now, reported=True)
+        elif isinstance(ev, E.Checkpoint):
+            if ev.ok:
+                self.ctx.last_checkpoint = ev.path
+            self.ctx.emit(ev)
+        elif isinstance(ev, (E.Info, E.Warning)):
+            if isinstance(ev, E.Info) and ev.key == "runner.config_error":
+                self.fatal_stop = f"bad configuration: {ev.text}"   # a restart cannot fix it
+            self.ctx.emit(ev)
+
+    # ------------------------------------------------------------------ meaning
+    def on_warning(self, warning: E.Warning) -> None:
+        self.ctx.emit(warning)
+        sig = self.ctx.matcher.catalog.get(warning.id)
+        if sig is not None and sig.action == "stop" and warning.severity == "fatal":
+            self.fatal_stop = f"{warning.id}: {warning.text[:200]}"
+
+    def set_phase(self, phase: str, now: float, force: bool = False, reported: bool = False) -> None:
+        """Enter ``phase``; a repeat (the runner's own "startup" after ours) is dropped.
+        ``reported``: the trainer said so on its side channel (not guessed from output)."""
+        if phase == self.phase and not force:
+            self.reported_phase = self.reported_phase or reported
+            return
+        self.reported_phase = reported
+        self.phase = phase
+        self.ctx.detector.on_phase(phase, now)
+        self.ctx.emit(E.Phase(now, phase))
+        self.ctx.project(now)
+
+    def on_progress(self, ev: E.Progress, console: bool = False) -> None:
+        ctx, now = self.ctx, ev.ts
+        # A batch line read from the console may be older than a val/save phase the trainer
+        # reported on its side channel (two channels, read at different moments): it must
+        # not end that phase, or a restart could kill the trainer in the middle of a save.
+        late = console and self.reported_phase and self.phase in ("val", "save")
+        if self.phase != "train" and not late:
+            self.set_phase("train", now)
+        mark = (ev.epoch or 0, ev.batch or 0)
+        if mark > ctx.furthest:   # only a batch beyond any earlier attempt's is new progress
+            ctx.furthest = mark
+            self.progressed = True
+        ctx.detector.on_progress(ev, now)
+        ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
+        warning = ctx.matcher.feed_progress(ev, now)
+        if warning is not None:
+            self.on_warning(warning)
+        if ctx.sm.state in (RunState.STARTING, RunState.STALLED):
+            self.stalled = False
+            ctx.set_state(RunState.RUNNING, "progress")
+        admitted = self.throttle.offer(ev)
+        if admitted is not None:
+            ctx.emit(admitted)
+
+    # ------------------------------------------------------------------ flushing
+    def flush_progress(self, now: float, force: bool = False) -> None:
+        pending = self.throttle.flush(now, force=force)
+        if pending is not None:
+            self.ctx.emit(pending)
+
+    def flush_logs_if_due(self) -> None:
+        if self.ctx.clock() - self.last_log_flush >= LOG_FLUSH_S:
+            self.flush_logs()
+
+    def flush_logs(self) -> None:
+        self.last_log_flush = self.ctx.clock()
+        if self.log_lines:
+            lines = tuple(self.log_lines)
+            self.log_lines.clear()
+            self.ctx.emit(E.Log(self.ctx.clock(), lines))

@@ -1,0 +1,92 @@
+"""The runner registry: the one place where a runner kind says how its trainer is started
+(argv and env) and where a restart resumes from.  The job-file side of a kind (its table)
+lives with the job model in engine/config; the code that runs inside the trainer lives in
+engine/runners/.  A new kind (torchrun) is one more entry here."""
+from __future__ import annotations
+
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from ..paths import RunFiles
+from ..spec import RunSpec
+
+
+class RunnerKind:
+    name = ""
+
+    def argv(self, spec: RunSpec, files: RunFiles, preset_name: str | None, preset,
+             resume_from: str | None, attempt: int) -> list[str]:
+        raise NotImplementedError
+
+    def resume_checkpoint(self, spec: RunSpec, files: RunFiles, last_checkpoint: str | None,
+                          on_skip: Callable[[Path, str], None]) -> str | None:
+        """The checkpoint a restart goes on from, or None (start over)."""
+        raise NotImplementedError
+
+
+class CommandRunner(RunnerKind):
+    """Any command (generic mode): the preset reaches it through env and ``args``; a restart
+    appends ``--resume-arg`` values ({checkpoint} replaced by the last good checkpoint)."""
+
+    name = "command"
+
+    def argv(self, spec, files, preset_name, preset, resume_from, attempt):
+        argv = list(spec.command) + list(preset.args if preset else ())
+        needs = any("{checkpoint}" in a for a in spec.resume_args)
+        resuming = attempt > 1 or resume_from is not None
+        if resuming and spec.resume_args and (resume_from or not needs):
+            argv += [a.replace("{checkpoint}", resume_from or "") for a in spec.resume_args]
+        return argv
+
+    def resume_checkpoint(self, spec, files, last_checkpoint, on_skip):
+        for arg in spec.resume_args:
+            if os.path.isfile(arg):
+                return arg
+        return last_checkpoint
+
+
+class UltralyticsRunner(RunnerKind):
+    """The built-in Ultralytics runner (engine/runners/ultralytics.py runs in the trainer)."""
+
+    name = "ultralytics"
+
+    def argv(self, spec, files, preset_name, preset, resume_from, attempt):
+        argv = [sys.executable, "-m", "trainctl.engine.runners.ultralytics",
+                "--job", str(spec.job_file), "--run-dir", str(files.dir)]
+        if preset_name is not None:
+            argv += ["--preset", str(files.presets / f"{preset_name}.toml")]
+        if resume_from:
+            argv += ["--resume", resume_from]
+        return argv
+
+    def resume_checkpoint(self, spec, files, last_checkpoint, on_skip):
+        from ..runners.checkpoint import pick_resume_checkpoint
+        candidates = [files.checkpoints / "last_good.pt"]
+        if last_checkpoint:
+            candidates.append(Path(last_checkpoint))
+        chosen = pick_resume_checkpoint(candidates, on_skip=on_skip)
+        return str(chosen) if chosen else None
+
+
+RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner())}
+
+
+def runner_for(kind: str) -> RunnerKind:
+    try:
+        return RUNNERS[kind]
+    except KeyError:
+        raise ValueError(f"unknown runner kind {kind!r}; known: {', '.join(RUNNERS)}") from None
+
+
+def trainer_env(files: RunFiles, preset_name: str | None, preset, attempt: int,
+                base: dict[str, str] | None = None) -> dict[str, str]:
+    """The trainer's environment: ours, the preset's [env]/threads, and TRAINCTL_* facts."""
+    env = dict(os.environ if base is None else base)
+    env.pop("GITHUB_ACTIONS", None)   # Ultralytics prints no progress frames under it
+    if preset is not None:
+        env.update(preset.child_env())
+    env.update(TRAINCTL_RUN_DIR=str(files.dir), TRAINCTL_ATTEMPT=str(attempt),
+               TRAINCTL_PRESET=preset_name or "", PYTHONUNBUFFERED="1")
+    return env

@@ -1,0 +1,171 @@
+"""The agent's Unix socket: clients say hello, get the journal from a seq, then live events,
+and send commands.  Protocol: docs/internals.md.
+
+Nothing a client does can hold the agent: a client that never says hello is closed after
+HELLO_TIMEOUT_S; each client's backlog is bounded in bytes, and one that falls behind
+(stops reading) is dropped with a reason and catches up from the journal by seq when it
+comes back; requests are bounded in size and checked in type.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections import deque
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+from .. import events as E
+from ..journal import journal_lines
+
+HELLO_TIMEOUT_S = 5.0
+REQUEST_MAX = 1 << 20          # bytes in one request line
+CLIENT_BACKLOG_MAX = 8 << 20   # bytes waiting for one client
+SEND_TIMEOUT_S = 10.0          # a client that takes no bytes for this long is dropped
+REPLAY_CHUNK = 2000
+
+
+class _Client:
+    def __init__(self) -> None:
+        self.lines: deque[bytes] = deque()
+        self.bytes = 0
+        self.wake = asyncio.Event()
+        self.dropped: str | None = None
+
+    def push(self, data: bytes) -> None:
+        if self.dropped is not None:
+            return
+        self.lines.append(data)
+        self.bytes += len(data)
+        if self.bytes > CLIENT_BACKLOG_MAX:
+            self.drop(f"it fell {self.bytes >> 20} MiB behind")
+        self.wake.set()
+
+    def drop(self, reason: str) -> None:
+        if self.dropped is None:
+            self.dropped = reason
+            self.lines.clear()
+            self.bytes = 0
+        self.wake.set()
+
+    def take(self) -> bytes:
+        data = b"".join(self.lines)
+        self.lines.clear()
+        self.bytes = 0
+        self.wake.clear()
+        return data
+
+
+class ClientServer:
+    def __init__(self, sock_path: Path, journal, hello: Callable[[], dict],
+                 command: Callable[[str, object], Awaitable[dict]]) -> None:
+        self.sock_path = sock_path
+        self.journal = journal
+        self.hello = hello
+        self.command = command
+        self.clients: set[_Client] = set()
+        self._server: asyncio.base_events.Server | None = None
+
+    # the bus sink: every event to every client
+    def __call__(self, ev: E.Event) -> None:
+        if not self.clients:
+            return
+        data = (E.encode(ev) + "\n").encode()
+        for client in list(self.clients):
+            client.push(data)
+
+    async def start(self) -> None:
+        sock = self.sock_path
+        if sock.exists() or sock.is_symlink():
+            sock.unlink()
+        old = os.umask(0o177)
+        try:
+            self._server = await asyncio.start_unix_server(self._serve, path=str(sock), limit=REQUEST_MAX)
+        finally:
+            os.umask(old)
+        os.chmod(sock, 0o600)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            await asyncio.sleep(0.2)   # let clients read the last events
+            for client in list(self.clients):
+                client.drop("the agent has ended")
+        try:
+            self.sock_path.unlink()
+        except FileNotFoundError:
+            pass
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        client = _Client()
+        sender = None
+        try:
+            try:
+                first = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+            except asyncio.TimeoutError:
+                return   # an idle connection: it must not hold a file descriptor forever
+            since = _since(first)
+            upto = self.journal.next_seq
+            self.clients.add(client)
+            writer.write((json.dumps(self.hello()) + "\n").encode())
+            sender = asyncio.create_task(self._send(writer, client, since, upto))
+            while line := await reader.readline():
+                reply = await self._request(line)
+                if reply is not None:
+                    client.push((json.dumps(reply) + "\n").encode())
+        except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
+            pass   # ValueError: a request line over REQUEST_MAX
+        finally:
+            self.clients.discard(client)
+            if sender is not None:
+                client.drop("the connection closed")
+                try:
+                    await asyncio.wait_for(sender, 1.0)
+                except (asyncio.TimeoutError, Exception):
+                    sender.cancel()
+            writer.close()
+
+    async def _request(self, line: bytes) -> dict | None:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            return {"op": "reply", "id": None, "ok": False, "error": "not a JSON line", "result": None}
+        if not isinstance(msg, dict) or msg.get("op") != "cmd":
+            return None
+        reply = await self.command(msg.get("cmd"), msg.get("args"))
+        rid = msg.get("id")
+        reply.update(op="reply", id=rid if isinstance(rid, (int, str)) else None)
+        return reply
+
+    async def _send(self, writer: asyncio.StreamWriter, client: _Client, since: int, upto: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            if since < upto:
+                lines = await loop.run_in_executor(None, journal_lines, self.journal.path, since, upto)
+                for i in range(0, len(lines), REPLAY_CHUNK):
+                    writer.write("".join(lines[i:i + REPLAY_CHUNK]).encode())
+                    await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
+            while True:
+                await client.wake.wait()
+                data = client.take()
+                if data:
+                    writer.write(data)
+                    await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
+                if client.dropped is not None:
+                    break
+        except asyncio.TimeoutError:
+            client.drop(f"it read nothing for {SEND_TIMEOUT_S:.0f}s")
+        except (ConnectionError, RuntimeError):
+            pass
+        finally:
+            self.clients.discard(client)
+            writer.close()
+
+
+def _since(first: bytes) -> int:
+    """The seq a client asks the journal from (0 when the hello is missing or malformed)."""
+    try:
+        since = json.loads(first).get("since", 0) if first.strip() else 0
+    except (ValueError, AttributeError):
+        return 0
+    return since if isinstance(since, int) and not isinstance(since, bool) and since > 0 else 0

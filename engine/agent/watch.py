@@ -1,0 +1,76 @@
+"""The periodic watch of a running attempt: every WATCH_S it flushes what the throttle and
+the log tail hold, asks the stall detector, and on its cadences samples the process tree
+and GPU (a tick for the dashboard), projects the deadline and checks the risk."""
+from __future__ import annotations
+
+import asyncio
+
+from .. import events as E
+from .context import RunContext
+from .intake import Intake
+
+TICK_S = 1.0
+WATCH_S = 0.5
+PROJECTION_S = 30.0
+
+
+class Watcher:
+    def __init__(self, ctx: RunContext, intake: Intake, on_stall) -> None:
+        self.ctx = ctx
+        self.intake = intake
+        self.on_stall = on_stall          # async (verdict) -> None, run as its own task
+        self._last_tick = 0.0
+        self._last_risk_check = 0.0
+        self._projection_basis = (False, False)
+        self._last_gpu: dict | None = None
+        self.stall_task: asyncio.Task | None = None
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(WATCH_S)
+            await self.step(self.ctx.clock())
+
+    async def step(self, now: float) -> None:
+        ctx, intake = self.ctx, self.intake
+        intake.flush_progress(now)
+        intake.flush_logs_if_due()   # lines that came with the trainer's last write
+        verdict = ctx.detector.check(now)
+        if verdict is not None and not intake.stalled:
+            intake.stalled = True
+            self.stall_task = asyncio.create_task(self.on_stall(verdict))
+        if now - self._last_tick >= TICK_S:
+            self._last_tick = now
+            await self.tick(now)
+        if now - ctx.last_projection >= PROJECTION_S:
+            ctx.project(now)
+        elif now - self._last_risk_check >= TICK_S:
+            # The risk is checked every second (cheap), so a deadline or budget that becomes
+            # unreachable is said within a second, not at the next projection; so is the
+            # first projection that knows the work left or the run's own rate.
+            self._last_risk_check = now
+            risk = ctx.projector.at_risk(now)
+            basis = ctx.projector.basis()
+            if risk is not None or basis != self._projection_basis:
+                self._projection_basis = basis
+                ctx.project(now, risk)
+
+    async def tick(self, now: float) -> None:
+        ctx = self.ctx
+        trainer = ctx.trainer
+        processes: tuple = ()
+        if trainer is not None and trainer.returncode is None:
+            samples = await trainer.sample()
+            processes = tuple(s.as_dict() for s in samples)
+            if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
+                ctx.detector.on_evidence(now, "cpu")
+        if ctx.gpu_probe is not None and int(now) % 2 == 0:
+            loop = asyncio.get_running_loop()
+            sample = await loop.run_in_executor(None, ctx.gpu_probe.sample)
+            self._last_gpu = sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
+        ctx.emit(E.Tick(now, self.intake.phase, round(ctx.detector.idle(now), 1),
+                        _round(ctx.detector.threshold(now)), ctx.policy.auto_recover,
+                        processes, self._last_gpu))
+
+
+def _round(v: float | None) -> float | None:
+    return None if v is None else round(v, 1)
