@@ -10,12 +10,13 @@ The package, by concern (import from here; the modules are its inside):
 - :mod:`.validation`: :class:`ConfigError` and the field checkers (``Problems``);
 - :mod:`.preset`: the preset model (:class:`Preset`, ``child_env``, ``args``);
 - :mod:`.store`: where presets are found, loaded, edited and saved;
-- :mod:`.kinds`: the job-file tables of each runner kind;
+- :mod:`.kinds`: the job-file tables of each runner kind (:data:`JOB_TABLES`);
 - :mod:`.job`: job files (:class:`Job`, :func:`load_job`).
 """
 from __future__ import annotations
 
 from .job import JOB_FILE_NAME, JOB_KINDS, Job, expand_resume_args, job_problems, load_job, parse_deadline
+from .kinds import JOB_TABLES, JobTable
 from .preset import (MP_CONTEXTS, SHARING_STRATEGIES, DataLoaderCfg, Preset, ThreadsCfg, preset_from_text,
                      preset_problems)
 from .store import (diff_text, list_presets, load_preset, new_preset_from, preset_search_dirs,
@@ -28,5 +29,5 @@ __all__ = [
     "preset_search_dirs", "user_config_dir", "save_preset_text", "update_preset_text",
     "update_preset_values", "diff_text", "new_preset_from", "load_job", "job_problems",
     "parse_deadline", "expand_resume_args",
-    "MP_CONTEXTS", "SHARING_STRATEGIES", "JOB_KINDS", "JOB_FILE_NAME",
+    "MP_CONTEXTS", "SHARING_STRATEGIES", "JOB_KINDS", "JOB_FILE_NAME", "JOB_TABLES", "JobTable",
 ]

@@ -1,7 +1,8 @@
 """Job files (``trainctl.toml``): what to run, its presets, deadline, budget and restarts.
 
-A job file names what to run (``kind``, see :mod:`.kinds`), the presets, the deadline and
-budget, and the restart policy.  :func:`load_job` validates it, its presets included.
+A job file names what to run (``kind``: its own keys and section are in
+:data:`.kinds.JOB_TABLES`), the presets, the deadline and budget, and the restart policy.
+:func:`load_job` validates it, its presets included.
 """
 from __future__ import annotations
 
@@ -13,17 +14,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .kinds import command_field, resume_args_field, ultralytics_table
+from .kinds import JOB_TABLES, JobTable
 from .preset import Preset
 from .store import is_path_ref, load_preset
 from .validation import SAFE_NAME, ConfigError, Problems, choices, parse_toml, read_text, show
 
-JOB_KINDS = ("ultralytics", "command")
+JOB_KINDS = tuple(JOB_TABLES)   # as shipped; the checks below read JOB_TABLES itself
 JOB_FILE_NAME = "trainctl.toml"
 
-_JOB_KEYS = ("name", "kind", "description", "command", "preset", "fallback", "deadline",
-             "cost_per_hour", "budget", "currency", "run_dir", "resume_args", "max_restarts")
-_JOB_SECTIONS = ("ultralytics", "stall", "host")
+_SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
+                "run_dir", "max_restarts")
+_SHARED_SECTIONS = ("stall", "host")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout")
 _HOST_KEYS = ("destination", "workdir", "trainctl")
 
@@ -33,10 +34,10 @@ class Job:
     """A validated job file (``trainctl.toml``)."""
 
     name: str
-    kind: str  # "ultralytics" | "command"
+    kind: str  # a key of JOB_TABLES: "ultralytics" | "command"
     path: Path | None = None
     command: tuple[str, ...] = ()
-    ultralytics: dict[str, Any] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=dict)  # its kind's validated [section]
     preset: str | None = None  # a preset name, or an absolute path
     fallback: str | None = None  # likewise
     deadline: float | None = None
@@ -49,6 +50,11 @@ class Job:
     stall: dict[str, float] = field(default_factory=dict)
     host: dict[str, str] | None = None
     description: str = ""
+
+    @property
+    def ultralytics(self) -> dict[str, Any]:
+        """``[ultralytics]``: the arguments of ``YOLO(model).train(...)`` (``{}`` for other kinds)."""
+        return self.settings if self.kind == "ultralytics" else {}
 
     @property
     def dir(self) -> Path:
@@ -119,27 +125,19 @@ def _job_name(p: Problems, data: Mapping[str, Any], path: Path) -> str:
 
 def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     job_dir = path.parent
-    p.unknown(None, data, _JOB_KEYS, _JOB_SECTIONS)
-    tables = {sec: p.table(sec, data[sec]) for sec in _JOB_SECTIONS if sec in data}
+    kinds = tuple(JOB_TABLES)
+    sections = (*(t.section for t in JOB_TABLES.values() if t.section), *_SHARED_SECTIONS)
+    p.unknown(None, data, ("name", "kind", "description", *_kind_keys(), *_SHARED_KEYS), sections)
+    tables = {sec: p.table(sec, data[sec]) for sec in sections if sec in data}
     name = _job_name(p, data, path)
 
     kind = None
     if "kind" not in data:
-        p.add(None, "kind", f"required: one of {choices(JOB_KINDS)}")
+        p.add(None, "kind", f"required: one of {choices(kinds)}")
     else:
-        kind = p.choice(None, "kind", data["kind"], JOB_KINDS)
+        kind = p.choice(None, "kind", data["kind"], kinds)
 
-    command = command_field(p, data) if kind == "command" else ()
-    if kind == "ultralytics":
-        if "command" in data:
-            p.add(None, "command", "only for kind = \"command\"; use [ultralytics] model and data")
-        if "resume_args" in data:
-            p.add(None, "resume_args", "only for kind = \"command\" (Ultralytics runs resume natively)")
-        if "ultralytics" not in data:
-            p.add("ultralytics", None, "required for kind = \"ultralytics\": a section with "
-                                       "model = \"...\" and data = \"...\"")
-    ultralytics = ultralytics_table(p, tables["ultralytics"], job_dir) \
-        if tables.get("ultralytics") is not None and kind == "ultralytics" else {}
+    by_kind = _kind_fields(p, data, JOB_TABLES[kind], tables, job_dir) if kind is not None else {}
 
     presets: dict[str, str | None] = {}
     for key in ("preset", "fallback"):
@@ -165,19 +163,35 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     if "run_dir" in data and p.str_(None, "run_dir", data["run_dir"], nonempty=True):
         run_dir = (job_dir / Path(data["run_dir"]).expanduser()).resolve()
 
-    resume_args = resume_args_field(p, data["resume_args"]) \
-        if "resume_args" in data and kind != "ultralytics" else ()
     max_restarts = p.int_(None, "max_restarts", data["max_restarts"], 0) if "max_restarts" in data else 3
     stall = _job_stall(p, tables["stall"]) if tables.get("stall") is not None else {}
     host = _job_host(p, tables["host"]) if tables.get("host") is not None else None
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
 
-    return Job(name=name, kind=kind or "command", path=path, command=command,
-               ultralytics=ultralytics, preset=presets["preset"], fallback=presets["fallback"],
-               deadline=deadline, cost_per_hour=opt_number("cost_per_hour"),
-               budget=opt_number("budget"), currency=currency or "$", run_dir=run_dir,
-               resume_args=resume_args, max_restarts=3 if max_restarts is None else max_restarts,
-               stall=stall, host=host, description=description or "")
+    return Job(name=name, kind=kind or "command", path=path, preset=presets["preset"],
+               fallback=presets["fallback"], deadline=deadline,
+               cost_per_hour=opt_number("cost_per_hour"), budget=opt_number("budget"),
+               currency=currency or "$", run_dir=run_dir,
+               max_restarts=3 if max_restarts is None else max_restarts,
+               stall=stall, host=host, description=description or "", **by_kind)
+
+
+def _kind_keys() -> tuple[str, ...]:
+    """The top-level keys that belong to runner kinds (``command``, ``resume_args``, ...)."""
+    return tuple(dict.fromkeys(k for t in JOB_TABLES.values() for k in t.keys))
+
+
+def _kind_fields(p: Problems, data: Mapping[str, Any], own: JobTable,
+                 tables: Mapping[str, Mapping[str, Any] | None], job_dir: Path) -> dict[str, Any]:
+    """The Job fields of the job's kind; other kinds' keys and sections are refused."""
+    for key in _kind_keys():
+        if key in data and key not in own.keys:
+            owners = " or ".join(f'"{k}"' for k, t in JOB_TABLES.items() if key in t.keys)
+            p.add(None, key, f"only for kind = {owners}{own.hints.get(key, '')}")
+    for kind, table in JOB_TABLES.items():
+        if table.section and table.section != own.section and table.section in data:
+            p.add(table.section, None, f'only for kind = "{kind}"')
+    return own.parse(p, data, tables.get(own.section) if own.section else None, job_dir)
 
 
 def _job_stall(p: Problems, table: Mapping[str, Any]) -> dict[str, float]:

@@ -1,9 +1,15 @@
-"""Job-file tables of each runner kind (``kind = "ultralytics"`` or ``"command"``)."""
+"""The job-file tables of each runner kind: :data:`JOB_TABLES`, kind -> :class:`JobTable`.
+
+A job file's ``kind`` picks one entry; :func:`~.job.load_job` checks the shared keys
+itself and hands the rest to the entry.  A new runner kind (``kind = "torchrun"``) is one
+more entry here (and its runner, which reads the :class:`~.job.Job` it gets).
+"""
 from __future__ import annotations
 
 import shlex
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -13,14 +19,38 @@ from .validation import Problems, show
 _RESUME_FIELDS = ("checkpoint",)
 
 
-def _placeholders(arg: str) -> list[str] | None:
-    try:
-        return [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
-    except ValueError:
-        return None
+# An entry's parser: (problems, the job file's top-level table, its own [section] when that
+# is a table, the job's directory) -> the Job fields it sets ("command", "resume_args",
+# "settings").
+KindParser = Callable[[Problems, Mapping[str, Any], Mapping[str, Any] | None, Path], dict[str, Any]]
 
 
-def ultralytics_table(p: Problems, table: Mapping[str, Any], job_dir: Path) -> dict[str, Any]:
+@dataclass(frozen=True)
+class JobTable:
+    """What one runner kind adds to a job file.
+
+    ``keys``: top-level keys of this kind (a job of a kind without them is told they are
+    "only for kind = ..."); ``section``: its own ``[section]``, whose validated values
+    become ``Job.settings``; ``parse``: see :data:`KindParser`; ``hints``: what to add when
+    a job of this kind has another kind's key.
+    """
+
+    parse: KindParser
+    keys: tuple[str, ...] = ()
+    section: str | None = None
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+
+def _ultralytics(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
+                 job_dir: Path) -> dict[str, Any]:
+    """``[ultralytics]``: the arguments of ``YOLO(model).train(...)``."""
+    if "ultralytics" not in data:
+        p.add("ultralytics", None, "required for kind = \"ultralytics\": a section with "
+                                   "model = \"...\" and data = \"...\"")
+    return {"settings": _ultralytics_table(p, table, job_dir) if table is not None else {}}
+
+
+def _ultralytics_table(p: Problems, table: Mapping[str, Any], job_dir: Path) -> dict[str, Any]:
     sec = "ultralytics"
     out: dict[str, Any] = {}
     for key in ("model", "data"):
@@ -62,11 +92,17 @@ def _resolve_job_path(key: str, value: str, job_dir: Path) -> str:
     return value
 
 
-def command_field(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
+def _command(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
+             job_dir: Path) -> dict[str, Any]:
+    """``command`` (required) and ``resume_args``: any program, resumed by its arguments."""
+    command = _command_argv(p, data)
+    resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
+    return {"command": command, "resume_args": resume_args}
+
+
+def _command_argv(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
     """``command`` of a kind = "command" job: a non-empty list of strings."""
     example = 'e.g. command = ["python", "train.py"]'
-    if "ultralytics" in data:
-        p.add("ultralytics", None, "only for kind = \"ultralytics\"")
     if "command" not in data:
         p.add(None, "command", f"required for kind = \"command\": a list of strings, {example}")
         return ()
@@ -84,7 +120,7 @@ def command_field(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
     return p.str_list(None, "command", value) or ()
 
 
-def resume_args_field(p: Problems, value: Any) -> tuple[str, ...]:
+def _resume_args(p: Problems, value: Any) -> tuple[str, ...]:
     """``resume_args``: strings whose only placeholder is ``{checkpoint}``."""
     args = p.str_list(None, "resume_args", value) or ()
     for arg in args:
@@ -96,3 +132,16 @@ def resume_args_field(p: Problems, value: Any) -> tuple[str, ...]:
     return args
 
 
+def _placeholders(arg: str) -> list[str] | None:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+    except ValueError:
+        return None
+
+
+JOB_TABLES: dict[str, JobTable] = {
+    "ultralytics": JobTable(_ultralytics, section="ultralytics",
+                            hints={"command": "; use [ultralytics] model and data",
+                                   "resume_args": " (Ultralytics runs resume natively)"}),
+    "command": JobTable(_command, keys=("command", "resume_args")),
+}
