@@ -1,9 +1,9 @@
 """Reaching a GPU box with the user's own OpenSSH client.
 
 Every remote command is an argv, quoted once for the remote (POSIX) login shell with
-`quote_argv`. One multiplexed connection per host (ControlMaster, a private 0700 control
-directory, ControlPersist): later commands skip the TCP, key exchange and login (they
-still pay the remote login shell's start-up).
+`quote_argv` (from engine/shell.py, which tmux uses too). One multiplexed connection per
+host (ControlMaster, a private 0700 control directory, ControlPersist): later commands skip
+the TCP, key exchange and login (they still pay the remote login shell's start-up).
 Host keys are always checked against the user's known_hosts: trainctl never turns that off.
 """
 from __future__ import annotations
@@ -13,7 +13,6 @@ import collections
 import os
 import posixpath
 import re
-import shlex
 import stat
 import subprocess
 import tempfile
@@ -22,6 +21,9 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from trainctl import __version__
+
+from .shell import quote_argv
+from .tmux import Tmux
 
 CONTROL_PERSIST_S = 600
 _SOCKET_PATH_MAX = 104          # sun_path is 104 bytes on macOS/BSD, 108 on Linux
@@ -39,17 +41,6 @@ class RemoteError(Exception):
     def __init__(self, message: str, *, kind: str = "failed") -> None:
         super().__init__(message)
         self.kind = kind
-
-
-def quote_argv(argv: Sequence[str]) -> str:
-    """One string the remote POSIX shell splits back into exactly `argv`."""
-    items = [str(a) for a in argv]
-    if not items:
-        raise ValueError("empty remote command")
-    for a in items:
-        if "\0" in a:
-            raise ValueError(f"remote argument contains a NUL byte: {a!r}")
-    return shlex.join(items)
 
 
 # --------------------------------------------------------------------------- addresses
@@ -395,7 +386,6 @@ class SshHost:
 
     def tmux(self, socket: str | None = None):
         """A `Tmux` that drives the tmux server on this box."""
-        from .tmux import Tmux
         return Tmux(socket, runner=self.run, tmux=self.remote_tmux, where=self.name)
 
     # ---- checks

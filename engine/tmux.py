@@ -15,7 +15,7 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping, Sequence
 
-from .remote import quote_argv
+from .shell import quote_argv
 
 Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 

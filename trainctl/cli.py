@@ -15,15 +15,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .cli_common import UsageError, note, printer, run_name
 
 if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
 COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent")
-
-
-class UsageError(Exception):
-    """Bad usage or configuration: printed as `trainctl: ...`, exit 2."""
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -143,8 +140,7 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     resume_args = list(args.resume_arg or (job.resume_args if job else []))
     kind = job.kind if job else "command"
     resume_from = _resume_from(args.resume_from, kind, resume_args) if args.resume_from else None
-    name = args.name or (job.name if job else _command_name(args.command_argv))
-    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
+    name = run_name(args, job)
     run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
     from .engine.joblock import JobBusy, holder
     running = holder(name)
@@ -221,14 +217,6 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
     return str(path)
 
 
-def _command_name(argv: list[str]) -> str:
-    """`python train.py --x` → train; `./run.sh` → run."""
-    for a in argv:
-        if a.endswith((".py", ".sh")):
-            return Path(a).stem
-    return Path(argv[0]).stem
-
-
 def _link_latest(run_dir: Path) -> None:
     from .engine.paths import latest_link
     link = latest_link()
@@ -243,21 +231,10 @@ def _link_latest(run_dir: Path) -> None:
         pass
 
 
-def _printer(as_json: bool):
-    from .engine.events import encode
-    from .engine.printer import format_event
-
-    def emit(ev) -> None:
-        line = encode(ev) if as_json else format_event(ev)
-        if line is not None:
-            print(line, flush=True)
-    return emit
-
-
 def _run_agent(run_dir: Path, spec, as_json: bool,
                on_locked: Callable[[], None] | None = None) -> int:
     from .engine.agent import Agent
-    agent = Agent(run_dir, spec, printer=_printer(as_json), on_locked=on_locked)
+    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked)
     return asyncio.run(agent.run())
 
 
@@ -434,12 +411,8 @@ def cmd_attach(args) -> int:
     if args.json or args.headless:
         from .engine.client import local_client
         from .engine.follow import follow
-        return asyncio.run(follow(lambda: local_client(run_dir), _printer(args.json), _note))
+        return asyncio.run(follow(lambda: local_client(run_dir), printer(args.json), note))
     return _attach_local(run_dir)
-
-
-def _note(text: str) -> None:
-    print(f"trainctl: {text}", file=sys.stderr, flush=True)
 
 
 async def _one_command(run_dir: Path, name: str, **kw) -> dict:

@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli import UsageError, _command_name, _note, _printer
+from .cli_common import UsageError, note, printer, run_name
 
 
 def _host(destination: str, trainctl_cmd: str | None = None):
@@ -58,8 +58,7 @@ def run_remote(args) -> int:
     host = _host(destination, host_cfg.get("trainctl"))
     workdir = host_cfg.get("workdir") or "~/trainctl"
     # Named as `trainctl run` names it on the box (`python train.py` -> train, not python).
-    name = args.name or (job.name if job else _command_name(args.command_argv) if args.command_argv else "run")
-    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
+    name = run_name(args, job)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = posixpath.join(workdir, name)
     run_dir = args.run_dir or posixpath.join(base, "runs", f"{name}-{stamp}")
@@ -136,7 +135,7 @@ def _client_factory(host, run_dir: str):
 
 def _follow(host, run_dir: str, as_json: bool) -> int:
     from .engine.follow import follow
-    return asyncio.run(follow(_client_factory(host, run_dir), _printer(as_json), _note))
+    return asyncio.run(follow(_client_factory(host, run_dir), printer(as_json), note))
 
 
 def _dashboard(host, run_dir: str, url: str) -> int:

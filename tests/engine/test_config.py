@@ -475,6 +475,30 @@ def test_expand_resume_args():
     assert config.expand_resume_args(("--resume",), None) == ("--resume",)
 
 
+def test_a_runner_kind_is_one_entry_in_the_job_tables(tmp_path, monkeypatch):
+    """A kind added to JOB_TABLES is accepted with its own keys and section; the other
+    kinds' keys are refused for it, and its own are refused for the others."""
+    def parse(p, data, table, job_dir):
+        nproc = p.int_("torchrun", "nproc", table.get("nproc", 1), 1) if table is not None else 1
+        return {"command": tuple(data.get("command", ())), "settings": {"nproc": nproc}}
+    entry = config.JobTable(parse, keys=("command",), section="torchrun")
+    monkeypatch.setitem(config.JOB_TABLES, "torchrun", entry)
+    job = load_job(write(tmp_path / "t.toml", 'kind = "torchrun"\ncommand = ["train.py"]\n'
+                                              '[torchrun]\nnproc = 4\n'))
+    assert (job.kind, job.command, job.settings, job.ultralytics) == (
+        "torchrun", ("train.py",), {"nproc": 4}, {})
+    problems = config.job_problems('kind = "torchrun"\nresume_args = ["--r"]\n[torchrun]\nnproc = 0\n',
+                                   tmp_path / "t.toml")
+    assert [(e.key, e.message) for e in problems] == [
+        ("resume_args", 'only for kind = "command"'),
+        ("[torchrun] nproc", "must be an integer >= 1 (got 0)")]
+    problems = config.job_problems('kind = "ultralytics"\ncommand = ["x"]\n[ultralytics]\nmodel = "m"\n'
+                                   'data = "d"\n[torchrun]\n', tmp_path / "t.toml")
+    assert [(e.key, e.message) for e in problems] == [
+        ("command", 'only for kind = "command" or "torchrun"; use [ultralytics] model and data'),
+        ("[torchrun]", 'only for kind = "torchrun"')]
+    assert '"torchrun"' in config.job_problems('kind = "yolo"\n', tmp_path / "t.toml")[0].message
+
 def test_config_error_is_an_exception_with_fields():
     err = ConfigError("presets/A.toml", "[threads] omp_num_threads", "must be an integer >= 1 (got 0)")
     assert isinstance(err, Exception) and err.line is None and err.problems == (err,)

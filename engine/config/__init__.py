@@ -1,0 +1,33 @@
+"""Presets and job files: typed, validated configuration.
+
+Read with :mod:`tomllib`; written with :mod:`tomlkit` so comments and order survive.
+Every problem is a :class:`ConfigError` that names the file, the key and what is allowed::
+
+    presets/A.toml: [dataloader] workers: must be an integer >= 0 (got -1)
+
+The package, by concern (import from here; the modules are its inside):
+
+- :mod:`.validation`: :class:`ConfigError` and the field checkers (``Problems``);
+- :mod:`.preset`: the preset model (:class:`Preset`, ``child_env``, ``args``);
+- :mod:`.store`: where presets are found, loaded, edited and saved;
+- :mod:`.kinds`: the job-file tables of each runner kind (:data:`JOB_TABLES`);
+- :mod:`.job`: job files (:class:`Job`, :func:`load_job`).
+"""
+from __future__ import annotations
+
+from .job import JOB_FILE_NAME, JOB_KINDS, Job, expand_resume_args, job_problems, load_job, parse_deadline
+from .kinds import JOB_TABLES, JobTable
+from .preset import (MP_CONTEXTS, SHARING_STRATEGIES, DataLoaderCfg, Preset, ThreadsCfg, preset_from_text,
+                     preset_problems)
+from .store import (diff_text, list_presets, load_preset, new_preset_from, preset_search_dirs,
+                    save_preset_text, update_preset_text, update_preset_values, user_config_dir)
+from .validation import ConfigError
+
+__all__ = [
+    "ConfigError", "DataLoaderCfg", "ThreadsCfg", "Preset", "Job",
+    "preset_problems", "preset_from_text", "load_preset", "list_presets",
+    "preset_search_dirs", "user_config_dir", "save_preset_text", "update_preset_text",
+    "update_preset_values", "diff_text", "new_preset_from", "load_job", "job_problems",
+    "parse_deadline", "expand_resume_args",
+    "MP_CONTEXTS", "SHARING_STRATEGIES", "JOB_KINDS", "JOB_FILE_NAME", "JOB_TABLES", "JobTable",
+]

@@ -1,0 +1,251 @@
+"""Job files (``trainctl.toml``): what to run, its presets, deadline, budget and restarts.
+
+A job file names what to run (``kind``: its own keys and section are in
+:data:`.kinds.JOB_TABLES`), the presets, the deadline and budget, and the restart policy.
+:func:`load_job` validates it, its presets included.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .kinds import JOB_TABLES, JobTable
+from .preset import Preset
+from .store import is_path_ref, load_preset
+from .validation import SAFE_NAME, ConfigError, Problems, choices, parse_toml, read_text, show
+
+JOB_KINDS = tuple(JOB_TABLES)   # as shipped; the checks below read JOB_TABLES itself
+JOB_FILE_NAME = "trainctl.toml"
+
+_SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
+                "run_dir", "max_restarts")
+_SHARED_SECTIONS = ("stall", "host")
+_STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout")
+_HOST_KEYS = ("destination", "workdir", "trainctl")
+
+
+@dataclass(frozen=True)
+class Job:
+    """A validated job file (``trainctl.toml``)."""
+
+    name: str
+    kind: str  # a key of JOB_TABLES: "ultralytics" | "command"
+    path: Path | None = None
+    command: tuple[str, ...] = ()
+    settings: dict[str, Any] = field(default_factory=dict)  # its kind's validated [section]
+    preset: str | None = None  # a preset name, or an absolute path
+    fallback: str | None = None  # likewise
+    deadline: float | None = None
+    cost_per_hour: float | None = None
+    budget: float | None = None
+    currency: str = "$"
+    run_dir: Path | None = None
+    resume_args: tuple[str, ...] = ()
+    max_restarts: int = 3
+    stall: dict[str, float] = field(default_factory=dict)
+    host: dict[str, str] | None = None
+    description: str = ""
+
+    @property
+    def ultralytics(self) -> dict[str, Any]:
+        """``[ultralytics]``: the arguments of ``YOLO(model).train(...)`` (``{}`` for other kinds)."""
+        return self.settings if self.kind == "ultralytics" else {}
+
+    @property
+    def dir(self) -> Path:
+        """The job file's directory (relative names resolve against it)."""
+        return self.path.parent if self.path is not None else Path(".")
+
+    @property
+    def preset_dirs(self) -> list[Path]:
+        """``search_dirs`` for this job's preset names (``<job dir>/presets``)."""
+        return [self.dir / "presets"]
+
+    def load_preset(self, ref: str | os.PathLike[str] | None = None) -> Preset | None:
+        """The preset ``ref`` (default: the job's own), resolved from the job's directory."""
+        ref = self.preset if ref is None else ref
+        return None if ref is None else _load_job_preset(ref, self.dir)
+
+    def load_fallback(self) -> Preset | None:
+        """The fallback preset, or None."""
+        return None if self.fallback is None else _load_job_preset(self.fallback, self.dir)
+
+
+def _load_job_preset(ref: str | os.PathLike[str], job_dir: Path) -> Preset:
+    if is_path_ref(ref):
+        ref = job_dir / Path(ref).expanduser()
+    return load_preset(ref, [job_dir / "presets"])
+
+
+def parse_deadline(value: str | dt.datetime | dt.date) -> float:
+    """An ISO 8601 date/time (string or datetime) as unix seconds; naive means local time.
+
+    A bare date means midnight at its start.  Raises ValueError with what is allowed.
+    """
+    if isinstance(value, str):
+        try:
+            value = dt.datetime.fromisoformat(value.strip())
+        except ValueError:
+            raise ValueError("must be an ISO 8601 date and time, e.g. 2025-11-28T18:00 (local) or "
+                             f"2025-11-28T18:00+01:00 (got {show(value)})") from None
+    if isinstance(value, dt.datetime):
+        return value.timestamp()
+    if isinstance(value, dt.date):
+        return dt.datetime.combine(value, dt.time()).timestamp()
+    raise ValueError(f"must be an ISO 8601 date and time, e.g. 2025-11-28T18:00 (got {show(value)})")
+
+
+def expand_resume_args(args: Sequence[str], checkpoint: str | os.PathLike[str] | None) -> tuple[str, ...]:
+    """``resume_args`` with ``{checkpoint}`` filled in.
+
+    Returns ``()`` when an argument needs a checkpoint and there is none: the restart
+    is then a fresh start.
+    """
+    needs = any("{checkpoint" in a for a in args)
+    if needs and checkpoint is None:
+        return ()
+    return tuple(a.format(checkpoint=str(checkpoint)) for a in args)
+
+
+def _job_name(p: Problems, data: Mapping[str, Any], path: Path) -> str:
+    if "name" in data:
+        name = p.str_(None, "name", data["name"], nonempty=True)
+        if name is not None and not SAFE_NAME.match(name):
+            p.add(None, "name", "must contain only letters, digits, '.', '_' and '-' (it names "
+                                f"tmux sessions and run directories) (got {show(name)})")
+        return name or "job"
+    stem = path.stem if path.stem != Path(JOB_FILE_NAME).stem else path.resolve().parent.name
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "job"
+
+
+def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
+    job_dir = path.parent
+    kinds = tuple(JOB_TABLES)
+    sections = (*(t.section for t in JOB_TABLES.values() if t.section), *_SHARED_SECTIONS)
+    p.unknown(None, data, ("name", "kind", "description", *_kind_keys(), *_SHARED_KEYS), sections)
+    tables = {sec: p.table(sec, data[sec]) for sec in sections if sec in data}
+    name = _job_name(p, data, path)
+
+    kind = None
+    if "kind" not in data:
+        p.add(None, "kind", f"required: one of {choices(kinds)}")
+    else:
+        kind = p.choice(None, "kind", data["kind"], kinds)
+
+    by_kind = _kind_fields(p, data, JOB_TABLES[kind], tables, job_dir) if kind is not None else {}
+
+    presets: dict[str, str | None] = {}
+    for key in ("preset", "fallback"):
+        ref = p.str_(None, key, data[key], nonempty=True) if key in data else None
+        if ref is not None:
+            _check_job_preset(p, key, ref, job_dir)
+            if is_path_ref(ref):
+                ref = str((job_dir / Path(ref).expanduser()).resolve())
+        presets[key] = ref
+
+    deadline = None
+    if "deadline" in data:
+        try:
+            deadline = parse_deadline(data["deadline"])
+        except ValueError as exc:
+            p.add(None, "deadline", str(exc))
+
+    def opt_number(key: str) -> float | None:
+        return p.number(None, key, data[key], positive=False) if key in data else None
+
+    currency = p.str_(None, "currency", data["currency"], nonempty=True) if "currency" in data else "$"
+    run_dir = None
+    if "run_dir" in data and p.str_(None, "run_dir", data["run_dir"], nonempty=True):
+        run_dir = (job_dir / Path(data["run_dir"]).expanduser()).resolve()
+
+    max_restarts = p.int_(None, "max_restarts", data["max_restarts"], 0) if "max_restarts" in data else 3
+    stall = _job_stall(p, tables["stall"]) if tables.get("stall") is not None else {}
+    host = _job_host(p, tables["host"]) if tables.get("host") is not None else None
+    description = p.str_(None, "description", data["description"]) if "description" in data else ""
+
+    return Job(name=name, kind=kind or "command", path=path, preset=presets["preset"],
+               fallback=presets["fallback"], deadline=deadline,
+               cost_per_hour=opt_number("cost_per_hour"), budget=opt_number("budget"),
+               currency=currency or "$", run_dir=run_dir,
+               max_restarts=3 if max_restarts is None else max_restarts,
+               stall=stall, host=host, description=description or "", **by_kind)
+
+
+def _kind_keys() -> tuple[str, ...]:
+    """The top-level keys that belong to runner kinds (``command``, ``resume_args``, ...)."""
+    return tuple(dict.fromkeys(k for t in JOB_TABLES.values() for k in t.keys))
+
+
+def _kind_fields(p: Problems, data: Mapping[str, Any], own: JobTable,
+                 tables: Mapping[str, Mapping[str, Any] | None], job_dir: Path) -> dict[str, Any]:
+    """The Job fields of the job's kind; other kinds' keys and sections are refused."""
+    for key in _kind_keys():
+        if key in data and key not in own.keys:
+            owners = " or ".join(f'"{k}"' for k, t in JOB_TABLES.items() if key in t.keys)
+            p.add(None, key, f"only for kind = {owners}{own.hints.get(key, '')}")
+    for kind, table in JOB_TABLES.items():
+        if table.section and table.section != own.section and table.section in data:
+            p.add(table.section, None, f'only for kind = "{kind}"')
+    return own.parse(p, data, tables.get(own.section) if own.section else None, job_dir)
+
+
+def _job_stall(p: Problems, table: Mapping[str, Any]) -> dict[str, float]:
+    """``[stall]``: phase timeouts in seconds, each > 0."""
+    p.unknown("stall", table, _STALL_KEYS)
+    values = {k: p.number("stall", k, table[k], positive=True) for k in _STALL_KEYS if k in table}
+    return {k: v for k, v in values.items() if v is not None}
+
+
+def _check_job_preset(p: Problems, key: str, ref: str, job_dir: Path) -> None:
+    """Report a preset that cannot be found (under the job's key) or is invalid (its own file)."""
+    if is_path_ref(ref) and not (job_dir / Path(ref).expanduser()).is_file():
+        p.add(None, key, f"no such preset file: {job_dir / ref}")
+        return
+    try:
+        _load_job_preset(ref, job_dir)
+    except ConfigError as exc:
+        if exc.file:
+            p.items.extend(exc.problems)
+        else:
+            p.add(None, key, exc.message)
+
+
+def _job_host(p: Problems, table: Mapping[str, Any]) -> dict[str, str]:
+    p.unknown("host", table, _HOST_KEYS)
+    if "destination" not in table:
+        p.add("host", "destination", "required: an ssh destination, e.g. destination = \"user@gpu-box\"")
+    return {k: v for k in _HOST_KEYS if k in table
+            and (v := p.str_("host", k, table[k], nonempty=True)) is not None}
+
+
+def job_problems(text: str, path: str | os.PathLike[str]) -> list[ConfigError]:
+    """Every problem in a job file's text; ``[]`` when it is fine."""
+    path = Path(path)
+    try:
+        data = parse_toml(text, str(path))
+    except ConfigError as exc:
+        return [exc]
+    p = Problems(str(path), text)
+    _validate_job(data, p, path)
+    return p.sorted()
+
+
+def load_job(path: str | os.PathLike[str]) -> Job:
+    """Load and validate a job file (a directory means its ``trainctl.toml``).
+
+    Its presets are loaded too, so a bad preset is refused before anything runs.
+    """
+    path = Path(path)
+    if path.is_dir():
+        path = path / JOB_FILE_NAME
+    text = read_text(path, str(path))
+    data = parse_toml(text, str(path))
+    p = Problems(str(path), text)
+    job = _validate_job(data, p, path)
+    p.raise_if_any()
+    return job

@@ -1,0 +1,147 @@
+"""The job-file tables of each runner kind: :data:`JOB_TABLES`, kind -> :class:`JobTable`.
+
+A job file's ``kind`` picks one entry; :func:`~.job.load_job` checks the shared keys
+itself and hands the rest to the entry.  A new runner kind (``kind = "torchrun"``) is one
+more entry here (and its runner, which reads the :class:`~.job.Job` it gets).
+"""
+from __future__ import annotations
+
+import shlex
+import string
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .preset import check_train_value
+from .validation import Problems, show
+
+_RESUME_FIELDS = ("checkpoint",)
+
+
+# An entry's parser: (problems, the job file's top-level table, its own [section] when that
+# is a table, the job's directory) -> the Job fields it sets ("command", "resume_args",
+# "settings").
+KindParser = Callable[[Problems, Mapping[str, Any], Mapping[str, Any] | None, Path], dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class JobTable:
+    """What one runner kind adds to a job file.
+
+    ``keys``: top-level keys of this kind (a job of a kind without them is told they are
+    "only for kind = ..."); ``section``: its own ``[section]``, whose validated values
+    become ``Job.settings``; ``parse``: see :data:`KindParser`; ``hints``: what to add when
+    a job of this kind has another kind's key.
+    """
+
+    parse: KindParser
+    keys: tuple[str, ...] = ()
+    section: str | None = None
+    hints: Mapping[str, str] = field(default_factory=dict)
+
+
+def _ultralytics(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
+                 job_dir: Path) -> dict[str, Any]:
+    """``[ultralytics]``: the arguments of ``YOLO(model).train(...)``."""
+    if "ultralytics" not in data:
+        p.add("ultralytics", None, "required for kind = \"ultralytics\": a section with "
+                                   "model = \"...\" and data = \"...\"")
+    return {"settings": _ultralytics_table(p, table, job_dir) if table is not None else {}}
+
+
+def _ultralytics_table(p: Problems, table: Mapping[str, Any], job_dir: Path) -> dict[str, Any]:
+    sec = "ultralytics"
+    out: dict[str, Any] = {}
+    for key in ("model", "data"):
+        if key not in table:
+            example = "yolov8n.pt" if key == "model" else "data.yaml"
+            p.add(sec, key, f"required: a string, e.g. {key} = {show(example)}")
+    for key, value in table.items():
+        if key in ("model", "data", "project"):
+            value = p.str_(sec, key, value, nonempty=True)
+            if value is not None:
+                value = _resolve_job_path(key, value, job_dir)
+        elif key == "device":
+            if type(value) is not int and not isinstance(value, str):
+                p.add(sec, key, f"must be a string or an integer, e.g. \"0\", \"0,1\" or \"cpu\" "
+                                f"(got {show(value)})")
+                value = None
+        elif key == "workers":
+            p.add(sec, key, "not allowed here: set DataLoader workers in the preset's [dataloader] workers")
+            value = None
+        elif key == "resume":
+            p.add(sec, key, "set by trainctl: it resumes from the last good checkpoint itself; remove it")
+            value = None
+        else:
+            value = check_train_value(p, sec, key, value)
+        if value is not None:
+            out[key] = value
+    return out
+
+
+def _resolve_job_path(key: str, value: str, job_dir: Path) -> str:
+    """Relative paths resolve against the job's directory; bare names that are not
+    files there (``yolov8n.pt``, ``coco8.yaml``) are left for Ultralytics to find."""
+    path = Path(value).expanduser()
+    if path.is_absolute():
+        return str(path)
+    local = job_dir / path
+    if key == "project" or "/" in value or local.exists():
+        return str(local.resolve())
+    return value
+
+
+def _command(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
+             job_dir: Path) -> dict[str, Any]:
+    """``command`` (required) and ``resume_args``: any program, resumed by its arguments."""
+    command = _command_argv(p, data)
+    resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
+    return {"command": command, "resume_args": resume_args}
+
+
+def _command_argv(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
+    """``command`` of a kind = "command" job: a non-empty list of strings."""
+    example = 'e.g. command = ["python", "train.py"]'
+    if "command" not in data:
+        p.add(None, "command", f"required for kind = \"command\": a list of strings, {example}")
+        return ()
+    value = data["command"]
+    if isinstance(value, str):
+        try:
+            example = f"command = {show(shlex.split(value))}"
+        except ValueError:
+            pass
+        p.add(None, "command", f"must be a list of strings: {example}")
+        return ()
+    if value == []:
+        p.add(None, "command", f"must not be empty: {example}")
+        return ()
+    return p.str_list(None, "command", value) or ()
+
+
+def _resume_args(p: Problems, value: Any) -> tuple[str, ...]:
+    """``resume_args``: strings whose only placeholder is ``{checkpoint}``."""
+    args = p.str_list(None, "resume_args", value) or ()
+    for arg in args:
+        fields = _placeholders(arg)
+        if fields is None or any(f not in _RESUME_FIELDS for f in fields):
+            p.add(None, "resume_args", "the only placeholder allowed is {checkpoint} "
+                                       f"(write {{{{ and }}}} for braces) (got {show(arg)})")
+            return ()
+    return args
+
+
+def _placeholders(arg: str) -> list[str] | None:
+    try:
+        return [f for _, f, _, _ in string.Formatter().parse(arg) if f is not None]
+    except ValueError:
+        return None
+
+
+JOB_TABLES: dict[str, JobTable] = {
+    "ultralytics": JobTable(_ultralytics, section="ultralytics",
+                            hints={"command": "; use [ultralytics] model and data",
+                                   "resume_args": " (Ultralytics runs resume natively)"}),
+    "command": JobTable(_command, keys=("command", "resume_args")),
+}
