@@ -31,7 +31,7 @@ from .projection import Projector, RateHistory
 from .signatures import Catalog, WarningMatcher
 from .spec import RunSpec
 from .stall import StallDetector
-from .supervisor import Outcome, RecoveryPolicy, RunState, StateMachine
+from .supervisor import FINAL_STATES, Outcome, RecoveryPolicy, RunState, StateMachine
 
 TICK_S = 1.0
 WATCH_S = 0.5
@@ -283,7 +283,7 @@ class Agent:
                 self.set_state(RunState.FINISHED, decision.reason)
                 return 0
             if decision.action == "stop":
-                self.set_state(RunState.FINISHED, decision.reason)
+                self.set_state(RunState.STOPPED, decision.reason)
                 return 130
             if decision.action == "fail":
                 self.set_state(RunState.FAILED, decision.reason)
@@ -306,7 +306,7 @@ class Agent:
                                 resume_from, decision.delay_s))
             try:
                 await asyncio.wait_for(self.stop_requested.wait(), decision.delay_s)
-                self.set_state(RunState.FINISHED, "stopped by the user during backoff")
+                self.set_state(RunState.STOPPED, "stopped by the user during backoff")
                 return 130
             except asyncio.TimeoutError:
                 pass
@@ -778,7 +778,7 @@ class Agent:
             return {**self.hello(), "phase": self.phase,
                     "projection": E.to_dict(proj) if proj else None}
         if name in ("restart", "fallback", "switch_preset"):
-            if self.sm.state in (RunState.FINISHED, RunState.FAILED):
+            if self.sm.state in FINAL_STATES:
                 raise ValueError(f"the run is {self.sm.state.value}; start a new one with trainctl run")
             if name == "restart":
                 target = self.preset

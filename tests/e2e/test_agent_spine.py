@@ -152,7 +152,7 @@ def test_preset_b_has_no_workers_and_ctrl_c_stops_the_whole_tree(tmp_path):
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
     assert [e.type for e in r.events[-2:]] == ["exit", "state"], [e.type for e in r.events[-4:]]
-    assert r.events[-1].state == "FINISHED" and r.of_type("exit")[-1].returncode is not None
+    assert r.events[-1].state == "STOPPED" and r.of_type("exit")[-1].returncode is not None
     left = [p for p in pids if psutil.pid_exists(p) and _alive(p)]
     assert left == [], f"processes left after Ctrl-C: {left}"
     assert not of_type(r.events, "restart"), "Ctrl-C must not restart the run"
@@ -171,7 +171,7 @@ def test_ctrl_c_also_takes_the_dataloader_workers():
         tc.signal(signal.SIGINT)
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
-    assert [e.type for e in r.events[-2:]] == ["exit", "state"] and r.events[-1].state == "FINISHED"
+    assert [e.type for e in r.events[-2:]] == ["exit", "state"] and r.events[-1].state == "STOPPED"
     assert [p for p in pids if _alive(p)] == []
 
 
