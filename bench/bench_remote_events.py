@@ -47,6 +47,7 @@ sys.path.insert(0, str(ROOT))
 from trainctl.engine import events as E
 from trainctl.engine.client import AgentClient, UnixTransport
 from trainctl.engine.remote import SshTransport
+from trainctl.engine.supervisor import FINAL_STATES
 
 from tests.helpers.sshd import LocalSshd
 
@@ -87,7 +88,7 @@ async def collect(client: AgentClient, out: dict[str, list]) -> None:
             out["progress"].append((now, ev))
         elif isinstance(ev, E.Log):
             out["log"].append((now, ev))
-        elif isinstance(ev, E.State) and ev.state in ("FINISHED", "FAILED"):
+        elif isinstance(ev, E.State) and ev.state in FINAL_STATES:
             return
 
 

@@ -8,6 +8,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
+import psutil
+
 from . import events as E
 from .journal import read_events
 from .paths import RunFiles
@@ -18,8 +20,47 @@ class Transport(Protocol):
     def describe(self) -> str: ...
 
 
+#: How long a local agent may take to accept the connection and answer the hello.  A
+#: transport may say its own (``hello_timeout``); one that does not (ssh: a login and a
+#: remote `trainctl bridge` to start) gets REMOTE_HELLO_TIMEOUT_S.
+HELLO_TIMEOUT_S = 3.0
+REMOTE_HELLO_TIMEOUT_S = 30.0
+COMMAND_TIMEOUT_S = 60.0   # a stack dump (py-spy on every process) takes seconds
+
+
 class AgentUnavailable(ConnectionError):
     pass
+
+
+class AgentNotResponding(AgentUnavailable):
+    """The agent is there (its socket accepts) but does not answer in time: stopped
+    (SIGSTOP, a debugger), or wedged.  Nothing retries this by itself."""
+
+    exit_code = 4   # `trainctl status`, `ctl`, `attach --json`, `bridge`
+
+
+def agent_process(run_dir: Path | str) -> str:
+    """What <run_dir>/agent.json's pid is now: "pid N, stopped" (psutil's status), "pid N
+    is gone", or "no agent.json".  A pid whose process began after the agent wrote
+    agent.json is another process that got the number: gone too."""
+    try:
+        info = json.loads(RunFiles(run_dir).info.read_text())
+        pid = int(info["pid"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return "no agent.json"
+    try:
+        proc = psutil.Process(pid)
+        status = proc.status()
+        started = info.get("started")
+        if isinstance(started, (int, float)) and proc.create_time() > started + 2.0:
+            return f"pid {pid} is gone; another process has its number"
+    except psutil.NoSuchProcess:
+        return f"pid {pid} is gone"
+    except psutil.Error as e:
+        return f"pid {pid}, {type(e).__name__}"
+    if status == psutil.STATUS_ZOMBIE:
+        return f"pid {pid} is gone (a zombie)"
+    return f"pid {pid}, {status}"
 
 
 class UnixTransport:
@@ -27,9 +68,15 @@ class UnixTransport:
     run ended, or the agent died) still answers: a hello with ``"live": false`` and the
     journal, read from the run directory, then the end of the stream."""
 
+    hello_timeout = HELLO_TIMEOUT_S
+
     def __init__(self, sock_path: Path | str, journal_fallback: bool = False):
         self.sock_path = Path(sock_path)
         self.journal_fallback = journal_fallback
+
+    def not_responding(self, what: str) -> str:
+        return (f"agent not responding ({agent_process(self.sock_path.parent)}): {what} from "
+                f"{self.sock_path.parent}")
 
     async def open(self):
         try:
@@ -48,8 +95,10 @@ class AgentClient:
     """JSON lines over a transport: a hello, then the journal from `since`, then live events.
     Command replies are matched by id; everything else is an event."""
 
-    def __init__(self, transport: Transport):
+    def __init__(self, transport: Transport, *, hello_timeout: float | None = None):
         self.transport = transport
+        self.hello_timeout = (hello_timeout if hello_timeout is not None else
+                              getattr(transport, "hello_timeout", REMOTE_HELLO_TIMEOUT_S))
         self._reader: asyncio.StreamReader | None = None
         self._writer = None
         self._ids = itertools.count(1)
@@ -59,21 +108,36 @@ class AgentClient:
         self.last_seq = -1
         self.hello_info: dict = {}
 
+    def _not_responding(self, what: str) -> AgentNotResponding:
+        describe = getattr(self.transport, "not_responding", None)
+        return AgentNotResponding(describe(what) if describe is not None else
+                                  f"agent not responding: {what} from {self.transport.describe()}")
+
     async def connect(self, since: int = 0) -> dict:
-        self._reader, self._writer = await self.transport.open()
-        self._writer.write((json.dumps({"op": "hello", "since": since}) + "\n").encode())
-        await self._writer.drain()
-        line = await self._reader.readline()
+        """Open, say hello, read the agent's hello: all within ``hello_timeout``, else
+        AgentNotResponding (the caller closes the client, as after any failure)."""
+        try:
+            line = await asyncio.wait_for(self._hello(since), self.hello_timeout)
+        except asyncio.TimeoutError:
+            raise self._not_responding(f"no hello within {self.hello_timeout:g} s") from None
         if not line:
             raise AgentUnavailable(f"the agent at {self.transport.describe()} closed the connection")
         try:
             self.hello_info = json.loads(line)
         except ValueError as e:
             raise AgentUnavailable(f"unexpected answer from {self.transport.describe()}: {line[:200]!r}") from e
+        if self.hello_info.get("ok") is False:   # a bridge whose agent did not answer
+            raise AgentNotResponding(str(self.hello_info.get("error") or "agent not responding"))
         self.last_seq = since - 1
         self._events = asyncio.Queue()
         self._pump = asyncio.create_task(self._read_loop())
         return self.hello_info
+
+    async def _hello(self, since: int) -> bytes:
+        self._reader, self._writer = await self.transport.open()
+        self._writer.write((json.dumps({"op": "hello", "since": since}) + "\n").encode())
+        await self._writer.drain()
+        return await self._reader.readline()
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -113,10 +177,10 @@ class AgentClient:
                 return
             yield ev
 
-    async def command(self, name: str, /, *, timeout: float = 60.0, **args) -> dict:
-        """Send command ``name`` with ``args`` and wait for its reply.  ``name`` is
-        positional-only: read_preset, write_preset and set_next_preset take a ``name``
-        argument of their own."""
+    async def command(self, name: str, /, *, timeout: float = COMMAND_TIMEOUT_S, **args) -> dict:
+        """Send command ``name`` with ``args`` and wait for its reply, ``timeout`` at most
+        (else AgentNotResponding).  ``name`` is positional-only: read_preset, write_preset
+        and set_next_preset take a ``name`` argument of their own."""
         if self._writer is None:
             raise AgentUnavailable("not connected")
         if self.hello_info.get("live") is False:
@@ -127,8 +191,17 @@ class AgentClient:
         fut = asyncio.get_running_loop().create_future()
         self._waiting[cid] = fut
         self._writer.write((json.dumps({"op": "cmd", "id": cid, "cmd": name, "args": args}) + "\n").encode())
-        await self._writer.drain()
-        return await asyncio.wait_for(fut, timeout)
+
+        async def reply() -> dict:
+            assert self._writer is not None
+            await self._writer.drain()
+            return await fut
+        try:
+            return await asyncio.wait_for(reply(), timeout)
+        except asyncio.TimeoutError:
+            raise self._not_responding(f"no reply to {name} within {timeout:g} s") from None
+        finally:
+            self._waiting.pop(cid, None)
 
     async def close(self) -> None:
         """Close the connection, and the transport's own process if it has one (ssh)."""

@@ -15,10 +15,12 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
+from .supervisor import RunState
+
 PHASES = ("startup", "train", "val", "save", "finished")
 SEVERITIES = ("info", "warning", "error", "fatal")
 DIAGNOSES = ("deadlock", "spin", "stopped", "dead_worker", "io_wait", "unknown")
-STATES = ("STARTING", "RUNNING", "STALLED", "STOPPING", "BACKOFF", "FINISHED", "FAILED")
+STATES = tuple(s.value for s in RunState)
 
 
 @dataclass(frozen=True)

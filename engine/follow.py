@@ -7,16 +7,16 @@ import asyncio
 from collections.abc import Callable
 
 from . import events as E
-from .client import AgentClient
-
-FINAL_STATES = ("FINISHED", "FAILED")
+from .client import AgentClient, AgentNotResponding
+from .supervisor import FINAL_STATES, exit_code
 
 
 async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Event], None],
                  note: Callable[[str], None], *, max_wait_s: float = 30.0,
                  give_up_s: float | None = None) -> int:
-    """Print journal events until the run ends. Returns 0 finished, 1 failed, 3 gave up
-    (or the agent is gone and the journal does not end the run)."""
+    """Print journal events until the run ends. Returns the final state's exit code (0
+    finished, 1 failed, 130 stopped by the user), 3 gave up (or the agent is gone and the
+    journal does not end the run), 4 the agent does not answer (AgentNotResponding)."""
     next_seq = 0
     delay = 0.5
     lost_since: float | None = None
@@ -34,7 +34,7 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
                 next_seq = ev.seq + 1
                 emit(ev)
                 if isinstance(ev, E.State) and ev.state in FINAL_STATES:
-                    return 0 if ev.state == "FINISHED" else 1
+                    return exit_code(ev.state)
             if hello.get("live") is False:
                 # The journal was all there is, and it does not end the run: nobody is
                 # supervising it any more (the agent was killed or crashed).
@@ -43,6 +43,11 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
                      "(its output is agent.out in the run directory, or its tmux pane)")
                 return 3
             note("connection to the agent lost; the run goes on — retrying")
+        except AgentNotResponding as e:
+            # Its socket is there but it does not answer (stopped, wedged): waiting on it
+            # would be a wait without a bound.  Say so and end; attach again once it answers.
+            note(str(e))
+            return e.exit_code
         except (ConnectionError, OSError) as e:
             note(f"cannot reach the agent ({e}); retrying in {delay:.1f}s")
         finally:

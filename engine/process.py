@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
 import signal
 import time
@@ -53,77 +54,204 @@ def _alive(p: psutil.Process) -> bool:
         return False
 
 
-def _reap(pids) -> None:
-    for pid in pids:
+def _ours(p: psutil.Process) -> bool:
+    """``p`` descends from this process: a pid we were handed as a bare number is ours to
+    kill only then (the trainer is our child; its orphans are re-parented to us, the
+    subreaper).  A pid reused by someone else's process is not."""
+    me = os.getpid()
+    try:
+        return p.pid != me and any(a.pid == me for a in p.parents())
+    except psutil.Error:
+        return False
+
+
+PIDFD_SIGNAL_PROCESS_GROUP = 4   # linux/pidfd.h (Linux 6.9+): signal the target's group
+
+
+class Signaller:
+    """Signals processes captured as ``psutil.Process`` objects (pid + create time), never a
+    bare pid that may have been reused: through a pidfd opened while the process is known
+    to be the captured one (Linux 5.3+), else psutil's create-time check right before
+    ``kill``.  Close it (or use it as a context manager) to close the pidfds."""
+
+    def __init__(self, use_pidfd: bool | None = None):
+        self.use_pidfd = (hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+                          if use_pidfd is None else use_pidfd)
+        self._fds: dict[psutil.Process, int] = {}
+
+    def _pidfd(self, p: psutil.Process) -> int | None:
+        fd = self._fds.get(p)
+        if fd is not None or not self.use_pidfd:
+            return fd
         try:
-            os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
+            fd = os.pidfd_open(p.pid)
         except OSError:
-            pass
+            return None
+        if not p.is_running():   # the pid is someone else's now: this fd is theirs
+            os.close(fd)
+            return None
+        self._fds[p] = fd
+        return fd
+
+    def send(self, p: psutil.Process, sig: int) -> bool:
+        """Signal ``p`` if it is still the captured process; whether a signal went."""
+        fd = self._pidfd(p)
+        if fd is not None:
+            try:
+                signal.pidfd_send_signal(fd, sig)
+                return True
+            except OSError:
+                return False   # exited (the fd still names it: nobody else is touched)
+        if self.use_pidfd:
+            return False       # no fd: gone, or no longer the process we captured
+        try:
+            if not p.is_running():
+                return False
+            p.send_signal(sig)  # psutil checks the create time again
+            return True
+        except psutil.Error:
+            return False
+
+    def send_group(self, leader: psutil.Process, pgid: int, sig: int) -> bool:
+        """Signal the process group ``pgid`` while its leader is known to be ``leader``
+        (the trainer: pgid == its pid).  A bare ``killpg`` only after that check: once the
+        leader is gone, the group id may name someone else's group; the caller then
+        signals the members it captured, one by one."""
+        if leader.pid != pgid:
+            return False
+        fd = self._pidfd(leader)
+        if fd is not None:
+            try:
+                signal.pidfd_send_signal(fd, sig, None, PIDFD_SIGNAL_PROCESS_GROUP)
+                return True
+            except OSError as e:
+                if e.errno != errno.EINVAL:   # EINVAL: a kernel without the flag
+                    return False
+        try:
+            if not leader.is_running() or os.getpgid(leader.pid) != pgid:
+                return False
+            os.killpg(pgid, sig)
+            return True
+        except (OSError, psutil.Error):
+            return False
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+    def __enter__(self) -> Signaller:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
 
-def kill_tree(pid: int, pgid: int | None = None, *, grace: float = 10.0,
-              extra_roots: tuple[int, ...] = ()) -> KillReport:
+def _reap(procs, skip: set[int]) -> None:
+    """Reap our own zombie children among ``procs`` (orphans re-parented to us), never a
+    pid in ``skip``: the trainer has its own reaper (asyncio's child watcher), and a second
+    ``waitpid`` would steal its exit status ("Unknown child process", exit 255)."""
+    me = os.getpid()
+    for p in procs:
+        if p.pid in skip:
+            continue
+        try:
+            if p.ppid() != me or p.status() != psutil.STATUS_ZOMBIE or not p.is_running():
+                continue
+            os.waitpid(p.pid, os.WNOHANG)
+        except (psutil.Error, OSError):
+            continue
+
+
+Root = int | psutil.Process
+
+
+def _capture(root: Root) -> psutil.Process | None:
+    """A root handed over as a psutil.Process is taken as is (captured early, it carries
+    its create time); a bare pid only when it is a process of ours (see ``_ours``)."""
+    if isinstance(root, psutil.Process):
+        return root if root.is_running() else None
+    try:
+        p = psutil.Process(root)
+    except psutil.Error:
+        return None
+    return p if _ours(p) else None
+
+
+def kill_tree(pid: Root, pgid: int | None = None, *, grace: float = 10.0,
+              extra_roots: tuple[Root, ...] = (),
+              reaped_elsewhere: tuple[int, ...] = ()) -> KillReport:
     """SIGTERM the process group (and SIGCONT it so stopped members can act on it), wait up
     to `grace`, then SIGKILL the group and every descendant seen — including those that
     left the group or were orphaned to us (`extra_roots`: e.g. our own children other than
-    the agent's helpers). Blocking; run it in an executor from async code."""
+    the agent's helpers). Blocking; run it in an executor from async code.
+
+    PID safety: every process is captured as a ``psutil.Process`` (pass the roots as such
+    when they were captured earlier; a bare pid counts only while it is our descendant) and
+    signalled through a :class:`Signaller`; the group only while its leader (``pgid``'s
+    process) is the captured one.  Reaping: ``pid`` itself and ``reaped_elsewhere`` are
+    never ``waitpid``-ed (asyncio reaps the trainer); our other zombie children are."""
     t0 = time.monotonic()
-    procs: dict[int, psutil.Process] = {}
+    root = _capture(pid)
+    root_pid = pid.pid if isinstance(pid, psutil.Process) else pid
+    skip = {root_pid, *reaped_elsewhere}
+    leader = None
+    if pgid is not None:
+        leader = root if root is not None and root.pid == pgid else _capture(pgid)
+    roots = [p for p in (root, *map(_capture, extra_roots)) if p is not None]
+    procs: dict[psutil.Process, None] = {}
 
     def collect() -> None:
-        for root in (pid, *extra_roots):
+        for r in roots:
+            if not r.is_running():
+                continue
+            procs.setdefault(r)
             try:
-                p = psutil.Process(root)
-                procs.setdefault(p.pid, p)
+                for c in r.children(recursive=True):
+                    procs.setdefault(c)
             except psutil.Error:
                 continue
-            for c in descendants(root):
-                procs.setdefault(c.pid, c)
-        if pgid is not None:
-            for p in psutil.process_iter():
-                try:
-                    if os.getpgid(p.pid) == pgid:
-                        procs.setdefault(p.pid, p)
-                except (OSError, psutil.Error):
-                    continue
-
-    def send(sig: int, only: list[psutil.Process] | None = None) -> None:
-        if pgid is not None:
+        if pgid is None:
+            return
+        leader_known = leader is not None and leader.is_running()
+        for p in psutil.process_iter():
             try:
-                os.killpg(pgid, sig)
-            except OSError:
-                pass
-        for p in only if only is not None else list(procs.values()):
-            try:
-                p.send_signal(sig)
-            except psutil.Error:
-                pass
+                # Members of a group whose leader is gone: only our own (re-parented to us).
+                if os.getpgid(p.pid) == pgid and (leader_known or _ours(p)):
+                    procs.setdefault(p)
+            except (OSError, psutil.Error):
+                continue
 
-    collect()
-    send(signal.SIGTERM)
-    send(signal.SIGCONT)
-    deadline = time.monotonic() + grace
-    while time.monotonic() < deadline:
-        _reap(procs)
+    with Signaller() as sig:
+        def send(signum: int, only: list[psutil.Process] | None = None) -> None:
+            if leader is not None and pgid is not None:
+                sig.send_group(leader, pgid, signum)
+            for p in only if only is not None else list(procs):
+                sig.send(p, signum)
+
         collect()
-        if not any(_alive(p) for p in procs.values()):
-            break
-        time.sleep(0.05)
-    forced = [p for p in procs.values() if _alive(p)]
-    if forced:
-        send(signal.SIGKILL, forced)
-    end = time.monotonic() + 5.0
-    while time.monotonic() < end:
-        _reap(procs)
-        collect()
-        left = [p for p in procs.values() if _alive(p)]
-        if not left:
-            break
-        send(signal.SIGKILL, left)
-        time.sleep(0.05)
-    _reap(procs)
-    survivors = tuple(p.pid for p in procs.values() if _alive(p))
-    return KillReport(tuple(sorted(procs)), tuple(p.pid for p in forced), survivors,
-                      time.monotonic() - t0)
+        send(signal.SIGTERM)
+        send(signal.SIGCONT)
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline:
+            _reap(procs, skip)
+            collect()
+            if not any(_alive(p) for p in procs):
+                break
+            time.sleep(0.05)
+        forced = [p for p in procs if _alive(p)]
+        if forced:
+            send(signal.SIGKILL, forced)
+        end = time.monotonic() + 5.0
+        while time.monotonic() < end:
+            _reap(procs, skip)
+            collect()
+            left = [p for p in procs if _alive(p)]
+            if not left:
+                break
+            send(signal.SIGKILL, left)
+            time.sleep(0.05)
+        _reap(procs, skip)
+    survivors = tuple(p.pid for p in procs if _alive(p))
+    return KillReport(tuple(sorted(p.pid for p in procs)), tuple(p.pid for p in forced),
+                      survivors, time.monotonic() - t0)

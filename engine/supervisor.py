@@ -11,28 +11,39 @@ class RunState(str, enum.Enum):
     STALLED = "STALLED"
     STOPPING = "STOPPING"
     BACKOFF = "BACKOFF"
-    FINISHED = "FINISHED"
-    FAILED = "FAILED"
-    STOPPED = "STOPPED"
+    FINISHED = "FINISHED"   # the trainer exited 0
+    FAILED = "FAILED"       # gave up: budget spent, a fatal error, auto-recovery off
+    STOPPED = "STOPPED"     # stopped by the user (ctl stop, the dashboard's `s`, Ctrl-C)
 
 
-FINAL_STATES = frozenset({RunState.FINISHED, RunState.FAILED, RunState.STOPPED})
+#: The states a run ends in: nothing follows them.  Every reader (the agent, `attach`,
+#: the CLI, the dashboard, the tests) asks this, never its own list.  The members are
+#: ``str`` enums, so a state read from the journal (``"FINISHED"``) is found here too.
+FINAL_STATES: frozenset[RunState] = frozenset({RunState.FINISHED, RunState.FAILED,
+                                               RunState.STOPPED})
+
+#: The process exit code for each final state: 130 for a stop, as for Ctrl-C.
+EXIT_CODES: dict[RunState, int] = {RunState.FINISHED: 0, RunState.FAILED: 1,
+                                   RunState.STOPPED: 130}
+
+
+def exit_code(state: str | None, live: int = 0) -> int:
+    """The exit code for a run in ``state``: its final state's, else ``live`` (a run that
+    goes on, or a state nobody knows)."""
+    try:
+        return EXIT_CODES.get(RunState(state), live)
+    except ValueError:
+        return live
 
 
 ALLOWED = {
-    RunState.STARTING: {RunState.RUNNING, RunState.STALLED, RunState.STOPPING, RunState.FINISHED,
-                        RunState.FAILED, RunState.BACKOFF, RunState.STOPPED},
-    RunState.RUNNING: {RunState.STALLED, RunState.STOPPING, RunState.FINISHED, RunState.FAILED,
-                       RunState.BACKOFF, RunState.STOPPED},
-    RunState.STALLED: {RunState.RUNNING, RunState.STOPPING, RunState.FAILED, RunState.BACKOFF,
-                       RunState.FINISHED, RunState.STOPPED},
-    RunState.STOPPING: {RunState.BACKOFF, RunState.FINISHED, RunState.FAILED, RunState.STARTING,
-                        RunState.STOPPED},
-    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, RunState.FAILED, RunState.FINISHED,
-                       RunState.STOPPED},
-    RunState.FINISHED: set(),
-    RunState.FAILED: set(),
-    RunState.STOPPED: set(),
+    RunState.STARTING: {RunState.RUNNING, RunState.STALLED, RunState.STOPPING, RunState.BACKOFF,
+                        *FINAL_STATES},
+    RunState.RUNNING: {RunState.STALLED, RunState.STOPPING, RunState.BACKOFF, *FINAL_STATES},
+    RunState.STALLED: {RunState.RUNNING, RunState.STOPPING, RunState.BACKOFF, *FINAL_STATES},
+    RunState.STOPPING: {RunState.BACKOFF, RunState.STARTING, *FINAL_STATES},
+    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, *FINAL_STATES},
+    **{final: set() for final in FINAL_STATES},
 }
 
 

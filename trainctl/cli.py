@@ -1,4 +1,4 @@
-"""The `trainctl` command line. Exit codes: 0 finished, 1 failed, 2 bad usage or config."""
+"""The `trainctl` command line. Exit codes: see EXIT_CODES_HELP."""
 from __future__ import annotations
 
 import argparse
@@ -21,6 +21,14 @@ if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
 COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent")
+EXIT_CODES_HELP = """exit codes:
+  0    the run finished (or the command did what it was asked)
+  1    the run failed; `ctl`: no agent is running for that run
+  2    bad usage or configuration; `ctl`: the agent refused the command
+  3    `attach --json/--headless`: the agent is gone and its journal does not end the run
+  4    `status`, `ctl`, `attach`: the agent does not answer within a few seconds
+       ("agent not responding (pid N, stopped)": stopped or wedged)
+  130  the run was stopped by the user (s, `trainctl ctl RUN_DIR stop`, Ctrl-C)"""
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -48,21 +56,25 @@ def _run_options(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trainctl", description="Keep a training run alive.")
+    p = argparse.ArgumentParser(prog="trainctl", description="Keep a training run alive.",
+                                epilog=EXIT_CODES_HELP,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"trainctl {__version__}")
     sub = p.add_subparsers(dest="cmd")
-    run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI")
+    codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
+    run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI",
+                         **codes)
     run.add_argument("job", nargs="?", help="job file (trainctl.toml)")
     _run_options(run)
     demo = sub.add_parser("demo", help="a real tiny YOLO training on CPU, in the TUI")
     _run_options(demo)
     demo.add_argument("--epochs", type=int, default=None)
-    att = sub.add_parser("attach", help="open the dashboard on a running agent")
+    att = sub.add_parser("attach", help="open the dashboard on a running agent", **codes)
     att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
     amode = att.add_mutually_exclusive_group()
     amode.add_argument("--headless", action="store_true", help="no TUI: follow the events as text lines")
     amode.add_argument("--json", action="store_true", help="no TUI: follow the events as JSON lines")
-    st = sub.add_parser("status", help="the state and projection of a run")
+    st = sub.add_parser("status", help="the state and projection of a run", **codes)
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
     pr = sub.add_parser("presets", help="list, show, validate or edit presets")
@@ -71,7 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("scan", help="postmortem of a saved training log")
     sc.add_argument("logfile")
     sc.add_argument("--json", action="store_true")
-    ctl = sub.add_parser("ctl", help="send a command to a running agent")
+    ctl = sub.add_parser("ctl", help="send a command to a running agent", **codes)
     ctl.add_argument("run_dir")
     ctl.add_argument("command", choices=("restart", "fallback", "switch_preset", "stop", "dump_stacks",
                                          "auto_recover", "status", "list_presets"))
@@ -415,18 +427,20 @@ def cmd_attach(args) -> int:
     return _attach_local(run_dir)
 
 
-async def _one_command(run_dir: Path, name: str, **kw) -> dict:
-    from .engine.client import local_client
+async def _one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
+    """One command's reply; AgentUnavailable when no agent runs, AgentNotResponding when
+    it does not answer the hello (a few seconds) or the command (``timeout``)."""
+    from .engine.client import COMMAND_TIMEOUT_S, local_client
     client = local_client(run_dir)
     try:
         await client.connect(since=10**12)
-        return await client.command(name, **kw)   # AgentUnavailable when no agent runs
+        return await client.command(name, timeout=timeout or COMMAND_TIMEOUT_S, **kw)
     finally:
         await client.close()
 
 
 def cmd_ctl(args) -> int:
-    from .engine.client import AgentUnavailable
+    from .engine.client import AgentNotResponding, AgentUnavailable
     run_dir = _resolve_run_dir(args.run_dir)
     kw = {}
     if args.command == "switch_preset":
@@ -439,6 +453,9 @@ def cmd_ctl(args) -> int:
         kw["on"] = args.on
     try:
         reply = asyncio.run(_one_command(run_dir, args.command, **kw))
+    except AgentNotResponding as e:
+        print(f"trainctl: {e}", file=sys.stderr)
+        return e.exit_code
     except AgentUnavailable as e:
         print(f"trainctl: {e}", file=sys.stderr)
         return 1
@@ -450,15 +467,23 @@ def cmd_ctl(args) -> int:
 
 
 def cmd_status(args) -> int:
+    """The agent's status, else the run directory's; exit 4 (after the run directory's)
+    when the agent is there but does not answer."""
     from .engine import events as E
-    from .engine.client import AgentUnavailable
+    from .engine.client import AgentNotResponding, AgentUnavailable
     from .engine.journal import read_events
+    from .engine.supervisor import FINAL_STATES
     run_dir = _resolve_run_dir(args.run_dir)
+    code, agent = 0, "agent live"
     try:
-        reply = asyncio.run(_one_command(run_dir, "status"))
+        reply = asyncio.run(_one_command(run_dir, "status", timeout=10.0))
         status = reply.get("result") or {}
         status["live"] = True
-    except (AgentUnavailable, OSError):
+    except (AgentUnavailable, OSError) as e:
+        agent = "agent not running"
+        if isinstance(e, AgentNotResponding):
+            print(f"trainctl: {e}", file=sys.stderr)
+            code, agent = e.exit_code, "agent not responding; from its journal"
         from .engine.client import offline_hello
         status = offline_hello(run_dir)   # job, preset, attempt and state from the run directory
         status.pop("op", None)
@@ -472,30 +497,49 @@ def cmd_status(args) -> int:
             status["projection"] = E.to_dict(last["projection"])
         if "progress" in last:
             status["progress"] = E.to_dict(last["progress"])
+        if code:
+            status["responding"] = False
     if args.json:
         print(json.dumps(status, indent=2))
-        return 0
+        return code
     from .engine.projection import format_projection
-    print(f"run     {status.get('run_dir', run_dir)} ({'agent live' if status['live'] else 'agent not running'})")
+    print(f"run     {status.get('run_dir', run_dir)} ({agent})")
     print(f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
           f"   attempt {status.get('attempt', '?')}")
     proj = status.get("projection")
-    if proj:
+    if proj and status.get("state") in FINAL_STATES and not proj.get("finished"):
+        print(f"        no ETA: the run is {status['state']}")   # its last live one is stale
+    elif proj:
         for line in format_projection(E.from_dict(proj), time.time(), status.get("currency", "$")):
             print(f"        {line}")
     else:
         print("        no projection yet")
-    return 0
+    return code
 
 
 def cmd_bridge(args) -> int:
-    """Relay stdin/stdout to the agent's socket (what `ssh HOST trainctl bridge DIR` runs)."""
+    """Relay stdin/stdout to the agent's socket (what `ssh HOST trainctl bridge DIR` runs).
+    The agent's hello must come within HELLO_TIMEOUT_S: else the bridge answers the client
+    with a failed hello (``"ok": false``, ``"error": "agent not responding (pid N, stopped)
+    ..."``) and exits 4."""
+    from .engine.client import HELLO_TIMEOUT_S, UnixTransport
     from .engine.paths import RunFiles
     sock = RunFiles(args.run_dir).sock
 
+    def not_responding(what: str) -> int:
+        error = UnixTransport(sock).not_responding(what)
+        print(f"trainctl bridge: {error}", file=sys.stderr)
+        sys.stdout.buffer.write((json.dumps({"op": "hello", "ok": False, "error": error})
+                                 + "\n").encode())
+        sys.stdout.buffer.flush()
+        return 4
+
     async def relay() -> int:
         try:
-            reader, writer = await asyncio.open_unix_connection(str(sock), limit=1 << 22)
+            reader, writer = await asyncio.wait_for(
+                asyncio.open_unix_connection(str(sock), limit=1 << 22), HELLO_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            return not_responding(f"its socket did not accept within {HELLO_TIMEOUT_S:g} s")
         except OSError as e:
             if not RunFiles(args.run_dir).events.exists():
                 print(f"trainctl bridge: no agent at {sock} and no journal there: {e.strerror}",
@@ -515,6 +559,19 @@ def cmd_bridge(args) -> int:
         stdin = asyncio.StreamReader()
         await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(stdin), sys.stdin)
         out = sys.stdout.buffer
+        # The hello goes through first, and its answer must come in time (a stopped agent
+        # accepts, as its kernel does, but never answers).
+        hello = await stdin.readline()
+        if not hello:
+            return 0   # the client went before it said hello
+        writer.write(hello)
+        try:
+            first = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            writer.close()
+            return not_responding(f"no hello within {HELLO_TIMEOUT_S:g} s")
+        out.write(first)
+        out.flush()
 
         async def up():
             while data := await stdin.read(65536):

@@ -13,6 +13,8 @@ from typing import Any
 from textual.app import App, SystemCommand
 from textual.screen import Screen
 
+from trainctl.engine.supervisor import FINAL_STATES, exit_code
+
 from trainctl.tui.bridge import Bridge, ClientLike
 from trainctl.tui.screens.dashboard import DashboardScreen
 
@@ -67,8 +69,8 @@ class TrainctlApp(App[int]):
     def action_leave(self) -> None:
         """Quit the dashboard only: the agent and the run keep going."""
         state = self.dashboard.model.state
-        code = 1 if state == "FAILED" else 0
-        if state in ("FINISHED", "FAILED"):
+        code = exit_code(state)   # 0 while the run goes on; 130 for a run the user stopped
+        if state in FINAL_STATES:
             message = f"The run is {state}. To look at it again:\n  {self.come_back_hint()}"
         else:
             message = f"The run goes on. Come back with:\n  {self.come_back_hint()}"

@@ -79,6 +79,10 @@ class PipeTrainer:
         self.log_dropped = 0
         self.log_error: str | None = None
         self.sampler = TreeSampler()
+        try:   # captured now, while it is surely ours: later signals check it is the same
+            self.root: psutil.Process | int = psutil.Process(proc.pid)
+        except psutil.Error:
+            self.root = proc.pid
         self.seen: dict[int, psutil.Process] = {}   # every process of its tree seen so far
         self.last_workers: set[int] = set()
 
@@ -168,21 +172,16 @@ class PipeTrainer:
             self.pid, stacks_dir, sampler=self.sampler, gpu=gpu, tag=tag,
             known_workers=known, snapshot=snapshot))
 
-    def _extra(self) -> tuple[int, ...]:
-        return tuple(p.pid for p in self.seen.values() if p.is_running())
-
     async def kill(self, grace: float) -> KillReport:
+        """The whole tree; the trainer itself is left to asyncio to reap (one reaper)."""
         loop = asyncio.get_running_loop()
-        extra = self._extra()
-        return await loop.run_in_executor(None, lambda: kill_tree(self.pid, self.pid, grace=grace,
+        extra = tuple(p for p in self.seen.values() if p.pid != self.pid)
+        return await loop.run_in_executor(None, lambda: kill_tree(self.root, self.pid, grace=grace,
                                                                   extra_roots=extra))
 
     async def sweep(self) -> KillReport:
         """After the trainer's exit: what is left of its tree (orphaned workers included)."""
-        loop = asyncio.get_running_loop()
-        extra = self._extra()
-        return await loop.run_in_executor(None, lambda: kill_tree(self.pid, self.pid, grace=2.0,
-                                                                  extra_roots=extra))
+        return await self.kill(2.0)
 
 
 def _open_log(path: Path) -> int | None:

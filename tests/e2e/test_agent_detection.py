@@ -80,7 +80,7 @@ def test_worker_deadlock_in_epoch_2_is_a_deadlock_and_waits_for_the_user():
         assert ctl.returncode == 0, ctl.describe()
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
-    assert [e.type for e in r.events[-2:]] == ["exit", "state"] and r.events[-1].state == "FINISHED"
+    assert [e.type for e in r.events[-2:]] == ["exit", "state"] and r.events[-1].state == "STOPPED"
     assert [p for p in pids if _alive(p)] == []
 
 

@@ -171,7 +171,7 @@ def test_ctrl_c_also_takes_the_dataloader_workers():
         tc.signal(signal.SIGINT)
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
-    assert [e.type for e in r.events[-2:]] == ["exit", "state"] and r.events[-1].state == "FINISHED"
+    assert [e.type for e in r.events[-2:]] == ["exit", "state"] and r.events[-1].state == "STOPPED"
     assert [p for p in pids if _alive(p)] == []
 
 

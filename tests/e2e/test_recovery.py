@@ -263,4 +263,4 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
     assert all(r.resume_from == str(ckpt) for r in restarts)
     infos = [e.text for e in of(res.events, "info") if e.key == "auto_recover"]
     assert infos == ["auto-recovery off", "auto-recovery on"]
-    assert of(res.events, "state")[-1].state == "FINISHED"
+    assert of(res.events, "state")[-1].state == "STOPPED"

@@ -33,6 +33,7 @@ import pytest
 from trainctl.engine import tmux as tm
 from trainctl.engine.client import AgentClient
 from trainctl.engine.remote import SshTransport
+from trainctl.engine.supervisor import FINAL_STATES
 
 from tests.e2e.conftest import read_journal, start_trainctl
 from tests.helpers.hangs import wait_until
@@ -321,7 +322,7 @@ async def reattach_until_finished(host, run_dir: Path, timeout: float) -> tuple[
                 if ev.seq is None:
                     continue
                 got.append(E.to_dict(ev))
-                if isinstance(ev, E.State) and ev.state in ("FINISHED", "FAILED"):
+                if isinstance(ev, E.State) and ev.state in FINAL_STATES:
                     return
         await asyncio.wait_for(collect(), timeout)
         return hello, got
@@ -465,7 +466,7 @@ def test_hostile_preset_values_reach_the_remote_trainer_literally(box, tmp_path)
         # The default run directory is named as a local run's: after the script.
         assert run_dir.parent == box.home / "trainctl" / "argv_env" / "runs", run_dir
         assert run_dir.name.startswith("argv_env-"), run_dir
-        wait_journal(run_dir, lambda e: e.type == "state" and e.state in ("FINISHED", "FAILED"),
+        wait_journal(run_dir, lambda e: e.type == "state" and e.state in FINAL_STATES,
                      60, "the end of the run")
         events = read_journal(run_dir)
         assert [e.state for e in events if e.type == "state"][-1] == "FINISHED"
@@ -503,7 +504,7 @@ def test_job_file_with_a_host_runs_on_the_box(box, tmp_path):
         f'destination = "{box.dest}"\nworkdir = "~/jobs"\n')
     run_dir = started_run_dir(cli(["run", job_dir / "trainctl.toml", "--detach"], box.client_env), box)
     assert run_dir.parent == box.home / "jobs" / "boxjob" / "runs" and run_dir.name.startswith("boxjob-")
-    wait_journal(run_dir, lambda e: e.type == "state" and e.state in ("FINISHED", "FAILED"),
+    wait_journal(run_dir, lambda e: e.type == "state" and e.state in FINAL_STATES,
                  60, "the end of the run")
     events = read_journal(run_dir)
     assert [(e.attempt, e.preset) for e in events if e.type == "start"] == [(1, "calm")]

@@ -73,7 +73,7 @@ def test_agent_in_tmux_and_a_second_run_of_the_job_is_refused(runs):
     assert other.returncode == 0, other.stderr
     stop = trainctl(runs, "ctl", str(run_dir), "stop")
     assert stop.returncode == 0, stop.stderr
-    wait_until(lambda: "FINISHED" in states(run_dir), 30, what="the first run to stop")
+    wait_until(lambda: "STOPPED" in states(run_dir), 30, what="the first run to stop")
     # Once it stopped, the job may run again.
     wait_until(lambda: runs.agent_pid(run_dir) and not _alive(runs.agent_pid(run_dir)), 15,
                what="the first agent to exit")

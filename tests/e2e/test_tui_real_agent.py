@@ -83,7 +83,7 @@ async def test_every_key_against_a_real_agent(tmp_path):
             await pilot.press("s")
             await shown(pilot, ConfirmScreen)
             await pilot.press("y")
-            await wait_for(pilot, lambda: model.state == "FINISHED", 60, "the run to end")
+            await wait_for(pilot, lambda: model.state == "STOPPED", 60, "the run to end")
             assert model.state_reason == "stopped by the user"
         result = tc.wait(60)
     finally:

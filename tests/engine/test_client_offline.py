@@ -60,7 +60,8 @@ async def test_without_the_fallback_or_a_journal_it_is_unavailable(tmp_path):
         await UnixTransport(tmp_path / "nowhere" / "agent.sock", journal_fallback=True).open()
 
 
-@pytest.mark.parametrize("final, code", [("FINISHED", 0), ("FAILED", 1), (None, 3)])
+@pytest.mark.parametrize("final, code", [("FINISHED", 0), ("FAILED", 1), ("STOPPED", 130),
+                                         (None, 3)])
 async def test_follow_ends_on_an_offline_run(tmp_path, final, code):
     run_dir = make_run(tmp_path, final)
     seen, notes = [], []

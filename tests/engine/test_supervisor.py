@@ -1,6 +1,7 @@
 import pytest
 
-from trainctl.engine.supervisor import Outcome, RecoveryPolicy, RunState, StateMachine
+from trainctl.engine.supervisor import (ALLOWED, FINAL_STATES, Outcome, RecoveryPolicy, RunState,
+                                        StateMachine, exit_code)
 
 
 def test_stall_falls_back_to_the_fallback_preset_and_backs_off():
@@ -71,3 +72,26 @@ def test_a_trainer_that_never_started_fails_at_once_and_says_so():
     assert d.reason == "the trainer could not start: [Errno 2] No such file: 'trian.py'"
     d = RecoveryPolicy("A", "B").decide(Outcome("crash", True, 1, "A", stop_reason="oom: killed"))
     assert d.action == "fail" and "exited with code 1 after a fatal error" in d.reason
+
+
+def test_a_user_stop_ends_in_stopped_a_final_state_of_its_own():
+    assert FINAL_STATES == {RunState.FINISHED, RunState.FAILED, RunState.STOPPED}
+    assert "STOPPED" in FINAL_STATES and "RUNNING" not in FINAL_STATES   # journal strings too
+    for state in RunState:
+        if state in FINAL_STATES:
+            assert ALLOWED[state] == set(), state          # nothing follows an end
+        else:
+            assert FINAL_STATES <= ALLOWED[state], state   # any live state may end
+    for path in ([RunState.RUNNING, RunState.STOPPING, RunState.STOPPED],
+                 [RunState.RUNNING, RunState.STOPPING, RunState.BACKOFF, RunState.STOPPED],
+                 [RunState.STALLED, RunState.STOPPED]):
+        sm = StateMachine()
+        for state in path:
+            assert sm.to(state)
+    with pytest.raises(ValueError, match="STOPPED to STARTING"):
+        sm.to(RunState.STARTING)
+
+
+def test_exit_codes_follow_the_final_state():
+    assert [exit_code(s) for s in ("FINISHED", "FAILED", "STOPPED")] == [0, 1, 130]
+    assert exit_code("RUNNING") == 0 and exit_code(None) == 0 and exit_code("BOGUS", 3) == 3

@@ -310,6 +310,33 @@ async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
         assert "yolo-rocm@gpu-box" in header and "attempt 2" in header, header
 
 
+async def test_a_stopped_run_says_stopped_not_finished_and_quits_with_130(make_app, agent, journal):
+    """`s` at epoch 3/3: STOPPED in its own colour, no stale ETA, nothing to restart or
+    stop; leaving exits 130, as `trainctl run` does for a stop (or Ctrl-C)."""
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        assert "ETA" in screen_text(app)
+        t = journal[-1].ts
+        agent.append(ev.State(t + 1, "STOPPING", "stopped by the user"))
+        agent.append(ev.Exit(t + 2, -15, "SIGTERM"))
+        agent.append(ev.State(t + 2, "STOPPED", "stopped by the user"))
+        await wait_for(pilot, lambda: app.dashboard.run_state == "STOPPED", what="STOPPED")
+        await pilot.pause()
+        text = screen_text(app)
+        header = app.dashboard.query_one("#hdr-state")
+        assert header.has_class("-stopped") and not header.has_class("-finished")
+        assert "STOPPED" in text.splitlines()[0] and "finished" not in text.lower(), text
+        assert "run stopped: no ETA" in text and "ETA Nov" not in text, text
+        assert "run STOPPED: nothing left to watch" in text, text
+        for action in ("restart", "fallback", "pick_preset", "stop", "dump_stacks"):
+            assert app.dashboard.check_action(action, ()) is None, action
+        await pilot.press("q")
+        await wait_for(pilot, lambda: app._exit, what="exit")
+    assert app.return_value == 130 and app.return_code == 130
+    assert "The run is STOPPED" in app.exit_message
+
+
 def test_the_loss_legend_is_in_the_chart_border_not_over_the_curves():
     from trainctl.tui.widgets.loss_chart import ChartData, legend
     data = ChartData((("box_loss", (1.0,), (2.0,)), ("cls_loss", (1.0,), (1.0,)),

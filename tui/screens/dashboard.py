@@ -19,6 +19,8 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+from trainctl.engine.supervisor import FINAL_STATES
+
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
 from trainctl.tui.model import RunModel
 from trainctl.tui.screens.confirm import ConfirmScreen
@@ -129,7 +131,7 @@ class DashboardScreen(Screen[None]):
             self.connected = False
             self._push_header()
             return   # the journal was replayed; the label stays
-        over = " (run over)" if self.model.state in ("FINISHED", "FAILED") else ""
+        over = " (run over)" if self.model.state in FINAL_STATES else ""
         self._connection = (f"disconnected{over} — retrying in {message.retry_in:.0f}s"
                             if message.retry_in >= 1 else f"disconnected{over} — retrying")
         self.connected = False
@@ -180,7 +182,7 @@ class DashboardScreen(Screen[None]):
         self._push_clock()
         tick = model.tick
         stall = model.stall
-        ended = model.state if model.state in ("FINISHED", "FAILED") else None
+        ended = model.state if model.state in FINAL_STATES else None
         self.query_one(StallMeter).info = StallInfo(
             phase=(tick.phase if tick else None) or model.phase,
             idle_s=tick.idle_s if tick else None, threshold_s=tick.threshold_s if tick else None,
@@ -224,7 +226,8 @@ class DashboardScreen(Screen[None]):
         self.query_one(ProgressPanel).info = ProgressInfo(
             p.epoch if p else None, p.epochs if p else None, p.batch if p else None,
             p.batches if p else None, rate, in_epoch, m.phase)
-        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide)
+        ended = m.state if m.state in FINAL_STATES else None
+        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
 
     def chart_data(self) -> ChartData:
         series = tuple((name, *map(tuple, s.sampled())) for name, s in self.model.losses.items())
@@ -244,11 +247,11 @@ class DashboardScreen(Screen[None]):
         if action in AGENT_ACTIONS and not self.connected:
             return None
         state = self.run_state
-        if action in ("restart", "fallback", "pick_preset") and state == "FINISHED":
+        if action in ("restart", "fallback", "pick_preset") and state in FINAL_STATES:
             return None
         if action == "fallback" and not self.model.fallback:
             return None
-        if action == "stop" and state in ("FINISHED", "FAILED", "STOPPING"):
+        if action == "stop" and (state in FINAL_STATES or state == "STOPPING"):
             return None
         if action == "dump_stacks" and state not in LIVE_STATES:
             return None

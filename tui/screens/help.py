@@ -12,6 +12,7 @@ STATES = (("RUNNING", "batches are coming"),
           ("STALLED", "no batch for longer than the phase's threshold"),
           ("RESTARTING", "killed; waiting before the next attempt (backoff)"),
           ("FINISHED", "the trainer exited 0"),
+          ("STOPPED", "stopped by the user (s, trainctl ctl stop, Ctrl-C)"),
           ("FAILED", "gave up: restart budget spent or a human must act"))
 
 

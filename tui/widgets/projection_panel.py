@@ -16,6 +16,7 @@ class ProjectionInfo:
     projection: Projection | None = None
     now: float = 0.0
     wide: bool = True
+    ended: str | None = None   # a final state: a projection that is not the end is stale
 
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
@@ -35,10 +36,15 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
     return lines
 
 
-def projection_text(p: Projection | None, now: float, wide: bool = True) -> Text:
-    """``format_projection``'s lines (compact ones when narrow), late and over-budget in red."""
+def projection_text(p: Projection | None, now: float, wide: bool = True,
+                    ended: str | None = None) -> Text:
+    """``format_projection``'s lines (compact ones when narrow), late and over-budget in red.
+    A run that ended (``ended``: STOPPED, FAILED) before its end projection has no ETA: its
+    last live one is not shown as if it were still coming."""
     if p is None:
-        return Text("no projection yet", style="dim")
+        return Text(f"run {ended.lower()}: no ETA" if ended else "no projection yet", style="dim")
+    if ended and not p.finished:
+        return Text(f"run {ended.lower()}: no ETA", style="dim")
     lines = format_projection(p, now) if wide else _compact_lines(p, now)
     late = p.buffer_s is not None and p.buffer_s < 0
     over = None not in (p.budget, p.cost_at_eta) and p.cost_at_eta > p.budget  # type: ignore[operator]
@@ -68,4 +74,4 @@ class ProjectionPanel(Static):
     def watch_info(self, info: ProjectionInfo) -> None:
         p = info.projection
         self.set_class(p is not None and p.buffer_s is not None and p.buffer_s < 0, "-late")
-        self.update(projection_text(p, info.now, info.wide))
+        self.update(projection_text(p, info.now, info.wide, info.ended))

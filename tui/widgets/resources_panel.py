@@ -19,7 +19,7 @@ class ResourcesInfo:
     gpu: dict[str, Any] | None = None
     known: bool = False   # False until the first tick
     wide: bool = True
-    ended: str | None = None   # FINISHED / FAILED: the last tick's processes are gone
+    ended: str | None = None   # a final state: the last tick's processes are gone
 
 
 STATUS = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "zombie": "Z",

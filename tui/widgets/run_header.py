@@ -8,9 +8,10 @@ from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.widgets import Label
 
+from trainctl.engine.supervisor import RunState
+
 STATE_LABELS = {"BACKOFF": "RESTARTING"}
-STATE_CLASSES = ("-starting", "-running", "-stalled", "-stopping", "-backoff", "-finished",
-                 "-failed")
+STATE_CLASSES = tuple(f"-{s.value.lower()}" for s in RunState)
 
 
 @dataclass(frozen=True)

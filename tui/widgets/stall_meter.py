@@ -24,7 +24,7 @@ class StallInfo:
     detail: str = ""
     stacks: str | None = None
     wide: bool = True
-    ended: str | None = None    # FINISHED / FAILED: nothing left to watch
+    ended: str | None = None    # a final state: nothing left to watch
 
 
 class StallMeter(Static):
