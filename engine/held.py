@@ -303,6 +303,10 @@ class JsonLinesTail:
 
     async def _objects(self) -> AsyncIterator[dict]:
         async for data in self.tail:
+            if self.tail.offset - len(data) != self.offset + len(self._partial):
+                # The file was replaced or truncated: the tail reads it from its start.
+                self.offset, self._partial = self.tail.offset - len(data), b""
+                self._skipping = False
             *lines, rest = (self._partial + data).split(b"\n")
             for line in lines:
                 self.offset += len(line) + 1

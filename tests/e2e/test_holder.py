@@ -333,6 +333,26 @@ async def test_json_lines_tail_keeps_a_partial_line_until_it_ends(tmp_path):
     assert tail.offset == path.stat().st_size - len(b'{"d"')   # the partial one is not read
 
 
+async def test_json_lines_tail_starts_over_on_a_truncated_file(tmp_path):
+    path = tmp_path / "events.jsonl"
+    path.write_bytes(b'{"a": 1}\n{"b": 2}\n{"partial')
+    done = asyncio.Event()
+    tail = JsonLinesTail(path, poll_s=0.02).until_eof_after(done)
+    got: list[dict] = []
+
+    async def read():
+        async for obj in tail:
+            got.append(obj)
+
+    reader = asyncio.create_task(read())
+    await until(lambda: len(got) == 2, 5, "the first two")
+    path.write_bytes(b'{"c": 3}\n')   # truncated, then shorter than before
+    await until(lambda: len(got) == 3, 5, "the one after the truncation")
+    done.set()
+    await asyncio.wait_for(reader, 5)
+    assert got == [{"a": 1}, {"b": 2}, {"c": 3}] and tail.offset == path.stat().st_size
+
+
 async def test_file_tail_close_stops_it(tmp_path):
     tail = FileTail(tmp_path / "never")
 
