@@ -1,0 +1,281 @@
+"""The holder: the trainer's parent, so that the trainer outlives its agent.
+
+``python -m trainctl.engine.holder --run-dir D --attempt N [--lock-fd FD] [--log PATH] -- ARGV...``
+
+The agent starts it in a new session. It becomes a child subreaper, starts ARGV in a new
+session (stdin /dev/null, stdout+stderr into one pipe) and is its only reaper. It appends
+every byte of that pipe to train.log (a write error drops bytes, counted, but never stops
+the draining: the trainer never blocks on a full pipe nor dies of SIGPIPE), keeps the job
+lock fd open for its whole life (the trainer does not inherit it), and keeps the status
+file ``trainer-<attempt>.json`` (see :data:`STATUS_SIZE`) up to date. After the trainer
+exits it drains the pipe (EOF or :data:`DRAIN_S`), kills what is left of the tree (orphans
+come to it as the subreaper), reaps, writes the final status and exits 0.
+
+SIGTERM is forwarded to the trainer's process group; SIGHUP, SIGINT and SIGPIPE are ignored.
+Self-contained (stdlib + psutil) so that it starts fast and can also run as a plain file.
+"""
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import fcntl
+import json
+import os
+import select
+import signal
+import sys
+import time
+
+import psutil
+
+STATUS_SIZE = 4096        # the status file is preallocated to this size, then only pwritten
+LAST_LINE_MAX = 512
+STATUS_EVERY_S = 1.0      # counters are written at most this often
+DRAIN_S = 5.0             # after the trainer's exit, read its pipe until EOF or this long
+KILL_GRACE_S = 2.0        # SIGTERM → SIGKILL for what is left of the tree
+CHUNK = 1 << 20
+READ_PAUSE_S = 0.1        # after a small read, read again this much later: a trainer that
+READ_BURST = 32768        # flushes every line costs one wake-up per pause (a flood: at once)
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def status_path(run_dir: str, attempt: int) -> str:
+    return os.path.join(run_dir, f"trainer-{attempt}.json")
+
+
+def fit_status(status: dict, size: int = STATUS_SIZE) -> bytes:
+    """``status`` as JSON padded with spaces to exactly ``size`` bytes; long fields (argv,
+    last_line, spawn_error) are cut until it fits."""
+    st = dict(status)
+    for cap in (None, 256, 64, 0):
+        if cap is not None:
+            st["argv"] = [a[:cap] for a in (status.get("argv") or [])[:cap // 4]]
+            st.update({k: v[:cap] for k in ("last_line", "spawn_error")
+                       if isinstance(v := status.get(k), str)})
+        data = json.dumps(st).encode()
+        if len(data) < size:
+            return data.ljust(size - 1) + b"\n"
+    raise ValueError("status does not fit")   # numbers only: cannot happen
+
+
+class Holder:
+    def __init__(self, run_dir: str, attempt: int, argv: list[str], log_path: str,
+                 lock_fd: int | None) -> None:
+        self.argv, self.log_path, self.lock_fd = argv, log_path, lock_fd
+        self.status_fd = os.open(status_path(run_dir, attempt),
+                                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.ftruncate(self.status_fd, 0)
+        os.pwrite(self.status_fd, b" " * STATUS_SIZE, 0)   # the room for every later write
+        me = psutil.Process()
+        self.st: dict = {"holder_pid": me.pid, "holder_start": me.create_time(), "pid": None,
+                         "pid_start": None, "attempt": attempt, "argv": argv, "started": None,
+                         "log_bytes": 0, "dropped_bytes": 0, "dropped_lines": 0,
+                         "last_line": None, "returncode": None, "ended": None,
+                         "spawn_error": None}
+        self.log_fd: int | None = None
+        self.pipe_r: int | None = None
+        self.pid: int | None = None
+        self.lost_partial = b""   # the start of a line being dropped
+        self.reaped = self.term_pending = self.dirty = False
+        self.written_at = 0.0
+        self.write_status()
+
+    # ------------------------------------------------------------------ status and log
+    def write_status(self) -> None:
+        try:
+            os.pwrite(self.status_fd, fit_status(self.st), 0)
+            self.dirty, self.written_at = False, time.monotonic()
+        except OSError:
+            self.dirty = True   # tried again on the next wake-up
+
+    def append(self, data: bytes) -> None:
+        """Append to the log; on any error count what was lost and go on."""
+        self.dirty = True
+        done = 0
+        try:
+            if self.log_fd is None:
+                self.log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                                      | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            while done < len(data):
+                done += os.write(self.log_fd, data[done:])
+            self.st["log_bytes"] += done
+            self.st["last_line"], self.lost_partial = None, b""
+            return
+        except OSError:
+            self.st["log_bytes"] += done
+        lost = data[done:]
+        self.st["dropped_bytes"] += len(lost)
+        self.st["dropped_lines"] += lost.count(b"\n")
+        *complete, partial = (self.lost_partial + lost).split(b"\n")
+        self.lost_partial = partial[-4 * LAST_LINE_MAX:]
+        if complete:   # the last complete line we could not write (after a progress bar's \r)
+            line = complete[-1].rstrip(b"\r").rsplit(b"\r", 1)[-1]
+            self.st["last_line"] = line.decode(errors="replace")[-LAST_LINE_MAX:]
+
+    # ------------------------------------------------------------------ the trainer
+    def spawn(self) -> bool:
+        r, w = os.pipe()
+        with contextlib.suppress(OSError):   # room for output while we pause (best effort)
+            fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        defaults = (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM,
+                    signal.SIGCHLD, signal.SIGXFSZ)
+        try:
+            self.pid = os.posix_spawnp(
+                self.argv[0], self.argv, dict(os.environ),
+                file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                              (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2)],
+                setsid=True, setsigdef=defaults, setsigmask=())
+        except (OSError, ValueError) as e:
+            os.close(r)
+            os.close(w)
+            self.st.update(spawn_error=f"{type(e).__name__}: {e}", returncode=127,
+                           ended=time.time())
+            self.write_status()
+            return False
+        os.close(w)
+        self.pipe_r = r
+        os.set_blocking(r, False)
+        with contextlib.suppress(psutil.Error):   # not reaped yet, so still there
+            self.st["pid_start"] = psutil.Process(self.pid).create_time()
+        self.st.update(pid=self.pid, started=time.time())
+        self.write_status()
+        if self.term_pending:
+            self.on_sigterm()
+        return True
+
+    def on_sigterm(self, *_: object) -> None:
+        if self.pid is None:
+            self.term_pending = True   # forwarded as soon as the trainer is there
+        elif not self.reaped:   # its group (pgid = its pid) lives while it is unreaped
+            with contextlib.suppress(OSError):
+                os.killpg(self.pid, signal.SIGTERM)
+        else:
+            self.signal_tree(signal.SIGTERM)
+
+    def reap(self) -> None:
+        """Reap every child that has exited: the trainer and any orphan handed to us."""
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == self.pid:
+                self.reaped = True
+                self.st.update(returncode=os.waitstatus_to_exitcode(status), ended=time.time())
+                self.write_status()
+
+    def signal_tree(self, sig: int) -> int:
+        """Signal every live descendant (they are all ours: we are their subreaper)."""
+        n = 0
+        for p in psutil.Process().children(recursive=True):
+            with contextlib.suppress(psutil.Error):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    p.send_signal(sig)
+                    n += 1
+        return n
+
+    def read_pipe(self) -> int:
+        """One read of the trainer's pipe: how much it read (0: nothing now, or EOF: closed)."""
+        assert self.pipe_r is not None
+        try:
+            data = os.read(self.pipe_r, CHUNK)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            data = b""
+        if data:
+            self.append(data)
+        else:
+            os.close(self.pipe_r)
+            self.pipe_r = None
+        return len(data)
+
+    def pump(self, wake_r: int, until: float | None) -> None:
+        """One wait for output, a signal or the next status write; then reap."""
+        fds = [wake_r] + ([self.pipe_r] if self.pipe_r is not None else [])
+        timeout = STATUS_EVERY_S
+        if until is not None:
+            timeout = min(timeout, max(0.0, until - time.monotonic()))
+        ready, _, _ = select.select(fds, [], [], timeout)
+        if wake_r in ready:
+            with contextlib.suppress(BlockingIOError):
+                while os.read(wake_r, 512):
+                    pass
+        if self.pipe_r is not None and self.pipe_r in ready:
+            if 0 < self.read_pipe() < READ_BURST:
+                time.sleep(READ_PAUSE_S)   # the pipe (1 MiB) holds what comes meanwhile
+        self.reap()
+        if self.dirty and time.monotonic() - self.written_at >= STATUS_EVERY_S:
+            self.write_status()
+
+    def run(self) -> int:
+        wake_r, wake_w = os.pipe()
+        for fd in (wake_r, wake_w):
+            os.set_blocking(fd, False)
+        signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.signal(signal.SIGTERM, self.on_sigterm)
+        if not self.spawn():
+            return 0
+        while not self.reaped:
+            self.pump(wake_r, None)
+        drain_until = time.monotonic() + DRAIN_S
+        while self.pipe_r is not None and time.monotonic() < drain_until:
+            self.pump(wake_r, drain_until)
+        # What is left of the tree: SIGTERM, a grace, then SIGKILL; reap them all.
+        for sig, grace in ((signal.SIGTERM, KILL_GRACE_S), (signal.SIGKILL, 5.0)):
+            if not self.signal_tree(sig):
+                break
+            self.signal_tree(signal.SIGCONT)
+            end = time.monotonic() + grace
+            while time.monotonic() < end and self.signal_tree(0):
+                self.pump(wake_r, min(end, time.monotonic() + 0.05))
+        while self.pipe_r is not None and self.read_pipe():   # what the killed ones wrote
+            pass
+        if self.pipe_r is not None:
+            os.close(self.pipe_r)
+        self.reap()
+        self.write_status()
+        if left := self.signal_tree(0):
+            with contextlib.suppress(OSError):
+                print(f"holder: {left} process(es) of the trainer's tree survived SIGKILL",
+                      file=sys.stderr, flush=True)
+        return 0
+
+
+def become_subreaper() -> bool:
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def main(args: list[str] | None = None) -> int:
+    args = sys.argv[1:] if args is None else args
+    cut = args.index("--") if "--" in args else len(args)
+    ap = argparse.ArgumentParser(prog="trainctl.engine.holder",
+                                 usage="%(prog)s --run-dir D --attempt N [--lock-fd FD] "
+                                       "[--log PATH] -- ARGV...")
+    ap.add_argument("--run-dir", required=True)
+    ap.add_argument("--attempt", type=int, required=True)
+    ap.add_argument("--lock-fd", type=int)
+    ap.add_argument("--log")
+    opts = ap.parse_args(args[:cut])
+    argv = args[cut + 1:]
+    if not argv:
+        ap.error("no command after --")
+    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
+        signal.signal(sig, signal.SIG_IGN)
+    become_subreaper()
+    if opts.lock_fd is not None:
+        os.set_inheritable(opts.lock_fd, False)   # held by us alone, for our whole life
+    holder = Holder(opts.run_dir, opts.attempt, argv,
+                    opts.log or os.path.join(opts.run_dir, "train.log"), opts.lock_fd)
+    return holder.run()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
