@@ -28,6 +28,7 @@ from . import events as E
 __all__ = ["report_phase", "report_progress", "report_checkpoint", "saving", "enabled"]
 
 EVENTS_FD_ENV = "TRAINCTL_EVENTS_FD"
+EVENTS_PATH_ENV = "TRAINCTL_EVENTS_PATH"
 _fd: int | None = None
 _opened = False
 
@@ -36,10 +37,14 @@ def _channel() -> int | None:
     global _fd, _opened
     if not _opened:
         _opened = True
+        path = os.environ.get(EVENTS_PATH_ENV, "")
         try:
-            fd = int(os.environ.get(EVENTS_FD_ENV, ""))
-            os.fstat(fd)
-            _fd = fd
+            if path:   # a file in the run directory: it outlives the agent
+                _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
+            else:
+                fd = int(os.environ.get(EVENTS_FD_ENV, ""))
+                os.fstat(fd)
+                _fd = fd
         except (ValueError, OSError):
             _fd = None
     return _fd

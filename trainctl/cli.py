@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag = sub.add_parser("agent", help=argparse.SUPPRESS)
     ag.add_argument("run_dir")
     ag.add_argument("--json", action="store_true")
+    ag.add_argument("--adopt", action="store_true", help="take over a run whose agent died")
     return p
 
 
@@ -244,9 +245,9 @@ def _link_latest(run_dir: Path) -> None:
 
 
 def _run_agent(run_dir: Path, spec, as_json: bool,
-               on_locked: Callable[[], None] | None = None) -> int:
+               on_locked: Callable[[], None] | None = None, adopt: bool = False) -> int:
     from .engine.agent import Agent
-    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked)
+    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt)
     return asyncio.run(agent.run())
 
 
@@ -303,7 +304,7 @@ def cmd_agent(args) -> int:
     spec = RunSpec.load(files.spec)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
-    return _run_agent(files.dir, spec, args.json)
+    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False))
 
 
 def _agent_alive(run_dir: Path) -> bool:
@@ -320,12 +321,12 @@ def _agent_alive(run_dir: Path) -> bool:
         s.close()
 
 
-def _start_detached_agent(run_dir: Path, spec, use_tmux: bool) -> None:
+def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = False) -> None:
     """Start `trainctl agent RUN_DIR` so it outlives this terminal: in a tmux session named
     after the job when tmux is there, else as a detached process (and say so)."""
     from .engine.paths import RunFiles
     files = RunFiles(run_dir)
-    argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)]
+    argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)] + (["--adopt"] if adopt else [])
     from .engine import tmux
     if use_tmux and tmux.tmux_available():
         server = tmux.Tmux(os.environ.get("TRAINCTL_TMUX_SOCKET") or None)
@@ -420,11 +421,24 @@ def cmd_attach(args) -> int:
         from .remote_cli import attach_remote
         return attach_remote(args.target, follow=args.json or args.headless, as_json=args.json)
     run_dir = _resolve_run_dir(args.target)
+    _adopt_if_orphaned(run_dir)
     if args.json or args.headless:
         from .engine.client import local_client
         from .engine.follow import follow
         return asyncio.run(follow(lambda: local_client(run_dir), printer(args.json), note))
     return _attach_local(run_dir)
+
+
+def _adopt_if_orphaned(run_dir: Path) -> None:
+    """A run whose agent died while its trainer lives on (or between attempts) gets a new
+    agent that takes over supervision; attach then follows that agent."""
+    from .engine.agent.adopt import needs_adoption
+    from .engine.spec import RunSpec
+    if not needs_adoption(run_dir):
+        return
+    note(f"the agent of {run_dir} is gone while its run goes on: starting a new agent to adopt it")
+    spec = RunSpec.load(run_dir / "spec.json")
+    _start_detached_agent(run_dir, spec, use_tmux=False, adopt=True)
 
 
 async def _one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:

@@ -16,7 +16,7 @@ import signal
 from .. import events as E
 from ..config import ConfigError
 from ..process import signal_name
-from ..supervisor import Outcome, OutcomeKind, RunState
+from ..supervisor import Outcome, OutcomeKind, RunState, exit_code
 from .context import EndRequest, Interrupt, RunContext
 from .intake import Intake
 from .runners import runner_for, trainer_env
@@ -28,6 +28,7 @@ from .watch import Watcher
 READERS_DRAIN_S = 5.0
 EXIT_SUPERVISION_LOST = 4   # the agent could not go on supervising (its reason is journaled)
 KILL_RETRY_S = 1.0
+OFFSETS_S = 1.0
 
 
 class AttemptLoop:
@@ -42,27 +43,35 @@ class AttemptLoop:
         self._log_loss_warned = False
 
     # ------------------------------------------------------------------ the loop
-    async def run(self) -> int:
+    async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None) -> int:
+        """The attempts, from the first one; or, for an agent that takes over a run, from
+        the ``adopted`` trainer of attempt ``ctx.attempt``, or from the ``outcome`` of an
+        attempt whose decision its dead agent never journaled."""
         ctx = self.ctx
         preset = ctx.preset
-        resume_from: str | None = ctx.spec.resume_from   # --resume-from, for the first attempt
-        if resume_from:
-            ctx.last_checkpoint = resume_from
-            ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
+        resume_from: str | None = None
+        if adopted is None and outcome is None:
+            resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
+            if resume_from:
+                ctx.last_checkpoint = resume_from
+                ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
         while True:
-            ctx.attempt += 1
-            ctx.preset = preset
-            ctx.projector.preset = preset
-            outcome = await self.run_attempt(preset, resume_from)
+            if outcome is None:
+                if adopted is None:
+                    ctx.attempt += 1
+                ctx.preset = preset
+                ctx.projector.preset = preset
+                outcome = await self.run_attempt(preset, resume_from, adopted)
+                adopted = None
             decision = ctx.policy.decide(outcome)
             if decision.action == "finish":
                 ctx.set_state(RunState.FINISHED, decision.reason)
-                return 0
+                return exit_code(RunState.FINISHED)
             if decision.action == "stop":
                 return self.stopped(decision.reason)
             if decision.action == "fail":
                 self.fail(decision.reason, outcome)
-                return 1
+                return exit_code(RunState.FAILED)
             preset = ctx.next_preset or decision.preset
             ctx.next_preset = None
             resume_from = self.resume_checkpoint()
@@ -79,6 +88,7 @@ class AttemptLoop:
                     ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
                              "picked during the backoff", "next_preset")
                 preset, ctx.next_preset = ctx.next_preset, None
+            outcome = None
 
     def stopped(self, reason: str) -> int:
         """The run ends on a stop: the user's (STOPPED, 130), or the agent's own when its
@@ -88,7 +98,7 @@ class AttemptLoop:
             ctx.set_state(RunState.FAILED, ctx.lost)
             return EXIT_SUPERVISION_LOST
         ctx.set_state(RunState.STOPPED, reason)
-        return 130
+        return exit_code(RunState.STOPPED)
 
     def fail(self, reason: str, outcome: Outcome) -> None:
         ctx = self.ctx
@@ -117,36 +127,31 @@ class AttemptLoop:
         return argv, env
 
     # ------------------------------------------------------------------ one attempt
-    async def run_attempt(self, preset: str | None, resume_from: str | None) -> Outcome:
+    async def run_attempt(self, preset: str | None, resume_from: str | None,
+                          adopted: Trainer | None = None) -> Outcome:
         ctx, intake = self.ctx, self.intake
         ctx.interrupt = Interrupt()
         if ctx.stop_requested.is_set():
             ctx.interrupt.set(EndRequest.USER_STOP)
         if ctx.sm.state != RunState.STARTING:
             ctx.set_state(RunState.STARTING, f"attempt {ctx.attempt}")
-        try:
-            argv, env = self.command(preset, resume_from)
-        except ConfigError as e:
-            ctx.emit(E.Warning(ctx.clock(), "trainctl.preset_invalid", "fatal", str(e),
-                               "Fix the preset (trainctl presets validate) and restart.", source="trainctl"))
-            return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
-        try:
-            trainer = await self.spawner.spawn(argv, env, ctx.spec.cwd, ctx.files.log)
-        except OSError as e:
-            ctx.emit(E.Warning(ctx.clock(), "trainctl.spawn_failed", "fatal",
-                               f"cannot start {argv[0]}: {e}", "Check the command and its path.",
-                               source="trainctl"))
-            return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
+        if adopted is not None:
+            trainer = adopted
+        else:
+            started = await self.start(preset, resume_from)
+            if isinstance(started, Outcome):
+                return started
+            trainer = started
         ctx.trainer = trainer
         self._log_loss_warned = False
         now = ctx.clock()
-        ctx.emit(E.Start(now, ctx.attempt, trainer.pid, preset, tuple(argv)))
         ctx.detector.reset(now)
         intake.begin(now)
         watcher = Watcher(ctx, intake, self.on_stall)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)
+        offsets = supervise("offsets", lambda: self.keep_offsets(trainer), self.report)
         waiter = asyncio.create_task(trainer.wait())
         interrupt = asyncio.create_task(ctx.interrupt.event.wait())
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
@@ -163,6 +168,7 @@ class AttemptLoop:
             for t in readers:
                 t.cancel()
         watch.cancel()
+        offsets.cancel()
         if watcher.stall_task is not None and not watcher.stall_task.done():
             watcher.stall_task.cancel()
         intake.flush_logs()
@@ -177,6 +183,35 @@ class AttemptLoop:
             kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
         return Outcome(kind, intake.progressed, returncode, preset,
                        requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop)
+
+    async def start(self, preset: str | None, resume_from: str | None) -> Trainer | Outcome:
+        """A new trainer (its start event journaled), or the outcome of failing to start one."""
+        ctx = self.ctx
+        try:
+            argv, env = self.command(preset, resume_from)
+        except ConfigError as e:
+            ctx.emit(E.Warning(ctx.clock(), "trainctl.preset_invalid", "fatal", str(e),
+                               "Fix the preset (trainctl presets validate) and restart.", source="trainctl"))
+            return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
+        try:
+            trainer = await self.spawner.spawn(argv, env, ctx.spec.cwd, ctx.files.log)
+        except OSError as e:
+            ctx.emit(E.Warning(ctx.clock(), "trainctl.spawn_failed", "fatal",
+                               f"cannot start {argv[0]}: {e}", "Check the command and its path.",
+                               source="trainctl"))
+            return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
+        ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv)))
+        return trainer
+
+    async def keep_offsets(self, trainer: Trainer) -> None:
+        """Where a new agent would read this trainer's files on from, every OFFSETS_S."""
+        from .held_spawner import save_offsets
+        offsets = getattr(trainer, "offsets", None)
+        if offsets is None:
+            return
+        while True:
+            await asyncio.sleep(OFFSETS_S)
+            save_offsets(self.ctx.files.dir, offsets())
 
     async def kill(self, trainer: Trainer, why: str, waiter: asyncio.Task) -> None:
         """Kill it; if killing fails (no file descriptors left, a psutil race), say so and

@@ -18,12 +18,15 @@ from ..joblock import JobBusy, JobLock
 from ..paths import make_private_dir
 from ..process import become_subreaper
 from ..spec import RunSpec
+from ..supervisor import exit_code
 from .attempt import AttemptLoop
 from .bus import PrinterSink
 from .commands import CommandHandlers
 from .context import EndRequest, RunContext
 from .server import ClientServer
-from .spawner import PipeSpawner, Spawner
+from .adopt import where_the_run_was
+from .held_spawner import HeldSpawner
+from .spawner import Spawner
 from .tasks import ErrorReporter
 
 
@@ -31,17 +34,22 @@ class Agent:
     def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
                  clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
                  on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
-                 kernel_log: bool | None = None):
+                 kernel_log: bool | None = None, adopt: bool = False):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
-        ``spawner``: how trainers are started (a fake one in tests)."""
+        ``spawner``: how trainers are started (a fake one in tests; by default each
+        trainer runs under a holder and outlives this agent).  ``adopt``: take over a run
+        whose agent died (its trainer, or its attempt loop, goes on)."""
         self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
         self.serve = serve
         self.kernel_log = spec.kernel_log if kernel_log is None else kernel_log
         self.report = ErrorReporter(ctx.emit, ctx.files.dir / "errors", clock)
-        self.loop = AttemptLoop(ctx, spawner or PipeSpawner(), self.report, self.give_up)
+        self.adopt = adopt
+        self.lock = JobLock(spec.job_name)
+        self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
+        self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands)
         ctx.bus.on_journaled.append(self._project_on)
@@ -94,12 +102,18 @@ class Agent:
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
         make_private_dir(ctx.files.dir)
-        lock = JobLock(self.spec.job_name)
-        try:
-            lock.acquire(ctx.files.dir)
-        except JobBusy as e:
-            print(f"trainctl: {e}", file=sys.stderr, flush=True)
+        agent_lock = _agent_lock(ctx.files.dir)
+        if agent_lock is None:
+            print(f"trainctl: another agent supervises {ctx.files.dir}", file=sys.stderr, flush=True)
             return 2
+        try:
+            self.lock.acquire(ctx.files.dir)
+        except JobBusy as e:
+            # An adopting agent finds the lock with the holder of the trainer it adopts.
+            if not (self.adopt and e.run_dir == str(ctx.files.dir)):
+                print(f"trainctl: {e}", file=sys.stderr, flush=True)
+                os.close(agent_lock)
+                return 2
         if self.on_locked is not None:
             self.on_locked()
         self._write_info()
@@ -110,6 +124,8 @@ class Agent:
             from ..probes import detect_gpu_probe
             ctx.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
+            if self.adopt:
+                return await self._take_over()
             return await self.loop.run()
         finally:
             if kernel is not None:
@@ -117,7 +133,43 @@ class Agent:
             if self.serve:
                 await self.server.close()
             ctx.journal.close()
-            lock.release()
+            self.lock.release()
+            os.close(agent_lock)
+
+    def _lock_fd(self) -> int | None:
+        """The job lock's fd, for the holder to keep while its trainer lives (taken now
+        if this agent adopted a run whose lock its trainer's holder had)."""
+        if self.lock._fd is None:
+            try:
+                self.lock.acquire(self.files.dir)
+            except JobBusy as e:
+                raise OSError(str(e)) from None
+        return self.lock._fd
+
+    async def _take_over(self) -> int:
+        """Go on with a run whose agent died: adopt its trainer, or go on from where its
+        attempt loop was (it died in BACKOFF or STARTING: no trainer to adopt)."""
+        ctx = self.ctx
+        was = where_the_run_was(ctx.files.events)
+        if was.ended:
+            ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
+            return exit_code(was.state)
+        ctx.attempt, ctx.preset = was.attempt, was.preset or ctx.preset
+        ctx.last_checkpoint, ctx.furthest = was.last_checkpoint, was.furthest
+        ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
+        handle = self.spawner.adopt(was.attempt, ctx.files.log) if was.exited is None and was.attempt else None
+        if handle is not None:
+            ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
+                     f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
+                     "adopt")
+            return await self.loop.run(adopted=handle)
+        if was.attempt == 0:
+            ctx.info(f"a new agent (pid {os.getpid()}) starts the run its agent never began", "adopt")
+            return await self.loop.run()
+        if was.exited is None:   # started but no trainer to be found: it is gone
+            ctx.emit(E.Exit(ctx.clock(), None, None))
+        ctx.info(f"a new agent (pid {os.getpid()}) goes on after attempt {was.attempt}", "adopt")
+        return await self.loop.run(outcome=was.outcome())
 
     def _on_signal(self) -> None:
         self.ctx.stop_requested.set()
@@ -147,3 +199,16 @@ class Agent:
         follower = KernelLogFollower(on_line, on_info)
         follower.start()
         return follower
+
+
+def _agent_lock(run_dir: Path) -> int | None:
+    """One agent per run directory: an flock on agent.lock for the agent's life (the kernel
+    drops it when the agent dies, so an adopter can take it).  None when another holds it."""
+    import fcntl
+    fd = os.open(run_dir / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

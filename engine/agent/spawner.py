@@ -69,22 +69,61 @@ class PipeSpawner:
         return PipeTrainer(proc, out_r, side_r, log_path)
 
 
-class PipeTrainer:
-    def __init__(self, proc: asyncio.subprocess.Process, out_fd: int, side_fd: int, log_path: Path) -> None:
+class TreeOps:
+    """What every real trainer handle does to the trainer's process tree: sample it,
+    diagnose it, kill it (PID-safe: captured processes, not bare pids) and sweep it."""
+
+    def _init_tree(self, pid: int) -> None:
         from ..probes import TreeSampler
+        self.pid = pid
+        self.sampler = TreeSampler()
+        try:   # captured now, while it is surely ours: later signals check it is the same
+            self.root: psutil.Process | int = psutil.Process(pid)
+        except psutil.Error:
+            self.root = pid
+        self.seen: dict[int, psutil.Process] = {}   # every process of its tree seen so far
+        self.last_workers: set[int] = set()
+
+    async def sample(self) -> tuple:
+        loop = asyncio.get_running_loop()
+        samples = await loop.run_in_executor(None, self.sampler.sample, self.pid)
+        self.last_workers = {s.pid for s in samples if s.role == "worker"}
+        for s in samples:
+            if s.pid not in self.seen:
+                try:
+                    self.seen[s.pid] = psutil.Process(s.pid)
+                except psutil.Error:
+                    pass
+        return samples
+
+    async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False):
+        from ..diagnose import diagnose
+        loop = asyncio.get_running_loop()
+        known = set(self.last_workers)
+        return await loop.run_in_executor(None, lambda: diagnose(
+            self.pid, stacks_dir, sampler=self.sampler, gpu=gpu, tag=tag,
+            known_workers=known, snapshot=snapshot))
+
+    async def kill(self, grace: float) -> KillReport:
+        """The whole tree; the trainer itself is left to its one reaper."""
+        loop = asyncio.get_running_loop()
+        extra = tuple(p for p in self.seen.values() if p.pid != self.pid)
+        return await loop.run_in_executor(None, lambda: kill_tree(self.root, self.pid, grace=grace,
+                                                                  extra_roots=extra))
+
+    async def sweep(self) -> KillReport:
+        """After the trainer's exit: what is left of its tree (orphaned workers included)."""
+        return await self.kill(2.0)
+
+
+class PipeTrainer(TreeOps):
+    def __init__(self, proc: asyncio.subprocess.Process, out_fd: int, side_fd: int, log_path: Path) -> None:
+        self._init_tree(proc.pid)
         self.proc = proc
-        self.pid = proc.pid
         self._out_fd, self._side_fd = out_fd, side_fd
         self.log_path = log_path
         self.log_dropped = 0
         self.log_error: str | None = None
-        self.sampler = TreeSampler()
-        try:   # captured now, while it is surely ours: later signals check it is the same
-            self.root: psutil.Process | int = psutil.Process(proc.pid)
-        except psutil.Error:
-            self.root = proc.pid
-        self.seen: dict[int, psutil.Process] = {}   # every process of its tree seen so far
-        self.last_workers: set[int] = set()
 
     @property
     def returncode(self) -> int | None:
@@ -136,52 +175,31 @@ class PipeTrainer:
             self.log_error = e.strerror or str(e)
 
     async def side_lines(self) -> AsyncIterator[bytes]:
-        """The side channel's lines; one longer than SIDE_LINE_MAX is skipped whole."""
         reader, transport = await self._pipe(self._side_fd)
-        buf, skipping = b"", False
-        try:
+
+        async def chunks():
             while chunk := await reader.read(1 << 16):
-                buf += chunk
-                while (nl := buf.find(b"\n")) >= 0:
-                    line, buf = buf[:nl + 1], buf[nl + 1:]
-                    if not skipping:
-                        yield line
-                    skipping = False
-                if len(buf) > SIDE_LINE_MAX:
-                    buf, skipping = b"", True
+                yield chunk
+        try:
+            async for line in split_lines(chunks()):
+                yield line
         finally:
             transport.close()
 
-    async def sample(self) -> tuple:
-        loop = asyncio.get_running_loop()
-        samples = await loop.run_in_executor(None, self.sampler.sample, self.pid)
-        self.last_workers = {s.pid for s in samples if s.role == "worker"}
-        for s in samples:
-            if s.pid not in self.seen:
-                try:
-                    self.seen[s.pid] = psutil.Process(s.pid)
-                except psutil.Error:
-                    pass
-        return samples
 
-    async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False):
-        from ..diagnose import diagnose
-        loop = asyncio.get_running_loop()
-        known = set(self.last_workers)
-        return await loop.run_in_executor(None, lambda: diagnose(
-            self.pid, stacks_dir, sampler=self.sampler, gpu=gpu, tag=tag,
-            known_workers=known, snapshot=snapshot))
-
-    async def kill(self, grace: float) -> KillReport:
-        """The whole tree; the trainer itself is left to asyncio to reap (one reaper)."""
-        loop = asyncio.get_running_loop()
-        extra = tuple(p for p in self.seen.values() if p.pid != self.pid)
-        return await loop.run_in_executor(None, lambda: kill_tree(self.root, self.pid, grace=grace,
-                                                                  extra_roots=extra))
-
-    async def sweep(self) -> KillReport:
-        """After the trainer's exit: what is left of its tree (orphaned workers included)."""
-        return await self.kill(2.0)
+async def split_lines(chunks: AsyncIterator[bytes], limit: int = SIDE_LINE_MAX) -> AsyncIterator[bytes]:
+    """Complete lines out of a stream of chunks; a line longer than ``limit`` is skipped
+    whole (a side-channel line of many MiB must not cost the agent its memory)."""
+    buf, skipping = b"", False
+    async for chunk in chunks:
+        buf += chunk
+        while (nl := buf.find(b"\n")) >= 0:
+            line, buf = buf[:nl + 1], buf[nl + 1:]
+            if not skipping:
+                yield line
+            skipping = False
+        if len(buf) > limit:
+            buf, skipping = b"", True
 
 
 def _open_log(path: Path) -> int | None:

@@ -19,6 +19,7 @@ import errno
 import importlib.util
 import os
 import select
+import stat
 import shutil
 import sys
 import time
@@ -31,7 +32,9 @@ from trainctl.engine.config import ConfigError, Job, Preset, load_job, load_pres
 from trainctl.engine.runners.checkpoint import copy_and_verify, inspect_checkpoint
 
 EVENTS_FD_ENV = "TRAINCTL_EVENTS_FD"
+EVENTS_PATH_ENV = "TRAINCTL_EVENTS_PATH"
 PROGRESS_INTERVAL_S = 0.1   # at most ~10 progress events a second (plus each epoch's last batch)
+PROGRESS_FILE_INTERVAL_S = 0.5   # to a side-channel file, which a week-long run keeps
 RATE_WINDOW = 10            # batches/s over the last this-many batches
 BLOCK_LIMIT_S = 2.0         # longest a must-deliver event may wait on a full pipe
 # Arguments a resumed Ultralytics run takes from the checkpoint, not from us.
@@ -51,11 +54,26 @@ class EventSink:
     def __init__(self, fd: int | None) -> None:
         self.fd = fd
         self.dropped = 0
+        self.is_file = False
         if fd is not None:
             os.set_blocking(fd, False)
+            try:
+                self.is_file = stat.S_ISREG(os.fstat(fd).st_mode)
+            except OSError:
+                pass
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | os._Environ = os.environ) -> EventSink:
+        """The side channel trainctl gave us: a file path (TRAINCTL_EVENTS_PATH, appended:
+        it outlives the agent) or an inherited fd (TRAINCTL_EVENTS_FD, a pipe)."""
+        path = environ.get(EVENTS_PATH_ENV, "").strip()
+        if path:
+            try:
+                return cls(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW))
+            except OSError as e:
+                print(f"trainctl runner: cannot open {EVENTS_PATH_ENV}={path!r} ({e.strerror}); "
+                      "no events will be sent", file=sys.stderr)
+                return cls(None)
         value = environ.get(EVENTS_FD_ENV, "").strip()
         if not value:
             return cls(None)
@@ -86,6 +104,9 @@ class EventSink:
                     return
                 continue
             except OSError as exc:
+                if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) and self.is_file:
+                    self.dropped += 1   # a full disk costs this event, not the channel
+                    return
                 if exc.errno not in (errno.EPIPE, errno.EBADF):
                     print(f"trainctl runner: event channel failed: {exc}", file=sys.stderr)
                 self.fd = None
@@ -361,7 +382,8 @@ class Reporter:
         self.times.append(now)
         batches = len(trainer.train_loader)
         last = self.batch >= batches
-        if not last and now - self.last_sent < PROGRESS_INTERVAL_S:
+        if not last and now - self.last_sent < (PROGRESS_FILE_INTERVAL_S if getattr(self.sink, "is_file", False)
+                                                 else PROGRESS_INTERVAL_S):
             return
         self.last_sent = now
         rate = None

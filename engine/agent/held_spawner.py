@@ -1,0 +1,138 @@
+"""The real Spawner: every trainer runs under a holder (engine/holder.py), so it outlives
+its agent.  The holder is the trainer's parent and only reaper; it writes train.log, keeps
+the job lock while the trainer lives, and records the exit in trainer-<attempt>.json.  The
+side channel is a file in the run directory (side-<attempt>.jsonl, in TRAINCTL_EVENTS_PATH),
+so nothing the trainer holds depends on the agent, and a new agent can adopt the trainer:
+it reads both files on from the offsets the last agent saved in intake.json."""
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from ..held import FileTail, HeldTrainer, HolderLost, read_status
+from ..holder import status_path
+from .spawner import TreeOps, split_lines
+
+OFFSETS_FILE = "intake.json"
+
+
+def side_path(run_dir: Path, attempt: int) -> Path:
+    return Path(run_dir) / f"side-{attempt}.jsonl"
+
+
+class HeldSpawner:
+    def __init__(self, run_dir: Path, lock_fd=lambda: None) -> None:
+        self.run_dir = Path(run_dir)
+        self.lock_fd = lock_fd     # () -> the job lock's fd for the holder to keep, or None
+
+    async def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path):
+        attempt = int(env.get("TRAINCTL_ATTEMPT") or 0)
+        side = side_path(self.run_dir, attempt)
+        fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+        os.close(fd)
+        env = dict(env, TRAINCTL_EVENTS_PATH=str(side))
+        env.pop("TRAINCTL_EVENTS_FD", None)
+        try:
+            log_offset = os.stat(log_path).st_size
+        except FileNotFoundError:
+            log_offset = 0
+        try:
+            held = await HeldTrainer.start(argv, env, cwd, self.run_dir, attempt,
+                                           lock_fd=self.lock_fd(), log=log_path)
+        except TimeoutError as e:
+            raise OSError(str(e)) from e
+        return HeldHandle(held, log_path, log_offset, side, 0)
+
+    def adopt(self, attempt: int, log_path: Path):
+        """The trainer of ``attempt`` as a handle, read on from the saved offsets: alive
+        (adopted) or already ended while no agent watched (its exit is in its status
+        file); None when there is none (the agent died before it started)."""
+        held = HeldTrainer.adopt(self.run_dir, attempt)
+        if held is None:
+            status = read_status(status_path(str(self.run_dir), attempt))
+            if not status or status.get("pid") is None:
+                return None
+            held = HeldTrainer(self.run_dir, attempt, status)   # ended: wait() reads its exit
+        offsets = read_offsets(self.run_dir)
+        same = offsets.get("attempt") == attempt
+        log_offset = offsets.get("log", 0) if same else 0
+        side_offset = offsets.get("side", 0) if same else 0
+        return HeldHandle(held, log_path, log_offset, side_path(self.run_dir, attempt), side_offset)
+
+
+class HeldHandle(TreeOps):
+    """A trainer under its holder, as the attempt loop sees it."""
+
+    def __init__(self, held: HeldTrainer, log_path: Path, log_offset: int, side: Path,
+                 side_offset: int) -> None:
+        self._init_tree(held.pid)
+        self.held = held
+        self.attempt = held.attempt
+        self.returncode: int | None = None
+        self.exited = asyncio.Event()
+        self.log_tail = FileTail(log_path, log_offset).until_eof_after(self.exited)
+        self.side_tail = FileTail(side, side_offset).until_eof_after(self.exited)
+        self.side_offset = side_offset   # the end of the last complete side-channel line
+        self._dropped = 0
+
+    @property
+    def log_dropped(self) -> int:
+        return self._dropped
+
+    @property
+    def log_error(self) -> str | None:
+        return "disk full or I/O error (the holder counts the lines it could not keep)" if self._dropped else None
+
+    async def wait(self) -> int:
+        try:
+            rc = await self.held.wait()
+        except HolderLost:
+            rc = -9   # its holder was killed: the trainer is gone or orphaned to us
+        self._dropped = int(self.held.status().get("dropped_lines") or 0)
+        self.returncode = rc
+        self.exited.set()
+        return rc
+
+    async def output(self) -> AsyncIterator[bytes]:
+        async for data in self.log_tail:
+            yield data
+
+    async def side_lines(self) -> AsyncIterator[bytes]:
+        async for line in split_lines(self.log_chunks(self.side_tail)):
+            self.side_offset += len(line)
+            yield line
+
+    @staticmethod
+    async def log_chunks(tail: FileTail) -> AsyncIterator[bytes]:
+        async for data in tail:
+            yield data
+
+    async def sample(self) -> tuple:
+        samples = await super().sample()
+        self._dropped = int(self.held.status().get("dropped_lines") or 0)
+        return samples
+
+    def offsets(self) -> dict:
+        return {"attempt": self.attempt, "log": self.log_tail.offset, "side": self.side_offset}
+
+
+def read_offsets(run_dir: Path) -> dict:
+    try:
+        data = json.loads((Path(run_dir) / OFFSETS_FILE).read_text())
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def save_offsets(run_dir: Path, offsets: dict) -> None:
+    """Where a new agent reads on (atomically; a full disk keeps the last ones)."""
+    path = Path(run_dir) / OFFSETS_FILE
+    tmp = path.with_suffix(".tmp")
+    try:
+        tmp.write_text(json.dumps(offsets))
+        tmp.replace(path)
+    except OSError:
+        pass
