@@ -147,7 +147,7 @@ class AttemptLoop:
         now = ctx.clock()
         ctx.detector.reset(now)
         intake.begin(now)
-        watcher = Watcher(ctx, intake, self.on_stall)
+        watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)

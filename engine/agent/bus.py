@@ -29,7 +29,14 @@ class EventBus:
 
     def emit(self, ev: E.Event) -> E.Event:
         if ev.type not in E.EPHEMERAL:
+            if self._dropping is not None:
+                self._close_gap(ev.ts)
             ev = self._journal(ev)
+        self._deliver(ev)
+        return ev
+
+    def _deliver(self, ev: E.Event) -> None:
+        if ev.type not in E.EPHEMERAL:
             for hook in self.on_journaled:
                 self._call(hook, ev)
         for sink in self.sinks:
@@ -37,11 +44,10 @@ class EventBus:
         if ev.type not in E.EPHEMERAL:
             for printer in self.printers:
                 self._call(printer, ev)
-        return ev
 
     def _journal(self, ev: E.Event) -> E.Event:
         try:
-            journaled = self.journal.append(ev)
+            return self.journal.append(ev)
         except (OSError, ValueError) as e:
             self.dropped += 1
             if self._dropping is None:
@@ -51,14 +57,19 @@ class EventBus:
                                      "Free disk space; supervision goes on, events are not kept "
                                      "until then.", source="trainctl"))
             return ev
-        if self._dropping is not None:
-            lost, self._dropping = self.dropped, None
-            self.dropped = 0
-            self.emit(E.Warning(self.clock(), "trainctl.journal_gap", "warning",
-                                f"{lost} events were not journaled while the disk was full",
-                                "The journal has a gap here; train.log and the run go on.",
-                                source="trainctl"))
-        return journaled
+
+    def _close_gap(self, ts: float) -> None:
+        """The journal failed before: first say, in it, how many events it lost."""
+        gap = E.Warning(ts, "trainctl.journal_gap", "warning",
+                        f"{self.dropped} events were not journaled while the disk was full",
+                        "The journal has a gap here; train.log and the run went on.",
+                        source="trainctl")
+        try:
+            gap = self.journal.append(gap)
+        except (OSError, ValueError):
+            return   # still failing: the event that follows is counted too
+        self._dropping, self.dropped = None, 0
+        self._deliver(gap)
 
     def _live(self, ev: E.Event) -> None:
         """To the live sinks only (the journal is what failed)."""

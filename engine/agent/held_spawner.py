@@ -87,10 +87,15 @@ class HeldHandle(TreeOps):
         return "disk full or I/O error (the holder counts the lines it could not keep)" if self._dropped else None
 
     async def wait(self) -> int:
-        try:
-            rc = await self.held.wait()
-        except HolderLost:
-            rc = -9   # its holder was killed: the trainer is gone or orphaned to us
+        while True:
+            try:
+                rc = await self.held.wait()
+                break
+            except HolderLost:
+                rc = -9   # its holder was killed: the trainer is gone or orphaned to us
+                break
+            except OSError:   # e.g. no file descriptor left to read its status: again soon
+                await asyncio.sleep(0.5)
         self._dropped = int(self.held.status().get("dropped_lines") or 0)
         self.returncode = rc
         self.exited.set()

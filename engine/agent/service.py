@@ -98,6 +98,7 @@ class Agent:
         loop = asyncio.get_running_loop()
         ctx = self.ctx
         become_subreaper()
+        loop.set_exception_handler(_quiet_repeats(loop))
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
@@ -212,3 +213,17 @@ def _agent_lock(run_dir: Path) -> int | None:
         os.close(fd)
         return None
     return fd
+
+
+def _quiet_repeats(loop: asyncio.AbstractEventLoop, every_s: float = 60.0):
+    """asyncio's own error reports (a failed accept() when file descriptors run out comes
+    once per try) at most once a minute each, so agent.out cannot fill a disk."""
+    last: dict[str, float] = {}
+
+    def handler(_loop, context: dict) -> None:
+        key = str(context.get("message"))
+        now = time.monotonic()
+        if now - last.get(key, -every_s) >= every_s:
+            last[key] = now
+            loop.default_exception_handler(context)
+    return handler

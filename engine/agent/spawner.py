@@ -79,7 +79,7 @@ class TreeOps:
         self.sampler = TreeSampler()
         try:   # captured now, while it is surely ours: later signals check it is the same
             self.root: psutil.Process | int = psutil.Process(pid)
-        except psutil.Error:
+        except (psutil.Error, OSError):   # OSError: out of file descriptors
             self.root = pid
         self.seen: dict[int, psutil.Process] = {}   # every process of its tree seen so far
         self.last_workers: set[int] = set()

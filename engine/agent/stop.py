@@ -33,8 +33,9 @@ class Stopper:
             pass   # diagnose() says the stacks could not be written
         try:
             loop = asyncio.get_running_loop()
-            gpu = (await loop.run_in_executor(None, ctx.gpu_probe.sample)
-                   if ctx.gpu_probe is not None else None)
+            probe = ctx.gpu_probe
+            gpu = (await loop.run_in_executor(None, probe.sample)
+                   if probe is not None and probe.available()[0] else None)
             return await trainer.diagnose(ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu,
                                           snapshot=snapshot)
         except Exception as e:   # never in the way of recovery

@@ -15,8 +15,9 @@ PROJECTION_S = 30.0
 
 
 class Watcher:
-    def __init__(self, ctx: RunContext, intake: Intake, on_stall) -> None:
+    def __init__(self, ctx: RunContext, intake: Intake, on_stall, report=None) -> None:
         self.ctx = ctx
+        self.report = report   # (where, exception): a probe that fails costs its figures only
         self.intake = intake
         self.on_stall = on_stall          # async (verdict) -> None, run as its own task
         self._last_tick = 0.0
@@ -58,15 +59,20 @@ class Watcher:
         ctx = self.ctx
         trainer = ctx.trainer
         processes: tuple = ()
-        if trainer is not None and trainer.returncode is None:
-            samples = await trainer.sample()
-            processes = tuple(s.as_dict() for s in samples)
-            if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
-                ctx.detector.on_evidence(now, "cpu")
-        if ctx.gpu_probe is not None and int(now) % 2 == 0:
-            loop = asyncio.get_running_loop()
-            sample = await loop.run_in_executor(None, ctx.gpu_probe.sample)
-            self._last_gpu = sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
+        try:
+            if trainer is not None and trainer.returncode is None:
+                samples = await trainer.sample()
+                processes = tuple(s.as_dict() for s in samples)
+                if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
+                    ctx.detector.on_evidence(now, "cpu")
+            if ctx.gpu_probe is not None and int(now) % 2 == 0:
+                loop = asyncio.get_running_loop()
+                sample = await loop.run_in_executor(None, ctx.gpu_probe.sample)
+                self._last_gpu = sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
+        except Exception as e:   # e.g. no file descriptor left to read /proc: no figures this tick
+            if self.report is None:
+                raise
+            self.report("probes", e)
         ctx.emit(E.Tick(now, self.intake.phase, round(ctx.detector.idle(now), 1),
                         _round(ctx.detector.threshold(now)), ctx.policy.auto_recover,
                         processes, self._last_gpu))

@@ -36,9 +36,9 @@ def run_agent(tmp_path, histories, *, during=None, **spec_kw):
     for name, workers in (("A", 2), ("B", 0)):
         (run_dir / "presets" / f"{name}.toml").write_text(
             f'description = "{name}"\n[dataloader]\nworkers = {workers}\n[env]\nWHICH = "{name}"\n')
+    spec_kw.setdefault("stall", {"train_timeout": 5.0, "startup_timeout": 30.0})
     spec = RunSpec(job_name=f"fake-{tmp_path.name}", kind="command", command=["train.py"],
-                   preset="A", fallback="B", kernel_log=False,
-                   stall={"train_timeout": 5.0, "startup_timeout": 30.0}, **spec_kw)
+                   preset="A", fallback="B", kernel_log=False, **spec_kw)
     spawner = FakeSpawner(histories)
 
     async def main(loop):
@@ -176,9 +176,13 @@ def test_a_failed_diagnosis_never_holds_up_recovery(tmp_path):
 
 def test_a_task_that_keeps_failing_fails_the_run_loudly(tmp_path):
     broken = [("start", {"pid": 901}), ("fail_output", True), ("silence", 3600)]
-    code, events, spawner, _ = run_agent(tmp_path, [broken])
+    code, events, spawner, _ = run_agent(tmp_path, [broken], stall={"startup_timeout": 7200.0})
     assert code == EXIT_SUPERVISION_LOST
-    assert len(of(events, "error")) == 5 and of(events, "error")[0].where == "output"
+    errors = of(events, "error")
+    assert {e.where for e in errors} == {"output"} and 2 <= len(errors) <= 5   # repeats are counted
+    assert "times more" in errors[-1].text
+    gave_up = [e.ts for e in of(events, "warning") if e.id == "trainctl.supervision_lost"][0]
+    assert 120 <= gave_up - errors[0].ts <= 600   # ridden out for minutes (pauses grow), not seconds
     assert states(events)[-1] == "FAILED" and "kept failing" in of(events, "state")[-1].reason
     assert spawner.when("kill"), "the trainer is stopped, not left unwatched"
 
