@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .events import EPHEMERAL, Event, Progress, decode, encode, with_seq
+from .paths import open_private
 
 
 def count_lines(path: Path) -> int:
@@ -34,13 +35,30 @@ def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
     return out
 
 
+def _count_fd_lines(fd: int) -> int:
+    n, offset = 0, 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        n += chunk.count(b"\n")
+        offset += len(chunk)
+    return n
+
+
 class Journal:
-    """`events.jsonl`: one event per line; an event's seq is its 0-based line number."""
+    """`events.jsonl`: one event per line; an event's seq is its 0-based line number.
+
+    Created with O_EXCL|O_NOFOLLOW, 0600; an existing journal (an adopting agent goes on
+    with its run's) is reopened only when it is a regular file of this user that others
+    cannot write (:func:`~trainctl.engine.paths.open_private`), and its lines are counted
+    through the same descriptor (never through a path someone could swap)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.next_seq = count_lines(self.path)
-        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
+        try:
+            self.next_seq = _count_fd_lines(fd)
+        except BaseException:
+            os.close(fd)
+            raise
         self._f = os.fdopen(fd, "a", encoding="utf-8", buffering=1)
 
     def append(self, event: Event) -> Event:
