@@ -25,12 +25,16 @@ import math
 import re
 
 from trainctl.engine.events import Event, Phase, Progress
-from trainctl.engine.sanitize import MAX_LINE, cut_line, sanitize
+from trainctl.engine.sanitize import MAX_LINE, cut_line, sanitize, strip_escapes
 
 MAX_PARTIAL = 64 * 1024
 """A line without terminator is cut into pieces of this many characters."""
 
 _SPLIT_RE = re.compile(r"[\r\n]+")
+# The bytes of the C0 controls but tab, LF, CR and ESC, and DEL: a chunk without any (and
+# without a C1 control, UTF-8 \xc2\x80-\xc2\x9f) needs only its escape sequences removed.
+_C0_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x1b), *range(0x1c, 0x20), 0x7f])
+_C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
 
 
 def strip_ansi(s: str) -> str:
@@ -56,18 +60,31 @@ class LineSplitter:
         self._size = 0
         self._max = max_partial
         self._max_line = max_line
+        # Whether the held tail may hold a control other than ESC (then lines get the whole
+        # sanitiser, else only escape sequences are removed: the common case, faster), and
+        # whether the last chunk ended in \xc2 (a C1 control may be split across reads).
+        self._dirty = False
+        self._c2 = False
 
     def feed(self, data: bytes) -> list[str]:
         new = self._decoder.decode(data)
+        dirty = ((self._c2 and b"\x80" <= data[:1] <= b"\x9f")
+                 or _C1_UTF8.search(data) is not None
+                 or len(data.translate(None, _C0_BYTES)) != len(data))
+        if data:
+            self._c2 = data[-1:] == b"\xc2"
         if "\n" not in new and "\r" not in new:
             self._pieces.append(new)
             self._size += len(new)
+            self._dirty |= dirty
             return self._clean(self._cut()) if self._size > self._max else []
         self._pieces.append(new)
         parts = _SPLIT_RE.split("".join(self._pieces))
         tail = parts.pop()
         self._pieces, self._size = [tail], len(tail)
+        self._dirty |= dirty
         out = self._clean(parts)
+        self._dirty = dirty   # the tail is from this chunk (it follows its last line end)
         if self._size > self._max:
             out.extend(self._clean(self._cut()))
         return out
@@ -77,7 +94,10 @@ class LineSplitter:
         self._pieces.append(self._decoder.decode(b"", final=True))
         text = "".join(self._pieces)
         self._pieces, self._size = [], 0
-        return self._clean(_SPLIT_RE.split(text))
+        self._dirty = True   # the decoder's last word (U+FFFD) or anything: the whole sanitiser
+        out = self._clean(_SPLIT_RE.split(text))
+        self._dirty = self._c2 = False
+        return out
 
     @property
     def pending(self) -> int:
@@ -95,8 +115,13 @@ class LineSplitter:
     def _clean(self, parts: list[str]) -> list[str]:
         out = []
         cap = self._max_line
+        dirty = self._dirty
         for p in parts:
-            p = sanitize(p).rstrip()
+            if dirty:
+                p = sanitize(p)
+            elif "\x1b" in p:
+                p = strip_escapes(p)
+            p = p.rstrip()
             if p:
                 out.append(p if len(p) <= cap else cut_line(p, cap))
         return out

@@ -73,6 +73,12 @@ def sanitize(text: str) -> str:
     return _SEQ.sub("", text)
 
 
+def strip_escapes(text: str) -> str:
+    """:func:`sanitize` for a text known to hold no control but ESC, tab and what ESC
+    sequences hold (its result then; faster: no scan for other controls)."""
+    return _ESC_SEQ.sub("", text)
+
+
 def sanitize_text(text: str) -> str:
     """Like :func:`sanitize` for several lines: ``\\n`` (and ``\\r\\n``) line breaks stay,
     as ``\\n``; a lone ``\\r`` is removed (it would overwrite the line on a terminal)."""
