@@ -14,6 +14,7 @@ import timeit
 from pathlib import Path
 
 from trainctl.engine.parse import ConsoleParser, LineSplitter
+from trainctl.engine.signatures import WarningMatcher
 
 LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"
 
@@ -73,6 +74,39 @@ def bench_splitter(seconds: float) -> None:
         print(f"LineSplitter chunk={chunk:<6d}     {best:12.1f} MB/s   ({n:,} lines from {len(data) / 1e6:.1f} MB)")
 
 
+LONG_LINES = {   # hostile long lines (issue 14): each took time quadratic in its length
+    "epoch + spaces": lambda n: "epoch" + " " * n + "x",
+    "epoch + one long word": lambda n: "epoch 1 " + "a" * n,
+    "epoch [ + spaces": lambda n: "epoch [" + " " * n + "x",
+    "epoch 1 loss ...": lambda n: "epoch 1 loss " * (n // 13),
+    "tqdm-like colons": lambda n: "a: 1%|x| 1/2 [" * (n // 14) + "]x",
+    "Ultralytics + digits": lambda n: "1/2 0G x: 5% " + "1" * n,
+    "epoch 1.0it/s ...": lambda n: "epoch " + "1.0it/s " * (n // 8),
+}
+
+
+def bench_long_lines() -> None:
+    """Time per line (splitter + parser + warning matcher, as the agent runs them) against
+    the line's length: the cut at MAX_LINE and linear regexes keep it flat past 4 KiB."""
+    sizes = (1 << 10, 4 << 10, 16 << 10, 64 << 10)
+    print("time per long line (split + parse + match), ms:")
+    print(f"  {'line':24s}" + "".join(f"{n >> 10:>7d}K" for n in sizes))
+    for name, make in LONG_LINES.items():
+        row = []
+        for n in sizes:
+            data = make(n).encode() + b"\n"
+            best = float("inf")
+            for _ in range(5):
+                s, p, w = LineSplitter(), ConsoleParser(), WarningMatcher()
+                t0 = time.process_time()
+                for line in s.feed(data):
+                    p.feed(line, 0.0)
+                    w.feed(line, 0.0)
+                best = min(best, time.process_time() - t0)
+            row.append(best * 1e3)
+        print(f"  {name:24s}" + "".join(f"{ms:8.2f}" for ms in row))
+
+
 def calibrate() -> None:
     timer = timeit.Timer("sum(range(1000))", timer=time.process_time)
     best = min(timer.repeat(number=2000, repeat=7)) / 2000
@@ -90,6 +124,7 @@ def main() -> None:
     bench_parser("generic tqdm lines", tqdm_lines(n), a.seconds)
     bench_parser("key=value lines", keyvalue_lines(n), a.seconds)
     bench_splitter(a.seconds)
+    bench_long_lines()
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from .events import EPHEMERAL, Event, Progress, decode, encode, with_seq
+from .paths import open_private
 
 
 def count_lines(path: Path) -> int:
@@ -34,27 +35,38 @@ def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
     return out
 
 
+def _count_fd_lines(fd: int) -> int:
+    n, offset = 0, 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        n += chunk.count(b"\n")
+        offset += len(chunk)
+    return n
+
+
 class Journal:
     """`events.jsonl`: one event per line; an event's seq is its 0-based line number.
 
     Written with plain ``os.write`` so a full disk (ENOSPC) or an I/O error raises OSError
     and loses that event only: a line cut short is ended with a newline at the next write
     that succeeds (it then reads as one undecodable line, skipped on replay), so every
-    later seq is still the line number."""
+    later seq is still the line number.
+
+    Created with O_EXCL|O_NOFOLLOW, 0600; an existing journal (an adopting agent goes on
+    with its run's) is reopened only when it is a regular file of this user that others
+    cannot write (:func:`~trainctl.engine.paths.open_private`), and its lines are counted
+    through the same descriptor (never through a path someone could swap)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self.next_seq = count_lines(self.path)
-        self._fd: int | None = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        self._torn = self._ends_torn()
-
-    def _ends_torn(self) -> bool:
+        fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
-            with open(self.path, "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                return size > 0 and os.pread(f.fileno(), 1, size - 1) != b"\n"
-        except OSError:
-            return False
+            self.next_seq = _count_fd_lines(fd)
+            size = os.fstat(fd).st_size
+            self._torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)

@@ -4,11 +4,19 @@ Two pieces:
 
 * :class:`LineSplitter` turns the raw byte stream of a trainer's stdout/stderr into text
   lines.  It splits on both ``\\r`` and ``\\n`` (tqdm and Ultralytics redraw their bars with
-  ``\\r`` and no newline), strips ANSI codes, decodes UTF-8 incrementally and never waits
-  for a newline longer than :data:`MAX_PARTIAL` characters.
+  ``\\r`` and no newline), removes every control and escape sequence
+  (:func:`trainctl.engine.sanitize.sanitize`), decodes UTF-8 incrementally, never waits
+  for a newline longer than :data:`MAX_PARTIAL` characters and cuts a line longer than
+  :data:`~trainctl.engine.sanitize.MAX_LINE` (the raw log, written elsewhere, keeps it whole).
 * :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
   events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars
   and plain ``key=value`` logs.  A line it cannot read gives no event, never an exception.
+
+Every regex here runs on every line the trainer prints, on the agent's only event loop, so
+each one must take time linear in the line's length whatever the line: repetitions that
+meet something they could also match are possessive (``*+``), and no pattern can start
+many overlapping attempts that each read to the end of the line.  ``bench/bench_parse.py``
+prints the time per line against its length; the tests feed long hostile lines.
 """
 from __future__ import annotations
 
@@ -17,17 +25,22 @@ import math
 import re
 
 from trainctl.engine.events import Event, Phase, Progress
+from trainctl.engine.sanitize import MAX_LINE, cut_line, sanitize, strip_escapes
 
 MAX_PARTIAL = 64 * 1024
 """A line without terminator is cut into pieces of this many characters."""
 
-ANSI_RE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-Z\\-_])")
 _SPLIT_RE = re.compile(r"[\r\n]+")
+# The bytes of the C0 controls but tab, LF, CR and ESC, and DEL: a chunk without any (and
+# without a C1 control, UTF-8 \xc2\x80-\xc2\x9f) needs only its escape sequences removed.
+_C0_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x1b), *range(0x1c, 0x20), 0x7f])
+_C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
 
 
 def strip_ansi(s: str) -> str:
-    """Remove ANSI escape sequences (colours, ``\\x1b[K``, OSC titles) from ``s``."""
-    return ANSI_RE.sub("", s) if "\x1b" in s else s
+    """Remove escape sequences (colours, ``\\x1b[K``, OSC titles, malformed ones) and
+    controls from ``s``: :func:`trainctl.engine.sanitize.sanitize`."""
+    return sanitize(s)
 
 
 class LineSplitter:
@@ -35,26 +48,43 @@ class LineSplitter:
 
     ``feed(data)`` returns the lines completed by ``data``; the unterminated tail is kept
     until the next ``\\r``/``\\n`` or :meth:`flush`.  Empty and blank lines are dropped and
-    trailing whitespace is removed.  The output does not depend on how the stream was cut.
+    trailing whitespace is removed.  The output does not depend on how the stream was cut:
+    an escape sequence split across reads is whole once its line is (a line is only
+    sanitised when complete, or when cut at ``max_partial``, where a sequence cut in two
+    loses its controls on both sides).  A line is at most ``max_line`` characters.
     """
 
-    def __init__(self, max_partial: int = MAX_PARTIAL) -> None:
+    def __init__(self, max_partial: int = MAX_PARTIAL, max_line: int = MAX_LINE) -> None:
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._pieces: list[str] = []  # the unterminated tail, in pieces (no quadratic joins)
         self._size = 0
         self._max = max_partial
+        self._max_line = max_line
+        # Whether the held tail may hold a control other than ESC (then lines get the whole
+        # sanitiser, else only escape sequences are removed: the common case, faster), and
+        # whether the last chunk ended in \xc2 (a C1 control may be split across reads).
+        self._dirty = False
+        self._c2 = False
 
     def feed(self, data: bytes) -> list[str]:
         new = self._decoder.decode(data)
+        dirty = ((self._c2 and b"\x80" <= data[:1] <= b"\x9f")
+                 or _C1_UTF8.search(data) is not None
+                 or len(data.translate(None, _C0_BYTES)) != len(data))
+        if data:
+            self._c2 = data[-1:] == b"\xc2"
         if "\n" not in new and "\r" not in new:
             self._pieces.append(new)
             self._size += len(new)
+            self._dirty |= dirty
             return self._clean(self._cut()) if self._size > self._max else []
         self._pieces.append(new)
         parts = _SPLIT_RE.split("".join(self._pieces))
         tail = parts.pop()
         self._pieces, self._size = [tail], len(tail)
+        self._dirty |= dirty
         out = self._clean(parts)
+        self._dirty = dirty   # the tail is from this chunk (it follows its last line end)
         if self._size > self._max:
             out.extend(self._clean(self._cut()))
         return out
@@ -64,7 +94,10 @@ class LineSplitter:
         self._pieces.append(self._decoder.decode(b"", final=True))
         text = "".join(self._pieces)
         self._pieces, self._size = [], 0
-        return self._clean(_SPLIT_RE.split(text))
+        self._dirty = True   # the decoder's last word (U+FFFD) or anything: the whole sanitiser
+        out = self._clean(_SPLIT_RE.split(text))
+        self._dirty = self._c2 = False
+        return out
 
     @property
     def pending(self) -> int:
@@ -79,15 +112,18 @@ class LineSplitter:
         self._pieces, self._size = [text[n:]], len(text) - n
         return pieces
 
-    @staticmethod
-    def _clean(parts: list[str]) -> list[str]:
+    def _clean(self, parts: list[str]) -> list[str]:
         out = []
+        cap = self._max_line
+        dirty = self._dirty
         for p in parts:
-            if "\x1b" in p:
-                p = ANSI_RE.sub("", p)
+            if dirty:
+                p = sanitize(p)
+            elif "\x1b" in p:
+                p = strip_escapes(p)
             p = p.rstrip()
             if p:
-                out.append(p)
+                out.append(p if len(p) <= cap else cut_line(p, cap))
         return out
 
 
@@ -101,32 +137,48 @@ DEFAULT_LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
 # Something always follows the count (8.4: rate and elapsed, 8.3: tqdm's [...]): a frame cut
 # short by a kill ("... 4/2") is not read as batch 4 of 2.  The 8.4 rate is captured here
 # (groups 6-8); 8.3's is read from the tail.  No lazy groups: this runs on every frame.
+# The 8.4 bar (━━━──) holds no digit and no space; the counts follow it.
 _UL_BATCH = re.compile(
-    r" *(\d+)/(\d+) +[^ :]*G +([^:]*): *\d+%(?:\|[^|]*\|| [^ ]+) *(\d+)/(\d+) +"
-    r"(?:(\d+\.?\d*)([kKMG]?)(it/s|s/it)\b)?(.*)$")
+    r" *+(\d++)/(\d++) ++[^ :]*G ++([^:]*+): *+\d++%(?:\|[^|]*+\|| [^ \d]*+) *+(\d++)/(\d++) ++"
+    r"(?:(\d++(?:\.\d*+)?)([kKMG]?)(it/s|s/it)\b)?(.*)$")
 # Ultralytics validation bars (detect/seg/pose/obb and classify).
-_UL_VAL = re.compile(r"\s+(?:Class\s+Images\s+Instances\s+\w+\(P|classes\s+top1_acc)")
-_UL_DONE = re.compile(r"\d+ epochs? completed in ")
+_UL_VAL = re.compile(r"\s++(?:Class\s++Images\s++Instances\s++\w++\(P|classes\s++top1_acc)")
+_UL_DONE = re.compile(r"\d++ epochs? completed in ")
 # Any tqdm bar:  "desc:  45%|████▌     | 45/100 [00:10<00:12,  4.40it/s, loss=0.123]"
-_TQDM = re.compile(r"(?:(.*?):)?\s*(\d+)%\|[^|]*\|\s*(\d+)/(\d+)\s*\[([^\]]*)\]?\s*$")
+# The description ends at a colon before the first "%|" (so only one colon can be tried:
+# a lazy (.*?): would try the rest of the line after every colon, quadratic).
+_TQDM = re.compile(r"(?:((?:(?!%\|).)*?):)?\s*+(\d++)%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+"
+                   r"\[([^\]]*+)\]?\s*+$")
 # tqdm without a total: "Epoch 2: 45it [00:10,  4.40it/s, loss=0.1]"
-_TQDM_NOTOTAL = re.compile(r"(?:(.*?):)?\s*(\d+)it \[([^\]]*)\]?\s*$")
+_TQDM_NOTOTAL = re.compile(r"(?:((?:(?!it \[).)*?):)?\s*+(\d++)it \[([^\]]*+)\]?\s*+$")
 _SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
 
 _NUM = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
-_EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d+)(?:\s*/\s*(\d+))?", re.I)
+_EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d++)(?:\s*+/\s*+(\d++))?", re.I)
+# "epoch 2", "Step: 40", "batch=3/30", "iter #[ 5 / 9": spaces, one of :=#, one [, digits.
+# Searched in the lower-cased line (faster than re.I).
 _COUNTER = re.compile(
-    r"\b(epoch|step|batch|iter|iteration)s?\b\s*[:=#]?\s*\[?\s*(\d+)(?:\s*/\s*(\d+))?", re.I)
+    r"\b(epoch|step|batch|iter|iteration)s?\b\s*+(?:[:=#]\s*+)?(?:\[\s*+)?(\d++)"
+    r"(?:\s*+/\s*+(\d++))?")
 # torchvision references: "Epoch: [0]  [  0/1563]  eta: ...  loss: 6.9"
 _BRACKET_BATCH = re.compile(
-    r"\bepoch\b\W*\[?\s*\d+(?:\s*/\s*\d+)?\s*\]?\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]", re.I)
-_KV_LOSS = re.compile(r"([A-Za-z_][\w./-]*)\s*[:=]\s*(" + _NUM + r")(?![\w.])", re.I)
+    r"\bepoch\b\W*+\d++\s*+(?:/\s*+\d++\s*+)?(?:\]\s*+)?\[\s*+(\d++)\s*+/\s*+(\d++)\s*+\]", re.I)
+# key=value / key: value.  A key is the run of [\w./-] from its first letter (or _) on.
+# Each run is read once: from where the search stands (a run's start, or the end of the
+# previous pair) to the run's end, then the value; when that fails the second branch skips
+# the rest of the run (a later start in the same run would reach the same end and fail the
+# same way: trying each one is quadratic) and gives an empty run.  The key is then the run
+# from its first letter on (:func:`_kv_key`).
+_KV_LOSS = re.compile(r"([\w./-]++)\s*+[:=]\s*+(?>(" + _NUM + r"))(?![\w.])|[\w./-]++", re.I)
+_KEY_START = re.compile(r"[A-Za-z_]", re.I)
+_ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _VAL_WORD = re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
                        r"testing|sanity checking)\b", re.I)
 _SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped", re.I)
-_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d+)\]:\s?")
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:\s?")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
-_EPOCH_LINE = re.compile(r"\s*epoch\s*\[?\s*(\d+)\s*(?:/|of)\s*(\d+)\s*\]?\s*:?\s*$", re.I)
+_EPOCH_LINE = re.compile(
+    r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I)
 
 
 def parse_rate(text: str) -> float | None:
@@ -156,10 +208,12 @@ def parse_rate(text: str) -> float | None:
     return 1.0 / value if inverse else value
 
 
-def _has_val_word(text: str) -> bool:
+def _has_val_word(text: str, low: str | None = None) -> bool:
     """``_VAL_WORD.search(text)``, with a substring test first: every one of its words holds
-    "val", "test" or "sanity", and most lines hold none (the regex costs ~3 us a line)."""
-    low = text.lower()
+    "val", "test" or "sanity", and most lines hold none (the regex costs ~3 us a line).
+    ``low`` is ``text.lower()`` when the caller has it."""
+    if low is None:
+        low = text.lower()
     if "val" not in low and "test" not in low and "sanity" not in low:
         return False
     return _VAL_WORD.search(text) is not None
@@ -170,6 +224,12 @@ def _float(tok: str) -> float | None:
         return float(tok)
     except ValueError:
         return None
+
+
+def _kv_key(run: str) -> str:
+    """The key in a run of key characters: from its first letter or ``_`` on ("" if none)."""
+    m = _KEY_START.search(run)
+    return run[m.start():] if m is not None else ""
 
 
 def _is_loss_key(key: str) -> bool:
@@ -199,6 +259,8 @@ class ConsoleParser:
 
     # -- entry point
     def feed(self, line: str, now: float) -> list[Event]:
+        if len(line) > MAX_LINE:
+            line = cut_line(line)
         if "%" in line and "/" in line:
             # Fast path: an Ultralytics batch frame (the overwhelming majority of lines).
             m = _UL_BATCH.match(line)
@@ -231,7 +293,7 @@ class ConsoleParser:
             return self._tqdm(line, now, rank)
         low = line.lower()
         if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
-            return self._keyvalue(line, now, rank)
+            return self._keyvalue(line, now, rank, low)
         return []
 
     # -- helpers
@@ -323,16 +385,16 @@ class ConsoleParser:
         return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
                                    losses=losses, rate=rate, rank=rank))
 
-    def _keyvalue(self, line: str, now: float, rank: int | None) -> list[Event]:
+    def _keyvalue(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
         em = _EPOCH_LINE.match(line)
         if em is not None:  # "Epoch 2/10" on its own line: context for tqdm bars below it
             self._context_epoch = (int(em.group(1)), int(em.group(2)))
             return []
         epoch = epochs = batch = batches = None
-        for m in _COUNTER.finditer(line):
-            key = m.group(1).lower()
-            n = int(m.group(2))
-            total = int(m.group(3)) if m.group(3) else None
+        for m in _COUNTER.finditer(low):
+            key, n, total = m.groups()
+            n = int(n)
+            total = int(total) if total else None
             if key == "epoch":
                 if epoch is None:
                     epoch, epochs = n, total
@@ -345,12 +407,14 @@ class ConsoleParser:
         if epoch is None and batch is None:
             return []
         losses = {}
-        for k, v in _KV_LOSS.findall(line):
-            if _is_loss_key(k):
-                losses[k] = float(v)
+        for run, v in _KV_LOSS.findall(line):
+            if run:
+                k = run if run[0] in _ASCII_KEY_START else _kv_key(run)
+                if _is_loss_key(k):
+                    losses[k] = float(v)
         if not losses and batches is None:
             return []  # "epochs=2, batch=4" in an argument dump is not progress
-        if _has_val_word(line):
+        if _has_val_word(line, low):
             return self._phase("val", now) if self.phase != "finished" else []
         if epoch is None and self._context_epoch is not None:
             epoch, epochs = self._context_epoch

@@ -2,8 +2,22 @@
 from __future__ import annotations
 
 import os
+import stat
 import time
 from pathlib import Path
+
+MAX_NAME = 64
+"""The longest job or run name (characters)."""
+RUN_MARKERS = ("events.jsonl", "agent.json", "spec.json")
+"""Files that make a directory a trainctl run (any one, owned by the user)."""
+
+
+class UnsafePathError(OSError):
+    """A run directory or a file in it is not safe to use; the message says why and what to do."""
+
+
+class BadNameError(ValueError):
+    """A job or run name that cannot be used; the message says why."""
 
 
 def _env_dir(var: str, default: Path) -> Path:
@@ -30,7 +44,8 @@ def runs_dir() -> Path:
 
 
 def new_run_dir(job_name: str, now: float | None = None) -> Path:
-    """Create a new, empty run directory for ``job_name`` (private) and return it."""
+    """Create a new, empty run directory for ``job_name`` (private) and return it.
+    The caller checks ``job_name`` with :func:`check_name` first."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
     root = runs_dir()
     root.mkdir(parents=True, exist_ok=True)
@@ -50,10 +65,138 @@ def latest_link() -> Path:
 
 
 def make_private_dir(path: Path) -> Path:
-    """Create a directory only its owner can enter (GPU boxes are shared)."""
-    path.mkdir(parents=True, exist_ok=True)
+    """A directory only its owner can enter (GPU boxes are shared): created 0700 when
+    missing; an existing one is never chmodded (trainctl did not make it) and must be a real
+    directory of this user that others cannot write (:class:`UnsafePathError` otherwise)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        _check_own_dir(path)
+        return path
+    os.chmod(path, 0o700)   # made here, just now: ours (mkdir's mode is cut by the umask)
+    return path
+
+
+def create_run_dir(path: Path | str) -> Path:
+    """Make ``path`` a new, private (0700) run directory: it must not exist (O_EXCL
+    semantics; never reused silently).  Its parents are created as needed."""
+    path = Path(path).expanduser()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(mode=0o700)
+    except FileExistsError:
+        raise UnsafePathError(f"{path}: already exists; give a new directory or one "
+                              "check_run_dir accepts") from None
     os.chmod(path, 0o700)
     return path
+
+
+def check_run_dir(path: Path | str) -> Path:
+    """Accept an existing directory as a run directory, or raise :class:`UnsafePathError`.
+
+    Accepted: a real directory (not a symlink) owned by this user, not writable by group or
+    others, and either empty or a trainctl run of this user (it holds one of
+    :data:`RUN_MARKERS`, a regular file owned by the user).  Nothing is changed.
+    """
+    path = Path(path).expanduser()
+    _check_own_dir(path)
+    try:
+        names = os.listdir(path)
+    except OSError as e:
+        raise UnsafePathError(f"{path}: cannot list it: {e.strerror or e}") from None
+    if not names:
+        return path
+    for marker in RUN_MARKERS:
+        if marker in names:
+            try:
+                st = os.lstat(path / marker)
+            except OSError:
+                continue
+            if stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid():
+                return path
+    raise UnsafePathError(f"{path}: not empty and not a trainctl run of yours (no "
+                          f"{' / '.join(RUN_MARKERS)} of yours in it); give an empty "
+                          "directory or a new path")
+
+
+def _check_own_dir(path: Path) -> None:
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise UnsafePathError(f"{path}: no such directory") from None
+    except OSError as e:
+        raise UnsafePathError(f"{path}: {e.strerror or e}") from None
+    if stat.S_ISLNK(st.st_mode):
+        raise UnsafePathError(f"{path}: is a symbolic link; give the real directory")
+    if not stat.S_ISDIR(st.st_mode):
+        raise UnsafePathError(f"{path}: not a directory")
+    if st.st_uid != os.geteuid():
+        raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you (uid "
+                              f"{os.geteuid()}); use a directory of your own")
+    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        raise UnsafePathError(f"{path}: writable by group or others (mode "
+                              f"{stat.S_IMODE(st.st_mode):o}); use a private directory "
+                              "(trainctl does not chmod a directory it did not make)")
+
+
+def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
+    """Open a file of a run directory without following a symlink; return the fd.
+
+    With ``os.O_CREAT``: the file is created (O_EXCL|O_NOFOLLOW, ``mode``); when it already
+    exists and O_EXCL was not asked for, it is reopened (an adopting agent appends to its
+    run's journal and log) with O_NOFOLLOW and checked: a regular file owned by this user,
+    not writable by group or others.  Without O_CREAT the same check applies.  A symlink,
+    another user's file or a shared-writable one raise :class:`UnsafePathError`.
+    """
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    if flags & os.O_CREAT:
+        try:
+            return os.open(path, flags | os.O_EXCL, mode)
+        except FileExistsError:
+            if flags & os.O_EXCL:
+                raise
+        flags &= ~os.O_CREAT
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        if os.path.islink(path):
+            raise UnsafePathError(f"{path}: is a symbolic link; trainctl does not follow "
+                                  "links in a run directory") from None
+        raise
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise UnsafePathError(f"{path}: not a regular file")
+        if st.st_uid != os.geteuid():
+            raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you")
+        if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            raise UnsafePathError(f"{path}: writable by group or others (mode "
+                                  f"{stat.S_IMODE(st.st_mode):o})")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def check_name(name: str, what: str = "name") -> str:
+    """``name`` when it can name a job or a run (a directory, a tmux session, a path on a
+    remote box), else :class:`ValueError` (:class:`BadNameError`) saying why."""
+    if not isinstance(name, str) or not name:
+        raise BadNameError(f"{what} is empty")
+    bad = next((c for c in name if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
+    if bad is not None:
+        raise BadNameError(f"{what} {name!r}: control character {bad!r} is not allowed")
+    if "/" in name or "\\" in name:
+        raise BadNameError(f"{what} {name!r}: '/' and '\\' are not allowed (a name, not a path)")
+    if ".." in name:
+        raise BadNameError(f"{what} {name!r}: '..' is not allowed")
+    if name[0] in "-.":
+        raise BadNameError(f"{what} {name!r}: may not start with '{name[0]}'")
+    if len(name) > MAX_NAME:
+        raise BadNameError(f"{what} {name[:20]!r}...: {len(name)} characters; at most {MAX_NAME}")
+    return name
 
 
 class RunFiles:

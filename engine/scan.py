@@ -18,6 +18,7 @@ from typing import Any, Protocol
 from trainctl.engine.events import Phase, Progress
 from trainctl.engine.events import Warning as WarningEvent
 from trainctl.engine.feed import OutputFeed
+from trainctl.engine.sanitize import sanitize
 
 TAIL_LINES = 20
 CHUNK = 1 << 20
@@ -237,14 +238,14 @@ def format_report(report: ScanReport) -> str:
         for w in report.warnings:
             times = f" x{w.count}" if w.count != 1 else ""
             out.append(f"    [{w.severity}] {w.id}{times} (first at line {w.first_line_no})")
-            out.append(f"      > {w.first_line}")
+            out.append(f"      > {sanitize(w.first_line)}")
             if w.advice:
                 out.append(f"      advice: {w.advice}")
     if report.last_progress is not None and report.tail:
         n, shown = report.lines_after_progress, len(report.tail)
         out.append(f"  after the last progress line ({_plural(n, 'line')}"
                    + (f", last {shown} shown" if n > shown else "") + "):")
-        out.extend(f"    | {line}" for line in report.tail)
+        out.extend(f"    | {sanitize(line)}" for line in report.tail)
     return "\n".join(out)
 
 

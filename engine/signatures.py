@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from trainctl.engine.events import SEVERITIES, Progress, Warning
+from trainctl.engine.sanitize import MAX_LINE, cut_line, sanitize
 
 ACTIONS = ("ignore", "warn", "suggest_preset", "restart", "fallback", "stop")
 SOURCES = ("trainer", "kernel", "any")
@@ -34,7 +35,6 @@ MAX_TEXT = 500
 DEFAULT_PATH = Path(__file__).with_name("signatures.toml")
 
 _ID_RE = re.compile(r"^[a-z0-9_]+(?:\.[a-z0-9_]+)+$")
-_ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")
 _SEGMENT_RE = re.compile(r"[\r\n]+")
 # Prefixes that carry no meaning for matching (parsing notes §11): DDP rank tags, glog
 # headers, kernel timestamps (dmesg, dmesg -T, dmesg -H, journalctl).
@@ -98,7 +98,13 @@ class CodeRule:
 
 
 def strip_ansi(line: str) -> str:
-    return _ANSI_RE.sub("", line) if "\x1b" in line else line
+    """``line`` without controls and escape sequences, line breaks kept as segment
+    separators (:func:`trainctl.engine.sanitize.sanitize` on each segment)."""
+    if line.isprintable():
+        return line
+    if "\r" in line or "\n" in line:
+        return "\n".join(sanitize(seg) for seg in _SEGMENT_RE.split(line))
+    return sanitize(line)
 
 
 def normalise(line: str) -> str:
@@ -192,6 +198,8 @@ class Catalog:
         other source are skipped); "any" tries every signature (postmortem of mixed logs).
         """
         allowed = self._allowed(source)
+        if len(line) > MAX_LINE:   # before any pattern sees it
+            line = cut_line(line)
         line = strip_ansi(line)
         indices = self._prefilter.candidates(line)
         if not indices:
@@ -208,7 +216,7 @@ class Catalog:
 
     def matches(self, line: str, source: str = "trainer") -> list[Signature]:
         """Every signature that matches ``line``, most specific (first) first."""
-        text = normalise(line)
+        text = normalise(cut_line(line))
         out = []
         allowed = self._allowed(source)
         for i, sig in enumerate(self.signatures):
@@ -570,7 +578,7 @@ class WarningMatcher:
             return None
         origin = source if source != "any" else (sig.source if sig.source != "any" else "trainer")
         return self._count(sig.id, lambda n: Warning(
-            ts=now, id=sig.id, severity=sig.severity, text=_truncate(strip_ansi(line).strip()),
+            ts=now, id=sig.id, severity=sig.severity, text=_truncate(sanitize(cut_line(line)).strip()),
             advice=sig.advice, source=origin, count=n))
 
     def feed_progress(self, progress: Progress, now: float) -> Warning | None:

@@ -4,6 +4,11 @@
 batch index, restart marks, warnings counted by id, the latest progress, stall and
 projection.  Applying half a million replayed events is a tight loop with no drawing;
 the screen then pushes the result down to its widgets once per batch.
+
+Every text that came from the agent (and so possibly from the trainer: console lines,
+side-channel events, a remote or older agent) is sanitised here, once, before any widget
+shows it (:func:`trainctl.engine.sanitize.sanitize`: no control, no escape sequence);
+widgets that render markup escape it as well.
 """
 from __future__ import annotations
 
@@ -13,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from trainctl.engine import events as ev
+from trainctl.engine.sanitize import sanitize
 
 LOG_KEEP = 500          # raw log lines kept for the log tail
 CHART_POINTS = 400      # points per loss series drawn on the chart
@@ -86,15 +92,15 @@ class RunModel:
     # ------------------------------------------------------------------ input
     def apply_hello(self, hello: dict[str, Any]) -> None:
         """Take the agent's hello: job, host, run dir, presets and current state."""
-        self.job = str(hello.get("job") or self.job)
-        self.host = str(hello.get("host") or self.host)
-        self.run_dir = str(hello.get("run_dir") or self.run_dir)
+        self.job = sanitize(str(hello.get("job") or self.job))
+        self.host = sanitize(str(hello.get("host") or self.host))
+        self.run_dir = str(hello.get("run_dir") or self.run_dir)   # a path, used as one
         self.preset = hello.get("preset") or self.preset
         self.fallback = hello.get("fallback") or self.fallback
         if hello.get("auto_recover") is not None:
             self.auto_recover = bool(hello["auto_recover"])
         if hello.get("state"):
-            self.state = str(hello["state"])
+            self.state = sanitize(str(hello["state"]))
         self.version += 1
 
     def apply_all(self, events: tuple[ev.Event, ...] | list[ev.Event]) -> None:
@@ -117,8 +123,11 @@ class RunModel:
             self.phase = tick.phase
         self.version += 1
 
-    def apply_log(self, lines: tuple[str, ...]) -> None:
+    def apply_log(self, lines: tuple[str, ...]) -> tuple[str, ...]:
+        """Keep the raw log lines (sanitised); returns them as kept, for the log view."""
+        lines = tuple(sanitize(line) for line in lines)
         self.log.extend(lines)
+        return lines
 
     # ------------------------------------------------------------------ events
     def _on_start(self, e: ev.Start) -> None:
@@ -145,15 +154,21 @@ class RunModel:
                 continue
             series = self.losses.get(name)
             if series is None:
-                series = self.losses[name] = Series()
+                if not name.isprintable():
+                    name = sanitize(name)   # a legend label; the trainer named it
+                    series = self.losses.get(name)
+                if series is None:
+                    series = self.losses[name] = Series()
             series.xs.append(x)
             series.ys.append(value)
         self.chart_version += 1
 
     def _on_warning(self, e: ev.Warning) -> None:
-        row = self.warnings.pop(e.id, None)
+        key = sanitize(e.id)
+        row = self.warnings.pop(key, None)
         count = e.count if row is None else max(e.count, row.count + 1)
-        self.warnings[e.id] = WarningRow(e.id, e.severity, e.text, e.advice, e.source, count, e.ts)
+        self.warnings[key] = WarningRow(key, sanitize(e.severity), sanitize(e.text),
+                                        sanitize(e.advice), sanitize(e.source), count, e.ts)
         self.warnings_version += 1
 
     def note(self, key: str, severity: str, text: str, advice: str, ts: float) -> None:
@@ -169,7 +184,7 @@ class RunModel:
                   f"no batch for {e.idle_s:.0f} s in {e.phase}: {e.diagnosis}", advice, e.ts)
 
     def _on_restart(self, e: ev.Restart) -> None:
-        self.restarts.append((self.x, f"#{e.attempt} {e.preset or ''}".strip()))
+        self.restarts.append((self.x, sanitize(f"#{e.attempt} {e.preset or ''}".strip())))
         self.preset = e.preset or self.preset
         self.chart_version += 1
 
@@ -180,8 +195,8 @@ class RunModel:
         self.projection = e
 
     def _on_state(self, e: ev.State) -> None:
-        self.state = e.state
-        self.state_reason = e.reason
+        self.state = sanitize(e.state)
+        self.state_reason = sanitize(e.reason)
 
     def _on_checkpoint(self, e: ev.Checkpoint) -> None:
         if not e.ok:

@@ -11,6 +11,7 @@ import pytest
 from trainctl.engine.events import Phase, Progress
 from trainctl.engine.parse import (MAX_PARTIAL, ConsoleParser, LineSplitter, parse_rate,
                                    strip_ansi)
+from trainctl.engine.sanitize import CUT_MARK, MAX_LINE
 
 LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"
 ALL_LOGS = sorted(p.name for p in LOGS.glob("*.log"))
@@ -232,13 +233,17 @@ def test_splitter_multibyte_split_and_invalid_bytes():
 
 @pytest.mark.timeout(10)
 def test_splitter_caps_a_line_that_never_ends():
-    s = LineSplitter()
+    s = LineSplitter(max_line=10**9)   # the pieces whole, to count them
     out = []
     for _ in range(40):
         out += s.feed(b"x" * 10_000)
         assert s.pending <= MAX_PARTIAL
     out += s.feed(b"\n") + s.flush()
     assert [len(x) for x in out] == [MAX_PARTIAL] * 6 + [400_000 - 6 * MAX_PARTIAL]
+    s = LineSplitter()   # and each is cut to MAX_LINE
+    out = [line for _ in range(40) for line in s.feed(b"x" * 10_000)] + s.feed(b"\n")
+    assert [len(x) for x in out] == [MAX_LINE] * 7
+    assert all(x.endswith(CUT_MARK) for x in out)
 
 
 @pytest.mark.timeout(60)

@@ -123,3 +123,21 @@ def test_main_scan(tmp_path, capsys):
     assert str(missing) in capsys.readouterr().err
     assert main_scan(str(tmp_path), as_json=True) == 2
     assert "is a directory" in capsys.readouterr().err
+
+
+def test_scan_output_carries_no_escape_sequence(tmp_path, capsys):
+    """Issue 14: malformed sequences, ESC c, ESC ( 0, C1 and SO/SI passed into scan's output."""
+    import re
+    payloads = ["\x1b\b]52;c;Y3VybA==\x1b\b\\", "\x1bc", "\x1b(0", "\x9d0;t\x07", "\x0e\x0f",
+                "\x1b]0;t"]
+    log = tmp_path / "train.log"
+    log.write_bytes(("epoch 1/2 batch 1/10 loss=0.5\n"
+                     + "".join(f"torch.OutOfMemoryError: CUDA out of memory {p} x\n"
+                               for p in payloads)
+                     + "".join(f"after {p} y\r" for p in payloads)).encode())
+    bad = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")   # newline separates the report's lines
+    for as_json in (False, True):
+        assert main_scan(str(log), as_json) == 0
+        out = capsys.readouterr().out
+        assert "\x1b" not in out and not bad.search(out)
+        assert "after" in out

@@ -360,3 +360,55 @@ async def test_the_loss_legend_follows_the_chart_width(make_app, agent, journal)
                        and "box_loss" not in str(chart.border_title), what="short legend")
         await pilot.resize_terminal(160, 48)
         await wait_for(pilot, lambda: "box_loss" in str(chart.border_title), what="long again")
+
+
+PAYLOADS = ("\x1b\b]52;c;Y3VybCBldmlsfHNo\x1b\b\\", "\x1b]0;pwned\x07", "\x1bc", "\x1b(0",
+            "\x9d52;c;QUFB\x07", "\x0e\x0f", "[bold red]markup[/]")
+
+
+def _terminal_text(app) -> str:
+    """Every segment's text on the screen: what Textual writes to the terminal as is (its
+    own escape codes come from styles, never from a segment's text)."""
+    strips = app.screen._compositor.render_strips()
+    return "".join(segment.text for strip in strips for segment in strip)
+
+
+async def test_trainer_escape_sequences_never_reach_the_terminal(make_app, agent, journal):
+    """Issue 14: the warnings panel turned a malformed OSC 52 into a clean clipboard write."""
+    import re
+    bad = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await replayed(pilot, agent)
+        t = journal[-1].ts
+        text = "evil " + " ".join(PAYLOADS) + " end"
+        agent.append(ev.Warning(t + 1, id="zz.evil\x1b]0;t\x07", severity="fatal", text=text,
+                                advice="advice " + PAYLOADS[0], source="trainer"))
+        agent.append(ev.Progress(t + 2, epoch=3, epochs=3, batch=150, batches=300,
+                                 losses={"box\x1b]0;t\x07_loss": 0.5}))
+        agent.append(ev.State(t + 3, state="RUNNING", reason="x\x1b]52;c;AA\x07y"))
+        agent.emit(ev.Log(t + 3, lines=tuple(f"log {p} line" for p in PAYLOADS)))
+        model = app.dashboard.model
+        await wait_for(pilot, lambda: "zz.evil" in model.warnings, what="the warning")
+        await wait_for(pilot, lambda: len(model.log) >= len(PAYLOADS), what="log lines")
+        row = model.warnings["zz.evil"]
+        assert row.text.startswith("evil ") and row.text.endswith(" end")
+        assert "[bold red]markup[/]" in row.text              # shown as text, not markup
+        assert "box_loss" in model.losses
+        # the warning is the newest row; selected, its text and advice show below the table
+        from textual.widgets import DataTable
+        await wait_for(pilot, lambda: "zz.evil" in _terminal_text(app), what="the row")
+        app.dashboard.query_one("#warnings-table", DataTable).move_cursor(row=0)
+        await wait_for(pilot, lambda: "evil" in _terminal_text(app).replace("zz.evil", ""),
+                       what="the warning's text")
+        shown_text = _terminal_text(app)
+        assert "evil" in shown_text and "markup" in shown_text
+        assert "\x1b" not in shown_text and not bad.search(shown_text)
+        await pilot.press("l")
+        log = app.dashboard.query_one(LogTail)
+        await wait_for(pilot, lambda: log.display and log.region.height > 0, what="log shown")
+        await pilot.pause()
+        assert all("\x1b" not in line and not bad.search(line) for line in log.lines)
+        assert "log [bold red]markup[/] line" in log.lines
+        shown_text = _terminal_text(app)
+        assert "\x1b" not in shown_text and not bad.search(shown_text)

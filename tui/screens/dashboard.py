@@ -12,6 +12,7 @@ from typing import Any
 
 from textual import work
 from textual.app import ComposeResult
+from textual.markup import escape
 from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.reactive import reactive
@@ -19,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+from trainctl.engine.sanitize import sanitize
 from trainctl.engine.supervisor import FINAL_STATES
 
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
@@ -143,15 +145,15 @@ class DashboardScreen(Screen[None]):
         if message.tick is not None:
             model.apply_tick(message.tick)
         if message.log_lines:
-            model.apply_log(message.log_lines)
+            lines = model.apply_log(message.log_lines)
             if self.show_log:
-                self.query_one(LogTail).append_lines(message.log_lines)
+                self.query_one(LogTail).append_lines(lines)
         self._push()
 
     def on_command_done(self, message: CommandDone) -> None:
         if not message.ok:
-            self.notify(message.error, title=f"{message.name} failed", severity="error",
-                        timeout=8)
+            self.notify(escape(sanitize(str(message.error))), title=f"{message.name} failed",
+                        severity="error", timeout=8)
             return
         if message.name == "auto_recover":
             self.model.auto_recover = bool(message.args.get("on"))

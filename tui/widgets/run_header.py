@@ -5,9 +5,11 @@ from dataclasses import dataclass
 
 from textual.app import ComposeResult
 from textual.containers import Horizontal
+from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Label
 
+from trainctl.engine.sanitize import sanitize
 from trainctl.engine.supervisor import RunState
 
 STATE_LABELS = {"BACKOFF": "RESTARTING"}
@@ -50,10 +52,10 @@ class RunHeader(Horizontal):
             return
         where = f"{info.job}@{info.host}" if info.job and info.host else info.job or info.host
         job = f"trainctl · {where}" if where and info.wide else where or "trainctl"
-        self.query_one("#hdr-job", Label).update(job)
-        self.query_one("#hdr-preset", Label).update(f"preset {info.preset or '?'}")
+        self.query_one("#hdr-job", Label).update(escape(job))
+        self.query_one("#hdr-preset", Label).update(escape(f"preset {sanitize(info.preset or '?')}"))
         state = self.query_one("#hdr-state", Label)
-        state.update(f" {STATE_LABELS.get(info.state, info.state)} ")
+        state.update(escape(f" {STATE_LABELS.get(info.state, info.state)} "))
         state.remove_class(*STATE_CLASSES)
         state.add_class(f"-{info.state.lower()}")
         self.query_one("#hdr-attempt", Label).update(
