@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from . import __version__
+from .engine.commands import CTL_COMMANDS
 from .cli_common import UsageError, note, printer, run_name
 
 if TYPE_CHECKING:
@@ -28,6 +29,8 @@ EXIT_CODES_HELP = """exit codes:
   3    `attach --json/--headless`: the agent is gone and its journal does not end the run
   4    `status`, `ctl`, `attach`: the agent does not answer within a few seconds
        ("agent not responding (pid N, stopped)": stopped or wedged)
+  5    `run`, `agent`: the agent could not go on supervising (a part of it kept failing;
+       the trainer was stopped, the reason is in the journal and <run_dir>/errors/)
   130  the run was stopped by the user (s, `trainctl ctl RUN_DIR stop`, Ctrl-C)"""
 
 
@@ -85,8 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--json", action="store_true")
     ctl = sub.add_parser("ctl", help="send a command to a running agent", **codes)
     ctl.add_argument("run_dir")
-    ctl.add_argument("command", choices=("restart", "fallback", "switch_preset", "stop", "dump_stacks",
-                                         "auto_recover", "status", "list_presets"))
+    ctl.add_argument("command", choices=CTL_COMMANDS)
     ctl.add_argument("--preset")
     ctl.add_argument("--on", dest="on", action="store_true", default=None)
     ctl.add_argument("--off", dest="on", action="store_false")

@@ -26,7 +26,7 @@ from .tasks import ErrorReporter, supervise
 from .watch import Watcher
 
 READERS_DRAIN_S = 5.0
-EXIT_SUPERVISION_LOST = 4   # the agent could not go on supervising (its reason is journaled)
+EXIT_SUPERVISION_LOST = 5   # the agent could not go on supervising (its reason is journaled)
 KILL_RETRY_S = 1.0
 OFFSETS_S = 1.0
 

@@ -86,7 +86,8 @@ class CommandHandlers:
         snapshot = ctx.sm.state != RunState.STALLED
         diag = await self.stopper.diagnose(trainer, f"manual-{ctx.attempt}", snapshot=snapshot)
         what = "a snapshot" if snapshot else diag.diagnosis
-        ctx.info(f"stacks dumped to {diag.stacks} ({what}: {diag.detail})", "stacks")
+        where = f"stacks dumped to {diag.stacks}" if diag.stacks else "no stacks written"
+        ctx.info(f"{where} ({what}: {diag.detail})", "stacks")
         return {"stacks": diag.stacks, "diagnosis": "snapshot" if snapshot else diag.diagnosis,
                 "detail": diag.detail}
 

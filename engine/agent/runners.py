@@ -16,6 +16,12 @@ from ..spec import RunSpec
 class RunnerKind:
     name = ""
 
+    @property
+    def table(self):
+        """The job file's table for this kind (engine/config's JOB_TABLES)."""
+        from ..config.kinds import JOB_TABLES
+        return JOB_TABLES[self.name]
+
     def argv(self, spec: RunSpec, files: RunFiles, preset_name: str | None, preset,
              resume_from: str | None, attempt: int) -> list[str]:
         raise NotImplementedError

@@ -18,6 +18,7 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, start_trainctl
+from tests.helpers.hangs import wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -55,16 +56,6 @@ def agent_pid(run_dir: Path) -> int | None:
         return None
 
 
-def wait_for(pred, timeout: float, what: str):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        got = pred()
-        if got:
-            return got
-        time.sleep(0.05)
-    raise TimeoutError(what)
-
-
 @pytest.mark.timeout(150)
 def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
     script = write_counter(tmp_path)
@@ -78,7 +69,7 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
         trainer = first.wait_event("start", 30).pid
         t0 = time.monotonic()
         for k in range(10):
-            pid = wait_for(lambda: (p := agent_pid(run_dir)) and p not in [x for _, x, _ in log] and p,
+            pid = wait_until(lambda: (p := agent_pid(run_dir)) and p not in [x for _, x, _ in log] and p,
                            20, "a live agent")
             time.sleep(rng.uniform(0.3, 1.6))
             events = read_journal(run_dir)
@@ -112,7 +103,7 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
     assert seqs == list(range(len(seqs))), "the journal goes on gapless"
     batches = [e.batch for e in of_type(events, "progress")]
     assert batches[-1] == 450 and batches == sorted(batches), batches
-    wait_for(lambda: not trainers(script), 10, "the trainer to end")
+    wait_until(lambda: not trainers(script), 10, what="the trainer to end")
 
 
 def _idle_clients(sock: Path, n: int) -> list[socket.socket]:
@@ -143,7 +134,7 @@ def test_a_hang_is_caught_while_idle_clients_use_up_the_agents_descriptors(tmp_p
         start_new_session=True)
     clients: list[socket.socket] = []
     try:
-        wait_for(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, "progress")
+        wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="progress")
         clients = _idle_clients(run_dir / "agent.sock", 80)   # never say hello
         assert len(clients) == 80
         out, err = proc.communicate(timeout=90)

@@ -130,3 +130,20 @@ def test_main_thread_blocked_is_deadlock_and_a_missing_py_spy_is_explained(tmp_p
         assert d.diagnosis == "deadlock", d.detail
         assert "py-spy not found" in d.detail
         assert "py-spy not found" in open(d.stacks).read()
+
+
+@needs_pyspy
+@pytest.mark.timeout(60)
+def test_a_dump_of_a_moving_process_is_a_snapshot_and_an_unwritable_dir_costs_only_the_file(tmp_path):
+    proc = hangs.start_script(hangs.TRAIN_LOOP, "--epochs", "1", "--batches", "400", "--batch-time", "0.05")
+    try:
+        hangs.wait_for_line(proc, r"batch=3/400", timeout=60)
+        d = diagnose(proc.pid, tmp_path / "stacks", tag="manual-1", snapshot=True)
+        assert d.detail.startswith("a snapshot of") and "deadlock" not in d.detail, d.detail
+        text = open(d.stacks).read()
+        assert os.path.basename(d.stacks).startswith("snapshot-") and "not a verdict" in text
+        (tmp_path / "blocked").write_text("a file where the stacks directory should be")
+        d = diagnose(proc.pid, tmp_path / "blocked", tag="2", pyspy=True)
+        assert d.stacks is None and "could not be written" in d.detail, d.detail
+    finally:
+        hangs.kill_group(proc)

@@ -192,3 +192,45 @@ def test_a_command_that_cannot_start_fails_at_once(tmp_path):
     assert code == 1
     assert of(events, "warning")[0].id == "trainctl.spawn_failed"
     assert "could not start" in of(events, "state")[-1].reason
+
+
+def test_every_runner_kind_has_its_job_table_and_every_command_a_handler(tmp_path):
+    """One registry each: the runner kinds (argv, resume rule, job-file table) and the
+    commands (the agent's handlers, `trainctl ctl`'s choices, the fakes' check)."""
+    from trainctl.cli import build_parser
+    from trainctl.engine.agent.commands import CommandHandlers
+    from trainctl.engine.agent.runners import RUNNERS
+    from trainctl.engine.commands import COMMANDS, CTL_COMMANDS
+    from trainctl.engine.config.kinds import JOB_TABLES
+    assert set(RUNNERS) == set(JOB_TABLES)
+    assert all(r.table is JOB_TABLES[k] for k, r in RUNNERS.items())
+    assert all(hasattr(CommandHandlers, f"cmd_{name}") for name in COMMANDS)
+    ctl = build_parser().parse_args(["ctl", "RUN", "stop"])
+    assert ctl.command == "stop" and set(CTL_COMMANDS) <= set(COMMANDS)
+
+
+def test_a_user_dump_on_a_moving_run_is_a_snapshot_not_a_verdict(tmp_path):
+    async def dump(agent):
+        await until_state(agent, "RUNNING")
+        reply = await agent.commands("dump_stacks", {})
+        assert reply["ok"] and reply["result"]["diagnosis"] == "snapshot", reply
+        await agent.commands("stop", {})
+
+    code, events, _, _ = run_agent(tmp_path, [[("start", {"pid": 1001}), *batches(1, 1, 40)]], during=dump)
+    info = [e.text for e in of(events, "info") if e.key == "stacks"]
+    assert info and "snapshot" in info[0] and "deadlock" not in info[0], info
+
+
+def test_requests_of_the_wrong_shape_get_one_line_errors(tmp_path):
+    async def ask(agent):
+        await until_state(agent, "RUNNING")
+        for name, args, words in (("nope", {}, "unknown command"), (["stop"], {}, "unknown command"),
+                                  ("auto_recover", {"on": "false"}, "must be a bool"),
+                                  ("stop", [1], "must be an object"),
+                                  ("switch_preset", {"preset": "../x"}, "preset name")):
+            reply = await agent.commands(name, args)
+            assert not reply["ok"] and words in reply["error"], (name, args, reply)
+        await agent.commands("stop", {})
+
+    code, events, _, agent = run_agent(tmp_path, [[("start", {"pid": 1101}), *batches(1, 1, 40)]], during=ask)
+    assert code == 130 and agent.ctx.policy.auto_recover   # "false" did not turn it on/off

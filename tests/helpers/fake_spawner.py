@@ -135,6 +135,8 @@ class FakeTrainer:
         self.spawner.note("diagnose", self.pid, tag)
         if self.fail_diagnose:
             raise PermissionError(13, "Permission denied", str(stacks_dir))
+        if snapshot:   # as the real diagnose(): a snapshot is not a verdict
+            return Diagnosis(self.diagnosis, 0.0, None, "a snapshot of 1 running process, not a stall verdict.")
         return Diagnosis(self.diagnosis, 0.0, None, f"fake {self.diagnosis}")
 
     async def kill(self, grace: float) -> KillReport:

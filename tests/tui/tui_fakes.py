@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+from trainctl.engine.commands import CommandError, check_request
 from trainctl.engine.config import preset_problems
 from trainctl.engine.events import EPHEMERAL, Event, decode, with_seq
 
@@ -76,6 +77,10 @@ class FakeAgent:
     # ------------------------------------------------------------------ commands
     def handle(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         self.commands.append((name, dict(args)))
+        try:   # the agent's own registry: a name or argument it would refuse is refused here
+            check_request(name, args)
+        except CommandError as e:
+            return {"ok": False, "error": str(e), "result": None}
         if name in self.replies:
             return self.replies[name]
         ok: dict[str, Any] = {"ok": True, "error": None, "result": None}
