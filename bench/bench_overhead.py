@@ -220,7 +220,8 @@ class Run:
             for c in self.ps.children(recursive=True):
                 p = self.seen.setdefault(c.pid, c)
                 with contextlib.suppress(psutil.Error):
-                    if str(THIS) not in " ".join(p.cmdline()):
+                    cmd = p.cmdline()
+                    if cmd[1:2] != [str(THIS)]:   # not the generator itself (the holder is a helper)
                         t = p.cpu_times()
                         self.helper_cpu[p.pid] = t.user + t.system
         except psutil.Error:

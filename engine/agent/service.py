@@ -26,7 +26,7 @@ from .context import EndRequest, RunContext
 from .server import ClientServer
 from .adopt import where_the_run_was
 from .held_spawner import HeldSpawner
-from .spawner import Spawner
+from .spawner import PipeSpawner, Spawner
 from .tasks import ErrorReporter
 
 
@@ -48,6 +48,8 @@ class Agent:
         self.report = ErrorReporter(ctx.emit, ctx.files.dir / "errors", clock)
         self.adopt = adopt
         self.lock = JobLock(spec.job_name)
+        if spawner is None and os.environ.get("TRAINCTL_SPAWNER") == "pipe":
+            spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
