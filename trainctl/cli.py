@@ -200,36 +200,63 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
 
 
 def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
-    """The checkpoint `--resume-from` names: a file, or an earlier run directory's newest
-    checkpoint that verifies (a truncated one is never chosen)."""
+    """The checkpoint `--resume-from` names: a file, a checkpoint directory (a command's:
+    Hugging Face, DeepSpeed), or an earlier run directory's newest checkpoint that verifies
+    (a truncated one is never chosen).  One of a format that cannot be checked is used,
+    saying so."""
     from .engine.journal import read_events
     from .engine.paths import RunFiles
     from .engine.runners.checkpoint import inspect_checkpoint, pick_resume_checkpoint
+    from .engine.runners.verify import checkpoint_dir_kinds, first_loadable, verify_path
+    from .engine.spec import RunSpec
     path = Path(ref).expanduser().resolve()
     if kind == "command" and not resume_args:
         raise UsageError("--resume-from: a command resumes through its resume arguments; give "
                          "--resume-arg (e.g. --resume-arg=--resume --resume-arg={checkpoint}) "
                          "or resume_args in the job")
-    if path.is_dir():
-        files = RunFiles(path)
-        if not files.events.exists():
-            raise UsageError(f"--resume-from {ref}: not a checkpoint file nor a trainctl run "
-                             "directory (no events.jsonl)")
-        candidates = [files.checkpoints / "last_good.pt"]
-        candidates += [ev.path for ev in read_events(files.events)
-                       if ev.type == "checkpoint" and ev.ok and ev.path]
-        good = pick_resume_checkpoint(candidates) if kind == "ultralytics" else \
-            next((Path(c) for c in reversed(candidates[1:]) if Path(c).is_file()), None)
-        if good is None:
-            raise UsageError(f"--resume-from {ref}: that run has no checkpoint that verifies")
-        return str(good)
-    if not path.is_file():
+
+    def unverified(verdict) -> str:
+        if not verdict.ok:
+            note(f"--resume-from {verdict.path}: {verdict.detail}; resuming from it anyway")
+        return str(verdict.path)
+
+    files = RunFiles(path)
+    if path.is_dir() and files.events.exists():
+        candidates = [ev.path for ev in read_events(files.events)
+                      if ev.type == "checkpoint" and ev.ok and ev.path]
+        if kind == "ultralytics":
+            good = pick_resume_checkpoint([files.checkpoints / "last_good.pt", *candidates])
+            if good is None:
+                raise UsageError(f"--resume-from {ref}: that run has no checkpoint that verifies")
+            return str(good)
+        try:
+            cwd = RunSpec.load(files.spec).cwd
+        except (OSError, ValueError, TypeError, KeyError):
+            cwd = None
+        refused: list[str] = []
+        verdict = first_loadable(reversed(candidates), base=cwd,
+                                 on_skip=lambda p, why: refused.append(f"{p}: {why}"))
+        if verdict is None:
+            why = "".join(f"\n  {r}" for r in refused) or " (it reported none that still exists)"
+            raise UsageError(f"--resume-from {ref}: that run has no checkpoint that verifies{why}")
+        for r in refused:
+            note(f"--resume-from: passed over {r}")
+        return unverified(verdict)
+    if not path.exists():
         raise UsageError(f"--resume-from {ref}: no such file or run directory")
+    if path.is_dir() and (kind == "ultralytics" or not any(checkpoint_dir_kinds(path))):
+        raise UsageError(f"--resume-from {ref}: not a checkpoint file nor a trainctl run directory "
+                         "(no events.jsonl)" + ("" if kind == "ultralytics" else
+                                                ", nor a Hugging Face or DeepSpeed checkpoint"))
     if kind == "ultralytics":
         check = inspect_checkpoint(path)
-        if not check.ok:
-            raise UsageError(f"--resume-from {ref}: not a checkpoint that loads: {check.detail}")
-    return str(path)
+        ok, detail = check.ok, check.detail
+    else:
+        verdict = verify_path(path)
+        ok, detail = verdict.usable, verdict.detail
+    if not ok:
+        raise UsageError(f"--resume-from {ref}: not a checkpoint that loads: {detail}")
+    return str(path) if kind == "ultralytics" else unverified(verdict)
 
 
 def _link_latest(run_dir: Path) -> None:

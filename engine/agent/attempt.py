@@ -117,7 +117,9 @@ class AttemptLoop:
         ctx = self.ctx
         return self.runner.resume_checkpoint(
             ctx.spec, ctx.files, ctx.last_checkpoint,
-            on_skip=lambda path, why: ctx.info(f"not resuming from {path}: {why}", "resume_skip"))
+            on_skip=lambda path, why: ctx.info(f"not resuming from {path}: {why}", "resume_skip"),
+            on_unverified=lambda path, why: ctx.info(f"resuming from {path} without verifying it: {why}",
+                                                     "resume_unverified"))
 
     def command(self, preset_name: str | None, resume_from: str | None) -> tuple[list[str], dict[str, str]]:
         ctx = self.ctx

@@ -27,8 +27,11 @@ class RunnerKind:
         raise NotImplementedError
 
     def resume_checkpoint(self, spec: RunSpec, files: RunFiles, last_checkpoint: str | None,
-                          on_skip: Callable[[Path, str], None]) -> str | None:
-        """The checkpoint a restart goes on from, or None (start over)."""
+                          on_skip: Callable[[Path, str], None],
+                          on_unverified: Callable[[Path, str], None] | None = None) -> str | None:
+        """The checkpoint a restart goes on from, or None (start over).  A candidate that
+        does not load goes to ``on_skip(path, why)``; one chosen although its format cannot
+        be checked, to ``on_unverified(path, why)``."""
         raise NotImplementedError
 
 
@@ -42,15 +45,42 @@ class CommandRunner(RunnerKind):
         argv = list(spec.command) + list(preset.args if preset else ())
         needs = any("{checkpoint}" in a for a in spec.resume_args)
         resuming = attempt > 1 or resume_from is not None
-        if resuming and spec.resume_args and (resume_from or not needs):
+        # A fixed resume file that resume_checkpoint refused: start over, without it.
+        refused = not needs and resume_from is None and self._fixed_file(spec) is not None
+        if resuming and spec.resume_args and (resume_from or not needs) and not refused:
             argv += [a.replace("{checkpoint}", resume_from or "") for a in spec.resume_args]
         return argv
 
-    def resume_checkpoint(self, spec, files, last_checkpoint, on_skip):
-        for arg in spec.resume_args:
-            if os.path.isfile(arg):
-                return arg
-        return last_checkpoint
+    def resume_checkpoint(self, spec, files, last_checkpoint, on_skip, on_unverified=None):
+        """Without a {checkpoint} placeholder, a resume argument that names a file is what
+        the command resumes from; else the checkpoints it reported (newest first, then the
+        --resume-from one).  The first that loads, or one that cannot be checked (said
+        through ``on_unverified``); each refused one goes to ``on_skip``."""
+        from ..runners.verify import first_loadable
+        fixed = None if any("{checkpoint}" in a for a in spec.resume_args) else self._fixed_file(spec)
+        candidates = [fixed] if fixed else self._reported(files, last_checkpoint, spec.resume_from)
+        verdict = first_loadable(candidates, on_skip=on_skip, base=spec.cwd)
+        if verdict is None:
+            return None
+        if not verdict.ok and on_unverified is not None:
+            on_unverified(verdict.path, verdict.detail)
+        return str(verdict.path) if fixed is None else fixed
+
+    @staticmethod
+    def _fixed_file(spec: RunSpec) -> str | None:
+        return next((a for a in spec.resume_args if os.path.isfile(os.path.join(spec.cwd, a))), None)
+
+    @staticmethod
+    def _reported(files: RunFiles, last_checkpoint: str | None, resume_from: str | None) -> list[str | None]:
+        """The checkpoints the trainer reported as written (the journal's, which an adopting
+        agent has too), newest first; then the one the run started from."""
+        from ..journal import read_events
+        try:
+            journaled = [ev.path for ev in read_events(files.events)
+                         if ev.type == "checkpoint" and ev.ok and ev.path]
+        except OSError:
+            journaled = []
+        return [last_checkpoint, *reversed(journaled), resume_from]
 
 
 class UltralyticsRunner(RunnerKind):
@@ -67,7 +97,7 @@ class UltralyticsRunner(RunnerKind):
             argv += ["--resume", resume_from]
         return argv
 
-    def resume_checkpoint(self, spec, files, last_checkpoint, on_skip):
+    def resume_checkpoint(self, spec, files, last_checkpoint, on_skip, on_unverified=None):
         from ..runners.checkpoint import pick_resume_checkpoint
         candidates = [files.checkpoints / "last_good.pt"]
         if last_checkpoint:

@@ -20,11 +20,12 @@ import pickletools
 import shutil
 import tempfile
 import time
-import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from .verify import Unloadable, read_torch_zip
 
 __all__ = ["CheckpointCheck", "inspect_checkpoint", "verify_checkpoint", "copy_and_verify",
            "keep_good_copy", "pick_resume_checkpoint", "GOOD_NAME"]
@@ -141,13 +142,6 @@ def _generic(op: pickletools.OpcodeInfo, stack: list[Any]) -> None:
 
 # ------------------------------------------------------------------ checks
 
-def _read_pickle(zf: zipfile.ZipFile) -> bytes | None:
-    for name in zf.namelist():
-        if name.endswith("/data.pkl") and name.count("/") == 1:
-            return zf.read(name)
-    return None
-
-
 def _fields(top: dict[Any, Any]) -> tuple[Any, Any, Any]:
     """(epoch, optimizer, epochs) of a checkpoint dict."""
     args = top.get("train_args")
@@ -181,23 +175,9 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> C
         return CheckpointCheck(path, False, detail, seconds=time.perf_counter() - t0)
 
     try:
-        size = path.stat().st_size
-    except OSError as exc:
-        return bad(f"cannot read: {exc.strerror or exc}")
-    if size == 0:
-        return bad("empty file (0 bytes)")
-    if not zipfile.is_zipfile(path):
-        return bad(f"not a complete zip archive ({size:,} bytes): truncated or corrupted")
-    try:
-        with zipfile.ZipFile(path) as zf:
-            broken = zf.testzip()
-            if broken is not None:
-                return bad(f"CRC mismatch in {broken}: corrupted")
-            raw = _read_pickle(zf)
-    except (zipfile.BadZipFile, OSError, EOFError, ValueError) as exc:
-        return bad(f"unreadable zip archive: {exc}")
-    if raw is None:
-        return bad("no data.pkl inside: not a torch checkpoint")
+        raw = read_torch_zip(path)
+    except Unloadable as exc:
+        return bad(str(exc))
     if load:
         return _load_check(path, t0)
     try:

@@ -68,3 +68,33 @@ def test_an_ultralytics_run_goes_on_from_an_earlier_run_directory(tmp_path):
     assert "--resume" in start.command, start.command
     epochs = sorted({p.epoch for p in second.of_type("progress")})
     assert epochs[0] >= 2 and epochs[-1] == 3, epochs   # epoch 1 was not trained again
+
+
+@pytest.mark.timeout(60)
+def test_a_command_goes_on_from_the_newest_checkpoint_of_a_run_that_loads(tmp_path):
+    """The earlier run reported two checkpoints; the newer was cut short by a kill: the new
+    run starts from the older one and says why; when none loads it is refused (exit 2)."""
+    torch = pytest.importorskip("torch")
+    from trainctl.engine import events as E
+    from trainctl.engine.spec import RunSpec
+    earlier = tmp_path / "earlier"
+    earlier.mkdir()
+    older, newer = tmp_path / "epoch1.pt", tmp_path / "epoch2.pt"
+    torch.save({"epoch": 1, "w": torch.randn(256, 256)}, older)
+    newer.write_bytes(older.read_bytes()[: older.stat().st_size // 2])
+    RunSpec(job_name="earlier", kind="command", command=["true"], cwd=str(tmp_path)).save(earlier / "spec.json")
+    (earlier / "events.jsonl").write_text("".join(
+        E.encode(E.Checkpoint(0.0, p.name, i, True)) + "\n" for i, p in enumerate((older, newer))))
+    show = [PYTHON, "-c", "import sys; print('argv', sys.argv[1:])"]
+    r = run_trainctl(["run", "--json", "--resume-arg=--resume", "--resume-arg={checkpoint}",
+                      "--resume-from", str(earlier), "--", *show], timeout=40)
+    assert r.returncode == 0, r.describe()
+    (start,) = r.of_type("start")
+    assert list(start.command[-2:]) == ["--resume", str(older)], start.command
+    assert f"passed over {newer}" in r.stderr and "truncated" in r.stderr, r.stderr
+
+    older.write_bytes(older.read_bytes()[:100])
+    r = run_trainctl(["run", "--json", "--resume-arg={checkpoint}", "--resume-from", str(earlier),
+                      "--", *show], timeout=20)
+    assert r.returncode == 2 and "no checkpoint that verifies" in r.stderr, r.describe()
+    assert str(older) in r.stderr and str(newer) in r.stderr, r.stderr
