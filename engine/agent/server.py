@@ -9,6 +9,7 @@ comes back; requests are bounded in size and checked in type.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 from collections import deque
@@ -159,6 +160,10 @@ class ClientServer:
             pass
         finally:
             self.clients.discard(client)
+            if client.dropped is not None:   # why, and where to catch up from (best effort)
+                with contextlib.suppress(ConnectionError, RuntimeError):
+                    writer.write((json.dumps({"op": "bye", "reason": client.dropped,
+                                              "next_seq": self.journal.next_seq}) + "\n").encode())
             writer.close()
 
 
