@@ -130,6 +130,8 @@ class Checkpoint(Event):
     epoch: int | None = None
     ok: bool = True
     detail: str = ""
+    batch: int | None = None      # the position within the epoch; None at an epoch's end
+    kind: str = "epoch"           # epoch | periodic | rescue | planned
 
 
 @dataclass(frozen=True)
