@@ -6,18 +6,14 @@ import stat
 import time
 from pathlib import Path
 
-MAX_NAME = 64
-"""The longest job or run name (characters)."""
+from .names import MAX_NAME, BadNameError, check_name  # noqa: F401  (re-exported)
+
 RUN_MARKERS = ("events.jsonl", "agent.json", "spec.json")
 """Files that make a directory a trainctl run (any one, owned by the user)."""
 
 
 class UnsafePathError(OSError):
     """A run directory or a file in it is not safe to use; the message says why and what to do."""
-
-
-class BadNameError(ValueError):
-    """A job or run name that cannot be used; the message says why."""
 
 
 def _env_dir(var: str, default: Path) -> Path:
@@ -178,25 +174,6 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
         os.close(fd)
         raise
     return fd
-
-
-def check_name(name: str, what: str = "name") -> str:
-    """``name`` when it can name a job or a run (a directory, a tmux session, a path on a
-    remote box), else :class:`ValueError` (:class:`BadNameError`) saying why."""
-    if not isinstance(name, str) or not name:
-        raise BadNameError(f"{what} is empty")
-    bad = next((c for c in name if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
-    if bad is not None:
-        raise BadNameError(f"{what} {name!r}: control character {bad!r} is not allowed")
-    if "/" in name or "\\" in name:
-        raise BadNameError(f"{what} {name!r}: '/' and '\\' are not allowed (a name, not a path)")
-    if ".." in name:
-        raise BadNameError(f"{what} {name!r}: '..' is not allowed")
-    if name[0] in "-.":
-        raise BadNameError(f"{what} {name!r}: may not start with '{name[0]}'")
-    if len(name) > MAX_NAME:
-        raise BadNameError(f"{what} {name[:20]!r}...: {len(name)} characters; at most {MAX_NAME}")
-    return name
 
 
 class RunFiles:

@@ -5,6 +5,7 @@ import time
 
 from . import events as E
 from .projection import format_money, humanize_duration, signed_duration
+from .sanitize import sanitize_text
 
 
 def _clock(ts: float) -> str:
@@ -16,7 +17,14 @@ def _losses(losses: dict[str, float]) -> str:
 
 
 def format_event(ev: E.Event) -> str | None:
-    """One human line per journal event; None for events not worth a line."""
+    """One human line per journal event; None for events not worth a line. Sanitised
+    (`sanitize_text`): commands, warnings, reasons and paths came from the trainer or
+    its files, and this goes to a terminal."""
+    line = _format(ev)
+    return sanitize_text(line) if line is not None else None
+
+
+def _format(ev: E.Event) -> str | None:
     t = _clock(ev.ts)
     match ev:
         case E.Start():

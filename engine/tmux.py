@@ -7,6 +7,7 @@ given as `=NAME` so tmux matches the exact name, never a prefix.
 """
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import shutil
@@ -21,6 +22,7 @@ Runner = Callable[[Sequence[str]], "subprocess.CompletedProcess[str]"]
 
 SESSION_PREFIX = "trainctl-"
 _NAME_MAX = 60
+_CLEAN_NAME = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_-]*[A-Za-z0-9_])?\Z")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
@@ -42,9 +44,18 @@ def tmux_available() -> bool:
 
 
 def session_name(job_name: str) -> str:
-    """`trainctl-<job>` with everything tmux or a shell could trip on replaced by '-'."""
+    """`trainctl-<job>`, a valid tmux name that a shell need not quote, one per job name.
+
+    A name of letters, digits, '_' and '-' that fits is kept as is; any other (`a.b`, a
+    long one) has what tmux or a shell could trip on replaced by '-', is cut, and gets
+    `+` and a hash of the whole name: `a.b` and `a-b`, or two long names that share their
+    beginning, never share a session ('+' is in no kept name, so no kept name collides)."""
+    room = _NAME_MAX - len(SESSION_PREFIX)
+    if _CLEAN_NAME.match(job_name) and len(job_name) <= room:
+        return SESSION_PREFIX + job_name
+    digest = hashlib.sha256(job_name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     clean = re.sub(r"[^A-Za-z0-9_]+", "-", job_name).strip("-") or "job"
-    return SESSION_PREFIX + clean[: _NAME_MAX - len(SESSION_PREFIX)]
+    return f"{SESSION_PREFIX}{clean[: room - len(digest) - 1]}+{digest}"
 
 
 def _local_run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:

@@ -5,7 +5,9 @@ import argparse
 import asyncio
 import contextlib
 import json
+import math
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -58,12 +60,19 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="start the agent (in tmux when there) and print its run directory; no TUI")
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with its errors on one line (no usage block before them)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: {message} (see `{self.prog} --help`)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="trainctl", description="Keep a training run alive.",
+    p = _Parser(prog="trainctl", description="Keep a training run alive.",
                                 epilog=EXIT_CODES_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"trainctl {__version__}")
-    sub = p.add_subparsers(dest="cmd")
+    sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
     codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
     run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI",
                          **codes)
@@ -109,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:i], argv[i + 1:]
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_joined_values(argv))
     args.command_argv = command
     try:
         return HANDLERS[args.cmd](args)
@@ -118,6 +127,28 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:   # `trainctl scan LOG | head`: the reader left; end quietly
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141   # as a shell reports a command killed by SIGPIPE
+
+
+VALUE_OPTIONS = ("--resume-arg",)
+"""Options whose value may itself look like an option (`--resume-arg --resume`)."""
+
+
+def _joined_values(argv: list[str]) -> list[str]:
+    """`--resume-arg X` -> `--resume-arg=X` whatever X is: argparse would read `--resume`
+    as an (ambiguous) option of its own."""
+    out, i = [], 0
+    while i < len(argv):
+        if argv[i] in VALUE_OPTIONS and i + 1 < len(argv):
+            out.append(f"{argv[i]}={argv[i + 1]}")
+            i += 2
+        else:
+            out.append(argv[i])
+            i += 1
+    return out
 
 
 # ---------------------------------------------------------------------- run / demo
@@ -125,7 +156,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     """Check the run's inputs, make its directory, write its spec: (run dir, spec, whether
     the directory is new: made here, so ours to remove if the run is refused)."""
     from .engine.config import ConfigError, list_presets, load_job, load_preset, parse_deadline
-    from .engine.paths import RunFiles, make_private_dir, new_run_dir
+    from .engine.paths import (RunFiles, UnsafePathError, check_run_dir, create_run_dir,
+                               make_private_dir, new_run_dir)
     from .engine.spec import RunSpec
 
     try:
@@ -149,8 +181,12 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         raise UsageError(f"--deadline: {e}") from e
     if args.max_restarts is not None and args.max_restarts < 0:
         raise UsageError("--max-restarts: must be an integer >= 0")
-    if args.stall_timeout is not None and args.stall_timeout <= 0:
-        raise UsageError("--stall-timeout: must be a number of seconds > 0")
+    if args.stall_timeout is not None and not (0 < args.stall_timeout < math.inf):
+        raise UsageError(f"--stall-timeout: must be a finite number of seconds > 0 "
+                         f"(got {args.stall_timeout})")
+    if job is None or job.kind == "command":
+        _check_command(list(job.command) if job else list(args.command_argv), job_dir,
+                       (preset.child_env() if preset else {}).get("PATH"))
 
     resume_args = list(args.resume_arg or (job.resume_args if job else []))
     kind = job.kind if job else "command"
@@ -161,16 +197,23 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     running = holder(name)
     if running is not None:   # checked before anything is written; the agent checks again
         raise UsageError(str(JobBusy(name, running)))
-    if run_dir_ref:
-        run_dir = Path(run_dir_ref).expanduser().resolve()
-        if RunFiles(run_dir).sock.exists() and _agent_alive(run_dir):
-            raise UsageError(f"{run_dir}: an agent is already running there "
-                             f"(trainctl attach {run_dir})")
-    else:
-        run_dir = new_run_dir(name)   # made here: two runs started at once never share one
-    files = RunFiles(run_dir)
-    make_private_dir(files.dir)
-    make_private_dir(files.presets)
+    try:
+        if run_dir_ref:
+            # Not resolved: a symlink is refused, never followed to someone's directory.
+            run_dir = Path(os.path.abspath(Path(run_dir_ref).expanduser()))
+            if os.path.lexists(run_dir):   # reused only when it is safe to (never chmodded)
+                check_run_dir(run_dir)
+                if RunFiles(run_dir).sock.exists() and _agent_alive(run_dir):
+                    raise UsageError(f"{run_dir}: an agent is already running there "
+                                     f"(trainctl attach {run_dir})")
+            else:
+                create_run_dir(run_dir)
+        else:
+            run_dir = new_run_dir(name)   # made here: two runs started at once never share one
+        files = RunFiles(run_dir)
+        make_private_dir(files.presets)
+    except UnsafePathError as e:
+        raise UsageError(f"--run-dir: {e}" if run_dir_ref else str(e)) from None
     # The run keeps its own copy of every preset it may switch to: the editor edits these.
     for path in list_presets(search):
         dst = files.presets / path.name
@@ -197,6 +240,24 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
     spec.save(files.spec)
     return run_dir, spec, not run_dir_ref
+
+
+def _check_command(argv: list[str], cwd: Path, path: str | None = None) -> None:
+    """Refuse a command that cannot start, before any agent does: a path (relative to the
+    job's working directory ``cwd``) must be an executable file, a bare name must be on
+    ``path`` (the preset's PATH, else ours)."""
+    if not argv or not argv[0]:
+        raise UsageError("empty command: give one after `--` (trainctl run -- python train.py)")
+    prog = argv[0]
+    if "/" in prog:
+        full = Path(cwd) / Path(prog).expanduser()
+        if not full.exists():
+            raise UsageError(f"command {prog!r} not found: no such file (in {cwd})")
+        if full.is_dir() or not os.access(full, os.X_OK):
+            raise UsageError(f"command {prog!r} is not an executable file (in {cwd}); "
+                             f"chmod +x it, or run it through its interpreter")
+    elif shutil.which(prog, path=path) is None:
+        raise UsageError(f"command {prog!r} not found on PATH")
 
 
 def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
@@ -401,6 +462,8 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
         if time.monotonic() >= next_check:
             next_check += 0.5
             if gone() and not (files.sock.exists() and _agent_alive(run_dir)):
+                if not _never_began(run_dir):
+                    return   # it ran, and ended already (`-- true`): not a failure
                 raise UsageError("the agent ended before it started the run: "
                                  + (said() or "it printed nothing"))
         time.sleep(0.1)
@@ -418,8 +481,10 @@ def _never_began(run_dir: Path) -> bool:
 
 
 def _last_lines(text: str) -> str:
-    """Why the agent ended: its `trainctl:` lines (a refusal), else its last lines."""
-    lines = [ln for ln in text.strip().splitlines() if ln.strip()]
+    """Why the agent ended: its `trainctl:` lines (a refusal), else its last lines
+    (sanitised: a tmux pane or agent.out holds what the trainer printed)."""
+    from .engine.sanitize import sanitize_text
+    lines = [ln for ln in sanitize_text(text).strip().splitlines() if ln.strip()]
     refusals = [ln for ln in lines if ln.startswith("trainctl: ")]
     return "\n".join(refusals[-2:] or lines[-5:])
 
@@ -442,7 +507,7 @@ def _resolve_run_dir(ref: str | None) -> Path:
 def _attach_local(run_dir: Path) -> int:
     from .engine.client import local_client
     from .tui.app import run_dashboard
-    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}")
+    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}")
 
 
 def cmd_attach(args) -> int:
@@ -667,9 +732,13 @@ def cmd_presets(args) -> int:
         elif args.action == "validate":
             print(f"{p.path}: ok")
         elif args.action == "edit":
-            editor = os.environ.get("EDITOR", "vi")
+            editor = _editor_argv()
             while True:
-                subprocess.call([editor, str(p.path)])
+                try:
+                    subprocess.call([*editor, str(p.path)])
+                except OSError as e:
+                    raise UsageError(f"cannot start the editor {editor[0]!r} ($VISUAL/$EDITOR "
+                                     f"= {shlex.join(editor)!r}): {e.strerror or e}") from None
                 try:
                     load_preset(p.path)
                     print(f"{p.path}: ok")
@@ -680,6 +749,18 @@ def cmd_presets(args) -> int:
                         status = 2
                         break
     return status
+
+
+def _editor_argv() -> list[str]:
+    """$VISUAL, else $EDITOR, else vi, split as a shell would (`code --wait`)."""
+    value = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    try:
+        argv = shlex.split(value)
+    except ValueError as e:
+        raise UsageError(f"$VISUAL/$EDITOR = {value!r}: cannot split it ({e})") from None
+    if not argv:
+        raise UsageError("$VISUAL/$EDITOR is blank: set it to an editor command")
+    return argv
 
 
 HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status,

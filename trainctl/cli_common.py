@@ -3,6 +3,7 @@ name, and the lines printed for a followed run. Neither of them is imported here
 two do not import each other (cli.py hands `--host` runs to remote_cli.py)."""
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -21,19 +22,42 @@ def command_name(argv: list[str]) -> str:
 
 def run_name(args, job) -> str:
     """The run's name, here and on a box alike: `--name`, else the job's, else the
-    command's; anything but letters, digits, '.', '_' and '-' becomes '-'."""
-    name = args.name or (job.name if job else command_name(args.command_argv)
-                         if args.command_argv else "run")
-    return "".join(c if c.isalnum() or c in "._-" else "-" for c in name) or "run"
+    command's; anything but letters, digits, '.', '_' and '-' becomes '-'.
+
+    `--name` and the job's name are checked as given (`check_name`: no `..`, `/`, leading
+    `-` or `.`, control characters; at most 64 characters; UsageError otherwise); a name
+    made from the command is made safe the same way (it names run directories, tmux
+    sessions and a path on a box)."""
+    from .engine.paths import MAX_NAME, BadNameError, check_name
+    given = args.name if args.name is not None else (job.name if job else None)
+    if given is not None:
+        try:
+            check_name(given, "--name" if args.name is not None else "job name")
+        except BadNameError as e:
+            raise UsageError(str(e)) from None
+        name = given
+    else:
+        name = command_name(args.command_argv) if args.command_argv else "run"
+    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
+    if given is None:   # from the command: `../.x.py` names no path
+        name = re.sub(r"\.{2,}", ".", name).lstrip(".-")[:MAX_NAME]
+    return name or "run"
 
 
 def printer(as_json: bool):
-    """The event printer of a followed run: JSON lines, or the plain-text view."""
-    from .engine.events import encode
+    """The event printer of a followed run: JSON lines, or the plain-text view. Neither
+    puts a control character of the trainer's on the terminal: the text lines are
+    sanitised (`format_event`), the JSON is ASCII (a control is a \\u escape; the data are intact)."""
+    import json
+
+    from .engine.events import to_dict
     from .engine.printer import format_event
 
     def emit(ev) -> None:
-        line = encode(ev) if as_json else format_event(ev)
+        if as_json:
+            line = json.dumps(to_dict(ev), separators=(",", ":"), ensure_ascii=True)
+        else:
+            line = format_event(ev)   # sanitised
         if line is not None:
             print(line, flush=True)
     return emit

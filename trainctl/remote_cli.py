@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import posixpath
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -92,6 +93,11 @@ def run_remote(args) -> int:
             argv.insert(len(host.remote_trainctl) + 1, _remote_path(remote_job))
         else:
             argv += ["--", *args.command_argv]
+        if job is None or job.kind == "command":
+            # Checked on the box, where it will run (a job's in WORKDIR/JOB, a command's in
+            # the remote home), before an agent starts there.
+            _check_remote_command(host, list(job.command) if job else list(args.command_argv),
+                                  _remote_path(base) if job else ".")
         r = host.run(argv, timeout=120)
         if r.returncode != 0:
             raise UsageError(f"could not start the run on {host.name}: "
@@ -103,13 +109,43 @@ def run_remote(args) -> int:
     if not run_dir.startswith("/"):
         run_dir = _remote_abs(host, run_dir)
     print(f"trainctl: started on {host.name}: {run_dir}", flush=True)
-    url = f"ssh://{destination}{run_dir}"
+    url = attach_url(destination, run_dir)
     if args.headless or args.json or args.detach:
         if args.detach:
-            print(f"trainctl: dashboard: trainctl attach {url}")
+            print(f"trainctl: dashboard: {attach_hint(url)}")
             return 0
         return _follow(host, run_dir, args.json)
     return _dashboard(host, run_dir, url)
+
+
+def attach_url(destination: str, run_dir: str) -> str:
+    """`ssh://DEST/RUN_DIR`, read back by `parse_attach_url`: a destination that is already
+    an `ssh://[user@]host:port` URL is not prefixed twice; a path under the remote home is
+    `/~/PATH`; characters a URL reserves are %-escaped."""
+    from urllib.parse import quote
+    base = destination if destination.startswith("ssh://") else f"ssh://{destination}"
+    path = run_dir if run_dir.startswith("/") else "/~/" + run_dir.removeprefix("~/")
+    return base.rstrip("/") + quote(path, safe="/~")
+
+
+def attach_hint(url: str) -> str:
+    """The command that comes back to a run, quoted for a shell."""
+    return f"trainctl attach {shlex.quote(url)}"
+
+
+def _check_remote_command(host, argv: list[str], cwd: str) -> None:
+    """Refuse a command that the box cannot start (`command -v` there, in ``cwd``; a path
+    must be an executable file), before an agent starts: UsageError naming it."""
+    if not argv or not argv[0]:
+        raise UsageError("empty command: give one after `--` (trainctl run -- python train.py)")
+    script = ('cd "$1" 2>/dev/null || cd; case $2 in */*) test -f "$2" && test -x "$2";; '
+              '*) command -v "$2" >/dev/null;; esac')
+    r = host.run(["sh", "-c", script, "sh", cwd, argv[0]], timeout=60)
+    if r.returncode != 0:
+        where = f"in {cwd} " if cwd != "." else ""
+        raise UsageError(f"command {argv[0]!r} not found on {host.name} {where}(as an "
+                         f"executable file or on the PATH of a non-interactive ssh session "
+                         f"there)")
 
 
 def _job_for_box(path: Path) -> str:
@@ -140,7 +176,7 @@ def _follow(host, run_dir: str, as_json: bool) -> int:
 
 def _dashboard(host, run_dir: str, url: str) -> int:
     from .tui.app import run_dashboard
-    return run_dashboard(_client_factory(host, run_dir), attach_hint=f"trainctl attach {url}")
+    return run_dashboard(_client_factory(host, run_dir), attach_hint=attach_hint(url))
 
 
 def attach_remote(url: str, *, follow: bool = False, as_json: bool = False) -> int:
@@ -164,7 +200,7 @@ def attach_remote(url: str, *, follow: bool = False, as_json: bool = False) -> i
             raise UsageError(f"no run found on {host.name}: {(r.stderr or r.stdout).strip()[:300]}")
     if follow:
         return _follow(host, run_dir, as_json)
-    return _dashboard(host, run_dir, f"ssh://{destination}{run_dir}")
+    return _dashboard(host, run_dir, attach_url(destination, run_dir))
 
 
 if __name__ == "__main__":   # pragma: no cover

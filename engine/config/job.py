@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..names import MAX_NAME, BadNameError, check_name
 from .kinds import JOB_TABLES, JobTable
 from .preset import Preset
 from .store import is_path_ref, load_preset
@@ -118,9 +119,18 @@ def _job_name(p: Problems, data: Mapping[str, Any], path: Path) -> str:
         if name is not None and not SAFE_NAME.match(name):
             p.add(None, "name", "must contain only letters, digits, '.', '_' and '-' (it names "
                                 f"tmux sessions and run directories) (got {show(name)})")
+            return "job"
+        if name is not None:
+            try:
+                check_name(name, "name")
+            except BadNameError as e:
+                p.add(None, "name", f"{e} (it names tmux sessions, run directories and the "
+                                    "job's directory on a box)")
+                return "job"
         return name or "job"
     stem = path.stem if path.stem != Path(JOB_FILE_NAME).stem else path.resolve().parent.name
-    return re.sub(r"[^A-Za-z0-9._-]+", "-", stem).strip("-") or "job"
+    stem = re.sub(r"\.{2,}", ".", re.sub(r"[^A-Za-z0-9._-]+", "-", stem))
+    return stem.lstrip(".-").rstrip("-")[:MAX_NAME] or "job"
 
 
 def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import shlex
 import stat
 import sys
@@ -356,7 +357,7 @@ def test_tmux_on_the_box_through_ssh(sshd, tmp_path):
         while "on the box" not in remote.capture(name):
             assert time.monotonic() < deadline, remote.capture(name)
             time.sleep(0.1)
-        with pytest.raises(tm.SessionRunning, match=name):
+        with pytest.raises(tm.SessionRunning, match=re.escape(name)):
             remote.ensure_not_running(name)
         pid = next(iter(remote.pane_pids(name)))
         remote.kill_session(name)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import re
 import sys
 import time
 import uuid
@@ -60,11 +61,21 @@ time.sleep(300)
 
 
 def test_session_name_is_safe_for_tmux():
-    assert tm.session_name("yolo.v8:run 1") == "trainctl-yolo-v8-run-1"
-    assert tm.session_name("...") == "trainctl-job"
-    assert tm.session_name("$(rm -rf ~)") == "trainctl-rm-rf"
+    assert tm.session_name("yolo-v8_run1") == "trainctl-yolo-v8_run1"   # kept as is
+    assert re.fullmatch(r"trainctl-yolo-v8-run-1\+[0-9a-f]{8}", tm.session_name("yolo.v8:run 1"))
+    assert re.fullmatch(r"trainctl-job\+[0-9a-f]{8}", tm.session_name("..."))
+    assert re.fullmatch(r"trainctl-rm-rf\+[0-9a-f]{8}", tm.session_name("$(rm -rf ~)"))
     long = tm.session_name("x" * 500)
     assert long.startswith("trainctl-") and len(long) <= 60
+
+
+def test_session_names_do_not_collide():
+    names = ["a.b", "a-b", "a_b", "a b", "a-b+", "x" * 51 + "1", "x" * 51 + "2", "x" * 64,
+             "x" * 63, "é", "e", "-", "_"]
+    sessions = [tm.session_name(n) for n in names]
+    assert len(set(sessions)) == len(names), dict(zip(names, sessions))
+    for s in sessions:   # what tmux keeps as given, and what a shell need not quote
+        assert re.fullmatch(r"[A-Za-z0-9_+-]{1,60}", s), s
 
 
 def test_session_command_quotes_argv_and_env():

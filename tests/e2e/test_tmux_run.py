@@ -189,8 +189,9 @@ def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_p
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(joblock, "holder", lambda job: None)
     mine = tmp_path / "my-run"
-    mine.mkdir()
+    mine.mkdir(mode=0o700)
     (mine / "notes.txt").write_text("mine")
+    (mine / "events.jsonl").write_text("")   # an earlier run of mine: reusable (check_run_dir)
     argv = ["run", "--detach", "--no-tmux", "--name", "taken"]
     args = cli.build_parser().parse_args(argv + (["--run-dir", str(mine)] if given else []))
     args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]
