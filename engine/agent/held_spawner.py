@@ -68,7 +68,7 @@ class HeldHandle(TreeOps):
 
     def __init__(self, held: HeldTrainer, log_path: Path, log_offset: int, side: Path,
                  side_offset: int) -> None:
-        self._init_tree(held.pid)
+        self._init_tree(held.pid, held.run_dir)
         self.held = held
         self.attempt = held.attempt
         self.returncode: int | None = None

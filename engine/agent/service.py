@@ -104,7 +104,11 @@ class Agent:
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
-        make_private_dir(ctx.files.dir)
+        try:
+            make_private_dir(ctx.files.dir)
+        except OSError as e:   # UnsafePathError: not ours, or open to others
+            print(f"trainctl: {e}", file=sys.stderr, flush=True)
+            return 2
         agent_lock = _agent_lock(ctx.files.dir)
         if agent_lock is None:
             print(f"trainctl: another agent supervises {ctx.files.dir}", file=sys.stderr, flush=True)

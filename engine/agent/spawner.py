@@ -73,9 +73,10 @@ class TreeOps:
     """What every real trainer handle does to the trainer's process tree: sample it,
     diagnose it, kill it (PID-safe: captured processes, not bare pids) and sweep it."""
 
-    def _init_tree(self, pid: int) -> None:
+    def _init_tree(self, pid: int, run_dir: Path | None = None) -> None:
         from ..probes import TreeSampler
         self.pid = pid
+        self.run_dir = run_dir   # processes whose env names it are this run's (found at sweep)
         self.sampler = TreeSampler()
         try:   # captured now, while it is surely ours: later signals check it is the same
             self.root: psutil.Process | int = psutil.Process(pid)
@@ -112,13 +113,34 @@ class TreeOps:
                                                                   extra_roots=extra))
 
     async def sweep(self) -> KillReport:
-        """After the trainer's exit: what is left of its tree (orphaned workers included)."""
+        """After the trainer's exit: what is left of its tree (orphaned workers included),
+        and any process whose environment names this run directory (a daemon that escaped
+        the tree: double fork + setsid)."""
+        loop = asyncio.get_running_loop()
+        escaped = await loop.run_in_executor(None, run_dir_processes, self.run_dir)
+        self.seen.update({p.pid: p for p in escaped})
         return await self.kill(2.0)
+
+
+def run_dir_processes(run_dir: Path | None) -> list[psutil.Process]:
+    """Live processes (not this one, not a holder) whose TRAINCTL_RUN_DIR is ``run_dir``."""
+    if run_dir is None:
+        return []
+    want, me, out = str(run_dir), os.getpid(), []
+    for p in psutil.process_iter(["cmdline"]):
+        try:
+            if p.pid == me or "trainctl.engine.holder" in " ".join(p.info["cmdline"] or []):
+                continue
+            if p.environ().get("TRAINCTL_RUN_DIR") == want:
+                out.append(p)
+        except (psutil.Error, OSError):
+            continue
+    return out
 
 
 class PipeTrainer(TreeOps):
     def __init__(self, proc: asyncio.subprocess.Process, out_fd: int, side_fd: int, log_path: Path) -> None:
-        self._init_tree(proc.pid)
+        self._init_tree(proc.pid, Path(log_path).parent)
         self.proc = proc
         self._out_fd, self._side_fd = out_fd, side_fd
         self.log_path = log_path

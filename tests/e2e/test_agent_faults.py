@@ -70,7 +70,7 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
         t0 = time.monotonic()
         for k in range(10):
             pid = wait_until(lambda: (p := agent_pid(run_dir)) and p not in [x for _, x, _ in log] and p,
-                           20, "a live agent")
+                             20, what="a live agent")
             time.sleep(rng.uniform(0.3, 1.6))
             events = read_journal(run_dir)
             last = events[-1].type if events else "-"
@@ -157,6 +157,7 @@ def test_recovery_happens_when_the_stacks_cannot_be_written(tmp_path):
     script = write_counter(tmp_path)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
+    (run_dir / "events.jsonl").touch(mode=0o600)          # an (empty) run of this user: reusable
     (run_dir / "stacks").write_text("not a directory")   # root ignores modes: a file blocks it
     with start_trainctl(["run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "3",
                          "--", PYTHON, str(script), "40", "0.05", "10"]) as tc:
