@@ -117,3 +117,26 @@ def test_who_can_answer_a_save_request(tmp_path, status, cpu, frame, answers):
     diag = Diagnosis("spin" if cpu else ("stopped" if status == "stopped" else "deadlock"), cpu,
                      str(stacks) if stacks else None, "", (_main(status, cpu),))
     assert can_answer(diag)[0] is answers
+
+
+def test_the_projection_says_where_the_last_checkpoint_is_and_counts_batches_redone():
+    from trainctl.engine.projection import Projector, format_projection
+    proj = Projector()
+
+    def batch(ts, e, b):
+        proj.on_event(E.Progress(ts, e, 3, b, 100, {"loss": 1.0}, None))
+
+    proj.on_event(E.Start(0.0, 1, 11, "A", ("train.py",)))
+    for b in range(1, 71):
+        batch(float(b), 1, b)
+    proj.on_event(E.Checkpoint(70.5, "p.pt", 1, True, "", 60, "periodic"))
+    p = proj.project(71.0)
+    assert p.checkpoint["lose"] == 10 and p.checkpoint["batch"] == 60
+    lines = format_projection(p, 250.5)
+    assert "last checkpoint 3 m ago, epoch 1 batch 60 (periodic)" in lines
+    assert "a restart now loses 10 batches" in lines
+    proj.on_event(E.Restart(72.0, 2, "stall", "B", "p.pt", 1.0))
+    proj.on_event(E.Start(73.0, 2, 12, "B", ("train.py",)))
+    batch(75.0, 1, 61)                      # resumed at the periodic save: 10 batches redone
+    assert proj.project(76.0).redone == (10,)
+    assert "batches redone per restart: 10" in format_projection(proj.project(76.0), 76.0)
