@@ -18,8 +18,9 @@ that state, and the batches already done are skipped.
 
 Test flags: ``--hang-at E:B`` (1-based) with ``--hang-kind`` worker (the DataLoader worker
 loading that batch blocks forever), spin (the main thread spins in native code: a
-catastrophic regex), worker-exit (that worker dies); ``--hang-attempt N``: only when
-TRAINCTL_ATTEMPT is N.  Prints ``resume epoch=E batch=B`` at start and one
+catastrophic regex), worker-exit (that worker dies); ``--hang-attempt N``: only in attempt N
+(TRAINCTL_ATTEMPT, or torchrun's TORCHELASTIC_RESTART_COUNT + 1); ``--resume auto``: the
+newest save in the checkpoint directory (for launchers that restart with the same argv).  Prints ``resume epoch=E batch=B`` at start and one
 ``epoch=E/EE batch=B/BB loss=X`` per batch.
 """
 from __future__ import annotations
@@ -79,6 +80,7 @@ def main(argv=None) -> int:
     p.add_argument("--checkpoint-dir", type=Path, default=Path("ckpts"))
     p.add_argument("--resume", type=Path, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--stamp", action="store_true", help="end each line with t=<unix time> (benchmarks)")
     p.add_argument("--hang-at", default="")
     p.add_argument("--hang-kind", default="worker", choices=("worker", "spin", "worker-exit"))
     p.add_argument("--hang-attempt", type=int, default=0)
@@ -90,6 +92,9 @@ def main(argv=None) -> int:
     gen = torch.Generator().manual_seed(args.seed)
     epoch, done = 1, 0                 # the epoch in progress (1-based) and its batches done
     epoch_gen_state = gen.get_state()
+    if args.resume is not None and args.resume.name == "auto":   # the newest save (torchrun)
+        saves = sorted(args.checkpoint_dir.glob("*.pt"), key=lambda f: f.stat().st_mtime)
+        args.resume = saves[-1] if saves else None
     if args.resume is not None and args.resume.is_file():
         ck = torch.load(args.resume, weights_only=False)
         model.load_state_dict(ck["model"])
@@ -101,7 +106,8 @@ def main(argv=None) -> int:
             torch.randperm(args.batches * args.batch_size, generator=gen)
             epoch, done = epoch + 1, 0
             epoch_gen_state = gen.get_state()
-    print(f"resume epoch={epoch} batch={done}", flush=True)
+    stamp = (lambda: f" t={time.time():.3f}") if args.stamp else (lambda: "")
+    print(f"resume epoch={epoch} batch={done}{stamp()}", flush=True)
     args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     pos = {"epoch": epoch, "batch": done, "gen_state": epoch_gen_state}
 
@@ -117,8 +123,8 @@ def main(argv=None) -> int:
 
     report.supports_save_on_request(save=save_now)
     hang_e, _, hang_b = args.hang_at.partition(":")
-    hanging = bool(args.hang_at) and (not args.hang_attempt or
-                                      os.environ.get("TRAINCTL_ATTEMPT") == str(args.hang_attempt))
+    attempt = os.environ.get("TRAINCTL_ATTEMPT") or str(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
+    hanging = bool(args.hang_at) and (not args.hang_attempt or attempt == str(args.hang_attempt))
     n = args.batches * args.batch_size
     while epoch <= args.epochs:
         if done == 0:
@@ -137,7 +143,8 @@ def main(argv=None) -> int:
         pos.update(epoch=epoch, batch=done)
         report.report_phase("train")
         try:
-            done = run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b)
+            done = run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b,
+                             stamp)
         except RuntimeError:              # a DataLoader worker died: keep what is done
             save_now("rescue")
             raise
@@ -148,7 +155,8 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b) -> int:
+def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b,
+              stamp) -> int:
     for x, y in report.data_wait(loader):
         if hanging and args.hang_kind == "spin" and (epoch, done + 1) == (int(hang_e), int(hang_b)):
             re.match(r"(a+)+$", "a" * 64 + "b")      # native: no Python runs until it ends
@@ -159,7 +167,7 @@ def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, han
         time.sleep(args.batch_time)
         done += 1
         pos["batch"] = done
-        print(f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}",
+        print(f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}{stamp()}",
               flush=True)
         report.report_progress(epoch, args.epochs, done, args.batches, {"loss": loss.item()})
         kind = report.save_requested()
