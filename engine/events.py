@@ -112,6 +112,9 @@ class Projection(Event):
     what_if: tuple[dict[str, Any], ...] = ()
     lost_s: float | None = None  # time lost to stalls and restarts (detection, restart, redone work)
     finished: bool = False       # the run ended (eta is when); not inferred from eta <= ts
+    checkpoint: dict[str, Any] | None = None  # the last good one: ts, epoch, batch, kind, lose
+                                              # (batches a restart now would redo)
+    redone: tuple[int, ...] = ()  # batches redone per restart (resume point vs furthest before)
 
 
 @dataclass(frozen=True)
@@ -221,7 +224,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: _float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "what_if", "processes", "lines"):
+    for k in ("command", "what_if", "processes", "lines", "redone"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

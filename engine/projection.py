@@ -234,6 +234,9 @@ class Projector:
         self._chain = False                        # _last is in the same unbroken attempt
         self._resume_g: int | None = None          # where a restarted attempt should resume
         self._ckpt_epoch: int | None = None
+        self._ckpt: tuple[float, int, int | None, str] | None = None   # ts, epoch, batch, kind
+        self._redone: list[int] = []
+        self._restarted = False                    # the first batch of this attempt is a resume
         self._high_water = 0
         # epoch overhead
         self._boundaries: list[tuple[float, int]] = []   # (gap_s, batches done in new epoch)
@@ -271,6 +274,7 @@ class Projector:
                 self._end_attempt(ev.ts)
                 self._open_episode(ev.ts)
                 self._resume_g = self._resume_position() if ev.resume_from else 0
+                self._restarted = True
                 self._attempt_ts = ev.ts + ev.delay_s   # the next attempt starts after the delay
                 self._attempt_progressed = False
                 if ev.preset is not None:
@@ -285,7 +289,9 @@ class Projector:
                     self._finish(ev.ts)
             case Checkpoint():
                 if ev.ok and ev.epoch is not None:
-                    self._ckpt_epoch = ev.epoch
+                    if ev.batch is None:
+                        self._ckpt_epoch = ev.epoch
+                    self._ckpt = (ev.ts, ev.epoch, ev.batch, ev.kind)
 
     def _on_progress(self, ev: Progress) -> None:
         if ev.rank not in (None, 0):
@@ -305,6 +311,9 @@ class Projector:
             self._single_pass_broken = True  # an unlabelled counter restarted: total unknown
         if not self._attempt_progressed:
             self._attempt_progressed = True
+            if self._restarted:   # it resumed after g - 1: what it had done past that is redone
+                self._restarted = False
+                self._redone.append(max(0, self._high_water - (g - 1)))
             self._resume_g = None
             if self._attempt_ts is not None:
                 self._startups.append(max(0.0, ts - self._attempt_ts))
@@ -361,11 +370,30 @@ class Projector:
         epoch, else the start of the current epoch."""
         if self._batches is None or self._last is None:
             return 0
+        ckpt_g = self._ckpt_g()
+        if ckpt_g is not None and self._ckpt is not None and self._ckpt[2] is not None:
+            return ckpt_g
         epoch = self._last[2]
         done = epoch - 1
         if self._ckpt_epoch is not None and self._ckpt_epoch <= epoch:
             done = self._ckpt_epoch
         return max(0, done) * self._batches
+
+    def _ckpt_g(self) -> int | None:
+        """The global batch the last good checkpoint holds (its epoch 1-based; batch None:
+        the whole epoch)."""
+        if self._ckpt is None or self._batches is None:
+            return None
+        _ts, epoch, batch, _kind = self._ckpt
+        return (epoch - 1) * self._batches + batch if batch is not None else epoch * self._batches
+
+    def _checkpoint_view(self) -> dict[str, Any] | None:
+        if self._ckpt is None:
+            return None
+        ts, epoch, batch, kind = self._ckpt
+        g = self._ckpt_g()
+        lose = max(0, self._high_water - g) if g is not None else None
+        return {"ts": ts, "epoch": epoch, "batch": batch, "kind": kind, "lose": lose}
 
     def _remember(self, ts: float, force: bool = False) -> None:
         """Keep the current attempt's measured rate for its preset (and in the history)."""
@@ -481,7 +509,8 @@ class Projector:
         buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
         return Projection(now, eta, self.deadline, buffer_s, rate, self._cost(end),
                           self._cost(eta), eta_low, eta_high, self.budget, what_if,
-                          self._lost(now, rate), finished=self._finished_ts is not None)
+                          self._lost(now, rate), finished=self._finished_ts is not None,
+                          checkpoint=self._checkpoint_view(), redone=tuple(self._redone))
 
     def _what_if(self, now: float, total: int, batches: int) -> tuple[dict[str, Any], ...]:
         """Each other known preset, switched to now: a restart from the last checkpoint."""
@@ -672,9 +701,28 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
         lines.append(f"budget {format_money(p.budget, currency)} (no cost per hour set)")
     if p.lost_s:
         lines.append(f"lost to stalls and restarts: {humanize_duration(p.lost_s)}")
+    if p.redone:
+        lines.append(f"batches redone per restart: {', '.join(map(str, p.redone))}")
+    if p.checkpoint and not p.finished:
+        lines += checkpoint_phrase(p.checkpoint, now).split("; ")
     for w in p.what_if:
         lines.append(format_what_if(w, now, currency))
     return lines
+
+
+def checkpoint_phrase(c: dict[str, Any], now: float, compact: bool = False) -> str:
+    """'last checkpoint 3 m ago, epoch 2 batch 700 (periodic); a restart now loses 12 batches'."""
+    where = (f"epoch {c.get('epoch')} batch {c['batch']}" if c.get("batch") is not None
+             else f"end of epoch {c.get('epoch')}")
+    ago = humanize_duration(max(0.0, now - c.get("ts", now)))
+    if compact:
+        lose = f", loses {c['lose']}" if c.get("lose") is not None else ""
+        return f"ckpt {ago} ago, e{c.get('epoch')} b{c.get('batch') if c.get('batch') is not None else 'end'}{lose}"
+    line = f"last checkpoint {ago} ago, {where} ({c.get('kind', '?')})"
+    if c.get("lose") is not None:
+        n = c["lose"]
+        line += f"; a restart now loses {n} batch{'es' if n != 1 else ''}"
+    return line
 
 
 def format_what_if(w: dict[str, Any], now: float, currency: str = "$") -> str:

@@ -11,6 +11,33 @@ restart never kills it halfway through the write::
         torch.save(state, "last.pt")
     report_checkpoint("last.pt", epoch)  # the next restart resumes from it
 
+Save on request (lose minutes, not an epoch).  A script that can save mid-epoch says so
+once, then checks for a request at each batch end; trainctl asks for a "planned" save
+before a restart it was told to do (restart, preset switch, fallback), and for a "rescue"
+save when it finds the run stalled but the main thread still able to run Python (a
+DataLoader worker deadlock), then waits a bounded time before killing::
+
+    from trainctl.engine import report
+
+    report.supports_save_on_request(save=lambda kind: save(kind))  # once, in the main thread
+    for batch in report.data_wait(loader):       # marks the waits for data (see below)
+        step(batch)
+        if report.save_requested():              # "planned" | "rescue" | None
+            save(report.save_requested())
+
+    def save(kind):
+        with report.saving():
+            torch.save(state, tmp); os.replace(tmp, path)
+        report_checkpoint(path, epoch, batch=batches_done, kind=kind)   # clears the request
+
+The request: trainctl writes ``$TRAINCTL_RUN_DIR/save-request.json`` = ``{"id", "kind",
+"ts"}`` (atomically), then sends SIGUSR1 to the trainer's main process only (never its
+group: forked DataLoader workers inherit the handler).  The handler only sets a flag — except
+while the main thread waits for data inside :func:`data_wait`, the one place a stalled
+loop still runs Python: there it calls ``save(kind)`` at once (the model is between two
+steps).  Positions: ``epoch`` as in progress (1-based), ``batch`` the batches done in that
+epoch (None: the whole epoch is done).
+
 Outside trainctl (no ``TRAINCTL_EVENTS_FD``) every call does nothing.  Writing the JSON
 lines yourself works the same (``{"ts": ..., "type": "phase", "phase": "save"}``, one per
 line; see docs/internals.md).  Progress reported here replaces progress parsed from the
@@ -19,13 +46,23 @@ console; phases reported here replace phases parsed from the console.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
+import signal
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
 
 from . import events as E
 
-__all__ = ["report_phase", "report_progress", "report_checkpoint", "saving", "enabled"]
+__all__ = ["report_phase", "report_progress", "report_checkpoint", "saving", "enabled",
+           "supports_save_on_request", "save_requested", "data_wait"]
+
+SAVE_ON_REQUEST_KEY = "runner.save_on_request"   # the info a trainer declares it with
+SAVE_REQUEST_FILE = "save-request.json"           # in the run directory
+SAVE_REQUEST_SIGNAL = signal.SIGUSR1
+SAVE_KINDS = ("rescue", "planned")
 
 EVENTS_FD_ENV = "TRAINCTL_EVENTS_FD"
 EVENTS_PATH_ENV = "TRAINCTL_EVENTS_PATH"
@@ -81,9 +118,95 @@ def report_progress(epoch: int | None, epochs: int | None, batch: int | None, ba
 
 
 def report_checkpoint(path: str | os.PathLike[str], epoch: int | None = None, ok: bool = True,
-                      detail: str = "") -> None:
-    """A checkpoint was written completely (``ok``): a restart may resume from ``path``."""
-    _send(E.Checkpoint(time.time(), str(path), epoch, ok, detail))
+                      detail: str = "", batch: int | None = None, kind: str = "epoch") -> None:
+    """A checkpoint was written completely (``ok``): a restart may resume from ``path``.
+    ``batch``: batches done in ``epoch`` (None: the epoch is done); ``kind``: epoch,
+    periodic, rescue or planned.  A good one answers a pending save request."""
+    global _pending
+    if ok:
+        _pending = None
+    _send(E.Checkpoint(time.time(), str(path), epoch, ok, detail, batch, kind))
+
+
+# ---------------------------------------------------------------------- save on request
+_pending: str | None = None      # the kind of the request not answered yet
+_save: Callable[[str], None] | None = None
+_waiting = False                 # the main thread waits for data inside data_wait()
+_in_save = False
+
+
+def write_save_request(run_dir: str | os.PathLike[str], rid: int, kind: str, ts: float) -> Path:
+    """The agent's side: the request file, atomically (temp + rename, 0600)."""
+    path = Path(run_dir) / SAVE_REQUEST_FILE
+    tmp = path.with_name(f".{SAVE_REQUEST_FILE}.{os.getpid()}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(json.dumps({"id": int(rid), "kind": kind, "ts": float(ts)}))
+    os.replace(tmp, path)
+    return path
+
+
+def read_save_request(run_dir: str | os.PathLike[str] | None = None) -> dict | None:
+    """The pending request file, or None (missing, unreadable or of another shape)."""
+    run_dir = run_dir or os.environ.get("TRAINCTL_RUN_DIR", "")
+    if not run_dir:
+        return None
+    try:
+        data = json.loads((Path(run_dir) / SAVE_REQUEST_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(data, dict) or data.get("kind") not in SAVE_KINDS:
+        return None
+    return data
+
+
+def _on_request(signum, frame) -> None:
+    global _pending, _in_save
+    req = read_save_request()
+    _pending = req["kind"] if req else "rescue"
+    if _waiting and _save is not None and not _in_save:
+        _in_save = True   # stuck waiting for data: save now, between two steps
+        try:
+            _save(_pending)
+        finally:
+            _in_save = False
+
+
+def supports_save_on_request(save: Callable[[str], None] | None = None) -> bool:
+    """Declare that this script honours save requests (once, from the main thread, before
+    the DataLoader starts its workers).  ``save(kind)``: called at once when a request comes
+    while the main thread waits for data in :func:`data_wait`; otherwise the request waits
+    for :func:`save_requested`.  Whether trainctl is listening."""
+    global _save
+    _save = save
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(SAVE_REQUEST_SIGNAL, _on_request)
+    if not enabled():
+        return False
+    _send(E.Info(time.time(), "this trainer saves on request", SAVE_ON_REQUEST_KEY))
+    return True
+
+
+def save_requested() -> str | None:
+    """The kind of the pending save request ("planned" or "rescue"), or None; a good
+    :func:`report_checkpoint` clears it."""
+    return _pending
+
+
+def data_wait(batches: Iterable) -> Iterator:
+    """``batches``' items; the time spent waiting for each one is a wait for data, where a
+    save request is served at once (by ``save`` of :func:`supports_save_on_request`)."""
+    global _waiting
+    it = iter(batches)
+    while True:
+        _waiting = True
+        try:
+            item = next(it)
+        except StopIteration:
+            return
+        finally:
+            _waiting = False
+        yield item
 
 
 @contextlib.contextmanager

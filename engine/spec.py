@@ -27,6 +27,8 @@ class RunSpec:
     cwd: str = "."
     kill_grace_s: float = 10.0
     save_wait_s: float = 120.0
+    rescue_wait_s: float = 30.0                # a stalled trainer's rescue save, at most
+    planned_wait_s: float = 60.0               # a planned restart's save, at most
     backoff_base_s: float = 1.0
     no_progress_limit: int = 2
     kernel_log: bool = True

@@ -45,6 +45,8 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                    help="train-phase stall threshold (default: learned from the run)")
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
+    p.add_argument("--rescue-wait", type=float, metavar="SECONDS", default=30.0,
+                   help="how long a stalled trainer that saves on request gets for its rescue save (30)")
     p.add_argument("--resume-arg", action="append", default=[], metavar="ARG",
                    help="appended to a generic command on restart (repeatable; {checkpoint} is replaced)")
     p.add_argument("--resume-from", metavar="PATH",
@@ -237,7 +239,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         else (job.max_restarts if job else 3),
         auto_recover=not args.no_auto_recover, deadline=deadline,
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
-        currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
+        currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
+        rescue_wait_s=max(0.0, args.rescue_wait))
     spec.save(files.spec)
     return run_dir, spec, not run_dir_ref
 

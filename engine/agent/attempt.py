@@ -160,7 +160,12 @@ class AttemptLoop:
         kind: OutcomeKind | None = None
         if not waiter.done():
             kind = OutcomeKind(ctx.interrupt.kind.value)
-            await self.kill(trainer, kind.value, waiter)
+            if ctx.interrupt.kind == EndRequest.USER_RESTART and not intake.stalled:
+                # restart, preset switch, fallback, the editor's save-and-restart: a healthy
+                # run saves first and loses nothing (bounded; a trainer that cannot is killed)
+                await self.stopper.request_save(trainer, "planned")
+            if not waiter.done():
+                await self.kill(trainer, kind.value, waiter)
         returncode = await waiter
         interrupt.cancel()
         await self.stopper.sweep(trainer)   # orphaned workers included

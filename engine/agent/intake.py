@@ -9,6 +9,7 @@ from collections import deque
 from .. import events as E
 from ..feed import FedLine, OutputFeed
 from ..journal import ProgressThrottle
+from ..report import SAVE_ON_REQUEST_KEY
 from ..supervisor import RunState
 from .context import RunContext
 
@@ -28,6 +29,9 @@ class Intake:
         self.progressed = False       # this attempt went beyond the furthest batch of the run
         self.fatal_stop: str | None = None
         self.stalled = False
+        self.save_on_request = False  # the trainer declared it (info runner.save_on_request)
+        self.checkpoints = 0          # checkpoint events of this attempt (ok or not)
+        self.last_checkpoint: E.Checkpoint | None = None
         self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
         self.last_log_flush = 0.0
 
@@ -39,6 +43,9 @@ class Intake:
         self.progressed = False
         self.fatal_stop = None
         self.stalled = False
+        self.save_on_request = False
+        self.checkpoints = 0
+        self.last_checkpoint = None
         self.set_phase("startup", now, force=True)
 
     # ------------------------------------------------------------------ console
@@ -87,10 +94,15 @@ class Intake:
         elif isinstance(ev, E.Checkpoint):
             if ev.ok:
                 self.ctx.last_checkpoint = ev.path
-            self.ctx.emit(ev)
+            self.checkpoints += 1
+            self.last_checkpoint = ev
+            self.ctx.emit(ev)   # journaled with its position (epoch, batch) and kind
+            self.ctx.project(now)   # the dashboard's "last checkpoint" line, now
         elif isinstance(ev, (E.Info, E.Warning)):
             if isinstance(ev, E.Info) and ev.key == "runner.config_error":
                 self.fatal_stop = f"bad configuration: {ev.text}"   # a restart cannot fix it
+            if isinstance(ev, E.Info) and ev.key == SAVE_ON_REQUEST_KEY:
+                self.save_on_request = True
             self.ctx.emit(ev)
 
     # ------------------------------------------------------------------ meaning

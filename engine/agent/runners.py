@@ -58,7 +58,7 @@ class CommandRunner(RunnerKind):
         through ``on_unverified``); each refused one goes to ``on_skip``."""
         from ..runners.verify import first_loadable
         fixed = None if any("{checkpoint}" in a for a in spec.resume_args) else self._fixed_file(spec)
-        candidates = [fixed] if fixed else self._reported(files, last_checkpoint, spec.resume_from)
+        candidates = [fixed] if fixed else reported_checkpoints(files, last_checkpoint, spec.resume_from)
         verdict = first_loadable(candidates, on_skip=on_skip, base=spec.cwd)
         if verdict is None:
             return None
@@ -69,19 +69,6 @@ class CommandRunner(RunnerKind):
     @staticmethod
     def _fixed_file(spec: RunSpec) -> str | None:
         return next((a for a in spec.resume_args if os.path.isfile(os.path.join(spec.cwd, a))), None)
-
-    @staticmethod
-    def _reported(files: RunFiles, last_checkpoint: str | None, resume_from: str | None) -> list[str | None]:
-        """The checkpoints the trainer reported as written (the journal's, which an adopting
-        agent has too), newest first; then the one the run started from."""
-        from ..journal import read_events
-        try:
-            journaled = [ev.path for ev in read_events(files.events)
-                         if ev.type == "checkpoint" and ev.ok and ev.path]
-        except OSError:
-            journaled = []
-        return [last_checkpoint, *reversed(journaled), resume_from]
-
 
 class UltralyticsRunner(RunnerKind):
     """The built-in Ultralytics runner (engine/runners/ultralytics.py runs in the trainer)."""
@@ -98,12 +85,26 @@ class UltralyticsRunner(RunnerKind):
         return argv
 
     def resume_checkpoint(self, spec, files, last_checkpoint, on_skip, on_unverified=None):
+        """The newest that verifies of: the checkpoints reported on the side channel
+        (rescue, periodic, planned, epoch; newest first), then last_good.pt."""
         from ..runners.checkpoint import pick_resume_checkpoint
-        candidates = [files.checkpoints / "last_good.pt"]
-        if last_checkpoint:
-            candidates.append(Path(last_checkpoint))
+        candidates = [*reported_checkpoints(files, last_checkpoint, None),
+                      files.checkpoints / "last_good.pt"]
         chosen = pick_resume_checkpoint(candidates, on_skip=on_skip)
         return str(chosen) if chosen else None
+
+
+def reported_checkpoints(files: RunFiles, last_checkpoint: str | None,
+                         resume_from: str | None) -> list[str | None]:
+    """The checkpoints the trainer reported as written (the journal's, which an adopting
+    agent has too), newest first; then the one the run started from."""
+    from ..journal import read_events
+    try:
+        journaled = [ev.path for ev in read_events(files.events)
+                     if ev.type == "checkpoint" and ev.ok and ev.path]
+    except OSError:
+        journaled = []
+    return [last_checkpoint, *reversed(journaled), resume_from]
 
 
 RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner())}

@@ -37,6 +37,7 @@ class Trainer(Protocol):
     async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False) -> Any: ...
     async def kill(self, grace: float) -> KillReport: ...
     async def sweep(self) -> KillReport: ...
+    def signal_main(self, sig: int) -> bool: ...
 
 
 class Spawner(Protocol):
@@ -104,6 +105,15 @@ class TreeOps:
         return await loop.run_in_executor(None, lambda: diagnose(
             self.pid, stacks_dir, sampler=self.sampler, gpu=gpu, tag=tag,
             known_workers=known, snapshot=snapshot))
+
+    def signal_main(self, sig: int) -> bool:
+        """Signal the trainer's main process only (never its group: DataLoader workers
+        inherit its handlers), through the process captured at start; whether it went."""
+        from ..process import Signaller
+        if not isinstance(self.root, psutil.Process):
+            return False   # never captured: a bare pid may have been reused
+        with Signaller() as sender:
+            return sender.send(self.root, sig)
 
     async def kill(self, grace: float) -> KillReport:
         """The whole tree; the trainer itself is left to its one reaper."""

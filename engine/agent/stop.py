@@ -6,10 +6,14 @@ recovery goes on without it: nothing here may leave a stalled run stalled."""
 from __future__ import annotations
 
 import asyncio
+import re
 import traceback
 
+import psutil
+
 from .. import events as E
-from ..diagnose import Diagnosis
+from ..diagnose import BUSY_CPU, Diagnosis, main_thread_frames
+from ..report import SAVE_REQUEST_SIGNAL, write_save_request
 from ..paths import make_private_dir
 from ..supervisor import RunState
 from .context import EndRequest, RunContext
@@ -24,6 +28,7 @@ class Stopper:
         self.ctx = ctx
         self.intake = intake
         self.report_error = report_error   # (where, exception) -> None: an `error` event
+        self.requests = 0                  # save requests sent (their ids)
 
     async def diagnose(self, trainer: Trainer, tag: str, snapshot: bool = False) -> Diagnosis:
         ctx = self.ctx
@@ -53,8 +58,59 @@ class Stopper:
         ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
                          diag.cpu_percent, diag.stacks, verdict.threshold_s,
                          f"{diag.detail} ({verdict.reason})"))
+        if not (ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled):
+            return
+        if self.intake.save_on_request:
+            answers, why = can_answer(diag)
+            if answers:
+                await self.request_save(trainer, "rescue")
+            else:
+                ctx.info(f"no rescue save: {why}; the restart goes on from the last checkpoint",
+                         "save_request_skipped")
         if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
             ctx.interrupt.set(EndRequest.STALL)
+
+    async def request_save(self, trainer: Trainer, kind: str) -> bool:
+        """Ask a trainer that declared save-on-request to save now ("rescue" on a stall,
+        "planned" before a restart), and wait for its checkpoint a bounded time.  Whether
+        a good checkpoint came; never raises."""
+        ctx, intake = self.ctx, self.intake
+        if not intake.save_on_request or trainer.returncode is not None:
+            return False
+        limit = ctx.spec.rescue_wait_s if kind == "rescue" else ctx.spec.planned_wait_s
+        self.requests += 1
+        t0, seen = ctx.clock(), intake.checkpoints
+        try:
+            write_save_request(ctx.files.dir, self.requests, kind, t0)
+            sent = trainer.signal_main(SAVE_REQUEST_SIGNAL)
+        except Exception as e:   # a full disk, a psutil race: kill without the save
+            self.report_error("save_request", e)
+            return False
+        if not sent:
+            ctx.info(f"could not signal the trainer for a {kind} save (it is gone)", "save_request")
+            return False
+        ctx.info(f"asked the trainer for a {kind} save (request {self.requests}); "
+                 f"waiting up to {limit:.0f}s", "save_request")
+        while ctx.clock() - t0 < limit and trainer.returncode is None:
+            if intake.checkpoints > seen and intake.phase != "save":
+                break
+            await asyncio.sleep(0.1)
+        took = ctx.clock() - t0
+        ev = intake.last_checkpoint if intake.checkpoints > seen else None
+        if ev is not None and ev.ok:
+            ctx.info(f"{kind} save took {took:.1f}s: {ev.path} ({position(ev)})", "save_request_done")
+            return True
+        if ev is not None:
+            ctx.info(f"the {kind} save failed after {took:.1f}s: {ev.detail or ev.path}",
+                     "save_request_failed")
+        elif trainer.returncode is not None:
+            ctx.info(f"the trainer exited {took:.1f}s after the {kind} save request, "
+                     "without a checkpoint", "save_request_failed")
+        else:
+            ctx.info(f"no {kind} save after {took:.0f}s (the main thread does not answer); "
+                     "stopping it; the restart goes on from the last checkpoint",
+                     "save_request_timeout")
+        return False
 
     async def kill(self, trainer: Trainer, why: str) -> None:
         """Kill the trainer's whole tree — but never while it writes a checkpoint."""
@@ -104,6 +160,57 @@ class Stopper:
                      "gpu_release")
         except Exception as e:   # a GPU probe's failure must not hold up the restart
             self.report_error("gpu_release", e)
+
+
+def position(ev: E.Checkpoint) -> str:
+    """'epoch 2 batch 700' (batches done in that epoch), 'end of epoch 2'."""
+    if ev.epoch is None:
+        return "position unknown"
+    return f"epoch {ev.epoch} batch {ev.batch}" if ev.batch is not None else f"end of epoch {ev.epoch}"
+
+
+_PY_FRAME = re.compile(r"\.pyw?:\d+\)$")
+
+
+def can_answer(diag: Diagnosis) -> tuple[bool, str]:
+    """Whether a stalled trainer's main thread can still run Python (a signal handler),
+    from the diagnosis and the stacks; (False, why) only when surely not: the main process
+    stopped (SIGSTOP) or in uninterruptible I/O, or spinning in native code.  When unsure,
+    True: the bounded wait decides."""
+    main = next((p for p in diag.processes if p.role == "main"), None)
+    if main is None:
+        return True, "main process not sampled"
+    if main.status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return False, "the main process is stopped (SIGSTOP)"
+    if main.status == psutil.STATUS_DISK_SLEEP:
+        return False, "the main process is in uninterruptible I/O"
+    if diag.diagnosis == "spin" and (main.cpu_percent or 0.0) > BUSY_CPU:
+        frame = _main_innermost(diag.stacks, main.pid)
+        if frame and not _PY_FRAME.search(frame):
+            return False, f"the main thread spins in native code ({frame[:80]})"
+    return True, ""
+
+
+def _main_innermost(stacks: str | None, pid: int) -> str | None:
+    """The main thread's innermost frame, native ones included, from the stall dump."""
+    if not stacks:
+        return None
+    try:
+        with open(stacks, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    part = re.search(rf"^=== pid {pid} .*?$(.*?)(?=^=== pid |\Z)", text, re.M | re.S)
+    if part is None:
+        return None
+    dump = part.group(1)
+    for line in dump.splitlines():
+        if line.startswith("Thread ") and ('"MainThread"' in line or line.split()[1:2] == [str(pid)]):
+            idx = dump.index(line)
+            frames = [ln.strip() for ln in dump[idx:].splitlines()[1:] if ln.startswith("    ")]
+            return frames[0] if frames else None
+    frames = main_thread_frames(dump)
+    return frames[0] if frames else None
 
 
 def format_traceback(e: BaseException) -> str:

@@ -4,7 +4,9 @@ time, so the agent's attempt loop runs a whole recovery in milliseconds.
 A history is a list of steps, as honcho's tests replay a manager's:
 ``('start', {'pid': 123})``, ``('line', b'Epoch 1/3 ...')``, ``('side', event)``,
 ``('silence', 30)``, ``('exit', {'returncode': 0})``, ``('hang', {})`` (until killed),
-``('spawn_error', 'No such file')``.  Every step is timestamped on the virtual clock in
+``('spawn_error', 'No such file')``, ``('answers', steps)`` (from then on, a save request
+— SIGUSR1 to the main pid — plays ``steps`` beside the history: a handler that runs even
+while the history hangs; without it a request goes unanswered, as a native spin).  Every step is timestamped on the virtual clock in
 ``FakeSpawner.log``.
 """
 from __future__ import annotations
@@ -80,6 +82,8 @@ class FakeTrainer:
         self.diagnosis = "deadlock"
         self.fail_diagnose = False
         self.fail_output = False
+        self.answers: list | None = None
+        self._answering: list[asyncio.Task] = []
         self._out: asyncio.Queue = asyncio.Queue()
         self._side: asyncio.Queue = asyncio.Queue()
         self._exited = asyncio.get_running_loop().create_future()
@@ -87,6 +91,9 @@ class FakeTrainer:
 
     async def _play(self, steps: list) -> None:
         for kind, arg in steps:
+            if kind == "answers":
+                self.answers = list(arg)
+                continue
             self.spawner.note(kind, self.pid, arg)
             if kind == "line":
                 self._out.put_nowait(arg if arg.endswith(b"\n") else arg + b"\n")
@@ -139,9 +146,27 @@ class FakeTrainer:
             return Diagnosis(self.diagnosis, 0.0, None, "a snapshot of 1 running process, not a stall verdict.")
         return Diagnosis(self.diagnosis, 0.0, None, f"fake {self.diagnosis}")
 
+    def signal_main(self, sig: int) -> bool:
+        if self.returncode is not None:
+            return False
+        self.spawner.note("signal", self.pid, sig)
+        if self.answers is not None:
+            self._answering.append(asyncio.create_task(self._play_answer(list(self.answers))))
+        return True
+
+    async def _play_answer(self, steps: list) -> None:
+        for kind, arg in steps:
+            self.spawner.note(kind, self.pid, arg)
+            if kind == "side":
+                self._side.put_nowait((E.encode(arg) + "\n").encode())
+            elif kind == "silence":
+                await asyncio.sleep(arg)
+
     async def kill(self, grace: float) -> KillReport:
         self.spawner.note("kill", self.pid, grace)
         self._driver.cancel()
+        for task in self._answering:
+            task.cancel()
         self._finish(-15)
         return KillReport((self.pid,), (), (), 0.0)
 

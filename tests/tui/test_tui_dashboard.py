@@ -412,3 +412,18 @@ async def test_trainer_escape_sequences_never_reach_the_terminal(make_app, agent
         assert "log [bold red]markup[/] line" in log.lines
         shown_text = _terminal_text(app)
         assert "\x1b" not in shown_text and not bad.search(shown_text)
+
+
+async def test_the_last_checkpoint_and_what_a_restart_now_loses_are_shown(make_app, agent, journal):
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await replayed(pilot, agent)
+        t = journal[-1].ts
+        last = [e for e in journal if isinstance(e, ev.Projection)][-1]
+        agent.append(ev.Projection(t + 1, last.eta, last.deadline, last.buffer_s, last.rate,
+                                   last.cost_so_far, last.cost_at_eta, redone=(0, 3),
+                                   checkpoint={"ts": t - 180, "epoch": 2, "batch": 700,
+                                               "kind": "periodic", "lose": 12}))
+        await wait_for(pilot, lambda: "epoch 2 batch 700" in screen_text(app), what="checkpoint line")
+        text = screen_text(app)
+        assert "a restart now loses 12 batches" in text and "redone per restart: 0, 3" in text

@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from trainctl.engine.events import Projection
-from trainctl.engine.projection import (eta_phrase, format_money, format_projection,
+from trainctl.engine.projection import (checkpoint_phrase, eta_phrase, format_money, format_projection,
                                         format_what_if, format_when, signed_duration)
 
 
@@ -30,6 +30,8 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
         if not p.finished:
             cost += f" → {format_money(p.cost_at_eta)}"
         lines.append(f"cost {cost}{budget}")
+    if p.checkpoint and not p.finished:
+        lines.append(checkpoint_phrase(p.checkpoint, now, compact=True))
     for w in p.what_if:
         buffer = f" {signed_duration(w['buffer_s'])}" if w.get("buffer_s") is not None else ""
         lines.append(f"{w.get('preset', '?')}: ETA {format_when(w.get('eta'), now)}{buffer}")
