@@ -308,7 +308,12 @@ POSITION_GROUPS = ("epoch", "epochs", "batch", "batches")
 
 
 class PatternError(ValueError):
-    """A user pattern that cannot be used; the message says why and what is allowed."""
+    """A user pattern that cannot be used; the message says why and what is allowed.
+    ``key``: what is wrong, ``pattern`` or ``losses``."""
+
+    def __init__(self, message: str, key: str = "pattern") -> None:
+        super().__init__(message)
+        self.key = key
 
 
 @dataclass(frozen=True)
@@ -348,8 +353,8 @@ def compile_user_pattern(pattern: str, losses: tuple[str, ...] | list[str] = ())
     named_losses = tuple(losses)
     unknown_losses = [n for n in named_losses if n not in groups]
     if unknown_losses:
-        raise PatternError(f"losses names {', '.join(unknown_losses)}, not a named group of the "
-                           f"pattern (its groups: {', '.join(groups) or 'none'})")
+        raise PatternError(f"{', '.join(unknown_losses)}: not a named group of the pattern "
+                           f"(its groups: {', '.join(groups) or 'none'})", key="losses")
     loss_groups = tuple(dict.fromkeys(
         [*named_losses, *(g for g in groups if g == "loss" or g.startswith("loss_"))]))
     unknown = [g for g in groups if g not in POSITION_GROUPS and g not in loss_groups]

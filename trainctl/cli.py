@@ -194,7 +194,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         else (job.max_restarts if job else 3),
         auto_recover=not args.no_auto_recover, deadline=deadline,
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
-        currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir))
+        currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
+        progress=job.progress if job else None)
     spec.save(files.spec)
     return run_dir, spec, not run_dir_ref
 

@@ -320,7 +320,7 @@ def test_user_pattern_is_tried_first_and_reads_named_groups():
     (r"step (?P<batch>\d+", [], "not a valid regular expression"),
     (r"step (?P<batch>\d+) (?P<speed>\d+)", [], "unknown group name(s) speed"),
     (r"loss (?P<loss>[\d.]+)", [], "needs a named group (?P<batch>"),
-    (r"step (?P<batch>\d+)", ["acc"], "losses names acc"),
+    (r"step (?P<batch>\d+)", ["acc"], "acc: not a named group of the pattern"),
 ])
 def test_user_pattern_errors(pattern, losses, message):
     with pytest.raises(PatternError) as exc:
@@ -358,3 +358,18 @@ def test_readers_take_linear_time(name):
         return best
     small, big = cost(1024), cost(4096)
     assert big < max(small * 10, 2e-3), (name, small, big)
+
+
+def test_the_jobs_pattern_reaches_the_output_feed_through_the_spec(tmp_path):
+    from trainctl.engine.feed import OutputFeed
+    from trainctl.engine.spec import RunSpec
+    spec = RunSpec(job_name="j", kind="command",
+                   progress={"pattern": r"it (?P<batch>\d+)/(?P<batches>\d+) L=(?P<loss>[\d.]+)", "losses": []})
+    spec.save(tmp_path / "spec.json")
+    loaded = RunSpec.load(tmp_path / "spec.json")
+    feed = OutputFeed(None, progress=loaded.progress)
+    [fed] = feed.feed(b"\x1b[32mit 7/90 L=0.25\x1b[0m\n", 3.0)
+    [progress] = [e for e in fed.events if isinstance(e, Progress)]
+    assert (progress.batch, progress.batches, progress.losses) == (7, 90, {"loss": 0.25})
+    assert feed.parser.last_format == "user"
+    assert OutputFeed(None).feed(b"it 7/90 L=0.25\n", 3.0)[0].events == ()
