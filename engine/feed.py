@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from . import events as E
+from .formats import compile_user_pattern
 from .parse import ConsoleParser, LineSplitter
 
 
@@ -21,13 +22,17 @@ class FedLine:
 
 
 class OutputFeed:
-    def __init__(self, matcher=None, source: str = "trainer") -> None:
+    def __init__(self, matcher=None, source: str = "trainer", progress: dict | None = None) -> None:
         """``matcher``: a :class:`~trainctl.engine.signatures.WarningMatcher` (or None:
-        no warnings).  ``source`` is passed to it ('trainer' or 'kernel')."""
+        no warnings).  ``source`` is passed to it ('trainer' or 'kernel').  ``progress``: a
+        job's ``[progress]`` table (``{"pattern", "losses"}``, validated with the job), tried
+        before the built-in formats."""
         self.matcher = matcher
         self.source = source
         self.splitter = LineSplitter()
-        self.parser = ConsoleParser()
+        user = (compile_user_pattern(progress["pattern"], progress.get("losses", ()))
+                if progress else None)
+        self.parser = ConsoleParser(user)
 
     @property
     def phase(self) -> str | None:

@@ -9,8 +9,11 @@ Two pieces:
   for a newline longer than :data:`MAX_PARTIAL` characters and cuts a line longer than
   :data:`~trainctl.engine.sanitize.MAX_LINE` (the raw log, written elsewhere, keeps it whole).
 * :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
-  events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars
-  and plain ``key=value`` logs.  A line it cannot read gives no event, never an exception.
+  events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars,
+  plain ``key=value`` logs, and the trainers in :mod:`trainctl.engine.formats` (HF Trainer,
+  timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first).
+  ``ConsoleParser.last_format`` names the reader that claimed the last line it read.
+  A line it cannot read gives no event, never an exception.
 
 Every regex here runs on every line the trainer prints, on the agent's only event loop, so
 each one must take time linear in the line's length whatever the line: repetitions that
@@ -24,6 +27,7 @@ import codecs
 import math
 import re
 
+from trainctl.engine import formats as F
 from trainctl.engine.events import Event, Phase, Progress
 from trainctl.engine.sanitize import MAX_LINE, cut_line, sanitize, strip_escapes
 
@@ -177,8 +181,26 @@ _VAL_WORD = re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|ev
 _SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped", re.I)
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:\s?")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
+# After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
+_AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
 _EPOCH_LINE = re.compile(
     r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I)
+
+
+# The trainers' readers (engine/formats.py), each tried only when one of its needles is in
+# the line: most lines hold none, and an `in` test costs far less than a regex.
+_READERS = (
+    (("{'",), F.read_hf_dict),
+    (("Train: ",), F.read_timm),
+    (("Test",), F.read_timm_test),
+    (("/step", "ETA: "), F.read_keras),
+    (("━",), F.read_lightning_rich),   # the rich bar's heavy line
+    (("Epoch", "Iter"), F.read_mm),
+    (("loss train: ",), F.read_litgpt),
+    ((" iteration ",), F.read_megatron),
+    ((" loss ",), F.read_nanogpt),
+    (("skipped=", "global_step="), F.read_deepspeed),
+)
 
 
 def parse_rate(text: str) -> float | None:
@@ -237,6 +259,17 @@ def _is_loss_key(key: str) -> bool:
     return "loss" in k or k in _LOSS_EXTRA
 
 
+def _kv_losses(line: str) -> dict[str, float]:
+    """The ``key=value`` / ``key: value`` pairs of ``line`` whose key names a loss."""
+    losses = {}
+    for run, v in _KV_LOSS.findall(line):
+        if run:
+            k = run if run[0] in _ASCII_KEY_START else _kv_key(run)
+            if _is_loss_key(k):
+                losses[k] = float(v)
+    return losses
+
+
 # ---------------------------------------------------------------------------- parser
 
 class ConsoleParser:
@@ -251,16 +284,26 @@ class ConsoleParser:
     never mistaken for progress.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, user: F.UserPattern | None = None) -> None:
         self.phase: str | None = None
         self.loss_names: tuple[str, ...] = DEFAULT_LOSS_NAMES
         self.ultralytics = False
+        self.user = user
+        # The reader that claimed the last line read (a name: "ultralytics84", "tqdm",
+        # "keyvalue", "hf_dict", "user", ...); a line no reader claims leaves it as it was,
+        # so a caller that wants it per line (scan --explain) sets it to None first.
+        self.last_format: str | None = None
         self._context_epoch: tuple[int, int | None] | None = None
+        self._composer: tuple[int | None, int | None, int | None] | None = None
 
     # -- entry point
     def feed(self, line: str, now: float) -> list[Event]:
         if len(line) > MAX_LINE:
             line = cut_line(line)
+        if self.user is not None:
+            r = self.user.read(line)
+            if r is not None:
+                return self._reading(r, now, None)
         if "%" in line and "/" in line:
             # Fast path: an Ultralytics batch frame (the overwhelming majority of lines).
             m = _UL_BATCH.match(line)
@@ -280,21 +323,75 @@ class ConsoleParser:
 
     def _slow(self, line: str, now: float, rank: int | None) -> list[Event]:
         stripped = line.lstrip()
-        if stripped.startswith("Epoch") and "GPU_mem" in line:
+        if stripped.startswith("Epoch") and ("GPU_mem" in line or "gpu_mem" in line):
             self._header(stripped)
+            self.last_format = "ultralytics_header"
             return []
         if _UL_VAL.match(line):
             return self._phase("val", now) if self.phase != "finished" else []
         if _UL_DONE.match(stripped):
+            self.last_format = "ultralytics"
             return self._phase("finished", now)
         if self.ultralytics:
             return []
         if "%|" in line or "it [" in line:
             return self._tqdm(line, now, rank)
+        if ":" in line or "[" in line or "{" in line:
+            r = self._known(line)
+            if r is not None:
+                return self._reading(r, now, rank)
         low = line.lower()
         if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
             return self._keyvalue(line, now, rank, low)
         return []
+
+    def _known(self, line: str) -> F.Reading | None:
+        """The trainers' own formats (:mod:`.formats`), each behind a substring test."""
+        if line[:1] == "[":
+            if line.startswith(("[epoch=", "[batch=", "[Eval batch=")):
+                r = F.read_composer(line)
+                if r is not None:
+                    self._composer = (r.epoch, r.batch, r.batches)
+                    return r
+            b = F.read_bracket(line)
+            if b is not None:
+                batch, batches, end = b
+                rest = line[end:]
+                losses = _kv_losses(rest)
+                if losses or not rest.strip(" :-|"):
+                    epoch, epochs = self._context_epoch or (None, None)
+                    return F.Reading("bracket", epoch=epoch, epochs=epochs, batch=batch,
+                                     batches=batches, losses=losses)
+        for needles, reader in _READERS:
+            for needle in needles:
+                if needle in line:
+                    r = reader(line)
+                    if r is not None:
+                        return self._with_context(r) if r.fmt == "keras" else r
+                    break
+        if self._composer is not None and "Train loss/train/" in line:
+            kv = F.read_composer_loss(line)
+            if kv is not None:
+                epoch, batch, batches = self._composer
+                return F.Reading("composer", epoch=epoch, batch=batch, batches=batches,
+                                 losses={kv[0]: kv[1]})
+        return None
+
+    def _with_context(self, r: F.Reading) -> F.Reading:
+        """A Keras bar takes its epoch from the "Epoch 2/10" line printed before it."""
+        if self._context_epoch is None:
+            return r
+        epoch, epochs = self._context_epoch
+        return F.Reading(r.fmt, epoch=epoch, epochs=epochs, batch=r.batch, batches=r.batches,
+                         losses=r.losses)
+
+    def _reading(self, r: F.Reading, now: float, rank: int | None) -> list[Event]:
+        self.last_format = r.fmt
+        if r.phase is not None:
+            return self._phase(r.phase, now) if self.phase != "finished" else []
+        return self._emit(Progress(now, epoch=r.epoch, epochs=r.epochs, batch=r.batch,
+                                   batches=r.batches, losses=dict(r.losses), rate=None,
+                                   rank=rank))
 
     # -- helpers
     def _phase(self, phase: str, now: float) -> list[Event]:
@@ -320,6 +417,7 @@ class ConsoleParser:
     def _ultralytics(self, m: re.Match, now: float, rank: int | None) -> list[Event]:
         self.ultralytics = True
         epoch, epochs, desc, batch, batches, num, prefix, unit, tail = m.groups()
+        self.last_format = "ultralytics84" if num is not None else "ultralytics"
         toks = desc.split()
         if toks and toks[-1][-1] == "…":  # desc cut to the terminal width: no Instances/Size
             values = toks[:-1]
@@ -363,18 +461,23 @@ class ConsoleParser:
         desc = desc or ""
         if _SKIP_DESC.search(desc):
             return []
+        self.last_format = "tqdm"
         if _has_val_word(desc):
             return self._phase("val", now) if self.phase != "finished" else []
         epoch = epochs = None
+        losses = {}
         em = _EPOCH_IN.search(desc)
-        if em is not None:
+        tt = F.read_torchtune_desc(desc) if "|Loss: " in desc else None
+        if tt is not None:
+            epoch, losses = tt[0], tt[1]
+            self.last_format = "torchtune"
+        elif em is not None:
             epoch = int(em.group(1))
             epochs = int(em.group(2)) if em.group(2) else None
         elif self._context_epoch is not None:
             epoch, epochs = self._context_epoch
         parts = inside.split(",")
         rate = parse_rate(parts[1]) if len(parts) > 1 else None
-        losses = {}
         for part in parts[2:]:
             k, sep, v = part.partition("=")
             k = k.strip()
@@ -387,33 +490,36 @@ class ConsoleParser:
 
     def _keyvalue(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
         em = _EPOCH_LINE.match(line)
-        if em is not None:  # "Epoch 2/10" on its own line: context for tqdm bars below it
+        if em is not None:  # "Epoch 2/10" on its own line: context for tqdm and Keras bars below it
             self._context_epoch = (int(em.group(1)), int(em.group(2)))
+            self.last_format = "epoch_header"
             return []
         epoch = epochs = batch = batches = None
+        epoch_end = -1
         for m in _COUNTER.finditer(low):
             key, n, total = m.groups()
             n = int(n)
             total = int(total) if total else None
             if key == "epoch":
                 if epoch is None:
-                    epoch, epochs = n, total
+                    epoch, epochs, epoch_end = n, total, m.end()
             elif batch is None:
                 batch, batches = n, total
+        if batch is None and epoch_end >= 0:
+            # "Epoch 2/10: 37/500 loss=0.41", fairseq's "epoch 001:    100 / 1000 loss=..."
+            fm = _AFTER_EPOCH.match(low, epoch_end)
+            if fm is not None:
+                batch, batches = int(fm.group(1)), int(fm.group(2))
         if batch is None:
             bm = _BRACKET_BATCH.search(line)
             if bm is not None:
                 batch, batches = int(bm.group(1)), int(bm.group(2))
         if epoch is None and batch is None:
             return []
-        losses = {}
-        for run, v in _KV_LOSS.findall(line):
-            if run:
-                k = run if run[0] in _ASCII_KEY_START else _kv_key(run)
-                if _is_loss_key(k):
-                    losses[k] = float(v)
+        losses = _kv_losses(line)
         if not losses and batches is None:
             return []  # "epochs=2, batch=4" in an argument dump is not progress
+        self.last_format = "keyvalue"
         if _has_val_word(line, low):
             return self._phase("val", now) if self.phase != "finished" else []
         if epoch is None and self._context_epoch is not None:

@@ -32,6 +32,7 @@ class RunSpec:
     backoff_base_s: float = 1.0
     no_progress_limit: int = 2
     kernel_log: bool = True
+    progress: dict | None = None               # the job's [progress]: {"pattern", "losses"}
 
     def save(self, path: Path) -> None:
         tmp = Path(str(path) + ".tmp")

@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc = sub.add_parser("scan", help="postmortem of a saved training log")
     sc.add_argument("logfile")
     sc.add_argument("--json", action="store_true")
+    sc.add_argument("--explain", action="store_true",
+                    help="each line: which format reader claimed it and what it read")
+    sc.add_argument("--job", help="with --explain: a job file whose [progress] pattern is tried first")
     ctl = sub.add_parser("ctl", help="send a command to a running agent", **codes)
     ctl.add_argument("run_dir")
     ctl.add_argument("command", choices=CTL_COMMANDS)
@@ -240,7 +243,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         auto_recover=not args.no_auto_recover, deadline=deadline,
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
-        rescue_wait_s=max(0.0, args.rescue_wait))
+        rescue_wait_s=max(0.0, args.rescue_wait),
+        progress=job.progress if job else None)
     spec.save(files.spec)
     return run_dir, spec, not run_dir_ref
 
@@ -705,7 +709,9 @@ def cmd_bridge(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from .engine.scan import main_scan
+    from .engine.scan import main_explain, main_scan
+    if args.explain or args.job:
+        return main_explain(args.logfile, args.json, args.job)
     return main_scan(args.logfile, args.json)
 
 

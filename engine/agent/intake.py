@@ -22,7 +22,7 @@ class Intake:
         self.ctx = ctx
         self.phase = "startup"
         self.reported_phase = False   # the phase came from the side channel, not the console
-        self.feed = OutputFeed(ctx.matcher)
+        self.feed = OutputFeed(ctx.matcher, progress=ctx.spec.progress)
         self.throttle = ProgressThrottle(1.0)
         self.structured = False       # progress comes on the side channel: ignore the console's
         self.structured_phases = False
@@ -37,7 +37,7 @@ class Intake:
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
-        self.feed = OutputFeed(self.ctx.matcher)
+        self.feed = OutputFeed(self.ctx.matcher, progress=self.ctx.spec.progress)
         self.throttle = ProgressThrottle(1.0)
         self.structured = self.structured_phases = False
         self.progressed = False

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from ..names import MAX_NAME, BadNameError, check_name
+from ..formats import PatternError, compile_user_pattern
 from .kinds import JOB_TABLES, JobTable
 from .preset import Preset
 from .store import is_path_ref, load_preset
@@ -25,9 +26,10 @@ JOB_FILE_NAME = "trainctl.toml"
 
 _SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
                 "run_dir", "max_restarts")
-_SHARED_SECTIONS = ("stall", "host")
+_SHARED_SECTIONS = ("stall", "host", "progress")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout")
 _HOST_KEYS = ("destination", "workdir", "trainctl")
+_PROGRESS_KEYS = ("pattern", "losses")
 
 
 @dataclass(frozen=True)
@@ -51,6 +53,8 @@ class Job:
     stall: dict[str, float] = field(default_factory=dict)
     host: dict[str, str] | None = None
     description: str = ""
+    # [progress]: the trainer's own progress line, {"pattern": regex, "losses": [group names]}
+    progress: dict[str, Any] | None = None
 
     @property
     def ultralytics(self) -> dict[str, Any]:
@@ -176,6 +180,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     max_restarts = p.int_(None, "max_restarts", data["max_restarts"], 0) if "max_restarts" in data else 3
     stall = _job_stall(p, tables["stall"]) if tables.get("stall") is not None else {}
     host = _job_host(p, tables["host"]) if tables.get("host") is not None else None
+    progress = _job_progress(p, tables["progress"]) if tables.get("progress") is not None else None
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
 
     return Job(name=name, kind=kind or "command", path=path, preset=presets["preset"],
@@ -183,7 +188,8 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
                cost_per_hour=opt_number("cost_per_hour"), budget=opt_number("budget"),
                currency=currency or "$", run_dir=run_dir,
                max_restarts=3 if max_restarts is None else max_restarts,
-               stall=stall, host=host, description=description or "", **by_kind)
+               stall=stall, host=host, description=description or "", progress=progress,
+               **by_kind)
 
 
 def _kind_keys() -> tuple[str, ...]:
@@ -209,6 +215,26 @@ def _job_stall(p: Problems, table: Mapping[str, Any]) -> dict[str, float]:
     p.unknown("stall", table, _STALL_KEYS)
     values = {k: p.number("stall", k, table[k], positive=True) for k in _STALL_KEYS if k in table}
     return {k: v for k, v in values.items() if v is not None}
+
+
+def _job_progress(p: Problems, table: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``[progress]``: a regex with named groups epoch/epochs/batch/batches and loss groups
+    (named in ``losses``, or called ``loss`` / ``loss_*``), tried before the built-in formats."""
+    p.unknown("progress", table, _PROGRESS_KEYS)
+    if "pattern" not in table:
+        p.add("progress", "pattern", "required: a regular expression with named groups, e.g. "
+                                     "pattern = 'it (?P<batch>\\d+)/(?P<batches>\\d+) L=(?P<loss>[\\d.]+)'")
+        return None
+    pattern = p.str_("progress", "pattern", table["pattern"], nonempty=True)
+    losses = p.str_list("progress", "losses", table["losses"]) if "losses" in table else ()
+    if pattern is None or losses is None:
+        return None
+    try:
+        compile_user_pattern(pattern, losses)
+    except PatternError as exc:
+        p.add("progress", exc.key, str(exc))
+        return None
+    return {"pattern": pattern, "losses": list(losses)}
 
 
 def _check_job_preset(p: Problems, key: str, ref: str, job_dir: Path) -> None:

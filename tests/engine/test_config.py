@@ -422,7 +422,29 @@ JOB_MISTAKES = {
                                       'data = "d"\n', 2, "command", ['kind = "command"']),
     "unknown job key": ('kind = "command"\ncommand = ["true"]\nretries = 2\n', 3, "retries",
                         ["unknown key", "max_restarts"]),
+    "progress bad regex": ('kind = "command"\ncommand = ["true"]\n[progress]\npattern = "it (?P<batch>"\n',
+                           4, "[progress] pattern", ["not a valid regular expression"]),
+    "progress unknown group": ('kind = "command"\ncommand = ["true"]\n[progress]\n'
+                               "pattern = 'it (?P<batch>\\d+) (?P<speed>\\d+)'\n", 4,
+                               "[progress] pattern", ["unknown group name(s) speed", "loss_<name>"]),
+    "progress without position": ('kind = "command"\ncommand = ["true"]\n[progress]\n'
+                                  "pattern = 'loss (?P<loss>[.\\d]+)'\n", 4, "[progress] pattern",
+                                  ["(?P<batch>"]),
+    "progress losses not groups": ('kind = "command"\ncommand = ["true"]\n[progress]\n'
+                                   "pattern = 'it (?P<batch>\\d+)'\nlosses = [\"acc\"]\n", 5,
+                                   "[progress] losses", ["acc: not a named group"]),
+    "progress without pattern": ('kind = "command"\ncommand = ["true"]\n[progress]\nlosses = []\n', None,
+                                 "[progress] pattern", ["required"]),
 }
+
+
+def test_progress_table_is_read_into_the_job(tmp_path):
+    path = write(tmp_path / "trainctl.toml", 'kind = "command"\ncommand = ["true"]\n[progress]\n'
+                 "pattern = 'E(?P<epoch>\\d+) it (?P<batch>\\d+)/(?P<batches>\\d+) acc=(?P<acc>[.\\d]+)'\n"
+                 'losses = ["acc"]\n')
+    job = load_job(path)
+    assert job.progress == {"pattern": r"E(?P<epoch>\d+) it (?P<batch>\d+)/(?P<batches>\d+) acc=(?P<acc>[.\d]+)",
+                            "losses": ["acc"]}
 
 
 @pytest.mark.parametrize("text,line,key,allowed", JOB_MISTAKES.values(), ids=JOB_MISTAKES.keys())

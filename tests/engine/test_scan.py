@@ -141,3 +141,26 @@ def test_scan_output_carries_no_escape_sequence(tmp_path, capsys):
         out = capsys.readouterr().out
         assert "\x1b" not in out and not bad.search(out)
         assert "after" in out
+
+
+def test_explain_names_the_reader_of_each_line_and_what_it_read(tmp_path, capsys):
+    import json as _json
+
+    from trainctl.engine.scan import main_explain
+    log = tmp_path / "train.log"
+    log.write_bytes(b"Epoch 1/5\n  32/1875 [>....] - ETA: 10s - loss: 0.5012\rhello\n"
+                    b"it 7/90 L=0.25\n{'loss': 2.3, 'grad_norm': 1.0, 'epoch': 0.4}\n")
+    job = tmp_path / "trainctl.toml"
+    job.write_text('kind = "command"\ncommand = ["true"]\n[progress]\n'
+                   "pattern = 'it (?P<batch>\\d+)/(?P<batches>\\d+) L=(?P<loss>[\\d.]+)'\n")
+    assert main_explain(str(log), as_json=True, job=str(job)) == 0
+    rows = [_json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [r["parser"] for r in rows] == ["epoch_header", "keras", None, "user", "hf_dict"]
+    keras = [e for e in rows[1]["events"] if e["type"] == "progress"][0]
+    assert (keras["epoch"], keras["batch"], keras["batches"], keras["losses"]) == (1, 32, 1875, {"loss": 0.5012})
+    assert rows[3]["events"][0]["losses"] == {"loss": 0.25}
+    assert main_explain(str(log), as_json=False) == 0
+    text = capsys.readouterr().out.splitlines()
+    assert "keras" in text[1] and "epoch 1/5, batch 32/1875; loss 0.5012" in text[1]
+    assert text[3].split()[1] == "-"    # no [progress] given: nobody reads "it 7/90"
+    assert main_explain(str(tmp_path / "nope.log"), as_json=False) == 2
