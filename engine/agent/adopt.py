@@ -9,6 +9,7 @@ from pathlib import Path
 
 from .. import events as E
 from ..journal import read_events
+from ..report import SAVE_ON_REQUEST_KEY
 from ..supervisor import FINAL_STATES, Outcome, OutcomeKind
 
 
@@ -25,6 +26,7 @@ class Where:
     furthest: tuple[int, int] = (0, 0)
     auto_restarts: int = 0
     progressed: bool = False            # the last attempt went beyond the batches before it
+    save_on_request: bool = False       # its trainer declared it (read before the agent died)
 
     @property
     def ended(self) -> bool:
@@ -47,7 +49,9 @@ def where_the_run_was(journal: Path) -> Where:
     for ev in events:
         if isinstance(ev, E.Start):
             w.attempt, w.preset, w.exited, w.restart = ev.attempt, ev.preset, None, None
-            before, w.progressed = w.furthest, False
+            before, w.progressed, w.save_on_request = w.furthest, False, False
+        elif isinstance(ev, E.Info) and ev.key == SAVE_ON_REQUEST_KEY:
+            w.save_on_request = True
         elif isinstance(ev, E.Exit):
             w.exited = ev.returncode
         elif isinstance(ev, E.Restart):

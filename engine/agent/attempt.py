@@ -149,6 +149,8 @@ class AttemptLoop:
         now = ctx.clock()
         ctx.detector.reset(now)
         intake.begin(now)
+        if adopted is not None:   # what its trainer declared before this agent took over
+            intake.save_on_request = getattr(adopted, "save_on_request", False)
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]

@@ -166,6 +166,7 @@ class Agent:
         ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
         handle = self.spawner.adopt(was.attempt, ctx.files.log) if was.exited is None and was.attempt else None
         if handle is not None:
+            handle.save_on_request = was.save_on_request
             ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
                      f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
                      "adopt")
