@@ -50,6 +50,7 @@ class Job:
     stall: dict[str, float] = field(default_factory=dict)
     host: dict[str, str] | None = None
     description: str = ""
+    checkpoint_every: float = 600.0   # kind ultralytics: seconds between mid-epoch saves (0: off)
 
     @property
     def ultralytics(self) -> dict[str, Any]:
