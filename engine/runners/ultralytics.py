@@ -514,9 +514,6 @@ def main(argv: list[str] | None = None) -> int:
     checkpoints = run_dir / "checkpoints" if run_dir else None
     reporter = Reporter(sink, preset, checkpoints)
     every = job.checkpoint_every if args.checkpoint_every is None else max(args.checkpoint_every, 0.0)
-    requests = ut.SaveRequests(run_dir)
-    requests.install()
-    sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
     mid_ok = ut.supported(__version__)
     if not mid_ok:
         sink.emit(E.Info(time.time(), f"Ultralytics {__version__}: no mid-epoch saves or resume (trainctl "
@@ -533,6 +530,9 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model = YOLO(kwargs.pop("model"))
     reporter.attach(model)
+    requests = ut.SaveRequests(run_dir)
+    requests.install()
+    sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
     if "," not in str(kwargs.get("device", "")):   # multi-GPU (DDP) keeps Ultralytics' own trainer
         cfg = ut.MidEpochConfig(sink, checkpoints, every, requests)
         kwargs["trainer"] = ut.trainer_class(model._smart_load("trainer"), cfg, __version__)
