@@ -55,6 +55,7 @@ class Job:
     description: str = ""
     # [progress]: the trainer's own progress line, {"pattern": regex, "losses": [group names]}
     progress: dict[str, Any] | None = None
+    checkpoint_every: float = 600.0   # kind ultralytics: seconds between mid-epoch saves (0: off)
 
     @property
     def ultralytics(self) -> dict[str, Any]:

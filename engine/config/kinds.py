@@ -6,6 +6,8 @@ more entry here (and its runner, which reads the :class:`~.job.Job` it gets).
 """
 from __future__ import annotations
 
+import math
+import re
 import shlex
 import string
 from collections.abc import Callable, Mapping
@@ -17,11 +19,13 @@ from .preset import check_train_value
 from .validation import Problems, show
 
 _RESUME_FIELDS = ("checkpoint",)
+CHECKPOINT_EVERY_S = 600.0   # default of ``checkpoint_every``: a mid-epoch save every 10 minutes
+_UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
 # An entry's parser: (problems, the job file's top-level table, its own [section] when that
 # is a table, the job's directory) -> the Job fields it sets ("command", "resume_args",
-# "settings").
+# "settings", "checkpoint_every").
 KindParser = Callable[[Problems, Mapping[str, Any], Mapping[str, Any] | None, Path], dict[str, Any]]
 
 
@@ -47,7 +51,26 @@ def _ultralytics(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] 
     if "ultralytics" not in data:
         p.add("ultralytics", None, "required for kind = \"ultralytics\": a section with "
                                    "model = \"...\" and data = \"...\"")
-    return {"settings": _ultralytics_table(p, table, job_dir) if table is not None else {}}
+    every = _checkpoint_every(p, data["checkpoint_every"]) if "checkpoint_every" in data else CHECKPOINT_EVERY_S
+    return {"settings": _ultralytics_table(p, table, job_dir) if table is not None else {},
+            "checkpoint_every": CHECKPOINT_EVERY_S if every is None else every}
+
+
+def _checkpoint_every(p: Problems, value: Any) -> float | None:
+    """``checkpoint_every``: seconds between mid-epoch saves, a number or "90s" / "10m" /
+    "1h"; 0 turns them off."""
+    allowed = "seconds (a number >= 0, 0 = off) or a string such as \"15s\", \"10m\", \"1h\""
+    seconds: float | None = None
+    if type(value) in (int, float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        m = re.fullmatch(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([smh]?)\s*", value)
+        if m:
+            seconds = float(m.group(1)) * _UNITS[m.group(2) or "s"]
+    if seconds is None or not math.isfinite(seconds) or seconds < 0:
+        p.add(None, "checkpoint_every", f"must be {allowed} (got {show(value)})")
+        return None
+    return seconds
 
 
 def _ultralytics_table(p: Problems, table: Mapping[str, Any], job_dir: Path) -> dict[str, Any]:
@@ -140,7 +163,7 @@ def _placeholders(arg: str) -> list[str] | None:
 
 
 JOB_TABLES: dict[str, JobTable] = {
-    "ultralytics": JobTable(_ultralytics, section="ultralytics",
+    "ultralytics": JobTable(_ultralytics, keys=("checkpoint_every",), section="ultralytics",
                             hints={"command": "; use [ultralytics] model and data",
                                    "resume_args": " (Ultralytics runs resume natively)"}),
     "command": JobTable(_command, keys=("command", "resume_args")),

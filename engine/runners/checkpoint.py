@@ -28,15 +28,25 @@ from typing import Any
 from .verify import Unloadable, read_torch_zip
 
 __all__ = ["CheckpointCheck", "inspect_checkpoint", "verify_checkpoint", "copy_and_verify",
-           "keep_good_copy", "pick_resume_checkpoint", "GOOD_NAME"]
+           "keep_good_copy", "pick_resume_checkpoint", "mid_epoch_checkpoints", "GOOD_NAME",
+           "TRAINCTL_KEY", "MID_PREFIX"]
 
 GOOD_NAME = "last_good.pt"
+# trainctl's own entry in an Ultralytics checkpoint dict: where inside the epoch a
+# mid-epoch save was taken ({"epoch": 0-based epoch in progress, "batch": batches done,
+# "samples": samples consumed at the last optimizer step, "kind", ...}).  Ultralytics'
+# own "epoch" is then that same epoch in progress (>= 0, so Ultralytics still reads it).
+TRAINCTL_KEY = "trainctl"
+MID_PREFIX = "mid-"   # checkpoints/mid-<epoch 1-based>-<samples>.pt: the mid-epoch saves
 
 
 @dataclass(frozen=True)
 class CheckpointCheck:
     """What a check found.  ``epoch`` is the checkpoint's 0-based epoch (-1: finished
-    run, optimizer stripped); ``epochs`` the run's total; ``seconds`` the check's cost."""
+    run, optimizer stripped); ``epochs`` the run's total; ``seconds`` the check's cost.
+    A mid-epoch save (trainctl's own key) has ``batch`` (batches done in epoch ``epoch``,
+    which is still in progress), ``samples`` (consumed at its last optimizer step) and
+    ``kind`` (periodic, rescue, planned); an end-of-epoch one has ``batch`` None."""
 
     path: Path
     ok: bool
@@ -44,13 +54,32 @@ class CheckpointCheck:
     epoch: int | None = None
     epochs: int | None = None
     seconds: float = 0.0
+    batch: int | None = None
+    samples: int | None = None
+    kind: str = "epoch"
+
+    @property
+    def mid_epoch(self) -> bool:
+        return self.batch is not None
 
     @property
     def complete(self) -> bool:
         """The run this checkpoint belongs to has nothing left to train."""
         if self.epoch is not None and self.epoch < 0:
             return True
+        if self.mid_epoch:
+            return False   # its epoch is still in progress
         return self.epoch is not None and self.epochs is not None and self.epoch + 1 >= self.epochs
+
+    @property
+    def position(self) -> tuple[int, int]:
+        """Where training resumes from it: (0-based epoch, samples done in that epoch).
+        An end-of-epoch checkpoint of epoch e is (e + 1, 0); orders checkpoints by progress."""
+        if self.epoch is None:
+            return (-1, 0)
+        if self.mid_epoch:
+            return (self.epoch, self.samples or 0)
+        return (self.epoch + 1, 0)
 
 
 # ------------------------------------------------------------------ pickle walk
@@ -142,16 +171,23 @@ def _generic(op: pickletools.OpcodeInfo, stack: list[Any]) -> None:
 
 # ------------------------------------------------------------------ checks
 
-def _fields(top: dict[Any, Any]) -> tuple[Any, Any, Any]:
-    """(epoch, optimizer, epochs) of a checkpoint dict."""
+def _fields(top: dict[Any, Any]) -> tuple[Any, Any, Any, Any]:
+    """(epoch, optimizer, epochs, trainctl's mid-epoch entry) of a checkpoint dict."""
     args = top.get("train_args")
     epochs = args.get("epochs") if isinstance(args, dict) else None
-    return top.get("epoch"), top.get("optimizer"), epochs
+    return top.get("epoch"), top.get("optimizer"), epochs, top.get(TRAINCTL_KEY)
 
 
-def _judge(path: Path, epoch: Any, optimizer: Any, epochs: Any, how: str, t0: float) -> CheckpointCheck:
+def _judge(path: Path, epoch: Any, optimizer: Any, epochs: Any, mid: Any, how: str, t0: float) -> CheckpointCheck:
     took = time.perf_counter() - t0
     epochs = epochs if type(epochs) is int else None
+    if isinstance(mid, dict) and type(epoch) is int and epoch >= 0 and optimizer is not None:
+        batch, samples, kind = mid.get("batch"), mid.get("samples"), mid.get("kind")
+        if type(batch) is int and type(samples) is int and mid.get("epoch") == epoch:
+            total = f"/{epochs}" if epochs else ""
+            return CheckpointCheck(path, True, f"epoch {epoch + 1}{total} batch {batch}, resumable mid-epoch "
+                                   f"({how}, {took * 1000:.0f} ms)", epoch, epochs, took, batch, samples,
+                                   kind if isinstance(kind, str) else "periodic")
     if type(epoch) is not int:
         return CheckpointCheck(path, False, f"no 'epoch' in it: not an Ultralytics training checkpoint ({how})",
                                seconds=took)
@@ -261,15 +297,32 @@ def keep_good_copy(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str])
     return check.path if check.ok else None
 
 
+def mid_epoch_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Path]:
+    """The mid-epoch saves in a run's ``checkpoints/`` (``mid-*.pt``), newest file first."""
+    try:
+        found = [p for p in Path(checkpoint_dir).glob(f"{MID_PREFIX}*.pt") if p.is_file()]
+    except OSError:
+        return []
+    stamped = []
+    for p in found:
+        try:
+            stamped.append((p.stat().st_mtime, p.name, p))
+        except OSError:
+            continue
+    return [p for _, _, p in sorted(stamped, reverse=True)]
+
+
 def pick_resume_checkpoint(candidates: Iterable[str | os.PathLike[str] | None], *, load: bool = False,
                            on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
-    """The newest candidate that verifies (highest epoch, then newest file), or None.
+    """The candidate that verifies and goes furthest, or None: by position (epoch, then
+    samples done within it; an end-of-epoch checkpoint of epoch e counts as the start of
+    e + 1, a mid-epoch save as its epoch and samples), then the newest file.
 
     Missing files are ignored; each existing one that fails is passed to
     ``on_skip(path, reason)`` (e.g. a truncated ``last.pt``).
     """
     seen: set[Path] = set()
-    good: list[tuple[int, float, Path]] = []
+    good: list[tuple[tuple[int, int], float, Path]] = []
     for cand in candidates:
         if cand is None:
             continue
@@ -280,7 +333,7 @@ def pick_resume_checkpoint(candidates: Iterable[str | os.PathLike[str] | None], 
         seen.add(key)
         check = inspect_checkpoint(path, load=load)
         if check.ok:
-            good.append((check.epoch or 0, path.stat().st_mtime, path))
+            good.append((check.position, path.stat().st_mtime, path))
         elif on_skip is not None:
             on_skip(path, check.detail)
     if not good:

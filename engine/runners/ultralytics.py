@@ -377,7 +377,8 @@ class Reporter:
         self.emit_phase("train")
 
     def on_train_batch_end(self, trainer: Any) -> None:
-        self.batch += 1
+        # The true batch within the epoch (a resumed epoch starts past 0), else a count.
+        self.batch = getattr(trainer, "trainctl_batch", None) or self.batch + 1
         now = self.monotonic()
         self.times.append(now)
         batches = len(trainer.train_loader)
@@ -426,6 +427,14 @@ class Reporter:
             self.emit_phase("train")
 
     def on_train_end(self, trainer: Any) -> None:
+        cfg = getattr(trainer, "trainctl", None)
+        saves = getattr(cfg, "saves", None)
+        if saves:
+            took = time.time() - trainer.train_time_start
+            self.info(f"{len(saves)} mid-epoch saves paused training {sum(saves):.2f} s in all "
+                      f"(mean {sum(saves) / len(saves) * 1000:.0f} ms, max {max(saves) * 1000:.0f} ms), "
+                      f"{sum(saves) / max(took, 1e-9) * 100:.2f} % of {took:.0f} s of training",
+                      "runner.save_pauses")
         self.emit_phase("finished")
 
 
@@ -438,6 +447,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--preset", help="preset name or path")
     ap.add_argument("--resume", metavar="CHECKPOINT", help="resume from this checkpoint")
     ap.add_argument("--run-dir", help="run directory (checkpoints/, yolo_config/, Ultralytics results)")
+    ap.add_argument("--checkpoint-every", type=float, metavar="SECONDS",
+                    help="seconds between mid-epoch saves (0: none); default: the job's checkpoint_every")
     return ap.parse_args(argv)
 
 
@@ -449,7 +460,7 @@ def _load_config(args: argparse.Namespace) -> tuple[Job, Preset | None]:
     return job, preset
 
 
-def _resume_plan(sink: EventSink, ckpt: Path) -> int | None:
+def _resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int | None:
     """None to go on resuming; an exit status when there is nothing to resume."""
     check = inspect_checkpoint(ckpt, load=True)
     if check.complete:
@@ -465,8 +476,18 @@ def _resume_plan(sink: EventSink, ckpt: Path) -> int | None:
         sink.emit(E.Info(time.time(), msg, "runner.resume_failed"))
         print(f"trainctl runner: {msg}", file=sys.stderr)
         return 1
-    sink.emit(E.Info(time.time(), f"resuming from {ckpt} at epoch {check.epoch + 2}"
-                     + (f" of {check.epochs}" if check.epochs else ""), "runner.resume"))
+    of = f" of {check.epochs}" if check.epochs else ""
+    if check.mid_epoch and mid_epoch_ok:
+        where = f"at epoch {check.epoch + 1}{of}, batch {check.batch} ({check.samples} samples done)"
+    elif check.mid_epoch:
+        from trainctl.engine.runners.ultralytics_trainer import SUPPORTED
+        where = f"at the start of epoch {check.epoch + 1}{of}"
+        sink.emit(E.Info(time.time(), f"{ckpt} was saved inside epoch {check.epoch + 1} (batch {check.batch}), "
+                         f"but resuming inside an epoch needs Ultralytics {' or '.join(SUPPORTED)}x: "
+                         f"epoch {check.epoch + 1} starts over", "runner.resume_epoch_start"))
+    else:
+        where = f"at epoch {check.epoch + 2}{of}"
+    sink.emit(E.Info(time.time(), f"resuming from {ckpt} {where}", "runner.resume"))
     return None
 
 
@@ -484,14 +505,22 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(where).expanduser().absolute() if where else None
     offline_env(run_dir)
 
-    from ultralytics import YOLO   # after offline_env: it reads the environment at import
+    from ultralytics import YOLO, __version__   # after offline_env: it reads the environment at import
+
+    from trainctl.engine.runners import ultralytics_trainer as ut
 
     install_loader(preset)
     kwargs = train_kwargs(job, preset, run_dir)
-    reporter = Reporter(sink, preset, run_dir / "checkpoints" if run_dir else None)
+    checkpoints = run_dir / "checkpoints" if run_dir else None
+    reporter = Reporter(sink, preset, checkpoints)
+    every = job.checkpoint_every if args.checkpoint_every is None else max(args.checkpoint_every, 0.0)
+    mid_ok = ut.supported(__version__)
+    if not mid_ok:
+        sink.emit(E.Info(time.time(), f"Ultralytics {__version__}: no mid-epoch saves or resume (trainctl "
+                         f"supports them on {' or '.join(ut.SUPPORTED)}x)", "runner.mid_epoch_unsupported"))
     if args.resume:
         ckpt = Path(args.resume).expanduser().absolute()
-        status = _resume_plan(sink, ckpt)
+        status = _resume_plan(sink, ckpt, mid_ok)
         if status is not None:
             return status
         model = YOLO(str(ckpt))
@@ -501,6 +530,12 @@ def main(argv: list[str] | None = None) -> int:
     else:
         model = YOLO(kwargs.pop("model"))
     reporter.attach(model)
+    requests = ut.SaveRequests(run_dir)
+    requests.install()
+    sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
+    if "," not in str(kwargs.get("device", "")):   # multi-GPU (DDP) keeps Ultralytics' own trainer
+        cfg = ut.MidEpochConfig(sink, checkpoints, every, requests)
+        kwargs["trainer"] = ut.trainer_class(model._smart_load("trainer"), cfg, __version__)
     try:
         model.train(**kwargs)
     except Exception as exc:

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainctl.engine.runners.checkpoint import (
-    GOOD_NAME, copy_and_verify, inspect_checkpoint, keep_good_copy, pick_resume_checkpoint,
+    GOOD_NAME, TRAINCTL_KEY, copy_and_verify, inspect_checkpoint, keep_good_copy, pick_resume_checkpoint,
     scan_pickle, verify_checkpoint,
 )
 
@@ -39,13 +39,16 @@ def model_and_optimizer():
 def save(tmp_path, model_and_optimizer):
     model, optimizer = model_and_optimizer
 
-    def write(name: str, epoch: int, epochs: int = 3, optimizer_state: bool = True) -> Path:
+    def write(name: str, epoch: int, epochs: int = 3, optimizer_state: bool = True,
+              mid: dict | None = None) -> Path:
         path = tmp_path / name
+        extra = {TRAINCTL_KEY: {"format": 1, "epoch": epoch, **mid, "sampler_state": torch.get_rng_state(),
+                                "tloss": {"box_loss": 1.5}}} if mid else {}
         torch.save({"epoch": epoch, "best_fitness": None, "model": None,
                     "ema": deepcopy(model).half(), "updates": 10,
                     "optimizer": optimizer.state_dict() if optimizer_state else None,
                     "train_args": {"epochs": epochs, "optimizer": "auto", "batch": 4},
-                    "train_metrics": {}, "version": "8.4.190"}, path)
+                    "train_metrics": {}, "version": "8.4.190", **extra}, path)
         return path
     return write
 
@@ -123,6 +126,27 @@ def test_pick_prefers_the_highest_epoch_and_ignores_missing(save, tmp_path):
     os.utime(older_but_further, (1_000_000, 1_000_000))
     assert pick_resume_checkpoint([None, tmp_path / "nope.pt", newer, older_but_further]) == older_but_further
     assert pick_resume_checkpoint([tmp_path / "nope.pt"]) is None
+
+
+@pytest.mark.parametrize("load", [False, True])
+def test_mid_epoch_saves_rank_by_position(save, load):
+    """A save inside the last epoch is not a finished run; saves rank by (epoch, samples)."""
+    end1 = save("end1.pt", epoch=0)                                            # epoch 1 done
+    mid2 = save("mid2.pt", epoch=1, mid={"batch": 7, "samples": 28, "kind": "periodic"})
+    mid2_early = save("mid2e.pt", epoch=1, mid={"batch": 3, "samples": 12, "kind": "rescue"})
+    mid3 = save("mid3.pt", epoch=2, mid={"batch": 1, "samples": 4, "kind": "planned"})   # the last epoch
+    check = inspect_checkpoint(mid3, load=load)
+    assert check.ok and check.mid_epoch and not check.complete, check
+    assert (check.epoch, check.batch, check.samples, check.kind) == (2, 1, 4, "planned")
+    assert "epoch 3/3 batch 1, resumable mid-epoch" in check.detail
+    assert not inspect_checkpoint(end1, load=load).mid_epoch
+    for path in (mid2, mid2_early, end1):
+        os.utime(path, (2_000_000, 2_000_000))   # older files, but not what decides
+    os.utime(mid3, (1_000_000, 1_000_000))
+    assert pick_resume_checkpoint([end1, mid2_early, mid2], load=load) == mid2
+    assert pick_resume_checkpoint([end1, mid2, mid3], load=load) == mid3
+    end2 = save("end2.pt", epoch=1)                                            # epoch 2 done: past mid2
+    assert pick_resume_checkpoint([mid2, end2], load=load) == end2
 
 
 def test_the_pickle_scan_never_runs_the_pickle(tmp_path):

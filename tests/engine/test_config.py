@@ -355,6 +355,16 @@ def test_ultralytics_job_fixture():
     assert job.load_preset().name == "A" and job.load_fallback().dataloader.workers == 0
 
 
+@pytest.mark.parametrize("value,seconds", [(None, 600.0), ("0", 0.0), ("90", 90.0), ("15s", 15.0),
+                                           ('"15s"', 15.0), ('"10m"', 600.0), ('"1.5h"', 5400.0), ("2.5", 2.5)])
+def test_checkpoint_every(tmp_path, value, seconds):
+    line = "" if value is None else f"checkpoint_every = {value}\n"
+    if value == "15s":
+        line = 'checkpoint_every = " 15s "\n'
+    path = write(tmp_path / "trainctl.toml", f'kind = "ultralytics"\n{line}[ultralytics]\nmodel = "m"\ndata = "d"\n')
+    assert load_job(path).checkpoint_every == seconds
+
+
 def test_command_job_fixture():
     job_dir = DATA / "generic"
     job = load_job(job_dir / "trainctl.toml")
@@ -420,6 +430,10 @@ JOB_MISTAKES = {
                    "[ultralytics] epochs", ["integer >= 1"]),
     "command with ultralytics kind": ('kind = "ultralytics"\ncommand = ["x"]\n[ultralytics]\nmodel = "m"\n'
                                       'data = "d"\n', 2, "command", ['kind = "command"']),
+    "bad checkpoint_every": ('kind = "ultralytics"\ncheckpoint_every = "10 minutes"\n[ultralytics]\n'
+                             'model = "m"\ndata = "d"\n', 2, "checkpoint_every", ['"15s"', '"10m"', "0 = off"]),
+    "checkpoint_every for a command": ('kind = "command"\ncommand = ["true"]\ncheckpoint_every = 60\n', 3,
+                                       "checkpoint_every", ['kind = "ultralytics"']),
     "unknown job key": ('kind = "command"\ncommand = ["true"]\nretries = 2\n', 3, "retries",
                         ["unknown key", "max_restarts"]),
     "progress bad regex": ('kind = "command"\ncommand = ["true"]\n[progress]\npattern = "it (?P<batch>"\n',
