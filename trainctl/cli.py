@@ -44,6 +44,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fallback", help="fallback preset name or path, used after a stall or crash")
     p.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                    help="train-phase stall threshold (default: learned from the run)")
+    p.add_argument("--startup-idle", type=float, metavar="SECONDS",
+                   help="before the first batch, a tree this long with no output, CPU or I/O "
+                        "is a deadlock (default 90)")
+    p.add_argument("--silence-floor", type=float, metavar="SECONDS",
+                   help="an unknown progress format: the least output silence allowed (default 60)")
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
     p.add_argument("--rescue-wait", type=float, metavar="SECONDS", default=30.0,
                    help="how long a stalled trainer that saves on request gets for its rescue save (30)")
@@ -186,9 +191,10 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         raise UsageError(f"--deadline: {e}") from e
     if args.max_restarts is not None and args.max_restarts < 0:
         raise UsageError("--max-restarts: must be an integer >= 0")
-    if args.stall_timeout is not None and not (0 < args.stall_timeout < math.inf):
-        raise UsageError(f"--stall-timeout: must be a finite number of seconds > 0 "
-                         f"(got {args.stall_timeout})")
+    for flag, value in (("--stall-timeout", args.stall_timeout), ("--startup-idle", args.startup_idle),
+                        ("--silence-floor", args.silence_floor)):
+        if value is not None and not (0 < value < math.inf):
+            raise UsageError(f"{flag}: must be a finite number of seconds > 0 (got {value})")
     if job is None or job.kind == "command":
         _check_command(list(job.command) if job else list(args.command_argv), job_dir,
                        (preset.child_env() if preset else {}).get("PATH"))
@@ -230,6 +236,10 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     stall = dict(job.stall) if job else {}
     if args.stall_timeout is not None:
         stall["train_timeout"] = args.stall_timeout
+    if args.startup_idle is not None:
+        stall["startup_idle"] = args.startup_idle
+    if args.silence_floor is not None:
+        stall["silence_floor"] = args.silence_floor
     if job is not None:
         shutil.copyfile(job.path, files.job)
     spec = RunSpec(

@@ -33,8 +33,10 @@ def _forwarded_options(args) -> list[str]:
         value = getattr(args, flag, None)
         if value:
             out += [f"--{flag.replace('_', '-')}", value]
-    if args.stall_timeout is not None:
-        out += ["--stall-timeout", repr(args.stall_timeout)]
+    for flag in ("stall_timeout", "startup_idle", "silence_floor"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", repr(value)]
     if args.max_restarts is not None:
         out += ["--max-restarts", str(args.max_restarts)]
     for r in args.resume_arg or []:

@@ -17,7 +17,7 @@ from .. import events as E
 from ..config import ConfigError
 from ..process import signal_name
 from ..supervisor import Outcome, OutcomeKind, RunState, exit_code
-from .context import EndRequest, Interrupt, RunContext
+from .context import EndRequest, Interrupt, RunContext, rendezvous_wait
 from .intake import Intake
 from .runners import runner_for, trainer_env
 from .spawner import Spawner, Trainer
@@ -50,6 +50,10 @@ class AttemptLoop:
         ctx = self.ctx
         preset = ctx.preset
         resume_from: str | None = None
+        waits = rendezvous_wait(ctx.spec.command)
+        if waits and adopted is None and outcome is None:
+            ctx.info(f"no deadlock watch before the first batch: {waits} may wait at its "
+                     "rendezvous for other nodes (the startup grace still applies)", "startup_idle_off")
         if adopted is None and outcome is None:
             resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
             if resume_from:

@@ -15,6 +15,7 @@ from .context import RunContext
 
 LOG_FLUSH_S = 0.25
 LOG_TAIL = 200
+NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
 
 
 class Intake:
@@ -34,6 +35,7 @@ class Intake:
         self.last_checkpoint: E.Checkpoint | None = None
         self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
         self.last_log_flush = 0.0
+        self.silence_said = False     # "no progress format recognised" said (once a run)
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -58,6 +60,8 @@ class Intake:
 
     def on_fed(self, lines: list[FedLine]) -> None:
         now = self.ctx.clock()
+        if lines:
+            self.on_activity(now)
         for fed in lines:
             self.log_lines.append(fed.text)
             if fed.warning is not None:
@@ -69,6 +73,19 @@ class Intake:
                     self.on_progress(ev, console=True)
                 elif isinstance(ev, E.Phase) and not (self.structured or self.structured_phases):
                     self.set_phase(ev.phase, now)
+
+    def on_activity(self, now: float) -> None:
+        """Output came: the detector learns its silences; an unknown format is said once."""
+        ctx = self.ctx
+        ctx.detector.on_output(now)
+        if not ctx.detector.watching_silence:
+            return
+        if not self.silence_said:
+            self.silence_said = True
+            ctx.info(NO_FORMAT_TEXT, "no_progress_format")
+        if self.stalled and ctx.sm.state == RunState.STALLED:   # it speaks again
+            self.stalled = False
+            ctx.set_state(RunState.RUNNING, "output again")
 
     def on_kernel_line(self, line: str) -> None:
         warning = self.ctx.matcher.feed(line, self.ctx.clock(), "kernel")
