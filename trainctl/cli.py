@@ -49,6 +49,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "is a deadlock (default 90)")
     p.add_argument("--silence-floor", type=float, metavar="SECONDS",
                    help="an unknown progress format: the least output silence allowed (default 60)")
+    p.add_argument("--setup", metavar="SHELL",
+                   help="shell lines run (in bash) before the trainer, e.g. 'source ~/venv/bin/activate' "
+                        "(a job's [host] setup)")
+    p.add_argument("--via-ssh", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
     p.add_argument("--rescue-wait", type=float, metavar="SECONDS", default=30.0,
                    help="how long a stalled trainer that saves on request gets for its rescue save (30)")
@@ -254,7 +258,7 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
         rescue_wait_s=max(0.0, args.rescue_wait),
-        progress=job.progress if job else None)
+        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh)
     spec.save(files.spec)
     return run_dir, spec, not run_dir_ref
 

@@ -28,7 +28,7 @@ _SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "cu
                 "run_dir", "max_restarts")
 _SHARED_SECTIONS = ("stall", "host", "progress")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
-_HOST_KEYS = ("destination", "workdir", "trainctl")
+_HOST_KEYS = ("destination", "workdir", "trainctl", "setup")
 _PROGRESS_KEYS = ("pattern", "losses")
 
 

@@ -62,3 +62,16 @@ def test_a_busy_start_up_three_times_the_window_raises_no_stall():
     assert r.returncode == 0, r.describe()
     assert not r.of_type("stall"), r.describe()
     assert r.of_type("progress") and r.of_type("state")[-1].state == "FINISHED"
+@pytest.mark.timeout(60)
+def test_an_import_error_fails_at_once_naming_the_missing_module():
+    r = run_trainctl(["run", "--json", "--", PYTHON, str(CASES), "import-error"], timeout=50)
+    assert r.returncode == 1, r.describe()
+    assert len(r.of_type("start")) == 1 and not r.of_type("restart"), r.describe()
+    exit_ev = r.of_type("exit")[0]
+    want = "ModuleNotFoundError: No module named 'trainctl_missing_module_for_tests'"
+    assert exit_ev.exception == want, exit_ev
+    assert any(want in line for line in exit_ev.traceback), exit_ev.traceback
+    final = r.of_type("state")[-1]
+    assert final.state == "FAILED" and want in final.reason, final
+    fatal = [w for w in r.of_type("warning") if w.id == "trainctl.failed"]
+    assert fatal and "environment" in fatal[0].advice.lower(), fatal
