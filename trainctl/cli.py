@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--explain", action="store_true",
                     help="each line: which format reader claimed it and what it read")
     sc.add_argument("--job", help="with --explain: a job file whose [progress] pattern is tried first")
+    sc.add_argument("--kernel-log", metavar="FILE",
+                    help="a saved kernel log (dmesg -T or journalctl -k output): its findings, "
+                         "interleaved with the trainer's by time when both have timestamps")
     ctl = sub.add_parser("ctl", help="send a command to a running agent", **codes)
     ctl.add_argument("run_dir")
     ctl.add_argument("command", choices=CTL_COMMANDS)
@@ -726,7 +729,7 @@ def cmd_scan(args) -> int:
     from .engine.scan import main_explain, main_scan
     if args.explain or args.job:
         return main_explain(args.logfile, args.json, args.job)
-    return main_scan(args.logfile, args.json)
+    return main_scan(args.logfile, args.json, args.kernel_log)
 
 
 def cmd_presets(args) -> int:
