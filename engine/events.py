@@ -95,6 +95,8 @@ class Exit(Event):
     type: ClassVar[str] = "exit"
     returncode: int | None
     signal: str | None = None
+    exception: str | None = None        # the trainer's last exception line, from its output
+    traceback: tuple[str, ...] = ()     # the tail of that traceback (a few lines)
 
 
 @dataclass(frozen=True)
@@ -224,7 +226,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: _float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "what_if", "processes", "lines", "redone"):
+    for k in ("command", "what_if", "processes", "lines", "redone", "traceback"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

@@ -24,6 +24,22 @@ def format_event(ev: E.Event) -> str | None:
     return sanitize_text(line) if line is not None else None
 
 
+class Printer:
+    """:func:`format_event` for a stream of events: "ETA unknown" is said once, not at
+    every projection (every 30 s), until an ETA was known again."""
+
+    def __init__(self) -> None:
+        self._eta_unknown = False
+
+    def format(self, ev: E.Event) -> str | None:
+        if isinstance(ev, E.Projection) and not ev.finished:
+            unknown = ev.eta is None
+            if unknown and self._eta_unknown:
+                return None
+            self._eta_unknown = unknown
+        return format_event(ev)
+
+
 def _format(ev: E.Event) -> str | None:
     t = _clock(ev.ts)
     match ev:
@@ -49,7 +65,9 @@ def _format(ev: E.Event) -> str | None:
                     f"in {ev.delay_s:.1f}s: {ev.reason}")
         case E.Exit():
             sig = f" ({ev.signal})" if ev.signal else ""
-            return f"{t} EXIT   returncode {ev.returncode}{sig}"
+            exc = f": {ev.exception}" if ev.exception else ""
+            tail = "".join(f"\n         | {line}" for line in ev.traceback)
+            return f"{t} EXIT   returncode {ev.returncode}{sig}{exc}{tail}"
         case E.State():
             why = f": {ev.reason}" if ev.reason else ""
             return f"{t} STATE  {ev.state}{why}"

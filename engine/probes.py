@@ -45,6 +45,7 @@ class ProcSample:
     num_threads: int | None
     wchan: str | None            # kernel function it sleeps in, from /proc/<pid>/wchan
     cmdline: str = ""            # shortened, for stack dump headers
+    io_chars: int | None = None  # /proc/<pid>/io rchar + wchar (files, pipes, sockets); None: unreadable
 
     def as_dict(self) -> dict[str, Any]:
         """For the tick event (JSON-friendly)."""
@@ -149,12 +150,17 @@ class TreeSampler:
                 ppid = proc.ppid()
                 name = proc.name()
                 cpu = proc.cpu_percent(None) if status != psutil.STATUS_ZOMBIE else 0.0
-                rss = threads = None
+                rss = threads = io = None
                 if status != psutil.STATUS_ZOMBIE:
                     try:
                         rss = proc.memory_info().rss
                         threads = proc.num_threads()
                     except psutil.Error:
+                        pass
+                    try:
+                        counters = proc.io_counters()
+                        io = counters.read_chars + counters.write_chars
+                    except (psutil.Error, AttributeError, OSError):
                         pass
         except psutil.NoSuchProcess:
             return None
@@ -166,11 +172,26 @@ class TreeSampler:
             role = "worker"
         self._roles[proc.pid] = role
         return ProcSample(proc.pid, ppid, role, name, status, cpu if known else None, rss, threads,
-                          read_wchan(proc.pid), " ".join(cmd)[:200])
+                          read_wchan(proc.pid), " ".join(cmd)[:200], io)
 
     def worker_pids(self) -> frozenset[int]:
         """Workers of the last sample (alive then)."""
         return frozenset(s.pid for s in self.last if s.role == "worker")
+
+
+def tree_activity(samples: Sequence[ProcSample]) -> tuple[float | None, int | None]:
+    """The tree's CPU (% of one core, summed; None while a process has no figure yet) and
+    its bytes read and written (rchar + wchar summed; None when none could be read)."""
+    cpu: float | None = 0.0
+    io: int | None = None
+    for s in samples:
+        if s.cpu_percent is None:
+            cpu = None
+        elif cpu is not None:
+            cpu += s.cpu_percent
+        if s.io_chars is not None:
+            io = (io or 0) + s.io_chars
+    return cpu, io
 
 
 def process_tree(pid: int, sampler: TreeSampler | None = None) -> tuple[ProcSample, ...]:

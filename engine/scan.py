@@ -8,6 +8,7 @@ the first and last progress, the warnings, and where the run stopped.
 from __future__ import annotations
 
 import json
+import re
 import math
 import sys
 from collections import deque
@@ -357,7 +358,7 @@ def main_explain(path: str, as_json: bool, job: str | None = None) -> int:
     return 0
 
 
-def main_scan(path: str, as_json: bool) -> int:
+def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
     """``trainctl scan PATH [--json]``: print the report; 0 when read, 2 when unreadable."""
     p = Path(path)
     if not p.is_file():
@@ -376,8 +377,125 @@ def main_scan(path: str, as_json: bool) -> int:
     except OSError as e:
         print(f"trainctl scan: cannot read log file {path}: {e.strerror or e}", file=sys.stderr)
         return 2
+    section = None
+    if kernel_log is not None and matcher is not None:
+        try:   # fresh matchers: each finding counted from its own file
+            section = kernel_section(p, kernel_log, _default_matcher())
+        except OSError as e:
+            print(f"trainctl scan: cannot read kernel log {kernel_log}: {e.strerror or e}",
+                  file=sys.stderr)
+            return 2
     if as_json:
-        print(json.dumps(report_to_dict(report), ensure_ascii=False))
+        out = report_to_dict(report)
+        if section is not None:
+            out["kernel"] = section
+        print(json.dumps(out, ensure_ascii=False))
     else:
         print(format_report(report))
+        if section is not None:
+            print(format_kernel_section(section))
     return 0
+
+
+# ---------------------------------------------------------------------- kernel logs
+
+_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
+                                       "Sep", "Oct", "Nov", "Dec"), 1)}
+# dmesg -T: "[Mon Nov 24 13:02:11 2025] amdgpu ..."
+_DMESG_T = re.compile(r"^\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ")
+# journalctl -k (short): "Nov 24 13:02:11 host kernel: ..."; short-iso: "2025-11-24T13:02:11+0100 host kernel: ..."
+_JOURNAL = re.compile(r"^([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) \S+ kernel: ")
+_ISO = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One matched line: where it is, when (None: the line has no time) and what."""
+
+    source: str            # "trainer" | "kernel"
+    line: int              # 1-based line number in its file
+    ts: float | None
+    id: str
+    severity: str
+    text: str
+
+
+def line_time(line: str, year: int | None = None) -> float | None:
+    """The local time a log line starts with (dmesg -T, journalctl -k, ISO 8601 as Python
+    logging writes it), or None.  A journalctl line has no year: ``year`` (default: this one)."""
+    import datetime as dt
+    import time as _time
+    try:
+        if m := _DMESG_T.match(line):
+            mon, day, hh, mm, ss, yy = m.groups()
+            return dt.datetime(int(yy), _MONTHS[mon], int(day), int(hh), int(mm), int(ss)).timestamp()
+        if m := _JOURNAL.match(line):
+            mon, day, hh, mm, ss = m.groups()
+            return dt.datetime(year or _time.localtime().tm_year, _MONTHS[mon], int(day),
+                               int(hh), int(mm), int(ss)).timestamp()
+        if m := _ISO.match(line):
+            return dt.datetime(*map(int, m.groups())).timestamp()
+    except (KeyError, ValueError, OverflowError):
+        return None
+    return None
+
+
+def findings(path: str | Path, source: str, matcher: Matcher, year: int | None = None) -> list[Finding]:
+    """The signature matches of a trainer log or a saved kernel log (``source``), each with
+    the time of its line, or else of the last timed line before it (None when none)."""
+    out: list[Finding] = []
+    last_ts: float | None = None
+    splitter = OutputFeed(None).splitter
+    n = 0
+    with open(path, "rb") as f:
+        while True:
+            chunk = f.read(CHUNK)
+            texts = splitter.feed(chunk) if chunk else splitter.flush()
+            for text in texts:
+                n += 1
+                ts = line_time(text, year)
+                last_ts = ts if ts is not None else last_ts
+                w = matcher.feed(text, 0.0, source)
+                sig = getattr(matcher, "last", None)
+                # a trainer's warnings once per id (and at 10, 100, ...); every kernel line
+                if w is not None or (source == "kernel" and sig is not None):
+                    out.append(Finding(source, n, last_ts, w.id if w else sig.id,
+                                       w.severity if w else sig.severity, sanitize(text)[:300]))
+            if not chunk:
+                break
+    return out
+
+
+def kernel_section(log: str | Path, kernel_log: str | Path, matcher: Matcher) -> dict[str, Any]:
+    """The kernel log's findings next to the trainer log's: interleaved by time when both
+    files carry timestamps, else listed apart (``interleaved`` says which)."""
+    import datetime as dt
+    trainer = findings(log, "trainer", matcher)
+    year = next((dt.datetime.fromtimestamp(f.ts).year for f in trainer if f.ts is not None), None)
+    kernel = findings(kernel_log, "kernel", matcher, year)
+    both = (any(f.ts is not None for f in trainer) and kernel and all(f.ts is not None for f in kernel))
+    if both:
+        merged = sorted(kernel + [f for f in trainer if f.ts is not None],
+                        key=lambda f: (f.ts, f.source != "trainer", f.line))
+        return {"kernel_log": str(kernel_log), "interleaved": True,
+                "timeline": [asdict(f) for f in merged]}
+    why = ("no kernel finding" if not kernel else
+           "the kernel log has no timestamps (save it with `dmesg -T` or `journalctl -k`)"
+           if any(f.ts is None for f in kernel) else "the trainer log has no timestamps")
+    return {"kernel_log": str(kernel_log), "interleaved": False, "why": why,
+            "kernel": [asdict(f) for f in kernel]}
+
+
+def format_kernel_section(section: dict[str, Any]) -> str:
+    import time as _time
+    out = [f"Kernel log {section['kernel_log']}:"]
+    rows = section.get("timeline") if section["interleaved"] else section.get("kernel")
+    if not section["interleaved"]:
+        out.append(f"  kernel findings listed apart: {section['why']}")
+    if not rows:
+        out.append("  no kernel finding")
+    for f in rows or ():
+        when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(f["ts"])) if f["ts"] else "-"
+        out.append(f"  {when}  {f['source']:7} line {f['line']:<6} {f['severity'].upper():7} "
+                   f"{f['id']}: {f['text'][:160]}")
+    return "\n".join(out)

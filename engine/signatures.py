@@ -52,7 +52,7 @@ _PREFIX_RE = re.compile(
     r"|kernel: )"
 )
 _REQUIRED = ("id", "title", "severity", "source", "action", "patterns", "advice", "examples")
-_OPTIONAL = ("startup_evidence", "per_code")
+_OPTIONAL = ("startup_evidence", "per_code", "before_progress")
 _CODE_KEYS = ("title", "severity", "action", "advice")
 
 
@@ -74,6 +74,7 @@ class Signature:
     examples: tuple[str, ...] = ()
     startup_evidence: bool = False
     per_code: str | None = None
+    before_progress: bool = False   # its action holds only before the attempt's first batch
 
     def search(self, line: str) -> re.Match[str] | None:
         """The first pattern's match in ``line`` (already normalised), or None."""
@@ -307,8 +308,10 @@ def _load_signature(entry: Any, n: int, path: str, codes: dict[str, dict[str, Co
         if not isinstance(value, list) or not value or not all(isinstance(v, str) for v in value):
             raise CatalogError(f"{where}: {key} must be a non-empty list of strings")
     startup = entry.get("startup_evidence", False)
-    if not isinstance(startup, bool):
-        raise CatalogError(f"{where}: startup_evidence must be true or false")
+    before = entry.get("before_progress", False)
+    for key, value in (("startup_evidence", startup), ("before_progress", before)):
+        if not isinstance(value, bool):
+            raise CatalogError(f"{where}: {key} must be true or false")
     patterns = []
     for i, text in enumerate(entry["patterns"], 1):
         try:
@@ -326,7 +329,7 @@ def _load_signature(entry: Any, n: int, path: str, codes: dict[str, dict[str, Co
     return Signature(id=sid, title=entry["title"], severity=entry["severity"],
                      source=entry["source"], action=entry["action"], patterns=tuple(patterns),
                      advice=entry["advice"].strip(), examples=tuple(entry["examples"]),
-                     startup_evidence=startup, per_code=per_code)
+                     startup_evidence=startup, per_code=per_code, before_progress=before)
 
 
 # ---------------------------------------------------------------------- prefilter

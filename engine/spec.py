@@ -33,6 +33,8 @@ class RunSpec:
     no_progress_limit: int = 2
     kernel_log: bool = True
     progress: dict | None = None               # the job's [progress]: {"pattern", "losses"}
+    setup: str = ""                            # shell lines run before the trainer ([host] setup)
+    remote: bool = False                       # started on this box by `trainctl run --host`
 
     def save(self, path: Path) -> None:
         tmp = Path(str(path) + ".tmp")

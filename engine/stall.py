@@ -32,6 +32,23 @@ How long a silence may last depends on what the trainer is doing:
   slow (its workers restart), so that gap counts toward val/save, not train.
 * **finished**: never stalls.
 
+Two watches work before the first batch, whatever the phase's own threshold says:
+
+* **output silence** (an unknown progress format): feed every console line with
+  :meth:`~StallDetector.on_output`.  When the output has come in ``UNKNOWN_BURSTS``
+  (5) bursts (lines ``BURST_GAP_S`` apart or more) and no progress was read, the format is
+  unknown (:attr:`~StallDetector.watching_silence`): from then on, until a first batch,
+  the silence since the last line may last ``max(silence_floor, 2 × longest silence
+  between lines seen)`` (floor 60 s), instead of the startup grace.
+* **a still tree** (a deadlock at start-up): feed the tree's CPU and I/O each tick with
+  :meth:`~StallDetector.on_tree`.  When nothing happened for ``startup_idle`` (90 s): no
+  output, no CPU (the tree below ``IDLE_CPU_PERCENT`` in all), and no change in the
+  bytes read and written (/proc/PID/io rchar + wchar: files, pipes, and sockets used with
+  read/write; the kernel does not count send/recv there, but a download writes its file), that is
+  a deadlock before the first batch.  A busy CPU or I/O (compile, MIOpen kernel search,
+  dataset caching, a download) keeps the long startup grace.  ``startup_idle=None``
+  turns it off (a torchrun rank waiting for other nodes at its rendezvous).
+
 Several ranks: progress may carry ``rank``; each rank keeps its own last-progress time,
 so a verdict names the ranks that are stuck, and one stuck rank among moving ones gives
 its own verdict ("rank 1 made no progress ...").
@@ -63,6 +80,12 @@ MIN_SAMPLES = 3
 TRAIN_WINDOW = 512
 PHASE_WINDOW = 64
 STATE_VERSION = 1
+SILENCE_FLOOR_S = 60.0       # an unknown format: the least silence allowed
+SILENCE_FACTOR = 2.0         # × the longest healthy silence between output lines
+BURST_GAP_S = 0.5            # a line this long after the previous one starts a new burst
+UNKNOWN_BURSTS = 5           # bursts of output with no progress: the format is unknown
+STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
+IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
 
 _PHASES = ("startup", "train", "val", "save", "finished")
 
@@ -111,7 +134,9 @@ class StallDetector:
                  floor: float = FLOOR_S, factor: float = FACTOR, *,
                  phase_factor: float = PHASE_FACTOR, startup_grace: float = STARTUP_GRACE_S,
                  startup_max: float = STARTUP_MAX_S, evidence_window: float = EVIDENCE_WINDOW_S,
-                 initial: float = INITIAL_S, warmup_batches: int = WARMUP_BATCHES) -> None:
+                 initial: float = INITIAL_S, warmup_batches: int = WARMUP_BATCHES,
+                 silence_floor: float = SILENCE_FLOOR_S,
+                 startup_idle: float | None = STARTUP_IDLE_S) -> None:
         self.train_timeout = _positive("train_timeout", train_timeout)
         self.startup_timeout = _positive("startup_timeout", startup_timeout)
         self.val_timeout = _positive("val_timeout", val_timeout)
@@ -126,11 +151,14 @@ class StallDetector:
         if not isinstance(warmup_batches, int) or warmup_batches < 0:
             raise ValueError(f"stall detector: warmup_batches must be an int >= 0 (got {warmup_batches!r})")
         self.warmup_batches = warmup_batches
+        self.silence_floor = _positive("silence_floor", silence_floor, optional=False)
+        self.startup_idle = _positive("startup_idle", startup_idle)
         # learned statistics (kept across attempts, saved by state_dict)
         self._train: deque[float] = deque(maxlen=TRAIN_WINDOW)
         self._train_peak = 0.0
         self._learned: dict[str, deque[float]] = {
-            k: deque(maxlen=PHASE_WINDOW) for k in ("warmup", "boundary", "val", "save", "startup")}
+            k: deque(maxlen=PHASE_WINDOW)
+            for k in ("warmup", "boundary", "val", "save", "startup", "silence")}
         self.reset(0.0)
 
     # ------------------------------------------------------------------ feeding
@@ -146,6 +174,14 @@ class StallDetector:
         self._armed = True
         self._evidence_t: float | None = None
         self._evidence: dict[str, int] = {}
+        self._progressed = False         # a batch came in this attempt
+        self._out_t: float | None = None  # the last console line
+        self._bursts = 0
+        self._silence = False            # unknown format: output silence is watched
+        self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
+        self._io: int | None = None
+        self._sampled = False            # the tree was sampled in this attempt
+        self._idle_armed = True
 
     def on_phase(self, phase: str, now: float) -> None:
         """The trainer entered ``phase`` (startup, train, val, save, finished)."""
@@ -182,6 +218,7 @@ class StallDetector:
             self._armed = True
             self._touch(key, ev, now, count=False)
             return
+        self._progressed = True
         if self._phase != "train":
             if self._phase != "finished":
                 self._learn(self._phase, now - self._phase_start)
@@ -198,7 +235,48 @@ class StallDetector:
         self._evidence_t = now if self._evidence_t is None else max(self._evidence_t, now)
         self._evidence[kind] = self._evidence.get(kind, 0) + 1
 
+    def on_output(self, now: float) -> None:
+        """A console line.  Before the first batch it is activity, and it teaches the
+        silences of a trainer whose progress format is unknown (see the module doc)."""
+        if self._progressed or self._phase != "startup":
+            return
+        self._active_t = max(self._active_t, now)
+        self._idle_armed = True
+        if self._out_t is None:
+            self._bursts = 1
+        else:
+            gap = now - self._out_t
+            if gap >= BURST_GAP_S:
+                self._bursts += 1
+                self._learn("silence", gap)
+        self._out_t = now
+        if self._silence:
+            self._armed = True
+        elif self._bursts >= UNKNOWN_BURSTS:
+            self._silence = True
+            self._armed = True
+
+    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None) -> None:
+        """One sample of the trainer's whole tree: its CPU (% of one core, summed; None:
+        not known yet) and the bytes it read and wrote (rchar + wchar; None: unreadable).
+        Busy CPU or a change in the bytes is activity before the first batch."""
+        if self._progressed or self._phase != "startup":
+            return
+        first = not self._sampled
+        self._sampled = True
+        moved = io_bytes is not None and self._io is not None and io_bytes != self._io
+        if io_bytes is not None:
+            self._io = io_bytes
+        if first or moved or cpu_percent is None or cpu_percent >= IDLE_CPU_PERCENT:
+            self._active_t = max(self._active_t, now)
+            self._idle_armed = True
+
     # ------------------------------------------------------------------ asking
+    @property
+    def watching_silence(self) -> bool:
+        """The progress format is unknown: output silence is watched (until a first batch)."""
+        return self._silence and not self._progressed and self._phase == "startup"
+
     @property
     def phase(self) -> str:
         """The phase whose threshold applies now (a val/save stays until the next batch)."""
@@ -227,6 +305,9 @@ class StallDetector:
         """A verdict the first time the silence passes the threshold, then None until progress."""
         if self._phase == "finished":
             return None
+        still = self._still_tree(now)
+        if still is not None:
+            return still
         mode = self._mode_for(self._ranks.get(self._last_key))
         limit, basis = self._threshold(mode, now)
         idle = self.idle(now)
@@ -270,7 +351,22 @@ class StallDetector:
         for r in self._ranks.values():
             r.armed = True
 
+    def _still_tree(self, now: float) -> StallVerdict | None:
+        """The deadlock before the first batch: a tree with no output, CPU or I/O."""
+        if (self.startup_idle is None or not self._sampled or not self._idle_armed
+                or self._progressed or self._phase != "startup"):
+            return None
+        quiet = now - self._active_t
+        if quiet <= self.startup_idle:
+            return None
+        self._idle_armed = False
+        return StallVerdict("startup", quiet, self.startup_idle,
+                            f"deadlock before the first batch: no output, no CPU and no I/O "
+                            f"for {quiet:.0f}s (startup idle window {self.startup_idle:.0f}s)")
+
     def _reference(self) -> float:
+        if self.watching_silence and self._out_t is not None:
+            return self._out_t
         if self._phase == "train" and self._ranks:
             return max(self._ref, max(r.last_t for r in self._ranks.values()))
         return self._ref
@@ -309,7 +405,7 @@ class StallDetector:
     def _mode_for(self, rank: _Rank | None) -> str:
         """train is split by what the next gap will be: warmup, boundary or steady train."""
         if self._phase != "train":
-            return self._phase
+            return "silence" if self.watching_silence else self._phase
         if rank is None:
             return "warmup"
         if rank.batch is not None and rank.batches is not None and rank.batch >= rank.batches:
@@ -342,6 +438,8 @@ class StallDetector:
     def _threshold(self, mode: str, now: float) -> tuple[float, str]:
         if mode == "startup":
             return self._startup()
+        if mode == "silence":
+            return self._silent()
         if mode == "train":
             return self._steady()
         if mode == "warmup":
@@ -389,10 +487,21 @@ class StallDetector:
             value, basis = 2 * max(seen), f"2 × longest startup seen ({max(seen):.0f}s)"
         return value, basis
 
+    def _silent(self) -> tuple[float, str]:
+        seen = self._learned["silence"]
+        longest = max(seen, default=0.0)
+        value = SILENCE_FACTOR * longest
+        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × longest silence between "
+                 f"output lines ({longest:.3g}s)")
+        if value < self.silence_floor:
+            value, basis = self.silence_floor, f"floor ({basis} is below it)"
+        return value, basis
+
     def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
         what = {"startup": "no first batch yet", "train": "no progress", "warmup": "no progress",
                 "boundary": "no progress after the last batch of the epoch",
-                "val": "validation silent", "save": "checkpoint save silent"}.get(mode, "no progress")
+                "val": "validation silent", "save": "checkpoint save silent",
+                "silence": "no output"}.get(mode, "no progress")
         return f"{what} for {idle:.0f}s in {self._phase} (threshold {limit:.0f}s: {basis})"
 
     def _check_ranks(self, now: float) -> StallVerdict | None:

@@ -84,6 +84,7 @@ class Outcome:
     preset: str | None = None
     requested_preset: str | None = None   # for user_restart: the preset asked for
     stop_reason: str | None = None        # a fatal warning whose advice is "a human must act"
+    exception: str | None = None          # the trainer's last exception line
 
 
 @dataclass(frozen=True)
@@ -131,6 +132,8 @@ class RecoveryPolicy:
                             outcome.requested_preset or current, 0.0)
         what = ("stalled" if outcome.kind == "stall"
                 else f"exited with code {outcome.returncode}")
+        if outcome.exception and outcome.kind != "stall":
+            what += f" ({outcome.exception})"
         if outcome.stop_reason and outcome.returncode is None and outcome.kind == "crash":
             # It never ran (spawn failed, preset invalid): no exit code to speak of.
             return Decision("fail", f"the trainer could not start: {outcome.stop_reason}", current)

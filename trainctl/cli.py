@@ -44,6 +44,15 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fallback", help="fallback preset name or path, used after a stall or crash")
     p.add_argument("--stall-timeout", type=float, metavar="SECONDS",
                    help="train-phase stall threshold (default: learned from the run)")
+    p.add_argument("--startup-idle", type=float, metavar="SECONDS",
+                   help="before the first batch, a tree this long with no output, CPU or I/O "
+                        "is a deadlock (default 90)")
+    p.add_argument("--silence-floor", type=float, metavar="SECONDS",
+                   help="an unknown progress format: the least output silence allowed (default 60)")
+    p.add_argument("--setup", metavar="SHELL",
+                   help="shell lines run (in bash) before the trainer, e.g. 'source ~/venv/bin/activate' "
+                        "(a job's [host] setup)")
+    p.add_argument("--via-ssh", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
     p.add_argument("--rescue-wait", type=float, metavar="SECONDS", default=30.0,
                    help="how long a stalled trainer that saves on request gets for its rescue save (30)")
@@ -100,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     sc.add_argument("--explain", action="store_true",
                     help="each line: which format reader claimed it and what it read")
     sc.add_argument("--job", help="with --explain: a job file whose [progress] pattern is tried first")
+    sc.add_argument("--kernel-log", metavar="FILE",
+                    help="a saved kernel log (dmesg -T or journalctl -k output): its findings, "
+                         "interleaved with the trainer's by time when both have timestamps")
     ctl = sub.add_parser("ctl", help="send a command to a running agent", **codes)
     ctl.add_argument("run_dir")
     ctl.add_argument("command", choices=CTL_COMMANDS)
@@ -186,9 +198,10 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         raise UsageError(f"--deadline: {e}") from e
     if args.max_restarts is not None and args.max_restarts < 0:
         raise UsageError("--max-restarts: must be an integer >= 0")
-    if args.stall_timeout is not None and not (0 < args.stall_timeout < math.inf):
-        raise UsageError(f"--stall-timeout: must be a finite number of seconds > 0 "
-                         f"(got {args.stall_timeout})")
+    for flag, value in (("--stall-timeout", args.stall_timeout), ("--startup-idle", args.startup_idle),
+                        ("--silence-floor", args.silence_floor)):
+        if value is not None and not (0 < value < math.inf):
+            raise UsageError(f"{flag}: must be a finite number of seconds > 0 (got {value})")
     if job is None or job.kind == "command":
         _check_command(list(job.command) if job else list(args.command_argv), job_dir,
                        (preset.child_env() if preset else {}).get("PATH"))
@@ -230,6 +243,10 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     stall = dict(job.stall) if job else {}
     if args.stall_timeout is not None:
         stall["train_timeout"] = args.stall_timeout
+    if args.startup_idle is not None:
+        stall["startup_idle"] = args.startup_idle
+    if args.silence_floor is not None:
+        stall["silence_floor"] = args.silence_floor
     if job is not None:
         shutil.copyfile(job.path, files.job)
     spec = RunSpec(
@@ -244,7 +261,7 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
         rescue_wait_s=max(0.0, args.rescue_wait),
-        progress=job.progress if job else None)
+        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh)
     spec.save(files.spec)
     return run_dir, spec, not run_dir_ref
 
@@ -712,7 +729,7 @@ def cmd_scan(args) -> int:
     from .engine.scan import main_explain, main_scan
     if args.explain or args.job:
         return main_explain(args.logfile, args.json, args.job)
-    return main_scan(args.logfile, args.json)
+    return main_scan(args.logfile, args.json, args.kernel_log)
 
 
 def cmd_presets(args) -> int:

@@ -51,13 +51,15 @@ def printer(as_json: bool):
     import json
 
     from .engine.events import to_dict
-    from .engine.printer import format_event
+    from .engine.printer import Printer
+
+    text = Printer()
 
     def emit(ev) -> None:
         if as_json:
             line = json.dumps(to_dict(ev), separators=(",", ":"), ensure_ascii=True)
         else:
-            line = format_event(ev)   # sanitised
+            line = text.format(ev)   # sanitised; "ETA unknown" once
         if line is not None:
             print(line, flush=True)
     return emit

@@ -33,14 +33,17 @@ def _forwarded_options(args) -> list[str]:
         value = getattr(args, flag, None)
         if value:
             out += [f"--{flag.replace('_', '-')}", value]
-    if args.stall_timeout is not None:
-        out += ["--stall-timeout", repr(args.stall_timeout)]
+    for flag in ("stall_timeout", "startup_idle", "silence_floor"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", repr(value)]
     if args.max_restarts is not None:
         out += ["--max-restarts", str(args.max_restarts)]
     for r in args.resume_arg or []:
         out += ["--resume-arg", r]
     if args.no_auto_recover:
         out.append("--no-auto-recover")
+    out.append("--via-ssh")   # the box's agent says so in its advice
     return out
 
 
@@ -77,6 +80,9 @@ def run_remote(args) -> int:
                 sent[p.name] = posixpath.join(base, "presets", f"{p.name}.toml")
                 host.send_file(p.path, sent[p.name])
         opts = _forwarded_options(args)
+        setup = args.setup or host_cfg.get("setup") or ""
+        if setup:
+            opts += ["--setup", setup]
         for flag in ("--preset", "--fallback"):
             if flag in opts:
                 # Names and paths on this machine mean the copies sent to the box, named by
@@ -97,7 +103,7 @@ def run_remote(args) -> int:
             # Checked on the box, where it will run (a job's in WORKDIR/JOB, a command's in
             # the remote home), before an agent starts there.
             _check_remote_command(host, list(job.command) if job else list(args.command_argv),
-                                  _remote_path(base) if job else ".")
+                                  _remote_path(base) if job else ".", setup)
         r = host.run(argv, timeout=120)
         if r.returncode != 0:
             raise UsageError(f"could not start the run on {host.name}: "
@@ -133,19 +139,25 @@ def attach_hint(url: str) -> str:
     return f"trainctl attach {shlex.quote(url)}"
 
 
-def _check_remote_command(host, argv: list[str], cwd: str) -> None:
+def _check_remote_command(host, argv: list[str], cwd: str, setup: str = "") -> None:
     """Refuse a command that the box cannot start (`command -v` there, in ``cwd``; a path
     must be an executable file), before an agent starts: UsageError naming it."""
     if not argv or not argv[0]:
         raise UsageError("empty command: give one after `--` (trainctl run -- python train.py)")
     script = ('cd "$1" 2>/dev/null || cd; case $2 in */*) test -f "$2" && test -x "$2";; '
               '*) command -v "$2" >/dev/null;; esac')
-    r = host.run(["sh", "-c", script, "sh", cwd, argv[0]], timeout=60)
+    if setup:   # the job's environment first, as the trainer will have it (bash: `source`)
+        r = host.run(["bash", "-c", f"{setup}\n{script}", "bash", cwd, argv[0]], timeout=60)
+    else:
+        r = host.run(["sh", "-c", script, "sh", cwd, argv[0]], timeout=60)
     if r.returncode != 0:
         where = f"in {cwd} " if cwd != "." else ""
+        hint = (", after its [host] setup" if setup else
+                "; if it lives in a venv or conda env, say how to enter it with [host] setup = "
+                "\"source ~/venv/bin/activate\" in the job")
         raise UsageError(f"command {argv[0]!r} not found on {host.name} {where}(as an "
                          f"executable file or on the PATH of a non-interactive ssh session "
-                         f"there)")
+                         f"there){hint}")
 
 
 def _job_for_box(path: Path) -> str:

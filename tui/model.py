@@ -190,6 +190,9 @@ class RunModel:
 
     def _on_exit(self, e: ev.Exit) -> None:
         self.exit = e
+        if e.exception:   # the traceback's tail, in the warnings panel
+            self.note("trainer.exception", "error", e.exception,
+                      " | ".join(e.traceback[:-1]) if e.traceback else "", e.ts)
 
     def _on_projection(self, e: ev.Projection) -> None:
         self.projection = e

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 
 from .. import events as E
 from ..config import ConfigError
+from ..parse import last_exception
 from ..process import signal_name
 from ..supervisor import Outcome, OutcomeKind, RunState, exit_code
-from .context import EndRequest, Interrupt, RunContext
+from .context import EndRequest, Interrupt, RunContext, rendezvous_wait
 from .intake import Intake
 from .runners import runner_for, trainer_env
 from .spawner import Spawner, Trainer
@@ -29,6 +31,19 @@ READERS_DRAIN_S = 5.0
 EXIT_SUPERVISION_LOST = 5   # the agent could not go on supervising (its reason is journaled)
 KILL_RETRY_S = 1.0
 OFFSETS_S = 1.0
+
+
+def with_setup(argv: list[str], setup: str) -> list[str]:
+    """``argv`` run after the job's environment setup (``[host] setup``, e.g. ``source
+    ~/venv/bin/activate``): through bash (``source`` is not POSIX sh), which then execs
+    the trainer (same pid)."""
+    if not setup.strip():
+        return argv
+    shell = shutil.which("bash") or "/bin/sh"
+    return [shell, "-c", f'{setup}\nexec "$@"', "trainctl-setup", *argv]
+
+
+_IMPORT_ERROR = ("ModuleNotFoundError:", "ImportError:")
 
 
 class AttemptLoop:
@@ -50,6 +65,10 @@ class AttemptLoop:
         ctx = self.ctx
         preset = ctx.preset
         resume_from: str | None = None
+        waits = rendezvous_wait(ctx.spec.command)
+        if waits and adopted is None and outcome is None:
+            ctx.info(f"no deadlock watch before the first batch: {waits} may wait at its "
+                     "rendezvous for other nodes (the startup grace still applies)", "startup_idle_off")
         if adopted is None and outcome is None:
             resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
             if resume_from:
@@ -107,6 +126,17 @@ class AttemptLoop:
                   if outcome.returncode is None else
                   "Read the stall diagnosis, warnings and stacks above; fix, then "
                   "`trainctl run` again.")
+        if outcome.exception and outcome.exception.startswith(_IMPORT_ERROR):
+            advice = ("Install the missing module in the environment the trainer runs in (the "
+                      "python that runs it), then `trainctl run` again.")
+            if ctx.spec.remote:
+                now = (f"(now: {ctx.spec.setup!r})" if ctx.spec.setup.strip() else "(none set)")
+                advice = (f"On {ctx.spec.host} the trainer runs in a non-login shell, where "
+                          "`python` is often not your venv's: say how to prepare the environment "
+                          "with [host] setup = \"source ~/venv/bin/activate\" (or a conda "
+                          f"activate line) in the job {now}, or install the module there.")
+        elif outcome.exception and outcome.stop_reason:
+            advice = "Fix the error above (a restart would meet it again), then `trainctl run` again."
         good = self.resume_checkpoint() if outcome.returncode is not None else None
         if good:
             advice += (f" To go on from its last good checkpoint ({good}): "
@@ -126,7 +156,7 @@ class AttemptLoop:
         preset = ctx.load_preset(preset_name)
         env = trainer_env(ctx.files, preset_name, preset, ctx.attempt)
         argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.attempt)
-        return argv, env
+        return with_setup(argv, ctx.spec.setup), env
 
     # ------------------------------------------------------------------ one attempt
     async def run_attempt(self, preset: str | None, resume_from: str | None,
@@ -183,7 +213,8 @@ class AttemptLoop:
         intake.flush_logs()
         intake.flush_progress(ctx.clock(), force=True)
         self.report_log_loss(trainer, final=True)
-        ctx.emit(E.Exit(ctx.clock(), returncode, signal_name(returncode)))
+        exception, tb = last_exception(intake.tail) if returncode else (None, ())
+        ctx.emit(E.Exit(ctx.clock(), returncode, signal_name(returncode), exception, tb))
         if returncode == 0:
             ctx.project(ctx.clock())     # the end: status and the dashboard say 'finished'
         ctx.save_detector_state()
@@ -191,7 +222,8 @@ class AttemptLoop:
         if kind is None or (kind == OutcomeKind.STALL and returncode == 0):
             kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
         return Outcome(kind, intake.progressed, returncode, preset,
-                       requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop)
+                       requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop,
+                       exception=exception)
 
     async def start(self, preset: str | None, resume_from: str | None) -> Trainer | Outcome:
         """A new trainer (its start event journaled), or the outcome of failing to start one."""

@@ -16,7 +16,7 @@ from ..paths import RunFiles, config_dir
 from ..projection import Projector, RateHistory
 from ..signatures import Catalog, WarningMatcher
 from ..spec import RunSpec
-from ..stall import StallDetector
+from ..stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from ..supervisor import RecoveryPolicy, RunState, StateMachine
 from .bus import EventBus
 
@@ -45,6 +45,29 @@ class Interrupt:
         return True
 
 
+_TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
+
+
+def rendezvous_wait(argv: list[str] | tuple[str, ...]) -> str | None:
+    """Why a still tree before the first batch may be a rank waiting for other nodes at a
+    torchrun rendezvous (``--nnodes`` above 1, or a range), so not a deadlock; None when
+    the command is no multi-node torchrun.  Read from the command, not the stacks: the
+    rendezvous waits in C++ (TCPStore), where the Python frames say little."""
+    if not any(a.rsplit("/", 1)[-1] in _TORCHRUN for a in argv):
+        return None
+    for i, a in enumerate(argv):
+        value = a.split("=", 1)[1] if a.startswith("--nnodes=") else (
+            argv[i + 1] if a == "--nnodes" and i + 1 < len(argv) else None)
+        if value is None:
+            continue
+        try:
+            most = int(value.split(":")[-1])
+        except ValueError:
+            return None
+        return f"torchrun --nnodes {value}" if most > 1 else None
+    return None
+
+
 class RunContext:
     def __init__(self, run_dir: Path, spec: RunSpec, clock: Callable[[], float], gpu_probe=None) -> None:
         self.files = RunFiles(run_dir)
@@ -61,7 +84,10 @@ class RunContext:
         self.detector = StallDetector(train_timeout=spec.stall.get("train_timeout"),
                                       startup_timeout=spec.stall.get("startup_timeout"),
                                       val_timeout=spec.stall.get("val_timeout"),
-                                      save_timeout=spec.stall.get("save_timeout"))
+                                      save_timeout=spec.stall.get("save_timeout"),
+                                      silence_floor=spec.stall.get("silence_floor", SILENCE_FLOOR_S),
+                                      startup_idle=(None if rendezvous_wait(spec.command) else
+                                                    spec.stall.get("startup_idle", STARTUP_IDLE_S)))
         self.matcher = WarningMatcher(Catalog.load())
         self.projector = Projector(deadline=spec.deadline, cost_per_hour=spec.cost_per_hour,
                                    budget=spec.budget, preset=spec.preset,

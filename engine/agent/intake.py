@@ -15,6 +15,8 @@ from .context import RunContext
 
 LOG_FLUSH_S = 0.25
 LOG_TAIL = 200
+OUTPUT_TAIL = 60   # lines kept to find the trainer's last exception
+NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
 
 
 class Intake:
@@ -34,6 +36,9 @@ class Intake:
         self.last_checkpoint: E.Checkpoint | None = None
         self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
         self.last_log_flush = 0.0
+        self.silence_said = False     # "no progress format recognised" said (once a run)
+        self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)   # this attempt's last lines
+        self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -46,6 +51,8 @@ class Intake:
         self.save_on_request = False
         self.checkpoints = 0
         self.last_checkpoint = None
+        self.tail.clear()
+        self.seen_progress = False
         self.set_phase("startup", now, force=True)
 
     # ------------------------------------------------------------------ console
@@ -58,8 +65,11 @@ class Intake:
 
     def on_fed(self, lines: list[FedLine]) -> None:
         now = self.ctx.clock()
+        if lines:
+            self.on_activity(now)
         for fed in lines:
             self.log_lines.append(fed.text)
+            self.tail.append(fed.text)
             if fed.warning is not None:
                 self.on_warning(fed.warning)
             if fed.evidence:
@@ -69,6 +79,19 @@ class Intake:
                     self.on_progress(ev, console=True)
                 elif isinstance(ev, E.Phase) and not (self.structured or self.structured_phases):
                     self.set_phase(ev.phase, now)
+
+    def on_activity(self, now: float) -> None:
+        """Output came: the detector learns its silences; an unknown format is said once."""
+        ctx = self.ctx
+        ctx.detector.on_output(now)
+        if not ctx.detector.watching_silence:
+            return
+        if not self.silence_said:
+            self.silence_said = True
+            ctx.info(NO_FORMAT_TEXT, "no_progress_format")
+        if self.stalled and ctx.sm.state == RunState.STALLED:   # it speaks again
+            self.stalled = False
+            ctx.set_state(RunState.RUNNING, "output again")
 
     def on_kernel_line(self, line: str) -> None:
         warning = self.ctx.matcher.feed(line, self.ctx.clock(), "kernel")
@@ -109,6 +132,8 @@ class Intake:
     def on_warning(self, warning: E.Warning) -> None:
         self.ctx.emit(warning)
         sig = self.ctx.matcher.catalog.get(warning.id)
+        if sig is not None and sig.before_progress and self.seen_progress:
+            return   # a start-up error's wording, after the first batch: not a start-up error
         if sig is not None and sig.action == "stop" and warning.severity == "fatal":
             self.fatal_stop = f"{warning.id}: {warning.text[:200]}"
 
@@ -126,6 +151,7 @@ class Intake:
 
     def on_progress(self, ev: E.Progress, console: bool = False) -> None:
         ctx, now = self.ctx, ev.ts
+        self.seen_progress = True
         # A batch line read from the console may be older than a val/save phase the trainer
         # reported on its side channel (two channels, read at different moments): it must
         # not end that phase, or a restart could kill the trainer in the middle of a save.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 from .. import events as E
+from ..probes import tree_activity
 from .context import RunContext
 from .intake import Intake
 
@@ -63,6 +64,8 @@ class Watcher:
             if trainer is not None and trainer.returncode is None:
                 samples = await trainer.sample()
                 processes = tuple(s.as_dict() for s in samples)
+                if samples:   # before the first batch: a still tree is a deadlock
+                    ctx.detector.on_tree(now, *tree_activity(samples))
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
             if ctx.gpu_probe is not None and int(now) % 2 == 0:

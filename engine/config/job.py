@@ -27,8 +27,8 @@ JOB_FILE_NAME = "trainctl.toml"
 _SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
                 "run_dir", "max_restarts")
 _SHARED_SECTIONS = ("stall", "host", "progress")
-_STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout")
-_HOST_KEYS = ("destination", "workdir", "trainctl")
+_STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
+_HOST_KEYS = ("destination", "workdir", "trainctl", "setup")
 _PROGRESS_KEYS = ("pattern", "losses")
 
 
@@ -212,7 +212,9 @@ def _kind_fields(p: Problems, data: Mapping[str, Any], own: JobTable,
 
 
 def _job_stall(p: Problems, table: Mapping[str, Any]) -> dict[str, float]:
-    """``[stall]``: phase timeouts in seconds, each > 0."""
+    """``[stall]``: phase timeouts in seconds, each > 0; ``startup_idle``: how long a tree
+    with no output, CPU or I/O before its first batch is a deadlock (90); ``silence_floor``:
+    the least output silence allowed a trainer whose progress format is unknown (60)."""
     p.unknown("stall", table, _STALL_KEYS)
     values = {k: p.number("stall", k, table[k], positive=True) for k in _STALL_KEYS if k in table}
     return {k: v for k, v in values.items() if v is not None}

@@ -556,3 +556,12 @@ def test_the_readme_job_file_example_is_a_valid_job(tmp_path):
     assert job.host == {"destination": "me@gpu-box", "workdir": "~/trainctl"}
     assert job.stall == {"train_timeout": 120.0, "startup_timeout": 900.0}
     assert job.load_preset().dataloader.workers == 2 and job.load_fallback().dataloader.workers == 0
+
+
+def test_stall_startup_idle_and_silence_floor_are_job_settings(tmp_path):
+    path = tmp_path / "trainctl.toml"
+    path.write_text('kind = "command"\ncommand = ["true"]\n[stall]\nstartup_idle = 10\nsilence_floor = 5\n')
+    assert load_job(path).stall == {"startup_idle": 10.0, "silence_floor": 5.0}
+    path.write_text('kind = "command"\ncommand = ["true"]\n[stall]\nstartup_idle = 0\n')
+    with pytest.raises(ConfigError, match="startup_idle"):
+        load_job(path)

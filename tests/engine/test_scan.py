@@ -164,3 +164,45 @@ def test_explain_names_the_reader_of_each_line_and_what_it_read(tmp_path, capsys
     assert "keras" in text[1] and "epoch 1/5, batch 32/1875; loss 0.5012" in text[1]
     assert text[3].split()[1] == "-"    # no [progress] given: nobody reads "it 7/90"
     assert main_explain(str(tmp_path / "nope.log"), as_json=False) == 2
+
+
+# ---------------------------------------------------------------- issue 16: --kernel-log
+
+def _scan_kernel(tmp_path, log_text: str, kernel_text: str) -> tuple[int, dict, str]:
+    import json as _json
+    import contextlib as _cl
+    import io as _io
+    from trainctl.engine.scan import main_scan
+    log, kern = tmp_path / "train.log", tmp_path / "kern.log"
+    log.write_text(log_text)
+    kern.write_text(kernel_text)
+    out = _io.StringIO()
+    with _cl.redirect_stdout(out):
+        rc = main_scan(str(log), True, str(kern))
+    text = _io.StringIO()
+    with _cl.redirect_stdout(text):
+        main_scan(str(log), False, str(kern))
+    return rc, _json.loads(out.getvalue())["kernel"], text.getvalue()
+
+
+KERNEL_T = (  # dmesg -T; the wordings are the catalog's own examples (journalctl lines there)
+    "[Tue Feb 25 19:15:16 2025] amdgpu 0000:03:00.0: amdgpu: [gfxhub] page fault (src_id:0 ring:32 vmid:0 pasid:0)\n"
+    "[Tue Feb 25 19:15:20 2025] usb 1-1: new high-speed USB device number 2\n")
+
+
+def test_kernel_log_is_interleaved_with_a_timed_trainer_log(tmp_path):
+    log = ("2025-02-25 19:15:10 INFO epoch 1 step 10 loss 0.5\n"
+           "2025-02-25 19:15:18 ERROR RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    rc, section, text = _scan_kernel(tmp_path, log, KERNEL_T)
+    assert rc == 0 and section["interleaved"] is True
+    order = [(f["source"], f["id"]) for f in section["timeline"]]
+    assert order[0] == ("kernel", "kernel.amdgpu.vm_page_fault"), order   # 19:15:16 before 19:15:18
+    assert order[1][0] == "trainer"
+    assert "Kernel log" in text and "kernel.amdgpu.vm_page_fault" in text
+
+
+def test_kernel_findings_are_listed_apart_when_the_trainer_log_has_no_times(tmp_path):
+    rc, section, text = _scan_kernel(tmp_path, "epoch 1 loss 0.5\n", KERNEL_T)
+    assert rc == 0 and section["interleaved"] is False and "no timestamps" in section["why"]
+    assert [f["id"] for f in section["kernel"]] == ["kernel.amdgpu.vm_page_fault"]
+    assert "listed apart" in text

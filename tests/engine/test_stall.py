@@ -274,3 +274,116 @@ def test_finished_never_stalls_and_bad_settings_are_refused():
         StallDetector(floor=-1)
     with pytest.raises(ValueError, match="phase"):
         d.on_phase("eval", 1.0)
+
+
+# ---------------------------------------------------------------- issue 16: unknown formats, still trees
+
+def feed_lines(d: StallDetector, t: float, n: int, gap: float) -> float:
+    """`n` console lines `gap` apart from t + gap; the last time."""
+    for _ in range(n):
+        t += gap
+        d.on_output(t)
+    return t
+
+
+def test_unknown_format_watches_output_silence_with_the_floor():
+    d = StallDetector()
+    d.reset(0.0)
+    t = feed_lines(d, 0.0, 4, 1.0)
+    assert not d.watching_silence and d.threshold(t) == 600.0   # 4 bursts: not yet
+    t = feed_lines(d, t, 1, 1.0)
+    assert d.watching_silence                                   # 5 bursts, no progress
+    assert d.threshold(t) == pytest.approx(60.0)                # 2 × 1 s < the 60 s floor
+    assert d.check(t + 59.0) is None
+    v = d.check(t + 60.5)
+    assert v is not None and v.phase == "startup" and "no output" in v.reason
+    assert "unknown progress format" in v.reason
+
+
+def test_unknown_format_threshold_is_twice_the_longest_healthy_silence():
+    d = StallDetector(silence_floor=5.0)
+    d.reset(0.0)
+    t = feed_lines(d, 0.0, 6, 1.0)
+    t = feed_lines(d, t, 1, 40.0)                               # a 40 s healthy silence
+    t = feed_lines(d, t, 3, 1.0)
+    assert d.threshold(t) == pytest.approx(80.0)
+    assert d.check(t + 79) is None and d.check(t + 81) is not None
+    d2 = StallDetector(silence_floor=5.0)
+    d2.reset(0.0)
+    t = feed_lines(d2, 0.0, 8, 1.0)                             # ~1 s silences: the floor
+    when, v = first_verdict(d2, t, t + 20)
+    assert when - t == pytest.approx(5.25) and v.threshold_s == 5.0
+
+
+def test_progress_ends_the_silence_watch_and_a_burst_of_lines_is_not_a_rhythm():
+    d = StallDetector()
+    d.reset(0.0)
+    for k in range(200):                                        # a config dump: one burst
+        d.on_output(1.0 + k * 0.001)
+    assert not d.watching_silence and d.threshold(2.0) == 600.0
+    t = feed_lines(d, 2.0, 6, 1.0)
+    assert d.watching_silence
+    d.on_progress(prog(t + 1, 1, 1), t + 1)
+    assert not d.watching_silence and d.phase == "train"
+    assert d.state_dict()["silence"]                            # learned, kept across restarts
+
+
+def test_still_tree_before_the_first_batch_is_a_deadlock_after_the_default_90s():
+    d = StallDetector()
+    d.reset(0.0)
+    d.on_output(1.0)
+    for t in range(2, 200):
+        d.on_tree(float(t), 0.5, 1000)                          # idle CPU, bytes unchanged
+        v = d.check(float(t))
+        if v is not None:
+            break
+    assert v is not None and t == 93 and v.threshold_s == 90.0   # > 90 s after the first sample (2 s)
+    assert "deadlock before the first batch" in v.reason
+    assert d.check(float(t + 1)) is None                        # once
+
+
+def test_busy_cpu_or_io_keeps_the_long_startup_grace():
+    d = StallDetector()
+    d.reset(0.0)
+    for t in range(1, 300):                                     # a silent compile: CPU busy
+        d.on_tree(float(t), 180.0, 1000)
+        assert d.check(float(t)) is None
+    io = 1000
+    for t in range(300, 590):                                   # a download: low CPU, bytes move
+        io += 4096 if t % 3 == 0 else 0
+        d.on_tree(float(t), 1.0, io)
+        assert d.check(float(t)) is None
+    v = d.check(601.0)                                          # still the startup grace
+    assert v is not None and "first batch" in v.reason and v.threshold_s == 600.0
+
+
+def test_startup_idle_is_a_setting_and_can_be_off_and_never_fires_without_samples():
+    d = StallDetector(startup_idle=10.0)
+    d.reset(0.0)
+    d.on_tree(1.0, None, None)                                  # first sample: not known yet
+    d.on_tree(2.0, 0.0, 50)
+    assert d.check(11.0) is None
+    v = d.check(11.5)
+    assert v is not None and v.threshold_s == 10.0
+    off = StallDetector(startup_idle=None)
+    off.reset(0.0)
+    off.on_tree(1.0, 0.0, 5)
+    assert off.check(500.0) is None
+    unsampled = StallDetector()
+    unsampled.reset(0.0)
+    assert unsampled.check(500.0) is None                       # nothing known about the tree
+    after = StallDetector(startup_idle=10.0)
+    after.reset(0.0)
+    after.on_tree(1.0, 0.0, 5)
+    after.on_progress(prog(2.0, 1, 1), 2.0)                     # the first batch: not startup
+    after.on_tree(3.0, 0.0, 5)
+    assert after.check(40.0) is None
+
+
+def test_a_multi_node_torchrun_rank_is_exempt_from_the_startup_idle_watch():
+    from trainctl.engine.agent.context import rendezvous_wait
+    assert rendezvous_wait(["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "train.py"])
+    assert rendezvous_wait(["python", "-m", "torch.distributed.run", "--nnodes=1:4", "train.py"])
+    assert rendezvous_wait(["/opt/venv/bin/torchrun", "--nnodes=1", "train.py"]) is None
+    assert rendezvous_wait(["torchrun", "--nproc-per-node", "2", "train.py"]) is None
+    assert rendezvous_wait(["python", "train.py", "--nnodes", "2"]) is None
