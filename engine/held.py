@@ -97,6 +97,8 @@ class HeldTrainer:
             cmd += ["--lock-fd", str(lock_fd)]
         if log is not None:
             cmd += ["--log", str(log)]
+        if (run_dir / "alerts.json").exists():   # the holder says "unsupervised" if the agent dies
+            cmd += ["--alert-file", str(run_dir / "alerts.json")]
         out = os.open(run_dir / "holder.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = await asyncio.create_subprocess_exec(

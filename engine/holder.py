@@ -12,6 +12,12 @@ exits it drains the pipe (EOF or :data:`DRAIN_S`), kills what is left of the tre
 come to it as the subreaper), reaps, writes the final status and exits 0.
 
 SIGTERM is forwarded to the trainer's process group; SIGHUP, SIGINT and SIGPIPE are ignored.
+
+``--alert-file F`` (the run's 0600 alerts.json): every :data:`AGENT_CHECK_S` while the trainer
+lives, the holder looks whether the agent named in agent.json still lives (pid and start
+time; an adopting agent rewrites the file).  Gone twice in a row after it was seen alive:
+it starts ``python -m trainctl.engine.alerts.send --unsupervised`` once (again only after an
+agent was seen alive meanwhile).  The holder itself never imports apprise.
 Self-contained (stdlib + psutil) so that it starts fast and can also run as a plain file.
 """
 from __future__ import annotations
@@ -38,6 +44,7 @@ CHUNK = 1 << 20
 READ_PAUSE_S = 0.1        # after a small read, read again this much later: a trainer that
 READ_BURST = 32768        # flushes every line costs one wake-up per pause (a flood: at once)
 PR_SET_CHILD_SUBREAPER = 36
+AGENT_CHECK_S = 2.0       # with --alert-file: how often the holder looks for its agent
 
 
 def status_path(run_dir: str, attempt: int) -> str:
@@ -59,10 +66,62 @@ def fit_status(status: dict, size: int = STATUS_SIZE) -> bytes:
     raise ValueError("status does not fit")   # numbers only: cannot happen
 
 
+class AgentWatch:
+    """Is the agent of this run alive?  Says "unsupervised" once when it is gone."""
+
+    def __init__(self, run_dir: str, alert_file: str) -> None:
+        self.run_dir, self.alert_file = run_dir, alert_file
+        self.next_check = time.monotonic() + AGENT_CHECK_S
+        self.seen_alive = True    # an agent started us (it wrote agent.json first)
+        self.sent = False
+        self.gone = 0
+
+    def agent_alive(self) -> bool | None:
+        """True / False, None when agent.json cannot say (not written yet)."""
+        try:
+            with open(os.path.join(self.run_dir, "agent.json")) as f:
+                info = json.load(f)
+            pid, started = int(info["pid"]), float(info.get("started") or 0)
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        try:
+            p = psutil.Process(pid)
+            return p.status() != psutil.STATUS_ZOMBIE and (not started or p.create_time() <= started + 1)
+        except psutil.Error:
+            return False
+
+    def check(self, trainer_pid: int | None) -> None:
+        now = time.monotonic()
+        if now < self.next_check:
+            return
+        self.next_check = now + AGENT_CHECK_S
+        alive = self.agent_alive()
+        if alive:
+            self.seen_alive, self.sent, self.gone = True, False, 0
+            return
+        if alive is None or not self.seen_alive or self.sent:
+            return
+        self.gone += 1
+        if self.gone < 2:
+            return
+        self.sent = True
+        argv = [sys.executable, "-I", "-m", "trainctl.engine.alerts.send", "--unsupervised",
+                "--alert-file", self.alert_file, "--run-dir", self.run_dir, "--pid", str(trainer_pid)]
+        print(f"holder: the agent is gone while the trainer (pid {trainer_pid}) runs: "
+              "sending the unsupervised alert", file=sys.stderr, flush=True)
+        try:   # our child: reaped with the others; its stderr goes to holder.out
+            os.posix_spawn(sys.executable, argv, dict(os.environ),
+                           file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                                         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+        except (OSError, ValueError) as e:
+            print(f"holder: cannot start the alert sender: {e}", file=sys.stderr, flush=True)
+
+
 class Holder:
     def __init__(self, run_dir: str, attempt: int, argv: list[str], log_path: str,
-                 lock_fd: int | None) -> None:
+                 lock_fd: int | None, alert_file: str | None = None) -> None:
         self.argv, self.log_path, self.lock_fd = argv, log_path, lock_fd
+        self.watch = AgentWatch(run_dir, alert_file) if alert_file else None
         self.status_fd = os.open(status_path(run_dir, attempt),
                                  os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.ftruncate(self.status_fd, 0)
@@ -222,6 +281,8 @@ class Holder:
             return 0
         while not self.reaped:
             self.pump(wake_r, None)
+            if self.watch is not None and not self.reaped:
+                self.watch.check(self.pid)
         drain_until = time.monotonic() + DRAIN_S
         while self.pipe_r is not None and time.monotonic() < drain_until:
             self.pump(wake_r, drain_until)
@@ -258,11 +319,12 @@ def main(args: list[str] | None = None) -> int:
     cut = args.index("--") if "--" in args else len(args)
     ap = argparse.ArgumentParser(prog="trainctl.engine.holder",
                                  usage="%(prog)s --run-dir D --attempt N [--lock-fd FD] "
-                                       "[--log PATH] -- ARGV...")
+                                       "[--log PATH] [--alert-file F] -- ARGV...")
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--attempt", type=int, required=True)
     ap.add_argument("--lock-fd", type=int)
     ap.add_argument("--log")
+    ap.add_argument("--alert-file")
     opts = ap.parse_args(args[:cut])
     argv = args[cut + 1:]
     if not argv:
@@ -273,7 +335,8 @@ def main(args: list[str] | None = None) -> int:
     if opts.lock_fd is not None:
         os.set_inheritable(opts.lock_fd, False)   # held by us alone, for our whole life
     holder = Holder(opts.run_dir, opts.attempt, argv,
-                    opts.log or os.path.join(opts.run_dir, "train.log"), opts.lock_fd)
+                    opts.log or os.path.join(opts.run_dir, "train.log"), opts.lock_fd,
+                    opts.alert_file)
     return holder.run()
 
 

@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .engine.commands import CTL_COMMANDS
-from .cli_common import UsageError, note, printer, run_name
+from .cli_common import UsageError, note, printer, resolve_alerts, run_name
 
 if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
-COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent")
+COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent", "alerts")
 EXIT_CODES_HELP = """exit codes:
   0    the run finished (or the command did what it was asked)
   1    the run failed; `ctl`: no agent is running for that run
@@ -69,6 +69,10 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
     p.add_argument("--detach", action="store_true",
                    help="start the agent (in tmux when there) and print its run directory; no TUI")
+    p.add_argument("--alert", action="append", default=[], metavar="NAME|URL",
+                   help="send alerts here: a name from alerts.toml, or an apprise URL (visible "
+                        "in the process list: prefer a name); repeatable")
+    p.add_argument("--alert-file", help=argparse.SUPPRESS)   # --host: the client's, sent 0600
 
 
 class _Parser(argparse.ArgumentParser):
@@ -118,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--preset")
     ctl.add_argument("--on", dest="on", action="store_true", default=None)
     ctl.add_argument("--off", dest="on", action="store_false")
+    al = sub.add_parser("alerts", help="alerts: `alerts test [NAME|URL]` sends a test message")
+    al.add_argument("action", choices=("test",))
+    al.add_argument("refs", nargs="*", metavar="NAME|URL",
+                    help="default: every alert in alerts.toml")
     br = sub.add_parser("bridge", help=argparse.SUPPRESS)
     br.add_argument("run_dir")
     ag = sub.add_parser("agent", help=argparse.SUPPRESS)
@@ -263,7 +271,28 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         rescue_wait_s=max(0.0, args.rescue_wait),
         progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh)
     spec.save(files.spec)
+    _write_alerts(args, job, files.dir, name, spec.host)
     return run_dir, spec, not run_dir_ref
+
+
+def _write_alerts(args, job, run_dir: Path, name: str, host: str) -> None:
+    """<run_dir>/alerts.json (0600) when the run has alerts: the agent and the holder read it."""
+    from .engine.alerts.settings import AlertConfigError, read_private_json, write_run_alerts
+    sent = getattr(args, "alert_file", None)
+    if sent:   # --host: the client resolved them; its file came 0600, never argv
+        try:
+            data = read_private_json(sent)
+        except (OSError, ValueError, AlertConfigError) as e:
+            raise UsageError(f"--alert-file: {e}") from None
+        urls, on, attach = list(data.get("urls", [])), list(data.get("on", [])), data.get("attach")
+        with contextlib.suppress(OSError):
+            os.unlink(sent)
+    else:
+        urls, on = resolve_alerts(args, job)
+        attach = None
+    if urls:
+        write_run_alerts(run_dir, urls, on, job=name, host=host,
+                         attach=attach or f"trainctl attach {shlex.quote(str(run_dir))}")
 
 
 def _check_command(argv: list[str], cwd: Path, path: str | None = None) -> None:
@@ -725,6 +754,34 @@ def cmd_bridge(args) -> int:
         return 0
 
 
+def cmd_alerts(args) -> int:
+    """`trainctl alerts test [NAME|URL ...]`: a test message to each; says which accepted it."""
+    from .engine.alerts.settings import AlertConfigError, is_url, load_user_alerts, redact, resolve
+    from .engine.alerts.sink import send_with_helper
+    try:
+        user = load_user_alerts()
+        refs = args.refs or sorted(user.named)
+        if not refs:
+            raise UsageError(f"no alerts configured: add [alert.NAME] url = \"...\" to "
+                             f"{user.path} (0600), or give an apprise URL")
+        if any(is_url(r) for r in args.refs):
+            note("a URL on the command line is visible in the process list; prefer a name")
+        pairs = [(ref, resolve([ref], user)) for ref in refs]
+    except AlertConfigError as e:
+        raise UsageError(str(e)) from None
+    host = os.uname().nodename
+    ok_all = True
+    for ref, urls in pairs:
+        label = redact(ref) if is_url(ref) else ref
+        results = send_with_helper(urls, f"trainctl: test alert ({label})",
+                                   f"A test message from trainctl on {host}. Alerts to "
+                                   f"{label} reach you.")
+        for r in results:
+            ok_all &= bool(r["ok"])
+            print(f"{label}: {r['url']}: " + ("accepted" if r["ok"] else f"NOT accepted: {r['error']}"))
+    return 0 if ok_all else 1
+
+
 def cmd_scan(args) -> int:
     from .engine.scan import main_explain, main_scan
     if args.explain or args.job:
@@ -791,4 +848,4 @@ def _editor_argv() -> list[str]:
 
 HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status,
             "presets": cmd_presets, "scan": cmd_scan, "ctl": cmd_ctl, "bridge": cmd_bridge,
-            "agent": cmd_agent}
+            "agent": cmd_agent, "alerts": cmd_alerts}

@@ -68,3 +68,17 @@ def printer(as_json: bool):
 def note(text: str) -> None:
     """A message for the user, on stderr."""
     print(f"trainctl: {text}", file=sys.stderr, flush=True)
+
+
+def resolve_alerts(args, job) -> tuple[list[str], list[str]]:
+    """The run's alert (urls, on): the job's [alerts], --alert, alerts.toml's default; a
+    raw URL on the command line is accepted with a note (the process list shows it)."""
+    from .engine.alerts.settings import AlertConfigError, is_url, load_user_alerts, run_alerts
+    refs = list(getattr(args, "alert", None) or [])
+    if any(is_url(r) for r in refs):
+        note("an --alert URL is visible in the process list and your shell history; "
+             "name it in alerts.toml instead (trainctl alerts test NAME)")
+    try:
+        return run_alerts(job.alerts if job else None, refs, load_user_alerts())
+    except AlertConfigError as e:
+        raise UsageError(str(e)) from None

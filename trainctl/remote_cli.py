@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 
-from .cli_common import UsageError, note, printer, run_name
+from .cli_common import UsageError, note, printer, resolve_alerts, run_name
 
 
 def _host(destination: str, trainctl_cmd: str | None = None):
@@ -92,6 +92,9 @@ def run_remote(args) -> int:
                 ref = Path(opts[i]).stem if "/" in opts[i] or opts[i].endswith(".toml") else opts[i]
                 opts[i] = _remote_path(sent[ref]) if ref in sent else ref
         argv = [*host.remote_trainctl, "run", "--detach", "--run-dir", run_dir, *opts]
+        alert_file = _send_alerts(args, job, host, base, stamp, destination, run_dir)
+        if alert_file:
+            argv += ["--alert-file", alert_file]
         if job is not None:
             remote_job = posixpath.join(base, "trainctl.toml")
             host.send_text(_job_for_box(job.path), remote_job)
@@ -139,6 +142,21 @@ def attach_hint(url: str) -> str:
     return f"trainctl attach {shlex.quote(url)}"
 
 
+def _send_alerts(args, job, host, base: str, stamp: str, destination: str, run_dir: str) -> str | None:
+    """The client's alerts (its alerts.toml, the job's [alerts], --alert), resolved here and
+    sent to the box as a 0600 file (never argv); the box's agent sends them.  Its path on the
+    box, or None when the run has no alerts."""
+    import json
+    from .engine.remote import _remote_path
+    urls, on = resolve_alerts(args, job)
+    if not urls:
+        return None
+    remote = posixpath.join(base, f".alerts-{stamp}-{os.getpid()}.json")
+    attach = attach_hint(attach_url(destination, run_dir)) if run_dir.startswith("/") else None
+    host.send_text(json.dumps({"urls": urls, "on": on, "attach": attach}), remote, 0o600)
+    return _remote_path(remote)
+
+
 def _check_remote_command(host, argv: list[str], cwd: str, setup: str = "") -> None:
     """Refuse a command that the box cannot start (`command -v` there, in ``cwd``; a path
     must be an executable file), before an agent starts: UsageError naming it."""
@@ -166,6 +184,7 @@ def _job_for_box(path: Path) -> str:
     import tomlkit
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     doc.pop("host", None)
+    doc.pop("alerts", None)   # resolved on the client; they reach the box in a 0600 file
     return tomlkit.dumps(doc)
 
 

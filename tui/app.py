@@ -27,11 +27,13 @@ class TrainctlApp(App[int]):
     ENABLE_COMMAND_PALETTE = True
 
     def __init__(self, client_factory: Callable[[], ClientLike], *, title_hint: str = "",
-                 attach_hint: str = "", clock: Callable[[], float] = time.time) -> None:
+                 attach_hint: str = "", clock: Callable[[], float] = time.time,
+                 bell: bool | None = None) -> None:
         super().__init__()
         self.attach_hint = attach_hint
         self.exit_message = ""
         self.dashboard = DashboardScreen(clock=clock, title_hint=title_hint)
+        self.dashboard.bell = _bell_wanted() if bell is None else bell
         self.bridge = Bridge(client_factory, self.dashboard)
         self.dashboard.command = self.bridge.command
         self.dashboard.bridge_restart = partial(self.bridge.start, self.dashboard)
@@ -79,6 +81,15 @@ class TrainctlApp(App[int]):
 
     async def action_quit(self) -> None:
         self.action_leave()
+
+
+def _bell_wanted() -> bool:
+    """alerts.toml's ``bell`` (default true); a broken file does not stop the dashboard."""
+    from trainctl.engine.alerts.settings import load_user_alerts
+    try:
+        return load_user_alerts().bell
+    except (OSError, ValueError):
+        return True
 
 
 def run_dashboard(client_factory: Callable[[], ClientLike], attach_hint: str = "",

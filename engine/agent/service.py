@@ -58,6 +58,10 @@ class Agent:
         ctx.bus.sinks.append(self.server)
         if printer is not None:
             ctx.bus.printers.append(PrinterSink(printer))
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self.alerts = _alert_sink(ctx, self._alert_warning)
+        if self.alerts is not None:
+            ctx.bus.printers.append(self.alerts)
 
     # the names the CLI, tests and benches read
     @property
@@ -95,9 +99,14 @@ class Agent:
         ctx.stop_requested.set()
         ctx.interrupt.set(EndRequest.USER_STOP)
 
+    def _alert_warning(self, ev: E.Warning) -> None:
+        """From the alerts thread: journal it on the loop."""
+        if self._loop is not None and not self._loop.is_closed():
+            self._loop.call_soon_threadsafe(self.ctx.emit, ev)
+
     # ------------------------------------------------------------------ life
     async def run(self) -> int:
-        loop = asyncio.get_running_loop()
+        loop = self._loop = asyncio.get_running_loop()
         ctx = self.ctx
         become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
@@ -124,6 +133,8 @@ class Agent:
         if self.on_locked is not None:
             self.on_locked()
         self._write_info()
+        if self.alerts is not None:
+            ctx.info(f"alerts to {', '.join(self.alerts.about)} on {', '.join(self.alerts.on)}", "alerts")
         if self.serve:
             await self.server.start()
         kernel = self._start_kernel_log()
@@ -139,6 +150,8 @@ class Agent:
                 kernel.stop()
             if self.serve:
                 await self.server.close()
+            if self.alerts is not None:   # the last message (finished, failed), bounded
+                await loop.run_in_executor(None, self.alerts.close)
             ctx.journal.close()
             self.lock.release()
             os.close(agent_lock)
@@ -207,6 +220,25 @@ class Agent:
         follower = KernelLogFollower(on_line, on_info)
         follower.start()
         return follower
+
+
+def _alert_sink(ctx: RunContext, on_warning):
+    """The run's alert sink when its alerts.json names URLs (None otherwise; apprise is never
+    imported here: a helper process sends)."""
+    from ..alerts.policy import AlertPolicy
+    from ..alerts.settings import AlertConfigError, read_run_alerts
+    from ..alerts.sink import AlertSink
+    try:
+        conf = read_run_alerts(ctx.files.dir)
+    except (OSError, ValueError, AlertConfigError) as e:
+        print(f"trainctl: alerts off: {e}", file=sys.stderr, flush=True)
+        return None
+    if conf is None:
+        return None
+    spec = ctx.spec
+    on = conf.get("on") or None
+    policy = AlertPolicy(spec.job_name, spec.host, conf.get("attach") or f"trainctl attach {ctx.files.dir}", on)
+    return AlertSink(conf["urls"], policy, on_warning=on_warning)
 
 
 def _agent_lock(run_dir: Path) -> int | None:

@@ -26,10 +26,15 @@ JOB_FILE_NAME = "trainctl.toml"
 
 _SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
                 "run_dir", "max_restarts")
-_SHARED_SECTIONS = ("stall", "host", "progress")
+_SHARED_SECTIONS = ("stall", "host", "progress", "alerts")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
 _HOST_KEYS = ("destination", "workdir", "trainctl", "setup")
 _PROGRESS_KEYS = ("pattern", "losses")
+_ALERTS_KEYS = ("use", "urls", "on")
+ALERT_KINDS = ("stall", "restart", "fallback", "failed", "finished", "deadline.at_risk",
+               "budget.at_risk", "fatal_warning")
+"""What ``[alerts] on = [...]`` chooses among (default: all); the at-risk ones are the
+projection's warning ids."""
 
 
 @dataclass(frozen=True)
@@ -56,6 +61,8 @@ class Job:
     # [progress]: the trainer's own progress line, {"pattern": regex, "losses": [group names]}
     progress: dict[str, Any] | None = None
     checkpoint_every: float = 600.0   # kind ultralytics: seconds between mid-epoch saves (0: off)
+    # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
+    alerts: dict[str, tuple[str, ...]] | None = None
 
     @property
     def ultralytics(self) -> dict[str, Any]:
@@ -183,6 +190,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     host = _job_host(p, tables["host"]) if tables.get("host") is not None else None
     progress = _job_progress(p, tables["progress"]) if tables.get("progress") is not None else None
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
+    alerts = _job_alerts(p, tables["alerts"]) if tables.get("alerts") is not None else None
 
     return Job(name=name, kind=kind or "command", path=path, preset=presets["preset"],
                fallback=presets["fallback"], deadline=deadline,
@@ -190,7 +198,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
                currency=currency or "$", run_dir=run_dir,
                max_restarts=3 if max_restarts is None else max_restarts,
                stall=stall, host=host, description=description or "", progress=progress,
-               **by_kind)
+               alerts=alerts, **by_kind)
 
 
 def _kind_keys() -> tuple[str, ...]:
@@ -252,6 +260,35 @@ def _check_job_preset(p: Problems, key: str, ref: str, job_dir: Path) -> None:
             p.items.extend(exc.problems)
         else:
             p.add(None, key, exc.message)
+
+
+def _job_alerts(p: Problems, table: Mapping[str, Any]) -> dict[str, tuple[str, ...]]:
+    """``[alerts]``: ``use`` (names from alerts.toml), ``urls`` (apprise URLs), ``on`` (which
+    of :data:`ALERT_KINDS`; default all).  A URL is never echoed in a message: it may hold
+    a token."""
+    p.unknown("alerts", table, _ALERTS_KEYS)
+    out: dict[str, tuple[str, ...]] = {}
+    for key in ("use", "urls"):
+        if key in table:
+            value = table[key]
+            if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
+                p.add("alerts", key, "must be a list of non-empty strings"
+                      + (" (alert names from alerts.toml)" if key == "use" else
+                         " (apprise URLs, e.g. \"ntfys://ntfy.sh/my-topic\")"))
+                continue
+            if key == "urls" and (bad := [i for i, v in enumerate(value) if "://" not in v]):
+                p.add("alerts", key, f"item {bad[0] + 1} is not a URL (SCHEME://...)")
+                continue
+            out[key] = tuple(value)
+    if "on" in table:
+        on = p.str_list("alerts", "on", table["on"])
+        if on is not None:
+            wrong = [k for k in on if k not in ALERT_KINDS]
+            if wrong:
+                p.add("alerts", "on", f"unknown {show(wrong[0])}: choose among {choices(ALERT_KINDS)}")
+            else:
+                out["on"] = on
+    return out
 
 
 def _job_host(p: Problems, table: Mapping[str, Any]) -> dict[str, str]:

@@ -46,6 +46,9 @@ AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "d
                  "toggle_auto")
 
 
+ALERT_RECENT_S = 5.0
+
+
 async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
     return {"ok": False, "error": "not connected to the agent", "result": None}
 
@@ -88,6 +91,8 @@ class DashboardScreen(Screen[None]):
         self._offline = False
         self._chart_seen = -1
         self._warnings_seen = -1
+        self.bell = True                          # ring the terminal bell on a stall or failure
+        self._alerts_since = clock() - ALERT_RECENT_S   # a replayed journal's old stalls stay quiet
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -141,6 +146,7 @@ class DashboardScreen(Screen[None]):
 
     def on_event_batch(self, message: EventBatch) -> None:
         model = self.model
+        self._alert_on(message.events)
         model.apply_all(message.events)
         if message.tick is not None:
             model.apply_tick(message.tick)
@@ -149,6 +155,23 @@ class DashboardScreen(Screen[None]):
             if self.show_log:
                 self.query_one(LogTail).append_lines(lines)
         self._push()
+
+    def _alert_on(self, events) -> None:
+        """A stall or a failure as it happens: a notification and the terminal bell (in
+        tmux the bell sets the window's alert flag, seen from the other windows)."""
+        for ev in events:
+            if ev.ts < self._alerts_since:
+                continue
+            if ev.type == "stall":
+                text = f"{ev.diagnosis} in {ev.phase} after {ev.idle_s:.0f} s without progress"
+                title, severity = "Stalled", "warning"
+            elif ev.type == "state" and ev.state == "FAILED":
+                text, title, severity = ev.reason or "the run failed", "Failed", "error"
+            else:
+                continue
+            self.notify(escape(sanitize(text)), title=title, severity=severity, timeout=10)
+            if self.bell:
+                self.app.bell()
 
     def on_command_done(self, message: CommandDone) -> None:
         if not message.ok:
