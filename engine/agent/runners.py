@@ -85,10 +85,12 @@ class UltralyticsRunner(RunnerKind):
         return argv
 
     def resume_checkpoint(self, spec, files, last_checkpoint, on_skip, on_unverified=None):
-        """The newest that verifies of: the checkpoints reported on the side channel
-        (rescue, periodic, planned, epoch; newest first), then last_good.pt."""
-        from ..runners.checkpoint import pick_resume_checkpoint
-        candidates = [*reported_checkpoints(files, last_checkpoint, None),
+        """The furthest that verifies (pick_resume_checkpoint ranks by position) of: the
+        mid-epoch saves kept in checkpoints/, the checkpoints reported on the side channel
+        (rescue, periodic, planned, epoch), and last_good.pt."""
+        from ..runners.checkpoint import mid_epoch_checkpoints, pick_resume_checkpoint
+        candidates = [*mid_epoch_checkpoints(files.checkpoints),
+                      *reported_checkpoints(files, last_checkpoint, None),
                       files.checkpoints / "last_good.pt"]
         chosen = pick_resume_checkpoint(candidates, on_skip=on_skip)
         return str(chosen) if chosen else None
