@@ -555,7 +555,8 @@ def test_the_readme_job_file_example_is_a_valid_job(tmp_path):
     assert (job.kind, job.name, job.preset, job.fallback) == ("ultralytics", "yolo-boxes", "A", "B")
     assert job.host == {"destination": "me@gpu-box", "workdir": "~/trainctl",
                         "setup": "source ~/venv/bin/activate"}
-    assert job.stall == {"train_timeout": 120.0, "startup_timeout": 900.0}
+    assert job.stall == {"train_timeout": 120.0, "startup_timeout": 900.0,
+                         "startup_idle": 90.0, "silence_floor": 60.0}
     assert job.load_preset().dataloader.workers == 2 and job.load_fallback().dataloader.workers == 0
 
 
