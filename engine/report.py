@@ -135,13 +135,16 @@ _waiting = False                 # the main thread waits for data inside data_wa
 _in_save = False
 
 
-def write_save_request(run_dir: str | os.PathLike[str], rid: int, kind: str, ts: float) -> Path:
-    """The agent's side: the request file, atomically (temp + rename, 0600)."""
+def write_save_request(run_dir: str | os.PathLike[str], rid: int, kind: str, ts: float,
+                       hold: bool = False) -> Path:
+    """The agent's side: the request file, atomically (temp + rename, 0600).  ``hold``:
+    the agent stops the trainer once the save is reported (a planned restart): a trainer
+    that can should take no further batch meanwhile (it would be redone)."""
     path = Path(run_dir) / SAVE_REQUEST_FILE
     tmp = path.with_name(f".{SAVE_REQUEST_FILE}.{os.getpid()}.tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
     with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"id": int(rid), "kind": kind, "ts": float(ts)}))
+        f.write(json.dumps({"id": int(rid), "kind": kind, "ts": float(ts), "hold": bool(hold)}))
     os.replace(tmp, path)
     return path
 

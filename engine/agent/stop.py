@@ -81,7 +81,7 @@ class Stopper:
         self.requests += 1
         t0, seen = ctx.clock(), intake.checkpoints
         try:
-            write_save_request(ctx.files.dir, self.requests, kind, t0)
+            write_save_request(ctx.files.dir, self.requests, kind, t0, hold=kind == "planned")
             sent = trainer.signal_main(SAVE_REQUEST_SIGNAL)
         except Exception as e:   # a full disk, a psutil race: kill without the save
             self.report_error("save_request", e)

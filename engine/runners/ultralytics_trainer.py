@@ -59,6 +59,9 @@ def supported(version: str) -> bool:
 
 # ------------------------------------------------------------------ save on request
 
+PLANNED_HOLD_S = 90.0   # after a planned save: wait this long for the agent's kill
+
+
 class SaveRequests:
     """SIGUSR1 → save.  The handler is installed in the main process only and is a no-op
     in any other pid (forked DataLoader workers inherit it).
@@ -92,7 +95,7 @@ class SaveRequests:
 
     def read(self) -> dict[str, Any]:
         """The request file: {"id", "kind", "ts"}; a missing or bad one reads as rescue."""
-        out: dict[str, Any] = {"id": None, "kind": "rescue", "ts": None}
+        out: dict[str, Any] = {"id": None, "kind": "rescue", "ts": None, "hold": False}
         try:
             data = json.loads(self.path.read_text()) if self.path is not None else {}
         except (OSError, ValueError):
@@ -103,6 +106,7 @@ class SaveRequests:
             if data.get("kind") in ("rescue", "planned"):
                 out["kind"] = data["kind"]
             out["ts"] = data.get("ts")
+            out["hold"] = data.get("hold") is True
         return out
 
     def take(self) -> dict[str, Any] | None:
@@ -316,6 +320,21 @@ class MidEpochTrainer(EpochStartTrainer):
         for old in mid_epoch_checkpoints(self.trainctl.checkpoint_dir)[KEEP_MID:]:
             old.unlink(missing_ok=True)
 
+    def _tc_epoch_saved(self) -> None:
+        """The end-of-epoch save (reported by the runner's callback) answers a request that
+        came during the epoch's last batch; a planned one then holds as after its own save."""
+        requests = self.trainctl.requests
+        request = requests.take() if requests is not None else None
+        if request is not None and request["kind"] == "planned" and request["hold"]:
+            self._tc_hold()
+
+    def _tc_hold(self) -> None:
+        """After a planned save the agent kills and restarts from it: take no batch that
+        would be redone.  Bounded (PLANNED_HOLD_S): without a kill, training goes on."""
+        end = time.monotonic() + PLANNED_HOLD_S
+        while time.monotonic() < end:
+            time.sleep(0.1)
+
     def _tc_rescue_while_blocked(self, request: dict[str, Any]) -> None:
         """From the SIGUSR1 handler, while the main thread waits for a batch."""
         if self.trainctl.requests is not None:
@@ -327,10 +346,14 @@ class MidEpochTrainer(EpochStartTrainer):
         both only right after an optimizer step."""
         if not stepped:
             return
+        if self._tc_pos.get("batch", 0) >= len(self.train_loader):
+            return   # the epoch's last batch: the end-of-epoch save follows and answers a request
         requests = self.trainctl.requests
         request = requests.take() if requests is not None else None
         if request is not None:
             self._tc_save(request["kind"], request)
+            if request["kind"] == "planned" and request["hold"]:
+                self._tc_hold()   # the agent kills us now: take no batch it would redo
         elif self.trainctl.every_s > 0 and time.monotonic() - self._tc_last_save >= self.trainctl.every_s:
             self._tc_save("periodic")
 
@@ -574,6 +597,7 @@ class MidEpochTrainer(EpochStartTrainer):
                 if (self.args.save or final_epoch) and self.save_model():
                     self.run_callbacks("on_model_save")
                     self._tc_last_save = time.monotonic()   # trainctl: the next mid-epoch save counts from here
+                    self._tc_epoch_saved()   # trainctl
 
             t = time.time()
             self.epoch_time = t - self.epoch_time_start

@@ -66,7 +66,7 @@ def trace(path: Path) -> list[dict]:
 
 @pytest.mark.timeout(150)
 def test_planned_save_inside_an_epoch_then_resume_sees_the_rest_of_that_epoch(tmp_path, monkeypatch):
-    job = write_job(tmp_path, N_TRAIN, "3s")
+    job = write_job(tmp_path, N_TRAIN, "0.3s")
     run_dir = tmp_path / "run"
     run_dir.mkdir()
     kept = tmp_path / "planned.pt"
@@ -161,3 +161,35 @@ def test_a_worker_deadlock_still_answers_a_rescue_request(tmp_path):
     check = inspect_checkpoint(saved.path, load=True)
     assert check.ok and check.mid_epoch and check.kind == "rescue", check
     print(f"rescue save while blocked: {took:.2f} s after the signal ({saved.detail})")
+
+
+@pytest.mark.timeout(150)
+def test_a_planned_switch_from_A_to_B_under_the_agent_loses_no_batch(tmp_path):
+    """The agent and the runner together: `fallback` on a healthy run inside epoch 2 asks
+    for a planned save, kills, and the next attempt (preset B) goes on from that save:
+    no batch of attempt 1 lies beyond it, and attempt 2 starts right after it."""
+    import subprocess
+    import sys
+
+    from tests.e2e.conftest import start_trainctl
+    job = write_job(tmp_path, 200, "0")   # 50 batches an epoch; only the planned save
+    with start_trainctl(["run", str(job), "--json", "--preset", str(PRESET_A),
+                         "--fallback", str(PRESET_B), "--stall-timeout", "60"]) as tc:
+        tc.wait_event(lambda e: e.type == "progress" and e.epoch == 2 and (e.batch or 0) >= 2, 120,
+                      "epoch 2 batch 2")
+        reply = subprocess.run([sys.executable, "-m", "trainctl", "ctl", str(tc.run_dir), "fallback"],
+                               capture_output=True, text=True, timeout=30)
+        assert reply.returncode == 0, reply.stderr
+        r = tc.wait(120)
+    assert r.returncode == 0, r.describe()
+    restart = r.of_type("restart")[0]
+    asked = [e for e in r.of_type("info") if e.key == "save_request"][0]
+    saved = [c for c in r.of_type("checkpoint") if c.ok and c.ts > asked.ts][0]
+    assert restart.preset == "B" and restart.resume_from == saved.path, (restart, saved)
+    at = (saved.epoch, saved.batch) if saved.batch is not None else (saved.epoch + 1, 0)
+    second = [e.seq for e in r.events if e.type == "start" and e.attempt == 2][0]
+    before = [(e.epoch, e.batch) for e in r.of_type("progress") if e.seq < second]
+    after = [(e.epoch, e.batch) for e in r.of_type("progress") if e.seq > second]
+    assert max(before) <= at, (max(before), at, saved)      # nothing done after the save
+    assert after[0] == (at[0], at[1] + 1), (after[0], at)   # and nothing redone
+    assert saved.kind == "planned" and saved.batch, saved        # inside the epoch

@@ -108,32 +108,37 @@ def _run_scenario(root: Path) -> dict:
 
 
 @pytest.mark.timeout(240)
-def test_stopped_workers_under_A_resume_under_B_from_the_last_good_checkpoint(recovered):
+def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_save(recovered):
+    """Workers SIGSTOPped: the main thread still runs Python (it waits for data), so the
+    agent asks for a rescue save before the kill, and B resumes inside that epoch."""
     res, good = recovered["result"], recovered["good"]
     assert res.returncode == 0, res.describe()
     assert len(recovered["workers"]) == 2, "preset A should have 2 spawned DataLoader workers"
     events = res.events
     stall = next(e for e in of(events, "stall") if e.ts > recovered["stopped_at"])
     assert stall.diagnosis == "stopped" and stall.phase == "train", stall
+    rescue = [c for c in of(events, "checkpoint") if c.kind == "rescue" and c.ok and c.ts > stall.ts]
+    assert rescue and rescue[0].epoch == 2 and rescue[0].batch, of(events, "checkpoint")
     restart = of(events, "restart")[0]
-    assert restart.ts > stall.ts
-    assert (restart.attempt, restart.preset, restart.resume_from) == (2, "B", str(good))
+    assert restart.ts > rescue[0].ts
+    assert (restart.attempt, restart.preset, restart.resume_from) == (2, "B", rescue[0].path)
     starts = of(events, "start")
     assert starts[1].attempt == 2 and starts[1].preset == "B" and starts[1].ts > restart.ts
-    assert "--resume" in starts[1].command and str(good) in starts[1].command
+    assert "--resume" in starts[1].command and rescue[0].path in starts[1].command
     # Attempt 1's processes (the stopped workers included) are gone.
     assert not [w.pid for w in recovered["workers"] if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
     assert not psutil.pid_exists(starts[0].pid) or psutil.Process(starts[0].pid).status() == psutil.STATUS_ZOMBIE
-    # Attempt 2 resumed at epoch 2 (epoch 1 was checkpointed) with no workers, and finished.
+    # Attempt 2 resumed inside epoch 2, where the rescue save was, with no workers, and finished.
     two = [e for e in events if e.ts >= starts[1].ts]
     infos = {e.key: e.text for e in of(two, "info")}
-    assert "resuming from" in infos["runner.resume"] and "at epoch 2 of 3" in infos["runner.resume"]
+    assert "resuming from" in infos["runner.resume"], infos
     assert infos["runner.preset"].startswith("preset B: 0 DataLoader workers")
     progress = of(two, "progress")
-    assert progress[0].epoch == 2 and progress[-1].epoch == EPOCHS
+    assert progress[0].epoch == 2 and progress[0].batch > 1, progress[0]
+    assert progress[-1].epoch == EPOCHS
     assert of(events, "exit")[-1].returncode == 0
     assert of(events, "state")[-1].state == "FINISHED"
-    assert [c.epoch for c in of(events, "checkpoint") if c.ok][-1] == EPOCHS
+    assert [c.epoch for c in of(events, "checkpoint") if c.ok and c.kind == "epoch"][-1] == EPOCHS
     assert inspect_checkpoint(good).epoch == EPOCHS - 1
 
 
