@@ -269,7 +269,7 @@ def copy_and_verify(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
                                    time.perf_counter() - t0)
         final = dst_dir / name
         os.replace(tmp, final)
-        _fsync_dir(dst_dir)
+        fsync_dir(dst_dir)
         return CheckpointCheck(final, True, check.detail, check.epoch, check.epochs, time.perf_counter() - t0)
     except OSError as exc:
         return CheckpointCheck(src, False, f"cannot copy: {exc.strerror or exc}",
@@ -278,7 +278,8 @@ def copy_and_verify(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
         tmp.unlink(missing_ok=True)
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """Make a rename in ``path`` durable (best effort)."""
     try:
         fd = os.open(path, os.O_RDONLY)
     except OSError:

@@ -45,7 +45,8 @@ import torch
 from torch.utils.data import RandomSampler
 
 from trainctl.engine import events as E
-from trainctl.engine.runners.checkpoint import MID_PREFIX, TRAINCTL_KEY, inspect_checkpoint, mid_epoch_checkpoints
+from trainctl.engine.runners.checkpoint import (MID_PREFIX, TRAINCTL_KEY, fsync_dir, inspect_checkpoint,
+                                                mid_epoch_checkpoints)
 
 SUPPORTED = ("8.4.",)          # Ultralytics versions whose training loop MidEpochTrainer copies
 KEEP_MID = 2                   # mid-epoch saves kept (plus last_good.pt, the last end-of-epoch one)
@@ -297,7 +298,7 @@ class MidEpochTrainer(EpochStartTrainer):
             if ok:
                 os.replace(tmp, dest)
                 tmp = None
-                _fsync_dir(dest.parent)
+                fsync_dir(dest.parent)
                 self._tc_prune()
             detail = check.detail if ok else f"failed verification: {check.detail}"
         except Exception as exc:  # noqa: BLE001 - a failed save is reported, training goes on
@@ -659,19 +660,6 @@ class MidEpochTrainer(EpochStartTrainer):
         self._tc_epoch_state = None
         self._tc_pos = {"batch": i0, "samples": samples, "steps": self._tc_steps, "tloss": self.tloss,
                         "rng": _rng_state()}
-
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def trainer_class(base: type, cfg: MidEpochConfig, version: str) -> type:
