@@ -27,7 +27,7 @@ from trainctl.engine.runners.checkpoint import GOOD_NAME, MID_PREFIX, inspect_ch
 pytest.importorskip("ultralytics")
 pytestmark = pytest.mark.e2e
 
-N_TRAIN, BATCH = 24, 4        # 6 batches an epoch
+N_TRAIN, BATCH = 32, 4        # 8 batches an epoch
 EPOCHS = 3                    # warm-up: 2 epochs (12 batches); nbs = 8: up to 2 batches a step
 
 
@@ -73,7 +73,7 @@ def test_planned_save_inside_an_epoch_then_resume_sees_the_rest_of_that_epoch(tm
     asked: list[float] = []
 
     def on_event(event: E.Event, pid: int) -> None:
-        if isinstance(event, E.Progress) and event.epoch == 2 and event.batch >= 2 and not asked:
+        if isinstance(event, E.Progress) and event.epoch == 2 and event.batch >= 1 and not asked:
             asked.append(time.time())
             request(run_dir, pid, 7, "planned")
         if isinstance(event, E.Checkpoint) and event.kind == "planned":
