@@ -34,12 +34,13 @@ class Agent:
     def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
                  clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
                  on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
-                 kernel_log: bool | None = None, adopt: bool = False):
+                 kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
         ``spawner``: how trainers are started (a fake one in tests; by default each
         trainer runs under a holder and outlives this agent).  ``adopt``: take over a run
-        whose agent died (its trainer, or its attempt loop, goes on)."""
+        whose agent died (its trainer, or its attempt loop, goes on).  ``subreaper``: become
+        the child subreaper of orphans (off in tests that run an agent inside pytest)."""
         self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
@@ -47,6 +48,7 @@ class Agent:
         self.kernel_log = spec.kernel_log if kernel_log is None else kernel_log
         self.report = ErrorReporter(ctx.emit, ctx.files.dir / "errors", clock)
         self.adopt = adopt
+        self.subreaper = subreaper
         self.lock = JobLock(spec.job_name)
         if spawner is None and os.environ.get("TRAINCTL_SPAWNER") == "pipe":
             spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
@@ -108,7 +110,8 @@ class Agent:
     async def run(self) -> int:
         loop = self._loop = asyncio.get_running_loop()
         ctx = self.ctx
-        become_subreaper()
+        if self.subreaper:
+            become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)

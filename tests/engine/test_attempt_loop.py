@@ -42,7 +42,7 @@ def run_agent(tmp_path, histories, *, during=None, **spec_kw):
     spawner = FakeSpawner(histories)
 
     async def main(loop):
-        agent = Agent(run_dir, spec, clock=loop.wall, gpu_probe=NoGpuProbe(), serve=False,
+        agent = Agent(run_dir, spec, clock=loop.wall, gpu_probe=NoGpuProbe(), serve=False, subreaper=False,
                       spawner=spawner)
         side = asyncio.create_task(during(agent)) if during else None
         code = await agent.run()
