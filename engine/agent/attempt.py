@@ -181,6 +181,7 @@ class AttemptLoop:
         intake.begin(now)
         if adopted is not None:   # what its trainer declared before this agent took over
             intake.save_on_request = getattr(adopted, "save_on_request", False)
+            intake.replay_until = ctx.furthest   # lines read again since the last saved offset
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]

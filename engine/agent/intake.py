@@ -31,6 +31,7 @@ class Intake:
         self.progressed = False       # this attempt went beyond the furthest batch of the run
         self.fatal_stop: str | None = None
         self.stalled = False
+        self.replay_until: tuple[int, int] | None = None   # adopted: progress up to here is known
         self.save_on_request = False  # the trainer declared it (info runner.save_on_request)
         self.checkpoints = 0          # checkpoint events of this attempt (ok or not)
         self.last_checkpoint: E.Checkpoint | None = None
@@ -49,6 +50,7 @@ class Intake:
         self.fatal_stop = None
         self.stalled = False
         self.save_on_request = False
+        self.replay_until = None
         self.checkpoints = 0
         self.last_checkpoint = None
         self.tail.clear()
@@ -151,6 +153,11 @@ class Intake:
 
     def on_progress(self, ev: E.Progress, console: bool = False) -> None:
         ctx, now = self.ctx, ev.ts
+        if self.replay_until is not None:   # an adopted trainer's lines its dead agent journaled
+            if (ev.epoch or 0, ev.batch or 0) <= self.replay_until:
+                ctx.detector.on_progress(ev, now)   # it is alive: only not news
+                return
+            self.replay_until = None
         self.seen_progress = True
         # A batch line read from the console may be older than a val/save phase the trainer
         # reported on its side channel (two channels, read at different moments): it must
