@@ -1,0 +1,71 @@
+"""The before_progress rule of the catalog (engine/agent/intake.py Intake.on_warning): a
+start-up error's wording ("No CUDA GPUs are available", ModuleNotFoundError) ends the run
+FAILED only before the attempt's first batch; after a batch the same line is a warning.
+Real lines through the real OutputFeed, parser and catalog; only the clock is a counter."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from trainctl.engine import events as E
+from trainctl.engine.agent.context import RunContext
+from trainctl.engine.agent.intake import Intake
+from trainctl.engine.journal import read_events
+from trainctl.engine.spec import RunSpec
+
+pytestmark = pytest.mark.timeout(20)
+
+NO_DEVICE = b"RuntimeError: No CUDA GPUs are available\n"
+NO_MODULE = b"ModuleNotFoundError: No module named 'torch'\n"
+BATCH = b"Epoch 2/10: 37/500 loss=0.41\n"          # a plain loop's progress line
+
+
+def intake(tmp_path) -> Intake:
+    ticks = itertools.count(1000.0, 0.5)
+    ctx = RunContext(tmp_path, RunSpec("t", "command", ["python", "train.py"]), lambda: next(ticks))
+    taken = Intake(ctx)
+    taken.begin(ctx.clock())
+    return taken
+
+
+def warnings(taken: Intake) -> list[str]:
+    return [ev.id for ev in read_events(taken.ctx.files.events) if isinstance(ev, E.Warning)]
+
+
+@pytest.mark.parametrize("line,sig", [(NO_DEVICE, "rt.no_device"), (NO_MODULE, "py.import_error")])
+def test_before_the_first_batch_a_start_up_error_is_fatal(tmp_path, line, sig):
+    taken = intake(tmp_path)
+    taken.on_output(b"loading model...\n" + line)
+    assert not taken.seen_progress
+    assert taken.fatal_stop is not None and taken.fatal_stop.startswith(f"{sig}: ")
+    assert line.decode().strip() in taken.fatal_stop
+    assert warnings(taken) == [sig]
+
+
+@pytest.mark.parametrize("line,sig", [(NO_DEVICE, "rt.no_device"), (NO_MODULE, "py.import_error")])
+def test_after_the_first_batch_the_same_line_is_only_a_warning(tmp_path, line, sig):
+    taken = intake(tmp_path)
+    taken.on_output(BATCH)
+    assert taken.seen_progress and taken.ctx.furthest == (2, 37)
+    taken.on_output(line)
+    assert taken.fatal_stop is None
+    assert warnings(taken) == [sig]   # still reported, with its advice
+
+
+def test_a_new_attempt_is_before_its_first_batch_again(tmp_path):
+    taken = intake(tmp_path)
+    taken.on_output(BATCH)
+    taken.begin(taken.ctx.clock())          # the restart: a new trainer, no batch yet
+    assert not taken.seen_progress
+    taken.on_output(NO_DEVICE)
+    assert taken.fatal_stop is not None and taken.fatal_stop.startswith("rt.no_device: ")
+
+
+def test_a_signature_without_before_progress_stays_fatal_after_progress(tmp_path):
+    taken = intake(tmp_path)
+    taken.on_output(BATCH)
+    taken.on_output(b"torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n")
+    assert taken.fatal_stop is None   # suggest_preset, not stop: no fatal stop either way
+    taken.on_output(b"RuntimeError: CUDA error: device-side assert triggered\n")
+    assert taken.fatal_stop is not None and taken.fatal_stop.startswith("rt.device_assert: ")
