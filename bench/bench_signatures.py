@@ -1,10 +1,14 @@
 """Throughput of the warning matcher on healthy lines (goal: >= 100k lines/s).
 
-Usage: .venv/bin/python bench/bench_signatures.py [SECONDS]
+Usage: .venv/bin/python bench/bench_signatures.py [SECONDS] [--compare OTHER.toml]
 
 Feeds tests/data/healthy_lines.txt, and a progress-heavy mix (what a real run prints:
 mostly Ultralytics batch frames), through WarningMatcher.feed, with and without the
 prefilter, and a stream of warning lines for the slow path.  Prints lines/s.
+
+--compare OTHER.toml measures another catalog file (e.g. an older signatures.toml from
+``git show REV:engine/signatures.toml``) in the same run, interleaved, and prints both
+columns side by side, so a wider catalog's cost is read on the same core and load.
 """
 from __future__ import annotations
 
@@ -42,24 +46,52 @@ def rate(catalog: Catalog, lines: list[str], seconds: float, source: str = "trai
     return n / elapsed
 
 
-def main() -> None:
-    seconds = float(sys.argv[1]) if len(sys.argv) > 1 else 2.0
-    catalog = Catalog.load()
-    unfiltered = Catalog(catalog.signatures, catalog.codes, catalog.path)
+def unfiltered(catalog: Catalog) -> Catalog:
+    """The same catalog trying every signature on every line (no prefilter)."""
+    copy = Catalog(catalog.signatures, catalog.codes, catalog.path)
     everything = frozenset(range(len(catalog)))
-    unfiltered._prefilter.candidates = lambda line: set(everything)  # no prefilter: try all
+    copy._prefilter.candidates = lambda line: set(everything)
+    return copy
+
+
+def describe(name: str, catalog: Catalog, healthy: list[str]) -> None:
+    pf = catalog._prefilter
+    hits = sum(bool(pf.candidates(line)) for line in healthy)
+    print(f"{name}: {catalog.path}: {len(catalog)} signatures, "
+          f"{sum(len(s.patterns) for s in catalog)} patterns; prefilter: {len(pf.words)} trigger words, "
+          f"{len(pf.substrings)} substrings, {len(pf.always)} unfiltered signatures; "
+          f"healthy lines on the slow path: {hits}/{len(healthy)}")
+
+
+def main() -> None:
+    args = sys.argv[1:]
+    other = None
+    if "--compare" in args:
+        i = args.index("--compare")
+        other = Catalog.load(args[i + 1])
+        del args[i:i + 2]
+    seconds = float(args[0]) if args else 2.0
+    catalogs = {"this": Catalog.load()}
+    if other is not None:
+        catalogs["other"] = other
     healthy = healthy_lines()
     mix = progress_mix(healthy)
-    bad = [ex for sig in catalog for ex in sig.examples]
-    hits = sum(bool(catalog._prefilter.candidates(line)) for line in healthy)
-    pf = catalog._prefilter
-    print(f"catalog: {len(catalog)} signatures; prefilter: {len(pf.words)} trigger words, "
-          f"{len(pf.substrings)} substrings, {len(pf.always)} unfiltered signatures")
-    print(f"healthy lines passing the prefilter (slow path): {hits}/{len(healthy)}")
-    print(f"healthy corpus ({len(healthy)} lines):      {rate(catalog, healthy, seconds):>10,.0f} lines/s")
-    print(f"progress-heavy mix ({len(mix)} lines):    {rate(catalog, mix, seconds):>10,.0f} lines/s")
-    print(f"same mix, no prefilter:             {rate(unfiltered, mix, seconds):>10,.0f} lines/s")
-    print(f"warning lines ({len(bad)}, source=any):   {rate(catalog, bad, seconds, 'any'):>10,.0f} lines/s")
+    # the same warning lines for every catalog: this catalog's examples
+    bad = [ex for sig in catalogs["this"] for ex in sig.examples]
+    for name, cat in catalogs.items():
+        describe(name, cat, healthy)
+    rows = [
+        (f"healthy corpus ({len(healthy)} lines)", lambda c: rate(c, healthy, seconds)),
+        (f"progress-heavy mix ({len(mix)} lines)", lambda c: rate(c, mix, seconds)),
+        ("same mix, no prefilter", lambda c: rate(unfiltered(c), mix, seconds)),
+        (f"warning lines ({len(bad)}, source=any)", lambda c: rate(c, bad, seconds, "any")),
+    ]
+    print(f"{'lines/s':38s}" + "".join(f"{name:>14s}" for name in catalogs)
+          + ("     change" if other is not None else ""))
+    for label, measure in rows:
+        figures = [measure(cat) for cat in catalogs.values()]
+        change = f"  {figures[0] / figures[1] - 1:+8.1%}" if other is not None else ""
+        print(f"{label:38s}" + "".join(f"{f:>14,.0f}" for f in figures) + change)
 
 
 if __name__ == "__main__":
