@@ -345,7 +345,8 @@ _COMMON_WORDS = frozenset(
     "the and for not with from this that was are has have all can its will you your one "
     "loss epoch train val images instances size error warning info file files line at in on "
     "is to of by it be or an as no use using gpu access available checkpoint "
-    "starting off out find status create object process checks".split())
+    "starting off out find status create object process checks could "
+    "runtimeerror processgroupnccl".split())   # the last two: every traceback / every c10d log line
 
 # Words in almost every line of a training log: a literal inside one is a poor needle.
 _TRAINING_WORDS = ("loss", "epoch", "train", "batch", "step", "images", "instances", "size")
