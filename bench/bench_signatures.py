@@ -53,7 +53,7 @@ def rate(catalog: Catalog, lines: list[str], seconds: float, source: str = "trai
 def unfiltered(catalog: Catalog) -> Catalog:
     """The same catalog trying every signature on every line (no prefilter)."""
     copy = Catalog(catalog.signatures, catalog.codes, catalog.path)
-    everything = frozenset(range(len(catalog)))
+    everything = frozenset(range(len(copy._patterns)))
     copy._prefilter.candidates = lambda line: set(everything)
     return copy
 
@@ -63,7 +63,7 @@ def describe(name: str, catalog: Catalog, healthy: list[str]) -> None:
     hits = sum(bool(pf.candidates(line)) for line in healthy)
     print(f"{name}: {catalog.path}: {len(catalog)} signatures, "
           f"{sum(len(s.patterns) for s in catalog)} patterns; prefilter: {len(pf.words)} trigger words, "
-          f"{len(pf.substrings)} substrings, {len(pf.always)} unfiltered signatures; "
+          f"{len(pf.substrings)} substrings, {len(pf.always)} unfiltered patterns; "
           f"healthy lines on the slow path: {hits}/{len(healthy)}")
 
 

@@ -9,8 +9,9 @@ repeats (re-emitted at 10, 100, 1000, ... so a flood stays visible but bounded).
 
 Speed: healthy progress lines are the vast majority.  From each pattern's parse tree we
 derive something every match must contain (a whole word, else a literal substring); a
-line's words then select the few signatures that could match it, and only those are
-tried (most healthy lines: none).
+line's words then select the few patterns that could match it, and only those are tried
+(most healthy lines: none; a signature's other wordings cost nothing unless their word is
+in the line).
 
 Pure: no clock, no I/O except reading the catalog file.
 """
@@ -133,7 +134,10 @@ class Catalog:
             src: frozenset(i for i, s in enumerate(self.signatures) if s.applies_to(src))
             for src in SOURCES
         }
-        self._prefilter = _build_prefilter(self.signatures)
+        # every (signature index, pattern) in catalog order: the prefilter names the patterns
+        # a line could match, so a signature with many wordings costs only the ones it could
+        self._patterns = tuple((i, p) for i, s in enumerate(self.signatures) for p in s.patterns)
+        self._prefilter = _build_prefilter(self._patterns)
 
     # ------------------------------------------------------------------ loading
     @classmethod
@@ -205,13 +209,15 @@ class Catalog:
         indices = self._prefilter.candidates(line)
         if not indices:
             return None
-        candidates = [self.signatures[i] for i in sorted(indices) if i in allowed]
+        patterns = self._patterns
+        candidates = [patterns[k] for k in sorted(indices) if patterns[k][0] in allowed]
         segments = _SEGMENT_RE.split(line) if ("\r" in line or "\n" in line) else (line,)
         for segment in segments:
             text = normalise(segment)
-            for sig in candidates:
-                m = sig.search(text)
+            for i, pattern in candidates:   # catalog order, then pattern order: first match wins
+                m = pattern.search(text)
                 if m is not None:
+                    sig = self.signatures[i]
                     return self._derive(sig, m.group(sig.per_code)) if sig.per_code else sig
         return None
 
@@ -353,11 +359,12 @@ _TRAINING_WORDS = ("loss", "epoch", "train", "batch", "step", "images", "instanc
 
 
 class _Prefilter:
-    """Which signatures could match a line, from its tokens: a cheap superset test.
+    """Which patterns could match a line, from its tokens: a cheap superset test.
 
-    ``words`` maps a trigger word to the indices of the signatures that require it,
-    ``substrings`` lists (literal, index) for patterns without a provable word, and
-    ``always`` holds signatures with a pattern that has neither (tested on every line).
+    Indices are positions in the catalog's flat (signature index, pattern) list.  ``words``
+    maps a trigger word to the patterns that require it, ``substrings`` lists (literal,
+    index) for patterns without a provable word, and ``always`` holds patterns that have
+    neither (tried on every line).
     """
 
     def __init__(self, words: dict[str, frozenset[int]], substrings: tuple[tuple[str, int], ...],
@@ -379,22 +386,21 @@ class _Prefilter:
         return found
 
 
-def _build_prefilter(signatures: Iterable[Signature]) -> _Prefilter:
+def _build_prefilter(patterns: Iterable[tuple[int, re.Pattern[str]]]) -> _Prefilter:
     words: dict[str, set[int]] = {}
     substrings: set[tuple[str, int]] = set()
     always: set[int] = set()
-    for index, sig in enumerate(signatures):
-        for p in sig.patterns:
-            found = required_words(p)
-            if found:
-                for word in found:
-                    words.setdefault(word, set()).add(index)
-                continue
-            literal = required_literals(p)
-            if literal:
-                substrings.update((text, index) for text in literal)
-            else:
-                always.add(index)
+    for index, (_sig, p) in enumerate(patterns):
+        found = required_words(p)
+        if found:
+            for word in found:
+                words.setdefault(word, set()).add(index)
+            continue
+        literal = required_literals(p)
+        if literal:
+            substrings.update((text, index) for text in literal)
+        else:
+            always.add(index)
     return _Prefilter({w: frozenset(i) for w, i in words.items()},
                       tuple(sorted(substrings, key=lambda t: (-len(t[0]), t))), frozenset(always))
 
