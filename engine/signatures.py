@@ -363,12 +363,12 @@ class _Prefilter:
 
     Indices are positions in the catalog's flat (signature index, pattern) list.  ``words``
     maps a trigger word to the patterns that require it, ``substrings`` lists (literal,
-    index) for patterns without a provable word, and ``always`` holds patterns that have
-    neither (tried on every line).
+    patterns) for patterns without a provable word, each literal once, and ``always`` holds
+    patterns that have neither (tried on every line).
     """
 
-    def __init__(self, words: dict[str, frozenset[int]], substrings: tuple[tuple[str, int], ...],
-                 always: frozenset[int]):
+    def __init__(self, words: dict[str, frozenset[int]],
+                 substrings: tuple[tuple[str, frozenset[int]], ...], always: frozenset[int]):
         self.words = words
         self.substrings = substrings
         self.always = always
@@ -380,15 +380,15 @@ class _Prefilter:
             hit = words.get(token)
             if hit is not None:
                 found = found | hit
-        for text, index in self.substrings:
+        for text, hit in self.substrings:
             if text in line:
-                found = found | {index}
+                found = found | hit
         return found
 
 
 def _build_prefilter(patterns: Iterable[tuple[int, re.Pattern[str]]]) -> _Prefilter:
     words: dict[str, set[int]] = {}
-    substrings: set[tuple[str, int]] = set()
+    substrings: dict[str, set[int]] = {}
     always: set[int] = set()
     for index, (_sig, p) in enumerate(patterns):
         found = required_words(p)
@@ -398,11 +398,14 @@ def _build_prefilter(patterns: Iterable[tuple[int, re.Pattern[str]]]) -> _Prefil
             continue
         literal = required_literals(p)
         if literal:
-            substrings.update((text, index) for text in literal)
+            for text in literal:
+                substrings.setdefault(text, set()).add(index)
         else:
             always.add(index)
     return _Prefilter({w: frozenset(i) for w, i in words.items()},
-                      tuple(sorted(substrings, key=lambda t: (-len(t[0]), t))), frozenset(always))
+                      tuple((text, frozenset(substrings[text]))
+                            for text in sorted(substrings, key=lambda s: (-len(s), s))),
+                      frozenset(always))
 
 
 def required_words(pattern: re.Pattern[str]) -> frozenset[str] | None:
