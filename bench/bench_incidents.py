@@ -1,7 +1,8 @@
-"""The same faults on the same PyTorch loop (examples/midepoch_resume.py) under trainctl and
-under torchrun --max-restarts: what each costs.
+"""The same faults on the same PyTorch loop (examples/midepoch_resume.py) under trainctl,
+under torchrun --max-restarts and under NVRx ft_launcher, and on a real Ultralytics run
+under trainctl: what each costs.
 
-    .venv/bin/python bench/bench_incidents.py [--cap 30] [--write docs/benchmarks.md]
+    .venv/bin/python bench/bench_incidents.py [--cap 60] [--yolo-cap 240]
 
 Faults, all at epoch 1 batch 25 of 60, first attempt only: ``deadlock`` (the DataLoader
 worker loading that batch blocks forever), ``spin`` (the main thread spins in native code:
@@ -11,8 +12,14 @@ starting the next attempt), hang → first new batch s, batches redone (the furt
 before the fault − where the next attempt resumed), processes left over (of the first
 attempt, after the run ended), lines of trainer code changed for that tool.  Each fault is
 capped at ``--cap`` s: a tool that has not restarted by then "did not detect" it.
-Times are taken here, from the trainer's output lines as they arrive.
-NVRx ft_launcher is not measured (see docs/benchmarks.md).
+Times: the trainer's own stamped lines (``--stamp``; for Ultralytics the batch stamps of
+bench/ultralytics_faults), trainctl's journal, the launchers' log lines as they arrive.
+NVRx (the optional ``bench`` extra) runs the loop with ``--nvrx-heartbeat``; when
+ft_launcher does not import, its column says so.
+
+The Ultralytics run (trainctl only): YOLOv8n from YAML on a synthetic data set, CPU,
+imgsz 64, preset A (2 spawned DataLoader workers) with fallback B; the faults come from
+bench/ultralytics_faults/sitecustomize.py (on PYTHONPATH), at epoch 1 batch YOLO_HANG_AT.
 """
 from __future__ import annotations
 
@@ -29,16 +36,30 @@ from pathlib import Path
 
 import psutil
 
+from trainctl.engine.process import descendants
+
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "midepoch_resume.py"
-FAULTS = {"deadlock": "worker", "spin": "spin", "killed worker": "worker-exit"}
+FAULTS = {"deadlock": "worker", "spin": "spin", "killed worker": "worker-exit", "planned restart": ""}
+PLANNED = "planned restart"    # trainctl only: `trainctl ctl RUN restart` on a healthy run mid-epoch
 HANG_AT = (1, 25)
+STALL_S = 4                    # trainctl --stall-timeout; NVRx --ft-rank-heartbeat-timeout
+WATCH_S = 0.5                  # NVRx --ft-workload-check-interval (trainctl watches every 0.5 s)
+NVRX = ["--ft-initial-rank-heartbeat-timeout", "60", "--ft-rank-heartbeat-timeout", str(STALL_S),
+        "--ft-workload-check-interval", str(WATCH_S), "--ft-enable-nic-monitor", "false"]
+YOLO = "trainctl (Ultralytics)"
+YOLO_TRAIN, YOLO_BATCH, YOLO_HANG_AT, YOLO_EVERY = 80, 4, 12, "3s"   # 20 batches an epoch
+YOLO_NBS = 8        # an optimizer step every 2 batches (Ultralytics' default nbs 64: every 16)
+YOLO_STALL_S = 10   # batches of 1-5 s on the 2 shared cores: 4 s saw false stalls
+FAULTS_DIR = ROOT / "bench" / "ultralytics_faults"
+# Lines of the launchers' logs that say they saw the fault (their detection).
+LAUNCHER_SAW = re.compile(r"Did not get subsequent heartbeat|FT timeout elapsed|failed \(exitcode")
 
 
 def loop_args(ckpts: Path, kind: str) -> list[str]:
+    hang = ["--hang-at", f"{HANG_AT[0]}:{HANG_AT[1]}", "--hang-kind", kind, "--hang-attempt", "1"] if kind else []
     return [str(EXAMPLE), "--epochs", "1", "--batches", "60", "--batch-time", "0.03",
-            "--save-every", "10", "--checkpoint-dir", str(ckpts), "--stamp",
-            "--hang-at", f"{HANG_AT[0]}:{HANG_AT[1]}", "--hang-kind", kind, "--hang-attempt", "1"]
+            "--save-every", "10", "--checkpoint-dir", str(ckpts), "--stamp", *hang]
 
 
 def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
@@ -47,16 +68,50 @@ def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
         return [py, "-m", "trainctl", "run", "--json", "--stall-timeout", "4", "--rescue-wait", "10",
                 "--max-restarts", "2", "--run-dir", str(run_dir), "--resume-arg=--resume",
                 "--resume-arg={checkpoint}", "--", py, "-u", *loop_args(ckpts, kind)]
+    if tool == "nvrx":
+        return [py, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", "--standalone",
+                "--nproc-per-node", "1", "--max-restarts", "2", *NVRX, *loop_args(ckpts, kind),
+                "--resume", "auto", "--nvrx-heartbeat"]
     return [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
             "--max-restarts", "2", *loop_args(ckpts, kind), "--resume", "auto"]
+
+
+def nvrx_missing() -> str | None:
+    """Why ft_launcher cannot run here (None: it imports)."""
+    r = subprocess.run([sys.executable, "-c", "import nvidia_resiliency_ext.fault_tolerance.launcher"],
+                       capture_output=True, text=True)
+    if r.returncode == 0:
+        return None
+    last = (r.stderr.strip().splitlines() or ["?"])[-1]
+    return "not installed" if "No module named 'nvidia_resiliency_ext'" in last else f"does not import: {last}"
+
+
+def yolo_job(root: Path) -> Path:
+    sys.path.insert(0, str(ROOT))
+    from tests.e2e.conftest import write_ultralytics_job
+    job = write_ultralytics_job(root, n_train=YOLO_TRAIN, n_val=4, epochs=1, batch=YOLO_BATCH, preset="A",
+                                fallback="B", extra={"nbs": YOLO_NBS})
+    job.write_text(f'checkpoint_every = "{YOLO_EVERY}"\n' + job.read_text())   # a top-level key
+    return job
 
 
 def measure(tool: str, fault: str, cap: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-incidents-"))
     ckpts, run_dir = tmp / "ckpts", tmp / "run"
-    argv = command(tool, ckpts, FAULTS[fault], run_dir)
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    if tool == YOLO:
+        py = sys.executable
+        argv = [py, "-m", "trainctl", "run", str(yolo_job(tmp)), "--json", "--stall-timeout", str(YOLO_STALL_S),
+                "--rescue-wait", "10", "--max-restarts", "2", "--run-dir", str(run_dir)]
+        env.update(PYTHONPATH=os.pathsep.join([str(FAULTS_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+                   BENCH_STAMPS=str(tmp / "stamps.txt"), BENCH_FAULT=FAULTS[fault],
+                   BENCH_FAULT_BATCH=str(YOLO_HANG_AT), BENCH_WORKERS="2", BENCH_BATCH_SIZE=str(YOLO_BATCH),
+                   YOLO_OFFLINE="1", YOLO_CONFIG_DIR=str(tmp / "yolo-config"))
+        env.pop("OMP_NUM_THREADS")   # the preset sets it
+    else:
+        argv = command(tool, ckpts, FAULTS[fault], run_dir)
     lines: list[tuple[float, str]] = []
+    load0 = os.getloadavg()[0]
     t0 = time.time()
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
                             env=env, start_new_session=True, text=True)
@@ -66,38 +121,74 @@ def measure(tool: str, fault: str, cap: float) -> dict:
             lines.append((time.time(), line))
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    first_attempt: set[psutil.Process] = set()
+    seen: set[psutil.Process] = set()     # every process of the tree, while it ran
     capped = False
+    stamped = tmp / "stamps.txt" if tool == YOLO else run_dir / "train.log"
+    at = YOLO_HANG_AT if tool == YOLO else HANG_AT[1]
+    asked = None
     while proc.poll() is None:
         if time.time() - t0 > cap:
             capped = True
             break
-        if not _restarted(tool, lines, run_dir):
-            first_attempt |= set(_procs(ckpts))
+        seen |= set(descendants(proc.pid)) | set(_procs(ckpts))
+        if fault == PLANNED and asked is None and _reached(stamped, at):
+            asked = subprocess.Popen([sys.executable, "-m", "trainctl", "ctl", str(run_dir), "restart"],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         time.sleep(0.2)
+    if asked is not None:
+        asked.wait(30)
     time.sleep(1.0)
-    left = [p for p in first_attempt if _alive(p)] if not capped else []
+    left = [p for p in seen if p.pid != proc.pid and _alive(p)] if not capped else []
+    left_what = sorted({_what(p) for p in left})
     _kill_all(proc, ckpts)
+    for p in seen:   # a capped run: its holder and trainer live in their own sessions
+        for q in [p, *descendants(p.pid)]:
+            try:
+                q.kill()
+            except psutil.Error:
+                pass
     reader.join(2)
+    (tmp / "output.txt").write_text("".join(f"{t:.3f} {ln}" for t, ln in lines))   # to look into a row
     text = [(float(m[1]), ln.rstrip()) for _t, ln in lines if (m := re.search(r" t=([0-9.]+)$", ln.rstrip()))]
-    if tool == "trainctl":   # the trainer's own lines are in train.log, the events on stdout
-        text = _trainctl_lines(run_dir, lines)
-    return _figures(tool, fault, text, left, capped, run_dir)
+    text += [(t, "STALL") for t, ln in lines if LAUNCHER_SAW.search(ln)]
+    if tool in ("trainctl", YOLO):   # the trainer's own lines are in train.log, the events on stdout
+        text = _trainctl_lines(run_dir, tmp / "stamps.txt" if tool == YOLO else run_dir / "train.log")
+    row = _figures(tool, fault, sorted(text, key=lambda x: x[0]), left, capped, run_dir)
+    row["load"] = (load0, os.getloadavg()[0])
+    if fault == PLANNED and row["detect"] is not None:
+        row["detect"] = "asked"   # nothing to detect: `trainctl ctl restart`
+    if left_what:
+        row["note"] = "; ".join(filter(None, [row["note"], "left over: " + ", ".join(left_what)]))
+    return row
 
 
-def _restarted(tool: str, lines, run_dir: Path) -> bool:
-    if tool == "trainctl":
-        return any('"type":"restart"' in ln for _t, ln in lines)
-    return sum("resume epoch" in ln for _t, ln in lines) >= 2
+def _reached(stamped: Path, batch: int) -> bool:
+    try:
+        return f" batch={batch}/" in stamped.read_text(errors="replace")
+    except OSError:
+        return False
 
 
-def _trainctl_lines(run_dir: Path, lines) -> list[tuple[float, str]]:
-    """The trainer's stamped lines from train.log; the stall and save-request infos from
-    the journal."""
+def _what(p: psutil.Process) -> str:
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return f"pid {p.pid}"
+    if any("spawn_main" in c or "multiprocessing" in c for c in cmd):
+        return "a DataLoader worker"
+    if any("midepoch_resume.py" in c for c in cmd):
+        parent = p.ppid()
+        return "a DataLoader worker (orphaned)" if parent == 1 else "the trainer"
+    return os.path.basename(cmd[0]) if cmd else f"pid {p.pid}"
+
+
+def _trainctl_lines(run_dir: Path, stamped: Path) -> list[tuple[float, str]]:
+    """The trainer's stamped lines (train.log, or the Ultralytics batch stamps); the first
+    of stall, exit and restart after the fault, and the save-request infos, from the journal."""
     import json
     out = []
     try:
-        log = (run_dir / "train.log").read_text(errors="replace").splitlines()
+        log = stamped.read_text(errors="replace").splitlines()
     except OSError:
         log = []
     for ln in log:
@@ -109,8 +200,12 @@ def _trainctl_lines(run_dir: Path, lines) -> list[tuple[float, str]]:
         journal = []
     for ln in journal:
         ev = json.loads(ln)
-        if ev.get("type") == "stall":
+        if ev.get("type") in ("stall", "exit", "restart"):
             out.append((ev["ts"], "STALL"))
+        if ev.get("type") == "start":
+            out.append((ev["ts"], f"SPAWN {ev['attempt']}"))
+        if ev.get("type") == "restart" and ev.get("resume_from"):
+            out.append((ev["ts"], f"FROM {Path(ev['resume_from']).name}"))
         elif ev.get("type") == "info" and ev.get("key", "").startswith("save_request_"):
             out.append((ev["ts"], f"INFO {ev['text']}"))
     return sorted(out, key=lambda x: x[0])
@@ -118,7 +213,8 @@ def _trainctl_lines(run_dir: Path, lines) -> list[tuple[float, str]]:
 
 def _figures(tool, fault, text, left, capped, run_dir) -> dict:
     attempts: list[dict] = []
-    stall_ts = None
+    stalls: list[float] = []
+    spawns: dict[int, float] = {}   # trainctl: when each attempt was started
     for t, ln in text:
         if m := re.match(r"resume epoch=(\d+) batch=(\d+)", ln):
             attempts.append({"start": t, "resume": (int(m[1]), int(m[2])), "last": None, "first": None})
@@ -129,12 +225,16 @@ def _figures(tool, fault, text, left, capped, run_dir) -> dict:
                 a["first"] = t
             if a["last"] is None or pos >= a["last"][1]:
                 a["last"] = (t, pos)
-        elif ln == "STALL" and stall_ts is None:
-            stall_ts = t
+        elif ln == "STALL":
+            stalls.append(t)
+        elif ln.startswith("SPAWN "):
+            spawns[int(ln[6:])] = t
         elif ln.startswith("INFO "):
-            attempts and attempts[-1].setdefault("save", ln[5:].strip())
+            attempts and attempts[-1].setdefault("save", re.sub(r"/\S*/", "", ln[5:].strip()))
+        elif ln.startswith("FROM ") and attempts:
+            attempts[-1].setdefault("from", ln[5:])
     row = {"tool": tool, "fault": fault, "detect": None, "recover": None, "redone": None,
-           "left": None if capped else len(left), "note": ""}
+           "left": None if capped else len(left), "note": "", "startup": None}
     if not attempts or attempts[0]["last"] is None:
         row["note"] = "no batch"
         return row
@@ -143,11 +243,15 @@ def _figures(tool, fault, text, left, capped, run_dir) -> dict:
         row["note"] = "not detected" if capped else "ended without a restart"
         return row
     second = attempts[1]
+    stall_ts = next((t for t in stalls if t >= last_t), None)   # not a false stall before the fault
     row["detect"] = (stall_ts if stall_ts is not None else second["start"]) - last_t
     if second["first"] is not None:
         row["recover"] = second["first"] - last_t
+        if 2 in spawns:
+            row["startup"] = second["first"] - spawns[2]
     row["redone"] = (last_pos[1] - second["resume"][1]) if last_pos[0] == second["resume"][0] else None
-    row["note"] = attempts[0].get("save", "")
+    row["note"] = "; ".join(filter(None, [attempts[0].get("save", ""),
+                                          attempts[0].get("from") and f"resumed from {attempts[0]['from']}"]))
     return row
 
 
@@ -182,12 +286,16 @@ def _kill_all(proc: subprocess.Popen, marker: Path) -> None:
             pass
 
 
-def trainer_lines() -> dict[str, int]:
-    """Lines of the loop that speak trainctl's protocol (report.*): what trainctl needs
-    beyond a loop that can resume; torchrun needs none beyond that (and `--resume auto`)."""
+def trainer_lines() -> dict[str, int | str]:
+    """Lines of the loop that speak each tool's protocol: trainctl's (report.*), NVRx's
+    heartbeat (the lines marked ``# nvrx``); what each needs beyond a loop that can resume;
+    torchrun needs none beyond that (and `--resume auto`).  The Ultralytics runner: none
+    (``checkpoint_every`` in the job file)."""
     text = EXAMPLE.read_text().splitlines()
     return {"trainctl": sum(1 for ln in text if "report." in ln and not ln.lstrip().startswith("#")
-                            and "``" not in ln), "torchrun": 0}
+                            and "``" not in ln),
+            "nvrx": sum(1 for ln in text if ln.rstrip().endswith("# nvrx")),
+            "torchrun": 0, YOLO: "0 (job file)"}
 
 
 def fmt(v, spec=".1f") -> str:
@@ -196,27 +304,39 @@ def fmt(v, spec=".1f") -> str:
 
 def table(rows: list[dict]) -> str:
     code = trainer_lines()
-    out = ["| fault | tool | detection s | hang → first new batch s | batches redone | "
-           "processes left over | trainer lines changed | notes |",
-           "|---|---|---|---|---|---|---|---|"]
+    out = ["| fault | tool | detection s | hang → first new batch s | of which start-up s | batches redone | "
+           "processes left over | trainer lines changed | load avg | notes |",
+           "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        detect = fmt(r["detect"]) if r["detect"] is not None else (r["note"] or "—")
-        out.append(f"| {r['fault']} | {r['tool']} | {detect} | {fmt(r['recover'])} | "
-                   f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool']]} | "
+        detect = (r["detect"] if isinstance(r["detect"], str) else fmt(r["detect"])) if r["detect"] is not None \
+            else (r["note"] or "—")
+        name = "NVRx ft_launcher" if r["tool"] == "nvrx" else r["tool"]
+        load = "{:.1f}→{:.1f}".format(*r["load"]) if r.get("load") else "—"
+        out.append(f"| {r['fault']} | {name} | {detect} | {fmt(r['recover'])} | {fmt(r.get('startup'))} | "
+                   f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool']]} | {load} | "
                    f"{r['note'] if r['detect'] is not None else ''} |")
     return "\n".join(out)
 
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--cap", type=float, default=30.0, help="seconds per fault and tool")
+    p.add_argument("--cap", type=float, default=60.0, help="seconds per fault and tool (the loop)")
+    p.add_argument("--yolo-cap", type=float, default=240.0, help="seconds per fault (Ultralytics)")
     p.add_argument("--faults", default=",".join(FAULTS))
-    p.add_argument("--tools", default="trainctl,torchrun")
+    p.add_argument("--tools", default=f"trainctl,torchrun,nvrx,{YOLO}")
     args = p.parse_args()
+    tools = args.tools.split(",")
+    missing = nvrx_missing() if "nvrx" in tools else None
     rows = []
     for fault in args.faults.split(","):
-        for tool in args.tools.split(","):
-            row = measure(tool, fault, args.cap)
+        for tool in tools:
+            if fault == PLANNED and tool in ("torchrun", "nvrx"):
+                continue   # a launcher restarts on a failure only
+            if tool == "nvrx" and missing:
+                row = {"tool": tool, "fault": fault, "detect": None, "recover": None, "redone": None,
+                       "left": None, "note": f"ft_launcher {missing}", "startup": None}
+            else:
+                row = measure(tool, fault, args.yolo_cap if tool == YOLO else args.cap)
             print(row, flush=True)
             rows.append(row)
     print(table(rows))

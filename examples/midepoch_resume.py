@@ -21,7 +21,8 @@ loading that batch blocks forever), spin (the main thread spins in native code: 
 catastrophic regex), worker-exit (that worker dies); ``--hang-attempt N``: only in attempt N
 (TRAINCTL_ATTEMPT, or torchrun's TORCHELASTIC_RESTART_COUNT + 1); ``--resume auto``: the
 newest save in the checkpoint directory (for launchers that restart with the same argv).  Prints ``resume epoch=E batch=B`` at start and one
-``epoch=E/EE batch=B/BB loss=X`` per batch.
+``epoch=E/EE batch=B/BB loss=X`` per batch.  ``--nvrx-heartbeat``: send NVRx ft_launcher's
+heartbeat per batch (bench/bench_incidents.py's comparison; the lines marked ``# nvrx``).
 """
 from __future__ import annotations
 
@@ -84,7 +85,13 @@ def main(argv=None) -> int:
     p.add_argument("--hang-at", default="")
     p.add_argument("--hang-kind", default="worker", choices=("worker", "spin", "worker-exit"))
     p.add_argument("--hang-attempt", type=int, default=0)
+    p.add_argument("--nvrx-heartbeat", action="store_true", help="NVRx ft_launcher's heartbeat per batch")
     args = p.parse_args(argv)
+    ft = None
+    if args.nvrx_heartbeat:  # nvrx
+        from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient  # nvrx
+        ft = RankMonitorClient()  # nvrx
+        ft.init_workload_monitoring()  # nvrx
 
     torch.manual_seed(args.seed)
     model = torch.nn.Linear(16, 1)
@@ -144,19 +151,21 @@ def main(argv=None) -> int:
         report.report_phase("train")
         try:
             done = run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b,
-                             stamp)
+                             stamp, ft)
         except RuntimeError:              # a DataLoader worker died: keep what is done
             save_now("rescue")
             raise
         save_now("epoch")            # position: all of this epoch done
         epoch, done = epoch + 1, 0
     report.report_phase("finished")
+    if ft is not None:  # nvrx
+        ft.shutdown_workload_monitoring()  # nvrx
     print("done", flush=True)
     return 0
 
 
 def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b,
-              stamp) -> int:
+              stamp, ft=None) -> int:
     for x, y in report.data_wait(loader):
         if hanging and args.hang_kind == "spin" and (epoch, done + 1) == (int(hang_e), int(hang_b)):
             re.match(r"(a+)+$", "a" * 64 + "b")      # native: no Python runs until it ends
@@ -170,6 +179,8 @@ def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, han
         print(f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}{stamp()}",
               flush=True)
         report.report_progress(epoch, args.epochs, done, args.batches, {"loss": loss.item()})
+        if ft is not None:  # nvrx
+            ft.send_heartbeat()  # nvrx
         kind = report.save_requested()
         if kind is not None:
             save_now(kind)
