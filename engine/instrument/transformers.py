@@ -1,0 +1,296 @@
+"""The Transformers integration: a ``TrainerCallback`` in every ``transformers.Trainer``.
+
+Attached when the script imports ``transformers`` (engine/instrument/bootstrap); the
+script's code is not changed.  ``transformers`` loads its ``Trainer`` lazily, so the patch
+waits for ``transformers.trainer`` to be imported (a script that only tokenizes never pays
+for it).  Then every ``Trainer``:
+
+* gets :class:`TrainctlCallback` (its ``__init__`` is wrapped): structured progress
+  (epoch, optimizer steps in it, steps per epoch, the logged losses), phases (train, val,
+  save), a ``checkpoint`` event for each ``checkpoint-<step>`` directory the Trainer writes
+  (``on_save``), and saves on request through ``control.should_save`` at the next step end;
+* takes the preset's ``[dataloader]`` (``dataloader_num_workers``, ``_persistent_workers``,
+  ``_prefetch_factor``; a warning names what it overrode and what it could not apply);
+* resumes on a restart: ``train()`` without ``resume_from_checkpoint`` gets the checkpoint
+  directory the agent chose (``TRAINCTL_RESUME_FROM``), once per process.
+
+Positions: ``epoch`` 1-based in progress, ``batch`` the optimizer steps done in it
+(``global_step = (epoch - 1) * batches + batch``, the Trainer's own arithmetic on resume).
+Tested with transformers 5.24; other versions outside :data:`SUPPORTED` are refused.
+"""
+from __future__ import annotations
+
+import importlib.abc
+import math
+import os
+import sys
+from types import FrameType, ModuleType
+from typing import Any
+
+from .. import report
+from . import Refused
+from .save_requests import (SaveRequests, Throttle, apply_sharing_strategy, hold, in_range, label,
+                            preset_dataloader, resume_target)
+
+SUPPORTED = ((5, 0), (6,))            # low <= version < high
+TRAINER_MODULE = "transformers.trainer"
+SAVE_REQUESTS = SaveRequests()
+_state: dict[str, Any] = {"resume": None, "resume_used": False, "patched": False}
+
+
+def attach(module: ModuleType) -> str:
+    version = getattr(module, "__version__", "?")
+    if not in_range(version, *SUPPORTED):
+        raise Refused(f"transformers {version} is outside the tested range (5.x)")
+    _state["resume"] = resume_target()
+    if TRAINER_MODULE in sys.modules:
+        patch_trainer(sys.modules[TRAINER_MODULE].Trainer)
+    else:
+        sys.meta_path.insert(0, _AfterImport(TRAINER_MODULE, lambda m: patch_trainer(m.Trainer)))
+    return f"transformers {version}"
+
+
+class _AfterImport(importlib.abc.MetaPathFinder):
+    """Runs ``then(module)`` once ``name`` has been imported (by any route: the lazy
+    ``from transformers import Trainer`` and ``import transformers.trainer`` alike)."""
+
+    def __init__(self, name: str, then) -> None:
+        self.name = name
+        self.then = then
+
+    def find_spec(self, fullname, path=None, target=None):
+        if fullname != self.name:
+            return None
+        sys.meta_path.remove(self)
+        spec = None
+        for finder in list(sys.meta_path):
+            find = getattr(finder, "find_spec", None)
+            spec = find(fullname, path, target) if find is not None else None
+            if spec is not None:
+                break
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader, then = spec.loader, self.then
+
+        class Loader(importlib.abc.Loader):
+            def create_module(self, spec):
+                return loader.create_module(spec)
+
+            def exec_module(self, module):
+                module.__loader__ = loader
+                loader.exec_module(module)
+                try:
+                    then(module)
+                except Exception as e:   # noqa: BLE001 - the script runs unaltered
+                    report.report_info(f"transformers integration failed to attach ({type(e).__name__}: "
+                                       f"{e}); the script runs unaltered", "instrument.failed")
+
+        spec.loader = Loader()
+        return spec
+
+
+def patch_trainer(trainer_cls: type) -> None:
+    """Wrap ``Trainer.__init__`` (add the callback, apply the preset) and ``Trainer.train``
+    (resume).  Once."""
+    if _state["patched"]:
+        return
+    _state["patched"] = True
+    init, train = trainer_cls.__init__, trainer_cls.train
+
+    def __init__(self, *args, **kwargs):
+        init(self, *args, **kwargs)
+        try:
+            _setup(self)
+        except Exception as e:   # noqa: BLE001 - never the script's failure
+            report.report_info(f"transformers integration: not installed in this Trainer "
+                               f"({type(e).__name__}: {e})", "instrument.failed")
+
+    def train_(self, resume_from_checkpoint=None, *args, **kwargs):
+        if resume_from_checkpoint in (None, False) and not _state["resume_used"]:
+            resume_from_checkpoint = _resume_checkpoint() or resume_from_checkpoint
+        _state["resume_used"] = True
+        return train(self, resume_from_checkpoint, *args, **kwargs)
+
+    __init__.__wrapped__ = init
+    train_.__wrapped__ = train
+    trainer_cls.__init__ = __init__
+    trainer_cls.train = train_
+
+
+def _resume_checkpoint() -> str | None:
+    """The agent's checkpoint, when it is a Trainer checkpoint directory."""
+    path = _state["resume"]
+    if not path:
+        return None
+    if not os.path.isfile(os.path.join(path, "trainer_state.json")):
+        report.report_info(f"not resuming from {path}: not a Trainer checkpoint directory (no "
+                           "trainer_state.json); training starts as the script says", "runner.resume_failed")
+        return None
+    report.report_info(f"resuming from {path} (resume_from_checkpoint)", "runner.resume")
+    return path
+
+
+def _setup(trainer: Any) -> None:
+    if not any(isinstance(cb, TrainctlCallback) for cb in trainer.callback_handler.callbacks):
+        trainer.add_callback(callback_class()(trainer))
+    apply_preset(trainer.args, preset_dataloader())
+
+
+def apply_preset(args: Any, settings: dict[str, Any]) -> list[str]:
+    """The preset's ``[dataloader]`` onto ``TrainingArguments``; says what it overrode and
+    what it could not apply.  The keys it changed."""
+    if not settings:
+        return []
+    fields = {"workers": "dataloader_num_workers", "persistent_workers": "dataloader_persistent_workers",
+              "prefetch_factor": "dataloader_prefetch_factor"}
+    changed: list[str] = []
+    workers = settings.get("workers", getattr(args, "dataloader_num_workers", 0))
+    for key, attr in fields.items():
+        if key not in settings or not hasattr(args, attr):
+            continue
+        value = settings[key]
+        if key != "workers" and workers == 0:
+            value = False if key == "persistent_workers" else None   # PyTorch refuses them with 0 workers
+        if getattr(args, attr) != value:
+            changed.append(f"{attr}={value!r} (the script had {getattr(args, attr)!r})")
+            setattr(args, attr, value)
+    if workers == 0 and getattr(args, "dataloader_prefetch_factor", None) is not None:
+        args.dataloader_prefetch_factor = None
+    if workers == 0 and getattr(args, "dataloader_persistent_workers", False):
+        args.dataloader_persistent_workers = False
+    if changed:
+        report.report_warning("instrument.preset_applied", f"preset {os.environ.get('TRAINCTL_PRESET', '')!r} "
+                              f"overrides the script's TrainingArguments: {', '.join(changed)}",
+                              severity="info")
+    strategy = apply_sharing_strategy(settings)
+    not_applied = [k for k in settings if k not in fields and k != "sharing_strategy"]
+    if not_applied:
+        report.report_warning("instrument.preset_not_applied",
+                              f"the Trainer has no setting for the preset's [dataloader] "
+                              f"{', '.join(not_applied)}: not applied",
+                              "Set it in the script's DataLoader, or leave it out of the preset.")
+    return [c.split("=")[0] for c in changed] + (["sharing_strategy"] if strategy else [])
+
+
+_classes: dict[str, type] = {}
+
+
+def callback_class() -> type:
+    """:class:`TrainctlCallback` as a ``transformers.TrainerCallback`` (made on first use:
+    importing this module imports nothing of transformers)."""
+    if "cls" not in _classes:
+        from transformers import TrainerCallback
+        _classes["cls"] = type("TrainctlTrainerCallback", (TrainctlCallback, TrainerCallback), {})
+    return _classes["cls"]
+
+
+class TrainctlCallback:
+    """Progress, phases, checkpoints and save requests, from the Trainer's own events
+    (the methods of :func:`callback_class`'s ``TrainerCallback``)."""
+
+    def __init__(self, trainer: Any) -> None:
+        self.trainer = trainer
+        self.throttle = Throttle(0.5)
+        self.training = False
+        self.per_epoch: int | None = None     # optimizer steps per epoch (None: no length)
+        self.epochs: int | None = None
+        self.losses: dict[str, float] = {}
+        self.request: dict[str, Any] | None = None
+
+    # ------------------------------------------------------------------ positions
+    def position(self, step: int) -> tuple[int | None, int]:
+        """(epoch 1-based in progress, steps done in it) of global step ``step``."""
+        if not self.per_epoch:
+            return None, step
+        if step > 0 and step % self.per_epoch == 0:
+            return step // self.per_epoch, self.per_epoch
+        return step // self.per_epoch + 1, step % self.per_epoch
+
+    def progress(self, state: Any, force: bool = False) -> None:
+        if not self.throttle.due(force):
+            return
+        epoch, batch = self.position(state.global_step)
+        batches = self.per_epoch if self.per_epoch else state.max_steps
+        report.report_progress(epoch, self.epochs, batch, batches, dict(self.losses))
+
+    # ------------------------------------------------------------------ the Trainer's events
+    def on_train_begin(self, args, state, control, train_dataloader=None, **kwargs):
+        self.training = True
+        length = None
+        try:
+            length = len(train_dataloader) if train_dataloader is not None else None
+        except TypeError:
+            pass
+        accum = max(int(getattr(args, "gradient_accumulation_steps", 1) or 1), 1)
+        if length:
+            self.per_epoch = max(math.ceil(length / accum), 1)
+            self.epochs = max(math.ceil(state.max_steps / self.per_epoch), 1)
+        else:
+            self.per_epoch = self.epochs = None
+        if getattr(args, "world_size", 1) == 1:
+            SAVE_REQUESTS.install(on_blocked=self.rescue_while_blocked)
+        else:
+            report.report_info("saves on request need a single process; this Trainer runs "
+                               f"{args.world_size}", "instrument.no_save_on_request")
+        report.report_phase("train")
+        if state.global_step:
+            self.progress(state, force=True)
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        for key, value in (logs or {}).items():
+            if "loss" in key and isinstance(value, (int, float)) and not isinstance(value, bool):
+                self.losses[key] = float(value)
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.progress(state, force=bool(self.per_epoch) and state.global_step % self.per_epoch == 0)
+        self.take_request(control)
+        self.next_phase(control)
+
+    def on_epoch_end(self, args, state, control, **kwargs):
+        self.take_request(control)
+        self.next_phase(control)
+
+    def on_evaluate(self, args, state, control, **kwargs):
+        if self.training:
+            report.report_phase("save" if control.should_save else "train")
+
+    def on_save(self, args, state, control, **kwargs):
+        if not self.training or not state.is_world_process_zero:
+            return
+        path = os.path.abspath(os.path.join(args.output_dir, f"checkpoint-{state.global_step}"))
+        epoch, batch = self.position(state.global_step)
+        request, self.request = self.request, None
+        whole = bool(self.per_epoch) and batch == self.per_epoch
+        kind = request["kind"] if request else ("epoch" if whole else "periodic")
+        ok = os.path.isfile(os.path.join(path, "trainer_state.json"))
+        detail = f"{label(request)}step {state.global_step}" + ("" if ok else ": no trainer_state.json written")
+        report.report_checkpoint(path, epoch, ok=ok, detail=detail, batch=None if whole else batch, kind=kind)
+        report.report_phase("train")
+        hold(request)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        self.training = False
+        self.progress(state, force=True)
+
+    # ------------------------------------------------------------------ requests
+    def take_request(self, control: Any) -> None:
+        request = SAVE_REQUESTS.take()
+        if request is not None:
+            self.request = request
+            control.should_save = True
+
+    def next_phase(self, control: Any) -> None:
+        if control.should_evaluate:
+            report.report_phase("val")
+        elif control.should_save:
+            report.report_phase("save")
+
+    def rescue_while_blocked(self, request: dict[str, Any], frame: FrameType | None) -> None:
+        """A rescue while the main thread waits for a batch: no step end will come.  The
+        Trainer saves only from its loop, so say at once that none is coming (the agent
+        then restarts from the last checkpoint without waiting out its rescue timeout)."""
+        state = self.trainer.state
+        epoch, batch = self.position(state.global_step)
+        report.report_checkpoint("", epoch, ok=False, batch=batch, kind="rescue",
+                                 detail=f"{label(request)}the Trainer waits for a batch and saves "
+                                        "only between steps: no rescue save")
