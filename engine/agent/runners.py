@@ -26,6 +26,11 @@ class RunnerKind:
              resume_from: str | None, attempt: int) -> list[str]:
         raise NotImplementedError
 
+    def env(self, spec: RunSpec, files: RunFiles, env: dict[str, str], argv: list[str],
+            resume_from: str | None) -> dict[str, str]:
+        """The trainer's environment for ``argv`` (``env``: :func:`trainer_env`'s)."""
+        return env
+
     def resume_checkpoint(self, spec: RunSpec, files: RunFiles, last_checkpoint: str | None,
                           on_skip: Callable[[Path, str], None],
                           on_unverified: Callable[[Path, str], None] | None = None) -> str | None:
@@ -37,12 +42,33 @@ class RunnerKind:
 
 class CommandRunner(RunnerKind):
     """Any command (generic mode): the preset reaches it through env and ``args``; a restart
-    appends ``--resume-arg`` values ({checkpoint} replaced by the last good checkpoint)."""
+    appends ``--resume-arg`` values ({checkpoint} replaced by the last good checkpoint).
+
+    A Python command gets the zero-code integrations (engine/instrument/): the bootstrap on
+    its PYTHONPATH.  Once an integration said it attached (journaled info
+    ``instrument.attached.<name>``), a restart resumes by that integration's rule
+    (:data:`INTEGRATION_RESUME`) and the checkpoint reaches the script in
+    ``TRAINCTL_RESUME_FROM`` (the integration rewrites the library's own resume), not
+    through ``--resume-arg``."""
 
     name = "command"
 
+    def env(self, spec, files, env, argv, resume_from):
+        from ..instrument import CHECKPOINT_EVERY_ENV, RESUME_ENV
+        from ..instrument.launch import instrument_env, python_command
+        if not spec.instrument or not python_command(argv, spec.cwd):
+            return env
+        env = instrument_env(env)
+        if spec.checkpoint_every is not None:
+            env[CHECKPOINT_EVERY_ENV] = repr(float(spec.checkpoint_every))
+        if resume_from and integration_of(files) in INTEGRATION_RESUME:
+            env[RESUME_ENV] = resume_from
+        return env
+
     def argv(self, spec, files, preset_name, preset, resume_from, attempt):
         argv = list(spec.command) + list(preset.args if preset else ())
+        if spec.instrument and integration_of(files) in INTEGRATION_RESUME:
+            return argv   # the integration resumes (TRAINCTL_RESUME_FROM), not resume_args
         needs = any("{checkpoint}" in a for a in spec.resume_args)
         resuming = attempt > 1 or resume_from is not None
         # A fixed resume file that resume_checkpoint refused: start over, without it.
@@ -56,6 +82,9 @@ class CommandRunner(RunnerKind):
         the command resumes from; else the checkpoints it reported (newest first, then the
         --resume-from one).  The first that loads, or one that cannot be checked (said
         through ``on_unverified``); each refused one goes to ``on_skip``."""
+        rule = INTEGRATION_RESUME.get(integration_of(files) or "") if spec.instrument else None
+        if rule is not None:
+            return rule(spec, files, last_checkpoint, on_skip, on_unverified)
         from ..runners.verify import first_loadable
         fixed = None if any("{checkpoint}" in a for a in spec.resume_args) else self._fixed_file(spec)
         candidates = [fixed] if fixed else reported_checkpoints(files, last_checkpoint, spec.resume_from)
@@ -109,7 +138,30 @@ def reported_checkpoints(files: RunFiles, last_checkpoint: str | None,
     return [last_checkpoint, *reversed(journaled), resume_from]
 
 
+def integration_of(files: RunFiles) -> str | None:
+    """The zero-code integration that last said it attached in this run (the journal's
+    ``instrument.attached.<name>`` info, which an adopting agent reads too), or None."""
+    from ..instrument import attached_integration
+    from ..journal import read_events
+    found = None
+    try:
+        for ev in read_events(files.events):
+            if ev.type == "info" and (name := attached_integration(ev.key)):
+                found = name
+    except OSError:
+        return None
+    return found
+
+
 RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner())}
+
+ResumeRule = Callable[..., "str | None"]
+INTEGRATION_RESUME: dict[str, ResumeRule] = {
+    "ultralytics": RUNNERS["ultralytics"].resume_checkpoint,
+}
+"""An attached integration -> where a restart of its command resumes from (the signature of
+:meth:`RunnerKind.resume_checkpoint`).  An integration without an entry resumes as a
+generic command (its reported checkpoints, ``--resume-arg``)."""
 
 
 def runner_for(kind: str) -> RunnerKind:
@@ -128,4 +180,10 @@ def trainer_env(files: RunFiles, preset_name: str | None, preset, attempt: int,
         env.update(preset.child_env())
     env.update(TRAINCTL_RUN_DIR=str(files.dir), TRAINCTL_ATTEMPT=str(attempt),
                TRAINCTL_PRESET=preset_name or "", PYTHONUNBUFFERED="1")
+    if preset_name is not None:   # the preset itself, for an integration to apply natively
+        env["TRAINCTL_PRESET_FILE"] = str(files.presets / f"{preset_name}.toml")
+    else:
+        env.pop("TRAINCTL_PRESET_FILE", None)
+    for key in ("TRAINCTL_RESUME_FROM", "TRAINCTL_INSTRUMENT"):   # never inherited from ours
+        env.pop(key, None)
     return env
