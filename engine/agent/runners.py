@@ -156,8 +156,51 @@ def integration_of(files: RunFiles) -> str | None:
 RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner())}
 
 ResumeRule = Callable[..., "str | None"]
+
+
+def library_checkpoints(what: str, refuse: Callable[[Path], str | None]) -> ResumeRule:
+    """The rule of an integration that resumes from the library's own checkpoints: the ones
+    the trainer reported (newest first, then ``--resume-from``), the first that is of the
+    library's shape (``refuse(path)`` says why not, else None) and verifies."""
+
+    def rule(spec, files, last_checkpoint, on_skip, on_unverified=None):
+        from ..runners.verify import first_loadable
+        candidates = []
+        for cand in reported_checkpoints(files, last_checkpoint, spec.resume_from):
+            if not cand:
+                continue
+            path = Path(cand) if Path(cand).is_absolute() else Path(spec.cwd) / cand
+            why = refuse(path) if path.exists() else None
+            if why is None:
+                candidates.append(str(path))
+            else:
+                on_skip(path, f"not {what}: {why}")
+        verdict = first_loadable(candidates, on_skip=on_skip, base=spec.cwd)
+        if verdict is None:
+            return None
+        if not verdict.ok and on_unverified is not None:
+            on_unverified(verdict.path, verdict.detail)
+        return str(verdict.path)
+
+    return rule
+
+
+def _trainer_dir(path: Path) -> str | None:
+    if not path.is_dir():
+        return "a file, not a checkpoint-<step> directory"
+    if not (path / "trainer_state.json").is_file():
+        return "no trainer_state.json (the Trainer writes it last: the save was cut short)"
+    return None
+
+
+def _lightning_file(path: Path) -> str | None:
+    return "a directory, not a .ckpt file" if path.is_dir() else None
+
+
 INTEGRATION_RESUME: dict[str, ResumeRule] = {
     "ultralytics": RUNNERS["ultralytics"].resume_checkpoint,
+    "transformers": library_checkpoints("a Transformers Trainer checkpoint", _trainer_dir),
+    "lightning": library_checkpoints("a Lightning checkpoint", _lightning_file),
 }
 """An attached integration -> where a restart of its command resumes from (the signature of
 :meth:`RunnerKind.resume_checkpoint`).  An integration without an entry resumes as a

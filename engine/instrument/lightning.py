@@ -29,15 +29,16 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from .. import report
-from . import Refused
-from .save_requests import (SaveRequests, Throttle, apply_sharing_strategy, hold, in_range, label,
-                            preset_dataloader, resume_target)
+from . import ATTACHED_KEY, Refused
+from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_session, preset_dataloader,
+                               warn_not_applied)
+from .save_requests import SaveRequests, hold, label
 
 SUPPORTED = ((2, 1), (3,))            # low <= version < high
 KEEP = 2                              # our own saves kept in <run_dir>/checkpoints
 PREFIX = "lightning-"
 SAVE_REQUESTS = SaveRequests()
-_state: dict[str, Any] = {"resume": None, "resume_used": False, "patched": set()}
+_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": set()}
 
 
 def attach(module: ModuleType) -> str:
@@ -46,7 +47,7 @@ def attach(module: ModuleType) -> str:
     if not in_range(version, *SUPPORTED):
         raise Refused(f"{name} {version} is outside the tested range (2.1 to 2.x)")
     trainer_cls, callback_cls = module.Trainer, module.Callback
-    _state["resume"] = resume_target()
+    _state["session"] = _state["session"] or open_session(name)
     if name not in _state["patched"]:
         patch_trainer(trainer_cls, callback_class(callback_cls))
         _state["patched"].add(name)
@@ -66,6 +67,7 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
         try:
             if not any(isinstance(cb, TrainctlCallback) for cb in self.callbacks):
                 self.callbacks.append(callback())
+            SAVE_REQUESTS.claim()
         except Exception as e:   # noqa: BLE001 - never the script's failure
             report.report_info(f"lightning integration: not installed in this Trainer ({type(e).__name__}: {e})",
                                "instrument.failed")
@@ -73,7 +75,8 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
     def fit_(self, model, train_dataloaders=None, val_dataloaders=None, datamodule=None, ckpt_path=None,
              *args, **kwargs):
         try:
-            apply_preset(model, train_dataloaders, val_dataloaders, datamodule, preset_dataloader())
+            if _state["session"] is not None:
+                apply_preset(model, train_dataloaders, val_dataloaders, datamodule, _state["session"])
         except Exception as e:   # noqa: BLE001
             report.report_info(f"lightning integration: preset not applied ({type(e).__name__}: {e})",
                                "instrument.failed")
@@ -104,7 +107,8 @@ def _ours(trainer: Any) -> TrainctlCallback | None:
 
 
 def _resume_checkpoint() -> str | None:
-    path = _state["resume"]
+    session = _state["session"]
+    path = str(session.resume_from) if session is not None and session.resume_from else None
     if not path:
         return None
     if not os.path.isfile(path):
@@ -116,34 +120,31 @@ def _resume_checkpoint() -> str | None:
 
 
 # ------------------------------------------------------------------ the preset's [dataloader]
-def apply_preset(model: Any, train: Any, val: Any, datamodule: Any, settings: dict[str, Any]) -> None:
-    """Onto the DataLoaders the script hands ``fit`` (directly or through the methods that
-    make them); a warning names what it overrode and what it could not apply."""
+def apply_preset(model: Any, train: Any, val: Any, datamodule: Any, session: Any) -> None:
+    """The preset's ``[dataloader]`` onto the DataLoaders the script hands ``fit``: given
+    directly, or made by its DataModule's or LightningModule's ``*_dataloader()`` (wrapped on
+    the instance, applied when Lightning calls them).  A warning names what it overrode,
+    another what it could not reach."""
+    settings = preset_dataloader(session)
     if not settings:
         return
     apply_sharing_strategy(settings)
-    changes: list[str] = []
-    unreachable: list[str] = []
     owner = datamodule if datamodule is not None else (train if _is_datamodule(train) else None)
     if owner is None and train is None:
         owner = model
     if owner is not None:
         for name in ("train_dataloader", "val_dataloader"):
-            _wrap_maker(owner, name, settings)
+            _wrap_maker(owner, name, settings, session)
+    changed: dict[str, tuple[Any, Any]] = {}
+    found = False
     for loaders in (train, val):
         if loaders is not None and not _is_datamodule(loaders):
             for dl in _loaders(loaders):
-                changes += set_loader(dl, settings)
-    if changes:
-        report.report_warning("instrument.preset_applied", f"preset {os.environ.get('TRAINCTL_PRESET', '')!r} "
-                              f"overrides the script's DataLoader: {', '.join(sorted(set(changes)))}",
-                              severity="info")
-    if owner is None and train is not None and not any(True for _ in _loaders(train)):
-        unreachable.append("the training loaders are not torch DataLoaders")
-    if unreachable:
-        report.report_warning("instrument.preset_not_applied",
-                              f"the preset's [dataloader] could not be applied: {'; '.join(unreachable)}",
-                              "Set it in the script's DataLoader.")
+                found = True
+                changed.update(set_loader(dl, settings))
+    session.warn_overridden("the script's DataLoader", changed)
+    if owner is None and train is not None and not found:
+        warn_not_applied(session, "lightning", sorted(settings), "the training loaders are not torch DataLoaders")
 
 
 def _is_datamodule(obj: Any) -> bool:
@@ -166,7 +167,7 @@ def _loaders(obj: Any):
             yield from _loaders(item)
 
 
-def _wrap_maker(owner: Any, name: str, settings: dict[str, Any]) -> None:
+def _wrap_maker(owner: Any, name: str, settings: dict[str, Any], session: Any) -> None:
     """Wrap the script's own ``name()`` (never Lightning's default, which Lightning reads as
     "not implemented")."""
     maker = getattr(owner, name, None)
@@ -176,11 +177,11 @@ def _wrap_maker(owner: Any, name: str, settings: dict[str, Any]) -> None:
     def made(*args, **kwargs):
         out = maker(*args, **kwargs)
         try:
-            changes = [c for dl in _loaders(out) for c in set_loader(dl, settings)]
-            if changes and name == "train_dataloader":
-                report.report_warning("instrument.preset_applied",
-                                      f"preset {os.environ.get('TRAINCTL_PRESET', '')!r} overrides the "
-                                      f"script's {name}(): {', '.join(sorted(set(changes)))}", severity="info")
+            changed: dict[str, tuple[Any, Any]] = {}
+            for dl in _loaders(out):
+                changed.update(set_loader(dl, settings))
+            if name == "train_dataloader":
+                session.warn_overridden(f"the script's {name}()", changed)
         except Exception as e:   # noqa: BLE001
             report.report_info(f"lightning integration: preset not applied to {name}() ({e})", "instrument.failed")
         return out
@@ -203,35 +204,35 @@ _SETTING = {"num_workers": "workers", "persistent_workers": "persistent_workers"
             "prefetch_factor": "prefetch_factor", "multiprocessing_context": "multiprocessing_context"}
 
 
-def set_loader(dl: Any, settings: dict[str, Any]) -> list[str]:
+def set_loader(dl: Any, settings: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """The preset's values on a DataLoader made but not iterated yet (its workers start at
     ``iter``).  ``persistent_workers`` is read-only after ``__init__`` for PyTorch's checks,
-    which only matter at construction.  What changed, as ``key=new (was old)``."""
-    changes = []
+    which only matter at construction.  What changed: attribute -> (old, new), for the
+    settings the preset names."""
     workers = settings.get("workers", dl.num_workers)
-    wanted = {"num_workers": workers}
-    if "persistent_workers" in settings:
-        wanted["persistent_workers"] = bool(settings["persistent_workers"]) and workers > 0
-    elif workers == 0:
-        wanted["persistent_workers"] = False
+    wanted: dict[str, Any] = {"num_workers": workers}
+    if "persistent_workers" in settings or workers == 0:
+        wanted["persistent_workers"] = bool(settings.get("persistent_workers")) and workers > 0
     if "prefetch_factor" in settings and workers > 0:
         wanted["prefetch_factor"] = settings["prefetch_factor"]
     elif workers == 0:
         wanted["prefetch_factor"] = None
     if "multiprocessing_context" in settings and workers > 0:
         wanted["multiprocessing_context"] = settings["multiprocessing_context"]
+    changed = {}
     for attr, value in wanted.items():
         old = getattr(dl, attr, None)
-        old_cmp = getattr(old, "get_start_method", lambda: old)() if attr == "multiprocessing_context" else old
-        if old_cmp == value:
+        if attr == "multiprocessing_context" and old is not None:
+            old = old.get_start_method()
+        if old == value:
             continue
         if attr == "persistent_workers":
             object.__setattr__(dl, attr, value)
         else:
             setattr(dl, attr, value)
         if _SETTING[attr] in settings:
-            changes.append(f"{attr}={value!r} (was {old_cmp!r})")
-    return changes
+            changed[attr] = (old, value)
+    return changed
 
 
 # ------------------------------------------------------------------ the callback
@@ -288,14 +289,17 @@ class TrainctlCallback:
         self.trainer = trainer
         self.training = True
         if trainer.world_size == 1:
-            SAVE_REQUESTS.install(on_blocked=self.rescue_while_blocked)
+            SAVE_REQUESTS.declare(on_blocked=self.rescue_while_blocked)
         else:
             report.report_info("saves on request need a single process; this Trainer runs "
                                f"{trainer.world_size}", "instrument.no_save_on_request")
+        report.report_info("the Lightning Trainer trains (its integration resumes a restart)",
+                           f"{ATTACHED_KEY}.lightning")
         report.report_phase("train")
 
     def on_train_epoch_start(self, trainer, pl_module):
         self.batch_done = 0
+        self.throttle.restart()
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         self.batch_done = batch_idx + 1
@@ -311,6 +315,7 @@ class TrainctlCallback:
 
     def on_validation_end(self, trainer, pl_module):
         if self.training and not trainer.sanity_checking:
+            self.throttle.restart()
             report.report_phase("train")
 
     def on_train_end(self, trainer, pl_module):
@@ -329,6 +334,7 @@ class TrainctlCallback:
         report.report_checkpoint(os.path.abspath(path), trainer.current_epoch + 1, ok=ok, detail=text,
                                  batch=None if whole else done, kind=kind)
         report.report_phase("train" if self.training else "finished")
+        self.throttle.restart()
 
     def save_now(self, trainer: Any, request: dict[str, Any]) -> None:
         """``trainer.save_checkpoint`` into the run's checkpoints/ (temp, then renamed)."""

@@ -32,23 +32,43 @@ class SaveRequests:
         self.main_pid = os.getpid()
         self.pending: dict[str, Any] | None = None
         self.on_blocked: Callable[[dict[str, Any], FrameType | None], None] | None = None
-        self.installed = False
+        self.declared = False
+        self.refused = False
 
-    def install(self, on_blocked: Callable[[dict[str, Any], FrameType | None], None] | None = None) -> bool:
-        """The handler (main thread only; once) and the ``runner.save_on_request`` info.
-        ``on_blocked(request, frame)``: called from the handler for a rescue request while
-        the main thread waits for data.  Whether the agent is listening."""
-        self.on_blocked = on_blocked
-        if self.installed:
-            return report.enabled()
-        if threading.current_thread() is not threading.main_thread():
+    def ours(self) -> bool:
+        return signal.getsignal(report.SAVE_REQUEST_SIGNAL) == self._handler
+
+    def claim(self) -> bool:
+        """Install the handler (from the main thread, when the library's Trainer is made:
+        before the library saves and later restores the process's handlers, so that it
+        restores ours).  Never over a handler that is not the default: SIGUSR1 is then
+        someone else's (a SLURM requeue handler, the script's own)."""
+        if self.ours():
+            return True
+        if threading.current_thread() is not threading.main_thread() or os.getpid() != self.main_pid:
+            return False
+        if signal.getsignal(report.SAVE_REQUEST_SIGNAL) not in (signal.SIG_DFL, signal.SIG_IGN, None):
             return False
         signal.signal(report.SAVE_REQUEST_SIGNAL, self._handler)
-        self.installed = True
-        if not report.enabled():
-            return False
-        report.report_info("this trainer saves on request", report.SAVE_ON_REQUEST_KEY)
         return True
+
+    def declare(self, on_blocked: Callable[[dict[str, Any], FrameType | None], None] | None = None) -> bool:
+        """When training starts: the ``runner.save_on_request`` info (once), when SIGUSR1 is
+        still ours; else say once why there are no saves on request.  ``on_blocked(request,
+        frame)``: called from the handler for a rescue request while the main thread waits
+        for data."""
+        self.on_blocked = on_blocked
+        if not self.ours() and not self.claim():
+            if not self.refused:
+                self.refused = True
+                report.report_info(f"no saves on request: {signal.Signals(report.SAVE_REQUEST_SIGNAL).name} "
+                                   f"is handled by {signal.getsignal(report.SAVE_REQUEST_SIGNAL)!r} "
+                                   "(a SLURM requeue or the script's own handler)", "instrument.no_save_on_request")
+            return False
+        if not self.declared and report.enabled():
+            self.declared = True
+            report.report_info("this trainer saves on request", report.SAVE_ON_REQUEST_KEY)
+        return self.declared
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self.main_pid:
@@ -96,76 +116,3 @@ def hold(request: dict[str, Any] | None, clock: Callable[[], float] = time.monot
     end = clock() + PLANNED_HOLD_S
     while clock() < end:
         time.sleep(0.1)
-
-
-def version_tuple(version: str) -> tuple[int, ...]:
-    """``"5.24.0.dev0"`` -> (5, 24, 0): the leading numbers."""
-    out: list[int] = []
-    for part in version.split("."):
-        digits = ""
-        for ch in part:
-            if not ch.isdigit():
-                break
-            digits += ch
-        if not digits:
-            break
-        out.append(int(digits))
-        if len(digits) != len(part):
-            break
-    return tuple(out)
-
-
-def in_range(version: str, low: tuple[int, ...], high: tuple[int, ...]) -> bool:
-    """``low <= version < high``."""
-    v = version_tuple(version)
-    return bool(v) and low <= v < high
-
-
-def preset_dataloader(environ: dict[str, str] | os._Environ = os.environ) -> dict[str, Any]:
-    """The preset's ``[dataloader]`` values this attempt runs with (only those set), from the
-    ``TRAINCTL_*`` exports of ``Preset.child_env``."""
-    out: dict[str, Any] = {}
-    for key, env, conv in (("workers", "TRAINCTL_WORKERS", int),
-                           ("persistent_workers", "TRAINCTL_PERSISTENT_WORKERS", lambda v: v not in ("0", "false", "")),
-                           ("prefetch_factor", "TRAINCTL_PREFETCH_FACTOR", int),
-                           ("multiprocessing_context", "TRAINCTL_MP_CONTEXT", str),
-                           ("sharing_strategy", "TRAINCTL_SHARING_STRATEGY", str)):
-        raw = environ.get(env)
-        if raw is None or raw == "":
-            continue
-        try:
-            out[key] = conv(raw)
-        except ValueError:
-            continue
-    return out
-
-
-def apply_sharing_strategy(settings: dict[str, Any]) -> str | None:
-    """``sharing_strategy`` is process-wide: set it now.  What was set, or None."""
-    strategy = settings.get("sharing_strategy")
-    if not strategy:
-        return None
-    import torch.multiprocessing
-    torch.multiprocessing.set_sharing_strategy(strategy)
-    return strategy
-
-
-def resume_target(environ: dict[str, str] | os._Environ = os.environ) -> str | None:
-    """The checkpoint the agent says this attempt resumes from (``TRAINCTL_RESUME_FROM``)."""
-    return environ.get("TRAINCTL_RESUME_FROM") or None
-
-
-class Throttle:
-    """At most one progress report per ``every_s`` (the last one always goes out on flush)."""
-
-    def __init__(self, every_s: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
-        self.every_s = every_s
-        self.clock = clock
-        self.last = float("-inf")
-
-    def due(self, force: bool = False) -> bool:
-        now = self.clock()
-        if force or now - self.last >= self.every_s:
-            self.last = now
-            return True
-        return False

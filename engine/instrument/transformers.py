@@ -28,21 +28,22 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from .. import report
-from . import Refused
-from .save_requests import (SaveRequests, Throttle, apply_sharing_strategy, hold, in_range, label,
-                            preset_dataloader, resume_target)
+from . import ATTACHED_KEY, Refused
+from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_session, preset_dataloader,
+                               warn_not_applied)
+from .save_requests import SaveRequests, hold, label
 
 SUPPORTED = ((5, 0), (6,))            # low <= version < high
 TRAINER_MODULE = "transformers.trainer"
 SAVE_REQUESTS = SaveRequests()
-_state: dict[str, Any] = {"resume": None, "resume_used": False, "patched": False}
+_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False}
 
 
 def attach(module: ModuleType) -> str:
     version = getattr(module, "__version__", "?")
     if not in_range(version, *SUPPORTED):
         raise Refused(f"transformers {version} is outside the tested range (5.x)")
-    _state["resume"] = resume_target()
+    _state["session"] = open_session("transformers")
     if TRAINER_MODULE in sys.modules:
         patch_trainer(sys.modules[TRAINER_MODULE].Trainer)
     else:
@@ -119,7 +120,8 @@ def patch_trainer(trainer_cls: type) -> None:
 
 def _resume_checkpoint() -> str | None:
     """The agent's checkpoint, when it is a Trainer checkpoint directory."""
-    path = _state["resume"]
+    session = _state["session"]
+    path = str(session.resume_from) if session is not None and session.resume_from else None
     if not path:
         return None
     if not os.path.isfile(os.path.join(path, "trainer_state.json")):
@@ -133,43 +135,37 @@ def _resume_checkpoint() -> str | None:
 def _setup(trainer: Any) -> None:
     if not any(isinstance(cb, TrainctlCallback) for cb in trainer.callback_handler.callbacks):
         trainer.add_callback(callback_class()(trainer))
-    apply_preset(trainer.args, preset_dataloader())
+    SAVE_REQUESTS.claim()
+    session = _state["session"]
+    if session is not None:
+        apply_preset(trainer.args, preset_dataloader(session), session)
 
 
-def apply_preset(args: Any, settings: dict[str, Any]) -> list[str]:
-    """The preset's ``[dataloader]`` onto ``TrainingArguments``; says what it overrode and
-    what it could not apply.  The keys it changed."""
+_FIELDS = {"workers": "dataloader_num_workers", "persistent_workers": "dataloader_persistent_workers",
+           "prefetch_factor": "dataloader_prefetch_factor"}
+
+
+def apply_preset(args: Any, settings: dict[str, Any], session: Any) -> dict[str, tuple[Any, Any]]:
+    """The preset's ``[dataloader]`` onto the Trainer's ``TrainingArguments``; a warning
+    names what it overrode, another what the Trainer has no setting for.  What changed:
+    field -> (the script's value, the preset's)."""
+    changed: dict[str, tuple[Any, Any]] = {}
     if not settings:
-        return []
-    fields = {"workers": "dataloader_num_workers", "persistent_workers": "dataloader_persistent_workers",
-              "prefetch_factor": "dataloader_prefetch_factor"}
-    changed: list[str] = []
+        return changed
     workers = settings.get("workers", getattr(args, "dataloader_num_workers", 0))
-    for key, attr in fields.items():
-        if key not in settings or not hasattr(args, attr):
-            continue
-        value = settings[key]
-        if key != "workers" and workers == 0:
-            value = False if key == "persistent_workers" else None   # PyTorch refuses them with 0 workers
-        if getattr(args, attr) != value:
-            changed.append(f"{attr}={value!r} (the script had {getattr(args, attr)!r})")
+    wanted = {attr: settings[key] for key, attr in _FIELDS.items() if key in settings}
+    if workers == 0:   # PyTorch refuses these without workers
+        wanted["dataloader_persistent_workers"] = False
+        wanted["dataloader_prefetch_factor"] = None
+    for attr, value in wanted.items():
+        if hasattr(args, attr) and getattr(args, attr) != value:
+            changed[attr] = (getattr(args, attr), value)
             setattr(args, attr, value)
-    if workers == 0 and getattr(args, "dataloader_prefetch_factor", None) is not None:
-        args.dataloader_prefetch_factor = None
-    if workers == 0 and getattr(args, "dataloader_persistent_workers", False):
-        args.dataloader_persistent_workers = False
-    if changed:
-        report.report_warning("instrument.preset_applied", f"preset {os.environ.get('TRAINCTL_PRESET', '')!r} "
-                              f"overrides the script's TrainingArguments: {', '.join(changed)}",
-                              severity="info")
-    strategy = apply_sharing_strategy(settings)
-    not_applied = [k for k in settings if k not in fields and k != "sharing_strategy"]
-    if not_applied:
-        report.report_warning("instrument.preset_not_applied",
-                              f"the Trainer has no setting for the preset's [dataloader] "
-                              f"{', '.join(not_applied)}: not applied",
-                              "Set it in the script's DataLoader, or leave it out of the preset.")
-    return [c.split("=")[0] for c in changed] + (["sharing_strategy"] if strategy else [])
+    session.warn_overridden("the Trainer's TrainingArguments", changed)
+    apply_sharing_strategy(settings)
+    warn_not_applied(session, "transformers", [k for k in settings if k not in _FIELDS and k != "sharing_strategy"],
+                     "TrainingArguments has no such setting")
+    return changed
 
 
 _classes: dict[str, type] = {}
@@ -228,10 +224,12 @@ class TrainctlCallback:
         else:
             self.per_epoch = self.epochs = None
         if getattr(args, "world_size", 1) == 1:
-            SAVE_REQUESTS.install(on_blocked=self.rescue_while_blocked)
+            SAVE_REQUESTS.declare(on_blocked=self.rescue_while_blocked)
         else:
             report.report_info("saves on request need a single process; this Trainer runs "
                                f"{args.world_size}", "instrument.no_save_on_request")
+        report.report_info("the transformers Trainer trains (its integration resumes a restart)",
+                           f"{ATTACHED_KEY}.transformers")
         report.report_phase("train")
         if state.global_step:
             self.progress(state, force=True)
@@ -246,12 +244,16 @@ class TrainctlCallback:
         self.take_request(control)
         self.next_phase(control)
 
+    def on_epoch_begin(self, args, state, control, **kwargs):
+        self.throttle.restart()
+
     def on_epoch_end(self, args, state, control, **kwargs):
         self.take_request(control)
         self.next_phase(control)
 
     def on_evaluate(self, args, state, control, **kwargs):
         if self.training:
+            self.throttle.restart()
             report.report_phase("save" if control.should_save else "train")
 
     def on_save(self, args, state, control, **kwargs):
@@ -266,6 +268,7 @@ class TrainctlCallback:
         detail = f"{label(request)}step {state.global_step}" + ("" if ok else ": no trainer_state.json written")
         report.report_checkpoint(path, epoch, ok=ok, detail=detail, batch=None if whole else batch, kind=kind)
         report.report_phase("train")
+        self.throttle.restart()
         hold(request)
 
     def on_train_end(self, args, state, control, **kwargs):

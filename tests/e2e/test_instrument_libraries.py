@@ -1,0 +1,156 @@
+"""Zero-code integrations for Transformers and Lightning, for real: `trainctl run --preset A
+--fallback B -- python script.py` on plain user scripts (tests/helpers/scripts/hf_trainer.py,
+lightning_train.py: tiny models built in code, random data, CPU, nothing downloaded) that
+write ``num_workers=2`` themselves.
+
+Each test: under A a real DataLoader worker blocks forever at a batch; trainctl catches the
+stall, kills, and restarts under B (the script's 2 workers become 0) from the library's own
+checkpoint, and the step goes on from there; then a save request (the agent's protocol:
+``save-request.json`` + SIGUSR1 to the trainer) lands inside epoch 2 through the library's
+own save, and the run finishes.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, start_trainctl, wait_until
+from tests.e2e.test_recovery import attempt
+from tests.helpers.hangs import SCRIPTS
+from trainctl.engine import events as E
+from trainctl.engine.report import write_save_request
+from trainctl.engine.runners.verify import verify_path
+
+pytestmark = pytest.mark.e2e
+
+PER_EPOCH = 16   # 64 samples, batch 4
+STALL_S = "5"
+
+
+def presets(root: Path) -> tuple[str, str]:
+    """A: 2 forked workers (the scripts' own setting; fork keeps the test fast), B: none."""
+    a, b = root / "A.toml", root / "B.toml"
+    a.write_text('description = "test A"\n[dataloader]\nworkers = 2\nmultiprocessing_context = "fork"\n')
+    b.write_text('description = "test B"\n[dataloader]\nworkers = 0\n')
+    return str(a), str(b)
+
+
+def of(events: list[E.Event], kind: str, key: str | None = None) -> list:
+    return [e for e in events if e.type == kind and (key is None or getattr(e, "key", None) == key)]
+
+
+def side(run_dir: Path, n: int, kind: str) -> list:
+    """What attempt ``n``'s trainer itself wrote on its side channel (every progress event;
+    the journal keeps one a second)."""
+    try:
+        lines = (run_dir / f"side-{n}.jsonl").read_bytes().splitlines()
+    except FileNotFoundError:
+        return []
+    out = []
+    for line in lines:
+        try:
+            ev = E.decode(line)
+        except ValueError:   # a line being written
+            continue
+        if ev.type == kind:
+            out.append(ev)
+    return out
+
+
+def run_scenario(tmp_path: Path, script: str, *args: str) -> tuple[list[E.Event], E.Checkpoint, Path]:
+    """The run (A hangs, B resumes) with a planned save request inside epoch 2 of attempt 2;
+    its journal, the checkpoint that answered the request, its run directory."""
+    a, b = presets(tmp_path)
+    cmd = ["run", "--json", "--preset", a, "--fallback", b, "--stall-timeout", STALL_S, "--",
+           PYTHON, str(SCRIPTS / script), str(tmp_path / "out"), "--load-time", "0.03", *args]
+    with start_trainctl(cmd) as tc:
+        second = tc.wait_event(lambda e: e.type == "start" and e.attempt == 2, 120, "attempt 2")
+        # The trainer's own side channel (the journal lags up to a second): epoch 2 began.
+        wait_until(lambda: any(p.epoch == 2 for p in side(tc.run_dir, 2, "progress")), 90,
+                   what="attempt 2 inside epoch 2")
+        write_save_request(tc.run_dir, 9, "planned", time.time())   # what the agent does
+        os.kill(second.pid, signal.SIGUSR1)
+        answer = tc.wait_event(lambda e: e.type == "checkpoint" and e.kind == "planned", 30, "the planned save")
+        res = tc.wait(60)
+    assert res.returncode == 0, res.describe()
+    return res.events, answer, res.run_dir
+
+
+def check_common(events: list[E.Event], integration: str) -> tuple[list[E.Event], list[E.Event]]:
+    one, two = attempt(events, 1), attempt(events, 2)
+    for part in (one, two):
+        keys = [i.key for i in of(part, "info") if i.key.startswith("instrument.")]
+        # (torchmetrics, which lightning imports, imports transformers when it is installed)
+        assert not [k for k in keys if k in ("instrument.failed", "instrument.refused")], keys
+        # the integration whose Trainer trains says so last: the agent resumes by its rule
+        assert keys[-1] == f"instrument.attached.{integration}", keys
+        assert of(part, "info", "runner.save_on_request")
+    [stall] = of(one, "stall")
+    assert stall.phase == "train" and stall.diagnosis == "deadlock", stall
+    [restart] = of(one, "restart")
+    assert restart.preset == "B" and restart.resume_from, restart
+    # B's workers = 0 replaced the script's num_workers=2, and said so.
+    [overrides] = [w for w in of(two, "warning") if w.id == "trainctl.preset_overrides"]
+    assert "num_workers=2 -> 0" in overrides.text, overrides
+    assert of(events, "state")[-1].state == "FINISHED"
+    return one, two
+
+
+def check_planned(answer: E.Checkpoint) -> None:
+    assert answer.ok and answer.detail.startswith("request 9:"), answer
+    assert answer.epoch == 2 and 0 < answer.batch < PER_EPOCH, answer   # inside the epoch
+    assert verify_path(answer.path).ok, verify_path(answer.path)
+
+
+@pytest.mark.timeout(240)
+def test_transformers_trainer_script_hang_resume_and_save_request(tmp_path):
+    pytest.importorskip("transformers", reason="the test extra installs transformers")
+    pytest.importorskip("accelerate", reason="the Trainer needs accelerate (the test extra)")
+    t0 = time.monotonic()
+    events, answer, run_dir = run_scenario(tmp_path, "hf_trainer.py", "--hang-step", "7", "--save-steps", "4")
+    one, two = check_common(events, "transformers")
+    # The Trainer saved checkpoint-4 before the hang at step 7; it cannot save while its
+    # main thread waits for a batch, and says so at once (no 30 s rescue wait).
+    saved = [c for c in of(one, "checkpoint") if c.ok]
+    assert [Path(c.path).name for c in saved] == ["checkpoint-4"], saved
+    failed = of(one, "info", "save_request_failed")
+    assert failed and "saves only between steps" in failed[0].text, of(one, "info")
+    [restart] = of(one, "restart")
+    assert restart.resume_from == saved[0].path
+    assert "resume_from_checkpoint" in of(two, "info", "runner.resume")[0].text
+    # The step goes on: the resumed Trainer's first steps are 4 (where it resumed), 5, 6.
+    steps = [(p.epoch - 1) * PER_EPOCH + p.batch for p in side(run_dir, 2, "progress")]
+    assert steps[:3] == [4, 5, 6], steps
+    assert steps[-1] == 2 * PER_EPOCH
+    check_planned(answer)
+    assert Path(answer.path).name == f"checkpoint-{PER_EPOCH + answer.batch}"
+    print(f"transformers scenario: {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("package", ["lightning"])
+def test_lightning_script_hang_rescue_resume_and_save_request(tmp_path, package):
+    pytest.importorskip(package, reason="the test extra installs lightning")
+    t0 = time.monotonic()
+    events, answer, run_dir = run_scenario(tmp_path, "lightning_train.py", "--package", package,
+                                  "--hang-batch", "7", "--save-steps", "4")
+    one, two = check_common(events, "lightning")
+    # ModelCheckpoint's step-4 file, then the rescue save taken from the signal handler
+    # while the main thread waited for batch 7: the state after batch 6.
+    kinds = [(c.kind, c.batch) for c in of(one, "checkpoint") if c.ok]
+    assert kinds == [("periodic", 4), ("rescue", 6)], kinds
+    rescue = [c for c in of(one, "checkpoint") if c.kind == "rescue"][0]
+    assert Path(rescue.path).parent.name == "checkpoints" and verify_path(rescue.path).ok
+    [restart] = of(one, "restart")
+    assert restart.resume_from == rescue.path
+    assert "ckpt_path" in of(two, "info", "runner.resume")[0].text
+    batches = [(p.epoch, p.batch) for p in side(run_dir, 2, "progress")]
+    assert batches[0] == (1, 7), batches   # nothing redone, nothing skipped
+    assert batches[-1] == (2, PER_EPOCH)
+    check_planned(answer)
+    assert Path(answer.path).name == f"lightning-planned-e2-b{answer.batch}.ckpt"
+    print(f"lightning scenario: {time.monotonic() - t0:.1f} s")
