@@ -18,7 +18,7 @@
   could not apply.
 
 Positions: ``epoch`` 1-based in progress, ``batch`` the training batches done in it.
-Tested with lightning 2.6.6; other versions outside :data:`SUPPORTED` are refused.
+Tested with lightning 2.4.0 and 2.6.6; versions outside :data:`SUPPORTED` are refused.
 """
 from __future__ import annotations
 
@@ -34,7 +34,7 @@ from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_
                                warn_not_applied)
 from .save_requests import SaveRequests, hold, label
 
-SUPPORTED = ((2, 1), (3,))            # low <= version < high
+SUPPORTED = ((2, 4), (3,))            # low <= version < high: tested with 2.4.0 and 2.6.6
 KEEP = 2                              # our own saves kept in <run_dir>/checkpoints
 PREFIX = "lightning-"
 SAVE_REQUESTS = SaveRequests()
@@ -45,7 +45,7 @@ def attach(module: ModuleType) -> str:
     version = getattr(module, "__version__", "?")
     name = module.__name__
     if not in_range(version, *SUPPORTED):
-        raise Refused(f"{name} {version} is outside the tested range (2.1 to 2.x)")
+        raise Refused(f"{name} {version} is outside the tested range (2.4 to 2.x)")
     trainer_cls, callback_cls = module.Trainer, module.Callback
     _state["session"] = _state["session"] or open_session(name)
     if name not in _state["patched"]:

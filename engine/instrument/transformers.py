@@ -8,7 +8,9 @@ for it).  Then every ``Trainer``:
 * gets :class:`TrainctlCallback` (its ``__init__`` is wrapped): structured progress
   (epoch, optimizer steps in it, steps per epoch, the logged losses), phases (train, val,
   save), a ``checkpoint`` event for each ``checkpoint-<step>`` directory the Trainer writes
-  (``on_save``), and saves on request through ``control.should_save`` at the next step end;
+  (``on_save``), and saves on request through ``control.should_save`` at the next step end
+  (a rescue while the main thread waits for a batch, a DataLoader worker deadlock, is saved
+  from the signal handler with the Trainer's own checkpoint writer);
 * takes the preset's ``[dataloader]`` (``dataloader_num_workers``, ``_persistent_workers``,
   ``_prefetch_factor``; a warning names what it overrode and what it could not apply);
 * resumes on a restart: ``train()`` without ``resume_from_checkpoint`` gets the checkpoint
@@ -33,7 +35,7 @@ from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_
                                warn_not_applied)
 from .save_requests import SaveRequests, hold, label
 
-SUPPORTED = ((5, 0), (6,))            # low <= version < high
+SUPPORTED = ((5, 24), (6,))           # low <= version < high: tested with 5.24
 TRAINER_MODULE = "transformers.trainer"
 SAVE_REQUESTS = SaveRequests()
 _state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False}
@@ -42,7 +44,7 @@ _state: dict[str, Any] = {"session": None, "resume_used": False, "patched": Fals
 def attach(module: ModuleType) -> str:
     version = getattr(module, "__version__", "?")
     if not in_range(version, *SUPPORTED):
-        raise Refused(f"transformers {version} is outside the tested range (5.x)")
+        raise Refused(f"transformers {version} is outside the tested range (5.24 to 5.x)")
     _state["session"] = open_session("transformers")
     if TRAINER_MODULE in sys.modules:
         patch_trainer(sys.modules[TRAINER_MODULE].Trainer)
@@ -289,11 +291,38 @@ class TrainctlCallback:
             report.report_phase("save")
 
     def rescue_while_blocked(self, request: dict[str, Any], frame: FrameType | None) -> None:
-        """A rescue while the main thread waits for a batch: no step end will come.  The
-        Trainer saves only from its loop, so say at once that none is coming (the agent
-        then restarts from the last checkpoint without waiting out its rescue timeout)."""
-        state = self.trainer.state
+        """A rescue while the main thread waits for its next batch (a DataLoader worker
+        deadlock): no step end will come, so save from the signal handler, with the Trainer's
+        own checkpoint writer (``_save_checkpoint``: model, optimizer, scheduler, RNG, trainer
+        state of the last optimizer step; a resume skips the batches done).  Only while
+        ``get_batch_samples`` fetches a training step's batches; elsewhere say at once that no
+        save is coming (the agent then restarts without waiting out its rescue timeout)."""
+        trainer, state = self.trainer, self.trainer.state
         epoch, batch = self.position(state.global_step)
-        report.report_checkpoint("", epoch, ok=False, batch=batch, kind="rescue",
-                                 detail=f"{label(request)}the Trainer waits for a batch and saves "
-                                        "only between steps: no rescue save")
+        save = getattr(trainer, "_save_checkpoint", None)
+        if not self.training or save is None or not _in_training_fetch(frame):
+            report.report_checkpoint("", epoch, ok=False, batch=batch, kind="rescue",
+                                     detail=f"{label(request)}waiting for data outside a training step: "
+                                            "no rescue save")
+            return
+        path = os.path.abspath(os.path.join(trainer.args.output_dir, f"checkpoint-{state.global_step}"))
+        report.report_phase("save")
+        try:
+            save(getattr(trainer, "model_wrapped", trainer.model), None)
+            ok, detail = os.path.isfile(os.path.join(path, "trainer_state.json")), ""
+        except Exception as e:   # noqa: BLE001 - a failed save is reported; the agent restarts anyway
+            ok, detail = False, f": save failed: {type(e).__name__}: {e}"
+        whole = bool(self.per_epoch) and batch == self.per_epoch
+        report.report_checkpoint(path, epoch, ok=ok, batch=None if whole else batch, kind="rescue",
+                                 detail=f"{label(request)}step {state.global_step} (while waiting for data){detail}")
+        report.report_phase("train")
+
+
+def _in_training_fetch(frame: FrameType | None) -> bool:
+    """The Trainer's loop is fetching a step's batches (``Trainer.get_batch_samples``)."""
+    while frame is not None:
+        if frame.f_code.co_name == "get_batch_samples" and frame.f_code.co_filename.endswith(
+                os.path.join("transformers", "trainer.py")):
+            return True
+        frame = frame.f_back
+    return False
