@@ -58,7 +58,7 @@ class CommandRunner(RunnerKind):
         from ..instrument.launch import instrument_env, python_command
         if not spec.instrument or not python_command(argv, spec.cwd):
             return env
-        env = instrument_env(env)
+        env = instrument_env(env, files.dir)
         if spec.checkpoint_every is not None:
             env[CHECKPOINT_EVERY_ENV] = repr(float(spec.checkpoint_every))
         if resume_from and integration_of(files) in INTEGRATION_RESUME:
