@@ -21,7 +21,7 @@ from typing import Any
 from ..config import ConfigError
 from ..runners.ultralytics import (install_loader, mid_epoch_supported, preset_train_args, resume_plan,
                                    supervise_model)
-from . import Refused
+from . import FAILED_KEY, Refused
 from .session import TrainerSession, keep_spawned_workers_out_of_main
 
 TESTED = ("8.3.", "8.4.")   # Ultralytics versions the runner's callbacks and trainer classes know
@@ -85,13 +85,25 @@ class TrainPlan:
         return True
 
     def train(self, original: Any, model: Any, trainer: Any, kwargs: dict[str, Any]) -> Any:
+        try:
+            planned = self.prepare(model, trainer, dict(kwargs))
+        except Exception as e:   # noqa: BLE001 - trainctl's part failed: the call as written
+            self.session.info(f"ultralytics integration failed to prepare model.train() ({type(e).__name__}: "
+                              f"{e}); it runs as the script wrote it", FAILED_KEY)
+            return original(model, trainer=trainer, **kwargs)
+        if planned is None:
+            return None   # said by resume_plan: the run this checkpoint is from is complete
+        return original(model, **planned)
+
+    def prepare(self, model: Any, trainer: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
+        """The call's keywords under trainctl (``trainer`` included), or None: nothing to train."""
         s = self.session
         kwargs = self.arguments(kwargs)
         keep_spawned_workers_out_of_main(s)
         install_loader(s.preset)   # idempotent: one subclass over Ultralytics' own loader
         if not self.resume(kwargs):
-            return None   # said by resume_plan: the run this checkpoint is from is complete
+            return None
         supervise_model(model, kwargs, s.sink, s.preset, s.run_dir, s.checkpoint_every, self.version,
                         trainer=trainer)
-        trainer = kwargs.pop("trainer", trainer)
-        return original(model, trainer=trainer, **kwargs)
+        kwargs.setdefault("trainer", trainer)
+        return kwargs

@@ -207,8 +207,16 @@ def test_once_an_integration_attached_the_restart_resumes_through_it(tmp_path):
     files = RunFiles(tmp_path / "run")
     s = spec(tmp_path, ["python", "t.py"], resume_args=["--resume", "{checkpoint}"])
     runner = CommandRunner()
+    journal(files, E.Info(0.5, "x", "instrument.refused"))
+    assert integration_of(files) is None
     journal(files, E.Info(1.0, "integration attached: ultralytics 8.4.190", "instrument.attached.ultralytics"))
+    with open(files.events, "a") as f:   # a line being written is not read yet
+        f.write('{"ts": 2, "type": "info", "text": "", "key": "instrument.attached.light')
     assert integration_of(files) == "ultralytics" and attached_integration("instrument.refused") is None
+    with open(files.events, "a") as f:
+        f.write('ning"}\n')
+    assert integration_of(files) == "lightning"   # read on from where it was
+    journal(files, E.Info(3.0, "integration attached: ultralytics 8.4.190", "instrument.attached.ultralytics"))
     env = runner.env(s, files, {}, ["python", "t.py"], "/ck/mid.pt")
     assert env[RESUME_ENV] == "/ck/mid.pt"
     assert runner.argv(s, files, None, None, "/ck/mid.pt", 2) == ["python", "t.py"]   # no --resume
@@ -223,3 +231,33 @@ def test_once_an_integration_attached_the_restart_resumes_through_it(tmp_path):
     journal(other, E.Info(1.0, "x", "instrument.refused"))
     assert runner.argv(s, other, None, None, "/ck/a.pt", 2) == ["python", "t.py", "--resume", "/ck/a.pt"]
     assert RESUME_ENV not in runner.env(s, other, {}, ["python", "t.py"], "/ck/a.pt")
+
+
+# ---------------------------------------------------------------------- the Ultralytics plan
+def test_the_preset_replaces_the_script_s_keywords_and_the_warning_names_them(tmp_path):
+    from trainctl.engine.config import load_preset
+    from trainctl.engine.instrument.session import TrainerSession
+    from trainctl.engine.instrument.ultralytics import TrainPlan
+    from trainctl.engine.runners.ultralytics import EventSink
+    side = tmp_path / "side.jsonl"
+    fd = os.open(side, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        session = TrainerSession(EventSink(fd), None, 1, load_preset("B"), None, 600.0)
+        plan = TrainPlan(session, "8.4.190")
+        assert plan.arguments({"workers": 2, "epochs": 3, "val": False}) == {"workers": 0, "epochs": 3, "val": False}
+        assert plan.arguments({"epochs": 3}) == {"workers": 0, "epochs": 3, "val": False}   # nothing replaced
+    finally:
+        os.close(fd)
+    said = [E.decode(line) for line in side.read_text().splitlines()]
+    assert [(w.id, w.text) for w in said] == [
+        ("trainctl.preset_overrides", "preset B overrides what the script passed to model.train(): workers=2 -> 0")]
+
+
+def test_a_command_job_may_turn_instrumentation_off_and_set_mid_epoch_saves(tmp_path):
+    from trainctl.engine.config import load_job
+    job = tmp_path / "trainctl.toml"
+    job.write_text('kind = "command"\ncommand = ["python", "t.py"]\ninstrument = false\ncheckpoint_every = "2m"\n')
+    loaded = load_job(job)
+    assert loaded.instrument is False and loaded.checkpoint_every == 120.0
+    job.write_text('kind = "command"\ncommand = ["python", "t.py"]\n')
+    assert load_job(job).instrument is True
