@@ -57,7 +57,7 @@ class CommandRunner(RunnerKind):
     def env(self, spec, files, env, argv, resume_from):
         from ..instrument import CHECKPOINT_EVERY_ENV, RESUME_ENV
         from ..instrument.launch import instrument_env, python_command
-        if not spec.instrument or not python_command(argv, spec.cwd):
+        if not spec.instrument or not python_command(argv, spec.cwd, env.get("PATH")):
             return env
         env = instrument_env(env, files.dir)
         if spec.checkpoint_every is not None:

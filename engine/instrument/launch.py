@@ -40,10 +40,11 @@ def _shebang_is_python(path: Path) -> bool:
     return bool(words) and is_python(words[0])
 
 
-def python_command(argv: Sequence[str], cwd: str | os.PathLike[str] = ".") -> bool:
+def python_command(argv: Sequence[str], cwd: str | os.PathLike[str] = ".", path: str | None = None) -> bool:
     """Whether ``argv`` starts a Python interpreter: ``python ...``, ``env [VAR=x] python ...``,
-    or a script whose ``#!`` names Python (``./train.py``).  Launchers (torchrun, accelerate,
-    a shell) are not: what they start is not this process."""
+    or a script whose ``#!`` names Python (``./train.py``, or a command found on ``path``,
+    the trainer's PATH, such as Ultralytics' ``yolo``).  Launchers (torchrun, accelerate, a
+    shell) are not: what they start is not this process."""
     args = list(argv)
     if args and os.path.basename(args[0]) == "env":
         args = args[1:]
@@ -55,7 +56,9 @@ def python_command(argv: Sequence[str], cwd: str | os.PathLike[str] = ".") -> bo
         return True
     if os.sep in args[0]:   # a path to a script: its #! line
         return _shebang_is_python(Path(cwd) / args[0])
-    return False
+    import shutil
+    found = shutil.which(args[0], path=path)
+    return found is not None and _shebang_is_python(Path(found))
 
 
 def _link(target: Path, link: Path) -> None:

@@ -46,6 +46,12 @@ def test_a_script_is_python_by_its_shebang(tmp_path):
     assert python_command(["./a.py", "--x"], cwd=tmp_path)
     assert not python_command(["./b.sh"], cwd=tmp_path)
     assert not python_command(["./c"], cwd=tmp_path)
+    tool = tmp_path / "bin" / "yolo"   # an entry point on the trainer's PATH
+    tool.parent.mkdir()
+    tool.write_text("#!/venv/bin/python3.11\nimport sys\n")
+    tool.chmod(0o755)
+    assert python_command(["yolo", "train"], path=str(tool.parent))
+    assert not python_command(["yolo", "train"], path=str(tmp_path))
 
 
 @pytest.mark.parametrize("source,guarded", [
