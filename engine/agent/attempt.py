@@ -158,7 +158,12 @@ class AttemptLoop:
         preset = ctx.load_preset(preset_name)
         env = trainer_env(ctx.files, preset_name, preset, ctx.attempt)
         argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.attempt)
-        env = self.runner.env(ctx.spec, ctx.files, env, argv, resume_from)
+        try:
+            env = self.runner.env(ctx.spec, ctx.files, env, argv, resume_from)
+        except OSError as e:   # the run directory's links (a full disk): run it as it is
+            self._instrument_said = True
+            ctx.info(f"no integration: cannot prepare trainctl's code for the trainer ({e}); "
+                     "console parsing", OFF_KEY)
         ctx.instrumented = INSTRUMENT_ENV in env
         return with_setup(argv, ctx.spec.setup), env
 

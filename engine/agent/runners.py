@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from .. import events as E
 from ..paths import RunFiles
 from ..spec import RunSpec
 
@@ -56,9 +57,9 @@ class CommandRunner(RunnerKind):
     def env(self, spec, files, env, argv, resume_from):
         from ..instrument import CHECKPOINT_EVERY_ENV, RESUME_ENV
         from ..instrument.launch import instrument_env, python_command
-        if not spec.instrument or not python_command(argv, spec.cwd):
+        if not spec.instrument or not python_command(argv, spec.cwd, env.get("PATH")):
             return env
-        env = instrument_env(env)
+        env = instrument_env(env, files.dir)
         if spec.checkpoint_every is not None:
             env[CHECKPOINT_EVERY_ENV] = repr(float(spec.checkpoint_every))
         if resume_from and integration_of(files) in INTEGRATION_RESUME:
@@ -138,18 +139,35 @@ def reported_checkpoints(files: RunFiles, last_checkpoint: str | None,
     return [last_checkpoint, *reversed(journaled), resume_from]
 
 
+_ATTACHED_SEEN: dict[str, tuple[int, str | None]] = {}   # journal -> (bytes read, last found)
+
+
 def integration_of(files: RunFiles) -> str | None:
     """The zero-code integration that last said it attached in this run (the journal's
-    ``instrument.attached.<name>`` info, which an adopting agent reads too), or None."""
-    from ..instrument import attached_integration
-    from ..journal import read_events
-    found = None
+    ``instrument.attached.<name>`` info, which an adopting agent reads too), or None.  The
+    journal only grows: each call reads what was appended since the last one."""
+    from ..instrument import ATTACHED_KEY, attached_integration
+    path = str(files.events)
+    offset, found = _ATTACHED_SEEN.get(path, (0, None))
     try:
-        for ev in read_events(files.events):
+        with open(path, "rb") as f:
+            if os.fstat(f.fileno()).st_size < offset:   # another journal there: from the start
+                offset, found = 0, None
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return found
+    end = data.rfind(b"\n") + 1   # whole lines only
+    needle = f'"{ATTACHED_KEY}.'.encode()
+    for line in data[:end].splitlines():
+        if needle in line:
+            try:
+                ev = E.decode(line)
+            except (ValueError, TypeError, KeyError):
+                continue
             if ev.type == "info" and (name := attached_integration(ev.key)):
                 found = name
-    except OSError:
-        return None
+    _ATTACHED_SEEN[path] = (offset + end, found)
     return found
 
 

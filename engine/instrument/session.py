@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -66,4 +66,48 @@ class TrainerSession:
                                  source="trainctl"))
 
 
-__all__ = ["TrainerSession", "ConfigError"]
+def script_is_guarded(source: str) -> bool:
+    """Whether a script's top level has an ``if __name__ == "__main__":`` block."""
+    import ast
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return True   # not ours to judge: leave it as it is
+    for node in tree.body:
+        if isinstance(node, ast.If) and isinstance(node.test, ast.Compare) and any(
+                isinstance(n, ast.Name) and n.id == "__name__"
+                for n in (node.test.left, *node.test.comparators)):
+            return True
+    return False
+
+
+def keep_spawned_workers_out_of_main(session: TrainerSession) -> bool:
+    """A preset whose DataLoader workers start with spawn or forkserver, and a script with no
+    ``if __name__ == "__main__":`` guard: each worker would run the script's training again
+    (multiprocessing runs the main script in a spawned child).  Mark ``__main__`` so that
+    spawned children skip it (what they unpickle is the library's and trainctl's, importable
+    by name); said in an info line.  True when it did."""
+    import sys
+    preset = session.preset
+    if preset is None or preset.dataloader.multiprocessing_context not in ("spawn", "forkserver"):
+        return False
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or getattr(main, "__spec__", None) is not None or not path:
+        return False   # run with -m: children import it by name, guarded or not, as usual
+    try:
+        source = Path(path).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    if script_is_guarded(source):
+        return False
+    from importlib.machinery import ModuleSpec
+    main.__spec__ = ModuleSpec("__main__", None)   # multiprocessing.spawn skips a "__main__" name
+    session.info(f"preset {preset.name} starts DataLoader workers with "
+                 f"{preset.dataloader.multiprocessing_context} and {Path(path).name} has no "
+                 "`if __name__ == \"__main__\":` guard: the workers do not run the script again "
+                 "(so objects defined in the script cannot reach them)", "instrument.spawn_main")
+    return True
+
+
+__all__ = ["TrainerSession", "ConfigError", "keep_spawned_workers_out_of_main", "script_is_guarded"]

@@ -10,17 +10,17 @@ At start-up it
 * runs the ``sitecustomize`` the user's path would have given (chained, as if first).
 
 When the script imports a watched module (``ultralytics``, ...), the module runs as usual;
-then the hook makes trainctl's own package directories importable (by path: a finder for
-the ``trainctl`` packages named in the settings, never trainctl's whole site-packages,
-which would shadow the user's torch), imports ``trainctl.engine.instrument.<integration>``
-and calls its ``attach(module)``.  Whatever happens is said on the side channel
+then the hook makes trainctl importable (``path``: a directory the agent made that holds
+only a ``trainctl`` package of links to its own code, first on sys.path; never trainctl's
+whole site-packages, which would shadow the user's torch), imports
+``trainctl.engine.instrument.<integration>`` and calls its ``attach(module)``.  Whatever happens is said on the side channel
 (``TRAINCTL_EVENTS_PATH``) as an info event: ``instrument.attached.<integration>``,
 ``instrument.refused`` or ``instrument.failed``; a failure leaves the script unaltered.
 
 ``TRAINCTL_INSTRUMENT`` (JSON, written by trainctl.engine.instrument.launch):
-``{"watch": {module: integration}, "packages": {package: directory}, "fallback":
-{module: directory}}``; ``fallback``: pure-Python modules trainctl needs (tomlkit), used
-only when the user's interpreter has none of its own.
+``{"watch": {module: integration}, "path": directory, "fallback": directory}``;
+``fallback``: links to the pure-Python modules trainctl needs (tomlkit), last on sys.path:
+used only when the user's interpreter has none of its own.
 """
 import os
 import sys
@@ -64,24 +64,6 @@ def _unlist():
             del os.environ["PYTHONPATH"]
 
 
-class PackageFinder:
-    """Finds the named packages in the named directories (``{"trainctl.engine": "/x/engine"}``);
-    their modules then come from the package's ``__path__`` as usual."""
-
-    def __init__(self, packages):
-        self.packages = dict(packages)
-
-    def find_spec(self, fullname, path=None, target=None):
-        where = self.packages.get(fullname)
-        if where is None:
-            return None
-        from importlib.util import spec_from_file_location
-        init = os.path.join(where, "__init__.py")
-        if not os.path.isfile(init):
-            return None
-        return spec_from_file_location(fullname, init, submodule_search_locations=[where])
-
-
 class _Loader:
     """The watched module's own loader; after it ran the module, trainctl attaches."""
 
@@ -109,8 +91,8 @@ class ImportHook:
 
     def __init__(self, settings):
         self.watch = dict(settings.get("watch") or {})
-        self.packages = dict(settings.get("packages") or {})
-        self.fallback = dict(settings.get("fallback") or {})
+        self.path = settings.get("path")
+        self.fallback = settings.get("fallback")
         self.busy = set()
         self.paths_ready = False
 
@@ -159,12 +141,16 @@ class ImportHook:
         say(f"integration attached: {description}", f"{package.ATTACHED_KEY}.{integration}")
 
     def make_importable(self):
-        """trainctl's packages first (its own version wins), its fallbacks last."""
+        """trainctl's directory first (it holds ``trainctl`` alone: the agent's version wins
+        and nothing else is shadowed), its fallbacks last; on sys.path, so that spawned
+        workers (multiprocessing passes sys.path on) can unpickle trainctl's objects."""
         if self.paths_ready:
             return
         self.paths_ready = True
-        sys.meta_path.insert(0, PackageFinder(self.packages))
-        sys.meta_path.append(PackageFinder(self.fallback))
+        if self.path and self.path not in sys.path:
+            sys.path.insert(0, self.path)
+        if self.fallback and self.fallback not in sys.path:
+            sys.path.append(self.fallback)
 
 
 def _chain():
