@@ -162,3 +162,35 @@ def test_lightning_script_hang_rescue_resume_and_save_request(tmp_path, package)
     check_planned(answer)
     assert Path(answer.path).name == f"lightning-planned-e2-b{answer.batch}.ckpt"
     print(f"lightning scenario: {time.monotonic() - t0:.1f} s")
+
+
+@pytest.mark.timeout(120)
+def test_pytorch_lightning_through_the_bootstrap_alone(tmp_path):
+    """The other import name, through the real bootstrap (no agent): it attaches, reports
+    progress and ModelCheckpoint's saves, and takes the preset's workers (2 -> 0)."""
+    needs("pytorch_lightning")
+    import subprocess
+    import sys
+
+    from trainctl.engine.instrument.launch import instrument_env
+    run = tmp_path / "run"
+    run.mkdir()
+    side_file = run / "side-1.jsonl"
+    side_file.touch()
+    (tmp_path / "B.toml").write_text('[dataloader]\nworkers = 0\n')
+    base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCTL_")}
+    base.update(TRAINCTL_EVENTS_PATH=str(side_file), TRAINCTL_RUN_DIR=str(run), TRAINCTL_PRESET="B",
+                TRAINCTL_PRESET_FILE=str(tmp_path / "B.toml"))
+    r = subprocess.run([sys.executable, str(SCRIPTS / "lightning_train.py"), str(tmp_path / "out"),
+                        "--package", "pytorch_lightning", "--epochs", "1", "--items", "16"],
+                       env=instrument_env(base, run), capture_output=True, text=True, timeout=100)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert "done global_step=4" in r.stdout
+    infos = side(run, 1, "info")
+    attached = [i.text for i in infos if i.key == "instrument.attached.lightning"]
+    assert attached[0].startswith("integration attached: pytorch_lightning 2."), attached
+    assert "runner.save_on_request" in [i.key for i in infos] and infos[-1].key == "instrument.attached.lightning"
+    assert [w.id for w in side(run, 1, "warning")] == ["trainctl.preset_overrides"]
+    assert [(p.epoch, p.batch, p.batches) for p in side(run, 1, "progress")][-1] == (1, 4, 4)
+    [ckpt] = side(run, 1, "checkpoint")
+    assert ckpt.ok and ckpt.kind == "epoch" and ckpt.path.endswith("epoch=0-step=4.ckpt"), ckpt
