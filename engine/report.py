@@ -56,7 +56,7 @@ from pathlib import Path
 
 from . import events as E
 
-__all__ = ["report_phase", "report_progress", "report_checkpoint", "saving", "enabled",
+__all__ = ["report_phase", "report_progress", "report_checkpoint", "report_info", "report_warning", "saving", "enabled",
            "supports_save_on_request", "save_requested", "data_wait"]
 
 SAVE_ON_REQUEST_KEY = "runner.save_on_request"   # the info a trainer declares it with
@@ -115,6 +115,16 @@ def report_progress(epoch: int | None, epochs: int | None, batch: int | None, ba
     """One batch done (1-based numbers).  Once a script reports progress here, trainctl
     ignores the progress it parses from the console."""
     _send(E.Progress(time.time(), epoch, epochs, batch, batches, dict(losses or {}), rate))
+
+
+def report_info(text: str, key: str = "") -> None:
+    """A fact worth keeping in the run's journal (``key``: a stable name for it)."""
+    _send(E.Info(time.time(), text, key))
+
+
+def report_warning(wid: str, text: str, advice: str = "", severity: str = "warning") -> None:
+    """A warning the dashboard shows (``wid``: a stable id)."""
+    _send(E.Warning(time.time(), wid, severity, text, advice, source="trainctl"))
 
 
 def report_checkpoint(path: str | os.PathLike[str], epoch: int | None = None, ok: bool = True,

@@ -35,6 +35,8 @@ class RunSpec:
     progress: dict | None = None               # the job's [progress]: {"pattern", "losses"}
     setup: str = ""                            # shell lines run before the trainer ([host] setup)
     remote: bool = False                       # started on this box by `trainctl run --host`
+    instrument: bool = True                    # a Python command gets the zero-code integrations
+    checkpoint_every: float | None = None      # kind=command, an integration's mid-epoch saves (s)
 
     def save(self, path: Path) -> None:
         tmp = Path(str(path) + ".tmp")

@@ -66,6 +66,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--name", help="job name (generic commands; default: the script's name)")
     p.add_argument("--no-auto-recover", action="store_true", help="detect and diagnose, but never restart by itself")
     p.add_argument("--no-tmux", action="store_true", help="run the agent detached, not in tmux")
+    p.add_argument("--no-instrument", action="store_true",
+                   help="no zero-code integration (Ultralytics, Transformers, Lightning) in a Python "
+                        "command: console parsing only (a job's instrument = false)")
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
     p.add_argument("--detach", action="store_true",
                    help="start the agent (in tmux when there) and print its run directory; no TUI")
@@ -269,7 +272,9 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
         rescue_wait_s=max(0.0, args.rescue_wait),
-        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh)
+        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh,
+        instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
+        checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None)
     spec.save(files.spec)
     _write_alerts(args, job, files.dir, name, spec.host)
     return run_dir, spec, not run_dir_ref

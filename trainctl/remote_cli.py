@@ -43,6 +43,8 @@ def _forwarded_options(args) -> list[str]:
         out += ["--resume-arg", r]
     if args.no_auto_recover:
         out.append("--no-auto-recover")
+    if getattr(args, "no_instrument", False):
+        out.append("--no-instrument")
     out.append("--via-ssh")   # the box's agent says so in its advice
     return out
 

@@ -16,6 +16,7 @@ import signal
 
 from .. import events as E
 from ..config import ConfigError
+from ..instrument import INSTRUMENT_ENV, OFF_KEY
 from ..parse import last_exception
 from ..process import signal_name
 from ..supervisor import Outcome, OutcomeKind, RunState, exit_code
@@ -56,6 +57,7 @@ class AttemptLoop:
         self.stopper = Stopper(ctx, self.intake, report)
         self.runner = runner_for(ctx.spec.kind)
         self._log_loss_warned = False
+        self._instrument_said = False
 
     # ------------------------------------------------------------------ the loop
     async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None) -> int:
@@ -156,7 +158,25 @@ class AttemptLoop:
         preset = ctx.load_preset(preset_name)
         env = trainer_env(ctx.files, preset_name, preset, ctx.attempt)
         argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.attempt)
+        try:
+            env = self.runner.env(ctx.spec, ctx.files, env, argv, resume_from)
+        except OSError as e:   # the run directory's links (a full disk): run it as it is
+            self._instrument_said = True
+            ctx.info(f"no integration: cannot prepare trainctl's code for the trainer ({e}); "
+                     "console parsing", OFF_KEY)
+        ctx.instrumented = INSTRUMENT_ENV in env
         return with_setup(argv, ctx.spec.setup), env
+
+    def say_instrument(self) -> None:
+        """Once a run: why a command gets no zero-code integration (an instrumented one says
+        itself which attached; the intake says when none did)."""
+        ctx = self.ctx
+        if self._instrument_said or ctx.spec.kind != "command" or ctx.instrumented:
+            return
+        self._instrument_said = True
+        why = ("off (--no-instrument)" if not ctx.spec.instrument else
+               "not a Python command (python ..., or a script whose #! names python)")
+        ctx.info(f"no integration: {why}; console parsing", OFF_KEY)
 
     # ------------------------------------------------------------------ one attempt
     async def run_attempt(self, preset: str | None, resume_from: str | None,
@@ -243,6 +263,7 @@ class AttemptLoop:
                                source="trainctl"))
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
         ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv)))
+        self.say_instrument()
         return trainer
 
     async def keep_offsets(self, trainer: Trainer) -> None:

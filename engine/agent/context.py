@@ -101,6 +101,7 @@ class RunContext:
         self.trainer = None               # the live trainer's handle (spawner.Trainer)
         self.last_checkpoint: str | None = None
         self.furthest: tuple[int, int] = (0, 0)   # the furthest (epoch, batch) of the run
+        self.instrumented = False   # this attempt's trainer got the zero-code bootstrap
         self.stop_requested = asyncio.Event()
         self.interrupt = Interrupt()
         self.lost: str | None = None      # why supervision could not go on (the run then FAILS)

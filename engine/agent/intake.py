@@ -8,6 +8,7 @@ from collections import deque
 
 from .. import events as E
 from ..feed import FedLine, OutputFeed
+from ..instrument import NONE_KEY, attached_integration
 from ..journal import ProgressThrottle
 from ..report import SAVE_ON_REQUEST_KEY
 from ..supervisor import RunState
@@ -16,6 +17,8 @@ from .context import RunContext
 LOG_FLUSH_S = 0.25
 LOG_TAIL = 200
 OUTPUT_TAIL = 60   # lines kept to find the trainer's last exception
+NONE_ATTACHED_TEXT = ("no integration attached (the script imported none of ultralytics, "
+                      "transformers, lightning, or its integration refused): console parsing")
 NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
 
 
@@ -40,6 +43,8 @@ class Intake:
         self.silence_said = False     # "no progress format recognised" said (once a run)
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)   # this attempt's last lines
         self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
+        self.integration: str | None = None   # the zero-code integration that attached
+        self.integration_said = False  # attached, or "none attached" said, this attempt
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -55,6 +60,8 @@ class Intake:
         self.last_checkpoint = None
         self.tail.clear()
         self.seen_progress = False
+        self.integration = None
+        self.integration_said = False
         self.set_phase("startup", now, force=True)
 
     # ------------------------------------------------------------------ console
@@ -128,6 +135,9 @@ class Intake:
                 self.fatal_stop = f"bad configuration: {ev.text}"   # a restart cannot fix it
             if isinstance(ev, E.Info) and ev.key == SAVE_ON_REQUEST_KEY:
                 self.save_on_request = True
+            if isinstance(ev, E.Info) and (name := attached_integration(ev.key)):
+                self.integration = name
+                self.integration_said = True
             self.ctx.emit(ev)
 
     # ------------------------------------------------------------------ meaning
@@ -159,6 +169,9 @@ class Intake:
                 return
             self.replay_until = None
         self.seen_progress = True
+        if console and self.ctx.instrumented and not self.integration_said:
+            self.integration_said = True
+            self.ctx.info(NONE_ATTACHED_TEXT, NONE_KEY)
         # A batch line read from the console may be older than a val/save phase the trainer
         # reported on its side channel (two channels, read at different moments): it must
         # not end that phase, or a restart could kill the trainer in the middle of a save.

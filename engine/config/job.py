@@ -60,7 +60,9 @@ class Job:
     description: str = ""
     # [progress]: the trainer's own progress line, {"pattern": regex, "losses": [group names]}
     progress: dict[str, Any] | None = None
-    checkpoint_every: float = 600.0   # kind ultralytics: seconds between mid-epoch saves (0: off)
+    checkpoint_every: float = 600.0   # seconds between mid-epoch saves (0: off); ultralytics, or
+    #                                   a command whose Ultralytics script an integration runs
+    instrument: bool = True           # kind command: zero-code integrations in a Python command
     # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
     alerts: dict[str, tuple[str, ...]] | None = None
 

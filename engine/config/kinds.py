@@ -120,7 +120,13 @@ def _command(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | No
     """``command`` (required) and ``resume_args``: any program, resumed by its arguments."""
     command = _command_argv(p, data)
     resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
-    return {"command": command, "resume_args": resume_args}
+    out: dict[str, Any] = {"command": command, "resume_args": resume_args}
+    if "instrument" in data:   # false: no zero-code integration in a Python command
+        out["instrument"] = p.bool_(None, "instrument", data["instrument"]) is not False
+    if "checkpoint_every" in data:   # an integration's mid-epoch saves (Ultralytics)
+        every = _checkpoint_every(p, data["checkpoint_every"])
+        out["checkpoint_every"] = CHECKPOINT_EVERY_S if every is None else every
+    return out
 
 
 def _command_argv(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -166,5 +172,5 @@ JOB_TABLES: dict[str, JobTable] = {
     "ultralytics": JobTable(_ultralytics, keys=("checkpoint_every",), section="ultralytics",
                             hints={"command": "; use [ultralytics] model and data",
                                    "resume_args": " (Ultralytics runs resume natively)"}),
-    "command": JobTable(_command, keys=("command", "resume_args")),
+    "command": JobTable(_command, keys=("command", "resume_args", "instrument", "checkpoint_every")),
 }

@@ -22,6 +22,7 @@ import select
 import stat
 import shutil
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -165,14 +166,21 @@ def torch_threads(preset: Preset | None) -> int | None:
     return preset.threads.torch_num_threads or preset.threads.omp_num_threads
 
 
-def train_kwargs(job: Job, preset: Preset | None, run_dir: Path | None) -> dict[str, Any]:
-    """``model.train()`` keywords: the job's table, the preset's ``[train]`` over it,
-    the preset's workers, ``plots=False`` unless asked, and where results go."""
-    kw: dict[str, Any] = dict(job.ultralytics)
+def preset_train_args(preset: Preset | None) -> dict[str, Any]:
+    """The ``model.train()`` keywords a preset sets: its ``[train]`` and its workers."""
+    kw: dict[str, Any] = {}
     if preset is not None:
         kw.update(preset.train)
         if preset.dataloader.workers is not None:
             kw["workers"] = preset.dataloader.workers
+    return kw
+
+
+def train_kwargs(job: Job, preset: Preset | None, run_dir: Path | None) -> dict[str, Any]:
+    """``model.train()`` keywords: the job's table, the preset's ``[train]`` over it,
+    the preset's workers, ``plots=False`` unless asked, and where results go."""
+    kw: dict[str, Any] = dict(job.ultralytics)
+    kw.update(preset_train_args(preset))
     kw.setdefault("plots", False)
     if run_dir is not None:
         if "project" in kw:
@@ -460,7 +468,7 @@ def _load_config(args: argparse.Namespace) -> tuple[Job, Preset | None]:
     return job, preset
 
 
-def _resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int | None:
+def resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int | None:
     """None to go on resuming; an exit status when there is nothing to resume."""
     check = inspect_checkpoint(ckpt, load=True)
     if check.complete:
@@ -491,6 +499,36 @@ def _resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int 
     return None
 
 
+def mid_epoch_supported(sink: EventSink, version: str) -> bool:
+    """Whether this Ultralytics gets mid-epoch saves and resume (said when it does not)."""
+    from trainctl.engine.runners import ultralytics_trainer as ut
+    if ut.supported(version):
+        return True
+    sink.emit(E.Info(time.time(), f"Ultralytics {version}: no mid-epoch saves or resume (trainctl "
+                     f"supports them on {' or '.join(ut.SUPPORTED)}x)", "runner.mid_epoch_unsupported"))
+    return False
+
+
+def supervise_model(model: Any, kwargs: dict[str, Any], sink: EventSink, preset: Preset | None,
+                    run_dir: Path | None, every: float, version: str, trainer: type | None = None) -> None:
+    """What trainctl adds to one ``model.train(**kwargs)``: its callbacks on ``model`` (once
+    a model), save on request (from the main thread), and, on one device, the trainer class
+    with mid-epoch saves (``kwargs["trainer"]``, over ``trainer`` when the caller gave one)."""
+    from trainctl.engine.runners import ultralytics_trainer as ut
+    checkpoints = run_dir / "checkpoints" if run_dir else None
+    if not getattr(model, "_trainctl_reporter", None):
+        model._trainctl_reporter = Reporter(sink, preset, checkpoints)
+        model._trainctl_reporter.attach(model)
+    requests = None
+    if threading.current_thread() is threading.main_thread():
+        requests = ut.SaveRequests(run_dir)
+        requests.install()
+        sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
+    if "," not in str(kwargs.get("device", "")):   # multi-GPU (DDP) keeps Ultralytics' own trainer
+        cfg = ut.MidEpochConfig(sink, checkpoints, every, requests)
+        kwargs["trainer"] = ut.trainer_class(trainer or model._smart_load("trainer"), cfg, version)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     sink = EventSink.from_env()
@@ -507,20 +545,13 @@ def main(argv: list[str] | None = None) -> int:
 
     from ultralytics import YOLO, __version__   # after offline_env: it reads the environment at import
 
-    from trainctl.engine.runners import ultralytics_trainer as ut
-
     install_loader(preset)
     kwargs = train_kwargs(job, preset, run_dir)
-    checkpoints = run_dir / "checkpoints" if run_dir else None
-    reporter = Reporter(sink, preset, checkpoints)
     every = job.checkpoint_every if args.checkpoint_every is None else max(args.checkpoint_every, 0.0)
-    mid_ok = ut.supported(__version__)
-    if not mid_ok:
-        sink.emit(E.Info(time.time(), f"Ultralytics {__version__}: no mid-epoch saves or resume (trainctl "
-                         f"supports them on {' or '.join(ut.SUPPORTED)}x)", "runner.mid_epoch_unsupported"))
+    mid_ok = mid_epoch_supported(sink, __version__)
     if args.resume:
         ckpt = Path(args.resume).expanduser().absolute()
-        status = _resume_plan(sink, ckpt, mid_ok)
+        status = resume_plan(sink, ckpt, mid_ok)
         if status is not None:
             return status
         model = YOLO(str(ckpt))
@@ -529,13 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         kwargs["resume"] = True
     else:
         model = YOLO(kwargs.pop("model"))
-    reporter.attach(model)
-    requests = ut.SaveRequests(run_dir)
-    requests.install()
-    sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
-    if "," not in str(kwargs.get("device", "")):   # multi-GPU (DDP) keeps Ultralytics' own trainer
-        cfg = ut.MidEpochConfig(sink, checkpoints, every, requests)
-        kwargs["trainer"] = ut.trainer_class(model._smart_load("trainer"), cfg, __version__)
+    supervise_model(model, kwargs, sink, preset, run_dir, every, __version__)
     try:
         model.train(**kwargs)
     except Exception as exc:

@@ -67,6 +67,14 @@ def spawn_workers(pid: int) -> list[psutil.Process]:
     return out
 
 
+def stop_workers(tc) -> tuple[list[psutil.Process], float]:
+    """SIGSTOP the spawned DataLoader workers of the run's first trainer: (them, when)."""
+    workers = spawn_workers(of(tc.events(), "start")[0].pid)
+    for w in workers:
+        w.send_signal(signal.SIGSTOP)
+    return workers, time.time()
+
+
 def of(events, kind: str) -> list:
     return [e for e in events if e.type == kind]
 
@@ -96,10 +104,7 @@ def _run_scenario(root: Path) -> dict:
         shutil.copyfile(good, saved)   # a real good checkpoint, older than the final one
         start1 = of(tc.events(), "start")[0]
         tc.wait_event(lambda e: e.type == "progress" and e.epoch == 2, 60, "epoch 2")
-        workers = spawn_workers(start1.pid)
-        for w in workers:
-            w.send_signal(signal.SIGSTOP)
-        stopped_at = time.time()
+        workers, stopped_at = stop_workers(tc)
         result = tc.wait(150)
     finally:
         tc.kill()

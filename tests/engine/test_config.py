@@ -432,8 +432,10 @@ JOB_MISTAKES = {
                                       'data = "d"\n', 2, "command", ['kind = "command"']),
     "bad checkpoint_every": ('kind = "ultralytics"\ncheckpoint_every = "10 minutes"\n[ultralytics]\n'
                              'model = "m"\ndata = "d"\n', 2, "checkpoint_every", ['"15s"', '"10m"', "0 = off"]),
-    "checkpoint_every for a command": ('kind = "command"\ncommand = ["true"]\ncheckpoint_every = 60\n', 3,
-                                       "checkpoint_every", ['kind = "ultralytics"']),
+    "instrument for ultralytics": ('kind = "ultralytics"\ninstrument = false\n[ultralytics]\nmodel = "m.yaml"\n'
+                                   'data = "d.yaml"\n', 2, "instrument", ['kind = "command"']),
+    "instrument not a boolean": ('kind = "command"\ncommand = ["true"]\ninstrument = "no"\n', 3,
+                                 "instrument", ["true or false"]),
     "unknown job key": ('kind = "command"\ncommand = ["true"]\nretries = 2\n', 3, "retries",
                         ["unknown key", "max_restarts"]),
     "progress bad regex": ('kind = "command"\ncommand = ["true"]\n[progress]\npattern = "it (?P<batch>"\n',

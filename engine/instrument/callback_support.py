@@ -1,0 +1,96 @@
+"""What the Transformers and Lightning integrations share besides save requests: the
+version check, the session (preset, resume checkpoint) and a progress throttle."""
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any
+
+from .. import events as E
+from . import Refused
+from .session import ConfigError, TrainerSession
+
+def version_tuple(version: str) -> tuple[int, ...]:
+    """``"5.24.0.dev0"`` -> (5, 24, 0): the leading numbers."""
+    out: list[int] = []
+    for part in version.split("."):
+        digits = ""
+        for ch in part:
+            if not ch.isdigit():
+                break
+            digits += ch
+        if not digits:
+            break
+        out.append(int(digits))
+        if len(digits) != len(part):
+            break
+    return tuple(out)
+
+
+def in_range(version: str, low: tuple[int, ...], high: tuple[int, ...]) -> bool:
+    """``low <= version < high``."""
+    v = version_tuple(version)
+    return bool(v) and low <= v < high
+
+
+def open_session(library: str) -> TrainerSession:
+    """The agent's facts for this attempt; a preset that does not load refuses the integration."""
+    try:
+        return TrainerSession.from_env()
+    except ConfigError as e:
+        raise Refused(f"the preset does not load ({e})") from None
+
+
+def preset_dataloader(session: TrainerSession) -> dict[str, Any]:
+    """The preset's ``[dataloader]`` values this attempt runs with (only those set)."""
+    if session.preset is None:
+        return {}
+    dl = session.preset.dataloader
+    return {k: getattr(dl, k) for k in ("workers", "persistent_workers", "prefetch_factor",
+                                        "multiprocessing_context", "sharing_strategy")
+            if getattr(dl, k) is not None}
+
+
+def warn_not_applied(session: TrainerSession, library: str, keys: list[str], where: str) -> None:
+    """The preset's settings the library offers no place for."""
+    if keys:
+        session.sink.emit(E.Warning(time.time(), "trainctl.preset_not_applied", "warning",
+                                    f"{library}: the preset's [dataloader] {', '.join(keys)} could not be "
+                                    f"applied ({where})", "Set it in the script, or leave it out of the preset.",
+                                    source="trainctl"))
+
+
+def apply_sharing_strategy(settings: dict[str, Any]) -> str | None:
+    """``sharing_strategy`` is process-wide: set it now.  What was set, or None."""
+    strategy = settings.get("sharing_strategy")
+    if not strategy:
+        return None
+    import torch.multiprocessing
+    torch.multiprocessing.set_sharing_strategy(strategy)
+    return strategy
+
+
+class Throttle:
+    """At most one progress report per ``every_s``, except the first :data:`FRESH` steps
+    after a (re)start: training begins, an epoch begins, a save or validation ends.  The
+    stall detector learns its warm-up gaps from those, and a step after a save is what
+    tells it the save is over (until then a hang reads as a slow save)."""
+
+    FRESH = 3
+
+    def __init__(self, every_s: float = 0.5, clock: Callable[[], float] = time.monotonic) -> None:
+        self.every_s = every_s
+        self.clock = clock
+        self.last = float("-inf")
+        self.fresh = self.FRESH
+
+    def restart(self) -> None:
+        self.fresh = self.FRESH
+
+    def due(self, force: bool = False) -> bool:
+        now = self.clock()
+        if force or self.fresh > 0 or now - self.last >= self.every_s:
+            self.fresh = max(0, self.fresh - 1)
+            self.last = now
+            return True
+        return False

@@ -1,0 +1,95 @@
+"""Zero code change: a plain Ultralytics script (``workers=2`` written in it) run as
+``trainctl run --preset A --fallback B -- python script.py`` gets the runner's supervision
+through the bootstrap: under A its 2 spawned DataLoader workers are stopped (SIGSTOP) in
+epoch 1, trainctl catches the stall, the script saves on request, and the restart runs
+under B with 0 workers, resumed from that checkpoint.  A plain PyTorch script run the same
+way is left as it is: the same output, byte for byte, and no trainctl module in it."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+
+from tests.e2e.conftest import run_trainctl, start_trainctl
+from tests.e2e.test_recovery_ultralytics import of, stop_workers
+from tests.helpers.hangs import SCRIPTS
+from trainctl.engine.demo import make_dataset
+from trainctl.engine.paths import cache_dir
+from trainctl.engine.runners.checkpoint import GOOD_NAME
+
+pytestmark = pytest.mark.e2e
+EPOCHS = 2
+
+
+@pytest.mark.timeout(420)
+def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_workers(tmp_path):
+    pytest.importorskip("ultralytics")
+    data = make_dataset(cache_dir() / "recovery-e2e", n_train=40, n_val=4)   # 10 batches an epoch
+    script = SCRIPTS / "plain_yolo.py"
+    tc = start_trainctl(["run", "--json", "--preset", "A", "--fallback", "B", "--stall-timeout", "10",
+                         "--run-dir", str(tmp_path / "run"), "--",
+                         sys.executable, str(script), str(data), str(EPOCHS), str(tmp_path / "runs")])
+    try:
+        tc.wait_event(lambda e: e.type == "progress" and e.batch and e.batch >= 2, 150, "batch 2")
+        workers, stopped_at = stop_workers(tc)
+        res = tc.wait(240)
+    finally:
+        tc.kill()
+    assert res.returncode == 0, res.describe()
+    assert len(workers) == 2, "preset A should give the script 2 spawned DataLoader workers"
+    events = res.events
+    starts = of(events, "start")
+    assert [s.preset for s in starts] == ["A", "B"], starts
+    # The command is the user's, unchanged; the integration said it attached, each attempt.
+    assert starts[0].command == starts[1].command and "--resume" not in starts[1].command
+    attached = [e for e in of(events, "info") if e.key == "instrument.attached.ultralytics"]
+    assert len(attached) == 2 and attached[0].text.startswith("integration attached: ultralytics 8."), attached
+    stall = next(e for e in of(events, "stall") if e.ts > stopped_at)
+    assert stall.diagnosis == "stopped" and stall.phase == "train", stall
+    rescue = [c for c in of(events, "checkpoint") if c.kind == "rescue" and c.ok and c.ts > stall.ts]
+    assert rescue and rescue[0].epoch == 1 and rescue[0].batch, of(events, "checkpoint")
+    restart = of(events, "restart")[0]
+    assert (restart.attempt, restart.preset, restart.resume_from) == (2, "B", rescue[0].path)
+    two = [e for e in events if e.ts >= starts[1].ts]
+    infos = {e.key: e.text for e in of(two, "info")}
+    assert infos["runner.resume"].startswith(f"resuming from {rescue[0].path}"), infos
+    assert infos["runner.preset"].startswith("preset B: 0 DataLoader workers"), infos
+    overrides = [w.text for w in of(two, "warning") if w.id == "trainctl.preset_overrides"]
+    assert overrides and "workers=2 -> 0" in overrides[0], overrides
+    progress = of(two, "progress")
+    assert progress[0].epoch == 1 and progress[0].batch == rescue[0].batch + 1, progress[0]   # inside epoch 1
+    assert progress[-1].epoch == EPOCHS
+    assert of(events, "state")[-1].state == "FINISHED"
+    assert [c.epoch for c in of(events, "checkpoint") if c.ok and c.kind == "epoch"][-1] == EPOCHS
+    assert (res.run_dir / "checkpoints" / GOOD_NAME).is_file()
+    assert "script: training returned" in (res.run_dir / "train.log").read_text()
+
+
+@pytest.mark.timeout(120)
+def test_a_plain_pytorch_script_is_left_untouched(tmp_path):
+    """Same output with and without trainctl (its own PYTHONPATH kept), no trainctl module
+    imported in it; the dashboard's line says no integration attached."""
+    script = SCRIPTS / "plain_torch.py"
+    user_path = str(tmp_path / "user-lib")
+    env = {**os.environ, "PYTHONPATH": user_path, "PYTHONUNBUFFERED": "1"}
+    direct = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, timeout=60)
+    assert direct.returncode == 0, direct.stderr
+    assert b"trainctl modules: []" in direct.stdout and user_path.encode() in direct.stdout
+    res = run_trainctl(["run", "--json", "--preset", "A", "--", sys.executable, str(script)], 90, env=env)
+    assert res.returncode == 0, res.describe()
+    assert (res.run_dir / "train.log").read_bytes() == direct.stdout + direct.stderr
+    infos = [e.key for e in res.of_type("info")]
+    assert "instrument.none" in infos and not any(k.startswith("instrument.attached") for k in infos), infos
+
+
+@pytest.mark.timeout(60)
+def test_no_instrument_says_so_and_leaves_python_path_alone():
+    from tests.helpers.hangs import STEADY
+    res = run_trainctl(["run", "--json", "--no-instrument", "--", sys.executable, str(STEADY),
+                        "--epochs", "1", "--batches", "3"], 45)
+    assert res.returncode == 0, res.describe()
+    infos = {e.key: e.text for e in res.of_type("info")}
+    assert infos["instrument.off"] == "no integration: off (--no-instrument); console parsing", infos
+    assert "instrument.none" not in infos and not (res.run_dir / "instrument").exists()
