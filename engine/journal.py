@@ -5,7 +5,7 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .events import EPHEMERAL, Event, Progress, decode, encode, with_seq
+from .events import EPHEMERAL, Event, Progress, decode_at, encode, with_seq
 from .paths import open_private
 
 
@@ -51,6 +51,9 @@ class Journal:
     that succeeds (it then reads as one undecodable line, skipped on replay), so every
     later seq is still the line number.
 
+    ``offset`` is the journal's size in bytes (where the next line begins once a line cut
+    short is ended): what a snapshot covering ``next_seq`` lines records.
+
     Created with O_EXCL|O_NOFOLLOW, 0600; an existing journal (an adopting agent goes on
     with its run's) is reopened only when it is a regular file of this user that others
     cannot write (:func:`~trainctl.engine.paths.open_private`), and its lines are counted
@@ -61,7 +64,7 @@ class Journal:
         fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             self.next_seq = _count_fd_lines(fd)
-            size = os.fstat(fd).st_size
+            size = self.offset = os.fstat(fd).st_size
             self._torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
         except BaseException:
             os.close(fd)
@@ -76,8 +79,10 @@ class Journal:
             except OSError:
                 if len(view) != len(data):
                     self._torn = True
+                self.offset = os.fstat(self._fd).st_size
                 raise
             view = view[n:]
+            self.offset += n
 
     def append(self, event: Event) -> Event:
         if event.type in EPHEMERAL:
@@ -108,9 +113,28 @@ def read_events(path: Path, since: int = 0) -> Iterator[Event]:
             if not line.endswith("\n"):
                 break
             try:
-                yield with_seq(decode(line), seq)
+                yield decode_at(line, seq)
             except (ValueError, TypeError, KeyError):
                 continue
+
+
+def lines_from(path: Path, offset: int, seq: int, upto: int | None = None
+               ) -> Iterator[tuple[int, str, int]]:
+    """(seq, line, offset after it) for the journal's complete lines from byte ``offset``
+    (where line ``seq`` begins) up to seq ``upto`` (exclusive): a snapshot's tail, without
+    reading what the snapshot covers.  A line being written (no newline yet) ends it."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        f.seek(offset)
+        for raw in f:
+            if (upto is not None and seq >= upto) or not raw.endswith(b"\n"):
+                return
+            offset += len(raw)
+            yield seq, raw.decode("utf-8", errors="replace"), offset
+            seq += 1
 
 
 class ProgressThrottle:

@@ -119,7 +119,9 @@ class FakeClient:
         self._queue: asyncio.Queue[Any] | None = None
         self._backlog: list[Event] = []
 
-    async def connect(self, since: int = 0) -> dict[str, Any]:
+    async def connect(self, since: int = 0, snapshot: bool = False) -> dict[str, Any]:
+        """``snapshot`` is taken and ignored: a fake agent replays (as one whose view is
+        not primed yet does)."""
         if not self.agent.up:
             raise ConnectionRefusedError("agent not running")
         self.agent.connects.append(since)
