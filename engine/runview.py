@@ -29,7 +29,7 @@ from .sanitize import sanitize
 
 VIEW_FORMAT = 1
 WHOLE_KEEP = 2000       # points per loss over the whole run, after a downsampling
-RECENT_KEEP = 6000      # newest points per loss at full resolution (about 1.7 h at 1/s)
+RECENT_KEEP = 4000      # newest points per loss at full resolution (over an hour at 1/s)
 MARKS_KEEP = 2000       # restart marks kept (the newest)
 INCIDENTS_KEEP = 200    # incidents kept (the newest)
 WARNINGS_KEEP = 500     # warning ids kept (the newest)

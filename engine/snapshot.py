@@ -147,9 +147,10 @@ def fold_tail(covered: Covered, journal: Path, upto_offset: int | None = None) -
     return covered
 
 
-def load_view(run_dir: Path | str, *, write: bool = True, upto_offset: int | None = None) -> Covered:
+def load_view(run_dir: Path | str, *, write: bool | None = None, upto_offset: int | None = None) -> Covered:
     """The run's view: its snapshot and the journal after it; with no usable snapshot, the
-    whole journal folded (and, with ``write``, the snapshot written: indexed once)."""
+    whole journal folded, and the snapshot written (indexed once) when ``write``, or by
+    default when the run directory is this user's and writable (never someone else's)."""
     run_dir = Path(run_dir)
     journal = run_dir / "events.jsonl"
     covered = read_snapshot(run_dir)
@@ -159,9 +160,18 @@ def load_view(run_dir: Path | str, *, write: bool = True, upto_offset: int | Non
     if covered is None:
         covered = Covered(RunView())
     fold_tail(covered, journal, upto_offset)
+    if write is None:
+        write = _own_writable(run_dir)
     if write and indexing and covered.next_seq:
         save(run_dir, covered)
     return covered
+
+
+def _own_writable(run_dir: Path) -> bool:
+    try:
+        return run_dir.stat().st_uid == os.getuid() and os.access(run_dir, os.W_OK)
+    except OSError:
+        return False
 
 
 def save(run_dir: Path | str, covered: Covered) -> bool:
