@@ -61,8 +61,9 @@ def templates(path: Path) -> dict[str, list[E.Event]]:
     return out
 
 
-def build(run_dir: Path, days: float, source: Path) -> tuple[int, float]:
-    """Write the journal; returns (events, seconds)."""
+def build(run_dir: Path, days: float, source: Path) -> tuple[int, float, int]:
+    """Write the journal; returns (events, seconds, the bytes the same events take in the
+    full form that journals had before compact progress lines)."""
     t = templates(source)
     progress = [p for p in t["progress"] if p.losses] or [E.Progress(0, 1, 1, 1, 1, {"loss": 1.0})]
     projection = (t.get("projection") or [E.Projection(0, None, None, None, RATE, None, None)])[0]
@@ -71,11 +72,11 @@ def build(run_dir: Path, days: float, source: Path) -> tuple[int, float]:
     journal = Journal(run_dir / "events.jsonl")
     t0, seconds = 1.76e9, int(days * 86400)
     started = time.perf_counter()
-    n, attempt = 0, 1
+    n, attempt, full = 0, 1, 0
 
     def put(ev: E.Event) -> None:
-        nonlocal n
-        journal.append(ev)
+        nonlocal n, full
+        full += len(E.encode(journal.append(ev)).encode()) + 1
         n += 1
     put(E.Start(t0, 1, 4242, "A", ("yolo", "train")))
     put(E.State(t0, "RUNNING", "progress"))
@@ -100,7 +101,7 @@ def build(run_dir: Path, days: float, source: Path) -> tuple[int, float]:
             put(E.Start(ts + 1, attempt, 4242 + attempt, "B", ("yolo", "train")))
             put(E.State(ts + 1, "RUNNING", "progress"))
     journal.close()
-    return n, time.perf_counter() - started
+    return n, time.perf_counter() - started, full
 
 
 def write_spec(run_dir: Path, job: str) -> None:
@@ -201,13 +202,16 @@ def measure(*args: str) -> dict:
     return json.loads(r.stdout.strip().splitlines()[-1])
 
 
-def cli_time(*args: str) -> tuple[float, str]:
+def cli_time(*args: str) -> tuple[float, float]:
+    """Wall and CPU seconds of `trainctl *args` (the CPU time says what a loaded machine hides)."""
+    cpu0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.perf_counter()
     r = subprocess.run([*TRAINCTL, *args], capture_output=True, text=True, timeout=900, cwd=ROOT)
     dt = time.perf_counter() - t0
+    cpu1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if r.returncode not in (0, 3):
         raise RuntimeError(f"trainctl {' '.join(args)}: {r.stderr.strip()[-800:]}")
-    return dt, r.stdout
+    return dt, (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
 
 
 def lines(path: Path) -> int:
@@ -228,22 +232,26 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-long-") as d:
         tmp = Path(d)
         run_dir = tmp / "run"
-        n, dt = build(run_dir, args.days, args.source)
+        n, dt, full = build(run_dir, args.days, args.source)
         size = (run_dir / "events.jsonl").stat().st_size
         print(f"journal: {args.days:g} days, {n:,} events from {args.source.name}, written in {dt:.1f} s")
-        print(f"journal size: {size / 2**20:.1f} MiB, {size / 2**20 / args.days:.1f} MiB/day, "
-              f"{size / n:.0f} bytes/event")
+        print(f"journal size: {size / 2**20:.1f} MiB, {size / 1e6 / args.days:.1f} MB/day "
+              f"({size / 2**20 / args.days:.1f} MiB/day), {size / n:.0f} bytes/event; "
+              f"before (every line in full): {full / 2**20:.1f} MiB, {full / 1e6 / args.days:.1f} MB/day")
         write_spec(run_dir, f"bench-long-{os.getpid()}")
 
         print("\n-- no agent (the run ended, or its agent died) --")
         before = measure("status-before", str(run_dir))
         print(f"status before (whole journal):       {before['s']:.2f} s, {before['rss_mb']:.0f} MB peak")
-        first, _ = cli_time("status", str(run_dir))
+        first, first_cpu = cli_time("status", str(run_dir))
         snap = run_dir / "snapshot.json"
-        print(f"status, first (indexes the journal): {first:.2f} s (snapshot.json {snap.stat().st_size / 1024:.0f} KiB)")
-        nexts = [cli_time("status", str(run_dir))[0] for _ in range(5)]
-        print(f"status after (snapshot + tail):      median {statistics.median(nexts):.2f} s (n=5; "
-              f"python -m trainctl --version takes {cli_time('--version')[0]:.2f} s)")
+        print(f"status, first (indexes the journal): {first:.2f} s ({first_cpu:.2f} s CPU; "
+              f"snapshot.json {snap.stat().st_size / 1024:.0f} KiB)")
+        nexts = [cli_time("status", str(run_dir)) for _ in range(5)]
+        version = cli_time("--version")
+        print(f"status after (snapshot + tail):      median {statistics.median(t for t, _ in nexts):.2f} s "
+              f"({statistics.median(c for _, c in nexts):.2f} s CPU; n=5; `python -m trainctl --version` "
+              f"takes {version[0]:.2f} s, {version[1]:.2f} s CPU)")
 
         print("\n-- a live agent going on with the journal --")
         snap.unlink()   # the agent indexes it itself
@@ -272,8 +280,8 @@ def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:
     print(f"agent: indexed the journal (snapshot.json written) {time.perf_counter() - t0:.2f} s after its start")
     proc = psutil.Process(agent.pid)
     rss = [proc.memory_info().rss]
-    live, _ = cli_time("status", str(run_dir))
-    print(f"status (live agent):                 {live:.2f} s")
+    live, live_cpu = cli_time("status", str(run_dir))
+    print(f"status (live agent):                 {live:.2f} s ({live_cpu:.2f} s CPU)")
     rows = [("local", "dash-before", "dash-after")]
     if not args.no_ssh:
         rows.append(("ssh", "dash-before-ssh", "dash-after-ssh"))

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import psutil
 
 from . import events as E
-from .journal import journal_lines, lines_from, read_events
+from .journal import journal_lines, read_events, wire_lines_from
 from .snapshot import Covered, load_view
 from .paths import RunFiles
 from .runview import ViewSnapshot
@@ -357,11 +357,21 @@ def offline_lines(run_dir: Path | str, request: HelloRequest | int = 0) -> list[
     covered = offline_view(files.dir)
     hello = json.dumps(offline_hello(run_dir, covered)) + "\n"
     start = request.start(covered.next_seq)
+    after = lambda: wire_lines_from(files.events, covered.offset, covered.next_seq,  # noqa: E731
+                                    covered.view.progress)   # lines written since the view
     if request.snapshot_for(start, covered.next_seq):
         snap = {"op": "snapshot", "next_seq": covered.next_seq, "view": covered.view.to_dict()}
-        return [hello, json.dumps(snap, separators=(",", ":")) + "\n",
-                *(line for _n, line, _end in lines_from(files.events, covered.offset, covered.next_seq))]
+        return [hello, json.dumps(snap, separators=(",", ":")) + "\n", *after()]
+    if start >= covered.next_seq:   # nothing old asked (`status`, `ctl`): no need to read it
+        return [hello, *(line for line in after() if _seq_of(line) >= start)]
     return [hello, *journal_lines(files.events, start)]
+
+
+def _seq_of(line: str) -> int:
+    try:
+        return int(json.loads(line).get("seq", -1))
+    except (ValueError, TypeError, AttributeError):
+        return -1
 
 
 def _offline_streams(run_dir: Path) -> tuple[asyncio.StreamReader, _OfflineWriter]:

@@ -211,7 +211,7 @@ def to_dict(event: Event) -> dict[str, Any]:
     return out
 
 
-def _float_or_special(v: Any) -> Any:
+def float_or_special(v: Any) -> Any:
     if isinstance(v, str) and v in ("nan", "inf", "-inf"):
         return float(v)
     return v
@@ -226,7 +226,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     names = _FIELDS[cls]
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
-        kw["losses"] = {k: _float_or_special(v) for k, v in kw["losses"].items()}
+        kw["losses"] = {k: float_or_special(v) for k, v in kw["losses"].items()}
     for k in ("command", "what_if", "processes", "lines", "redone", "traceback"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])

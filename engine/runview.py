@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -95,12 +96,12 @@ class Series:
     rys: list[float] = field(default_factory=list)
     rts: list[float] = field(default_factory=list)
 
-    def add(self, x: float, y: float, t: float, marks: list[float]) -> None:
+    def add(self, x: float, y: float, t: float, marks: Callable[[], list[float]]) -> None:
         self.xs.append(x)
         self.ys.append(y)
         self.ts.append(t)
         if len(self.xs) >= 2 * WHOLE_KEEP:
-            keep = lttb(self.xs, self.ys, WHOLE_KEEP, marks[-MARKS_KEEP:])
+            keep = lttb(self.xs, self.ys, WHOLE_KEEP, marks())
             self.xs = [self.xs[i] for i in keep]
             self.ys = [self.ys[i] for i in keep]
             self.ts = [self.ts[i] for i in keep]
@@ -221,7 +222,6 @@ class RunView:
         self.progress = e
         self.last_progress_ts = e.ts
         x = self.x
-        marks = None
         for name, value in e.losses.items():
             if value is None or not math.isfinite(value):
                 continue
@@ -232,9 +232,7 @@ class RunView:
                     series = self.losses.get(name)
                 if series is None:
                     series = self.losses[name] = Series()
-            if marks is None:
-                marks = self.marks()
-            series.add(x, value, e.ts, marks)
+            series.add(x, value, e.ts, self.marks)
         self.chart_version += 1
 
     def marks(self) -> list[float]:

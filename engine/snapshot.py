@@ -22,8 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .events import decode_at
-from .journal import lines_from
+from .journal import JournalReader, lines_from
 from .runview import RunView
 
 SNAPSHOT_FORMAT = 1
@@ -130,13 +129,14 @@ def fold_tail(covered: Covered, journal: Path, upto_offset: int | None = None) -
     """Fold the journal's lines after what ``covered`` covers (up to ``upto_offset``); an
     undecodable line is skipped but counted (a seq is a line number)."""
     view, seq, offset = covered.view, covered.next_seq, covered.offset
+    reader = JournalReader(view.progress)
     batch = []
     for n, line, end in lines_from(journal, offset, seq):
         if upto_offset is not None and end > upto_offset:
             break
         seq, offset = n + 1, end
         try:
-            batch.append(decode_at(line, n))
+            batch.append(reader.decode_at(line, n))
         except (ValueError, TypeError, KeyError):
             continue
         if len(batch) >= 4096:
