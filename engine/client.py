@@ -8,11 +8,15 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Protocol
 
+from dataclasses import dataclass
+
 import psutil
 
 from . import events as E
-from .journal import read_events
+from .journal import journal_lines, read_events, wire_lines_from
+from .snapshot import Covered, load_view
 from .paths import RunFiles
+from .runview import ViewSnapshot
 
 
 class Transport(Protocol):
@@ -25,6 +29,7 @@ class Transport(Protocol):
 #: remote `trainctl bridge` to start) gets REMOTE_HELLO_TIMEOUT_S.
 HELLO_TIMEOUT_S = 3.0
 REMOTE_HELLO_TIMEOUT_S = 30.0
+SNAPSHOT_OVER = 2000       # events to replay above which a client that asks gets a snapshot
 COMMAND_TIMEOUT_S = 60.0   # a stack dump (py-spy on every process) takes seconds
 
 
@@ -113,11 +118,20 @@ class AgentClient:
         return AgentNotResponding(describe(what) if describe is not None else
                                   f"agent not responding: {what} from {self.transport.describe()}")
 
-    async def connect(self, since: int = 0) -> dict:
+    async def connect(self, since: int = 0, snapshot: bool | str = False,
+                      tail: int | None = None) -> dict:
         """Open, say hello, read the agent's hello: all within ``hello_timeout``, else
-        AgentNotResponding (the caller closes the client, as after any failure)."""
+        AgentNotResponding (the caller closes the client, as after any failure).
+        ``snapshot``: a long replay may come as one :class:`ViewSnapshot` (the view up to
+        its ``next_seq``) first, then the events after it ("always": whatever the length).
+        ``tail``: only the journal's last ``tail`` events, then live ones."""
+        hello = {"op": "hello", "since": since}
+        if snapshot:
+            hello["snapshot"] = snapshot
+        if tail is not None:
+            hello["tail"] = tail
         try:
-            line = await asyncio.wait_for(self._hello(since), self.hello_timeout)
+            line = await asyncio.wait_for(self._hello(hello), self.hello_timeout)
         except asyncio.TimeoutError:
             raise self._not_responding(f"no hello within {self.hello_timeout:g} s") from None
         if not line:
@@ -128,14 +142,14 @@ class AgentClient:
             raise AgentUnavailable(f"unexpected answer from {self.transport.describe()}: {line[:200]!r}") from e
         if self.hello_info.get("ok") is False:   # a bridge whose agent did not answer
             raise AgentNotResponding(str(self.hello_info.get("error") or "agent not responding"))
-        self.last_seq = since - 1
+        self.last_seq = since - 1 if tail is None else -1
         self._events = asyncio.Queue()
         self._pump = asyncio.create_task(self._read_loop())
         return self.hello_info
 
-    async def _hello(self, since: int) -> bytes:
+    async def _hello(self, hello: dict) -> bytes:
         self._reader, self._writer = await self.transport.open()
-        self._writer.write((json.dumps({"op": "hello", "since": since}) + "\n").encode())
+        self._writer.write((json.dumps(hello) + "\n").encode())
         await self._writer.drain()
         return await self._reader.readline()
 
@@ -151,6 +165,12 @@ class AgentClient:
                     fut = self._waiting.pop(msg.get("id"), None)
                     if fut is not None and not fut.done():
                         fut.set_result(msg)
+                    continue
+                if msg.get("op") == "snapshot":
+                    snap = _view_snapshot(msg)
+                    if snap is not None and snap.next_seq - 1 > self.last_seq:
+                        self.last_seq = snap.next_seq - 1
+                        self._events.put_nowait(snap)
                     continue
                 try:
                     ev = E.from_dict(msg)
@@ -217,6 +237,13 @@ class AgentClient:
             await closer()
 
 
+def _view_snapshot(msg: dict) -> ViewSnapshot | None:
+    seq, view = msg.get("next_seq"), msg.get("view")
+    if not isinstance(seq, int) or isinstance(seq, bool) or seq < 0 or not isinstance(view, dict):
+        return None
+    return ViewSnapshot(view, seq)
+
+
 def replay_journal(path: Path | str) -> list[E.Event]:
     return list(read_events(Path(path)))
 
@@ -226,8 +253,9 @@ def local_client(run_dir: Path | str) -> AgentClient:
 
 
 # ---------------------------------------------------------------------- no agent: the journal
-def offline_hello(run_dir: Path | str) -> dict:
-    """The hello an agent would give, from the run directory alone (``"live": false``)."""
+def offline_hello(run_dir: Path | str, covered: Covered | None = None) -> dict:
+    """The hello an agent would give, from the run directory alone (``"live": false``):
+    the spec, and the view of the journal (its snapshot and the lines after it)."""
     from .spec import RunSpec
     files = RunFiles(run_dir)
     hello = {"op": "hello", "ok": True, "live": False, "run_dir": str(files.dir),
@@ -239,12 +267,18 @@ def offline_hello(run_dir: Path | str) -> dict:
                      currency=spec.currency)
     except (OSError, ValueError, TypeError):
         pass
-    for ev in read_events(files.events):
-        if isinstance(ev, E.State):
-            hello["state"] = ev.state
-        elif isinstance(ev, E.Start):
-            hello.update(attempt=ev.attempt, preset=ev.preset)
+    view = (covered or offline_view(files.dir)).view
+    if view.last_seq >= 0:
+        hello["state"] = view.state
+    if view.attempt is not None:
+        hello.update(attempt=view.attempt, preset=view.preset)
     return hello
+
+
+def offline_view(run_dir: Path | str) -> Covered:
+    """The run's view from its directory: the snapshot and the journal after it (an older
+    journal is folded whole, once: the snapshot is written then)."""
+    return load_view(RunFiles(run_dir).dir)
 
 
 def offline_reply(run_dir: Path | str, hello: dict) -> str:
@@ -263,11 +297,7 @@ class _OfflineWriter:
         if self.answered or self.reader.at_eof():
             return
         self.answered = True
-        try:
-            since = int(json.loads(data.decode().splitlines()[0]).get("since", 0))
-        except (ValueError, IndexError, AttributeError):
-            since = 0
-        for line in offline_lines(self.run_dir, since):
+        for line in offline_lines(self.run_dir, parse_hello(data.split(b"\n", 1)[0])):
             self.reader.feed_data(line.encode())
         self.reader.feed_eof()
 
@@ -281,11 +311,67 @@ class _OfflineWriter:
         return None
 
 
-def offline_lines(run_dir: Path | str, since: int) -> list[str]:
-    """What an offline replay sends: the hello line, then the journal from ``since``."""
-    from .journal import journal_lines
-    return [json.dumps(offline_hello(run_dir)) + "\n",
-            *journal_lines(RunFiles(run_dir).events, max(0, since))]
+@dataclass(frozen=True)
+class HelloRequest:
+    """What a client's hello line asks: the journal from ``since``, or its last ``tail``
+    events; ``snapshot_over``: a replay longer than this many events comes as a snapshot
+    and the events after it (None: never; 0: always)."""
+
+    since: int = 0
+    tail: int | None = None
+    snapshot_over: int | None = None
+
+    def start(self, next_seq: int) -> int:
+        """The first seq to send of a journal of ``next_seq`` lines."""
+        if self.tail is not None:
+            return max(0, next_seq - self.tail)
+        return self.since
+
+    def snapshot_for(self, start: int, next_seq: int) -> bool:
+        return self.snapshot_over is not None and next_seq - start > self.snapshot_over
+
+
+def _count(v: object) -> int | None:
+    return v if isinstance(v, int) and not isinstance(v, bool) and v >= 0 else None
+
+
+def parse_hello(first: bytes | str) -> HelloRequest:
+    """A client's hello line (missing or malformed parts: a replay from 0)."""
+    try:
+        asked = json.loads(first) if first.strip() else {}
+        asked.get("since")
+    except (ValueError, AttributeError):
+        return HelloRequest()
+    snapshot = asked.get("snapshot")
+    over = SNAPSHOT_OVER if snapshot is True else 0 if snapshot == "always" else None
+    return HelloRequest(_count(asked.get("since")) or 0, _count(asked.get("tail")), over)
+
+
+def offline_lines(run_dir: Path | str, request: HelloRequest | int = 0) -> list[str]:
+    """What an offline replay sends for a hello (``request``, or the seq it asks from):
+    the hello, then the journal from where it asks; or, for one that takes a snapshot
+    when the replay is long, the hello, the snapshot and the journal's lines after it."""
+    if isinstance(request, int):
+        request = HelloRequest(since=max(0, request))
+    files = RunFiles(run_dir)
+    covered = offline_view(files.dir)
+    hello = json.dumps(offline_hello(run_dir, covered)) + "\n"
+    start = request.start(covered.next_seq)
+    after = lambda: wire_lines_from(files.events, covered.offset, covered.next_seq,  # noqa: E731
+                                    covered.view.progress)   # lines written since the view
+    if request.snapshot_for(start, covered.next_seq):
+        snap = {"op": "snapshot", "next_seq": covered.next_seq, "view": covered.view.to_dict()}
+        return [hello, json.dumps(snap, separators=(",", ":")) + "\n", *after()]
+    if start >= covered.next_seq:   # nothing old asked (`status`, `ctl`): no need to read it
+        return [hello, *(line for line in after() if _seq_of(line) >= start)]
+    return [hello, *journal_lines(files.events, start)]
+
+
+def _seq_of(line: str) -> int:
+    try:
+        return int(json.loads(line).get("seq", -1))
+    except (ValueError, TypeError, AttributeError):
+        return -1
 
 
 def _offline_streams(run_dir: Path) -> tuple[asyncio.StreamReader, _OfflineWriter]:

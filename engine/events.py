@@ -186,6 +186,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
                 Checkpoint, Info, Error, Tick, Log)
 }
 EPHEMERAL = frozenset({"tick", "log"})
+_FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
 
 
 def _clean(value: Any) -> Any:
@@ -210,7 +211,7 @@ def to_dict(event: Event) -> dict[str, Any]:
     return out
 
 
-def _float_or_special(v: Any) -> Any:
+def float_or_special(v: Any) -> Any:
     if isinstance(v, str) and v in ("nan", "inf", "-inf"):
         return float(v)
     return v
@@ -222,10 +223,10 @@ def from_dict(d: dict[str, Any]) -> Event:
         cls = EVENT_TYPES[d["type"]]
     except KeyError as e:
         raise ValueError(f"unknown event type {d.get('type')!r}") from e
-    names = {f.name for f in dataclasses.fields(cls)}
+    names = _FIELDS[cls]
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
-        kw["losses"] = {k: _float_or_special(v) for k, v in kw["losses"].items()}
+        kw["losses"] = {k: float_or_special(v) for k, v in kw["losses"].items()}
     for k in ("command", "what_if", "processes", "lines", "redone", "traceback"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
@@ -238,6 +239,15 @@ def encode(event: Event) -> str:
 
 def decode(line: str | bytes) -> Event:
     return from_dict(json.loads(line))
+
+
+def decode_at(line: str | bytes, seq: int) -> Event:
+    """Decode a journal line whose seq (line number) is ``seq``."""
+    d = json.loads(line)
+    if not isinstance(d, dict):
+        raise ValueError("not a JSON object")
+    d["seq"] = seq
+    return from_dict(d)
 
 
 def with_seq(event: Event, seq: int) -> Event:

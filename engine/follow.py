@@ -8,27 +8,45 @@ from collections.abc import Callable
 
 from . import events as E
 from .client import AgentClient, AgentNotResponding
+from .runview import ViewSnapshot
 from .supervisor import FINAL_STATES, exit_code
 
 
 async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Event], None],
                  note: Callable[[str], None], *, max_wait_s: float = 30.0,
-                 give_up_s: float | None = None) -> int:
+                 give_up_s: float | None = None, tail: int | None = None,
+                 from_snapshot: bool = False) -> int:
     """Print journal events until the run ends. Returns the final state's exit code (0
     finished, 1 failed, 130 stopped by the user), 3 gave up (or the agent is gone and the
-    journal does not end the run), 4 the agent does not answer (AgentNotResponding)."""
+    journal does not end the run), 4 the agent does not answer (AgentNotResponding).
+
+    The first connection replays the whole journal; or only its last ``tail`` events; or
+    (``from_snapshot``) the run's view as one :class:`ViewSnapshot`, then the events after
+    it.  A reconnection goes on from the last event printed."""
     next_seq = 0
+    first = True
     delay = 0.5
     lost_since: float | None = None
     loop = asyncio.get_running_loop()
     while True:
         client = client_factory()
         try:
-            hello = await client.connect(since=next_seq)
+            if first:
+                hello = await client.connect(since=0, tail=tail,
+                                             snapshot="always" if from_snapshot else False)
+            else:
+                hello = await client.connect(since=next_seq)
+            first = False
             if lost_since is not None:
                 note(f"reconnected to {hello.get('job', 'the agent')}; catching up from event {next_seq}")
             lost_since, delay = None, 0.5
             async for ev in client.events():
+                if isinstance(ev, ViewSnapshot):
+                    next_seq = ev.next_seq
+                    emit(ev)
+                    if ev.view.get("state") in FINAL_STATES:
+                        return exit_code(ev.view["state"])
+                    continue
                 if ev.seq is None:
                     continue   # ticks and log lines: the screen's business
                 next_seq = ev.seq + 1

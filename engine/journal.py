@@ -1,12 +1,109 @@
-"""The append-only event journal of a run and the progress throttle that keeps it small."""
+"""The append-only event journal of a run, its line format, and the progress throttle that
+keeps it small.
+
+Lines are the events' JSON (:func:`~trainctl.engine.events.encode`, with ``seq``), except
+progress, the bulk of a long run (one a second: 864,000 in ten days), which is written
+compact (:class:`JournalCodec`)::
+
+    {"ts":1760000123.457,"type":"progress","e":24,"b":12345,"l":[1.2345,2.3456,1.1234],"r":2.41}
+
+``e``/``b`` epoch and batch, ``l`` the losses' values, ``r`` the rate, ``n`` the rank (when
+there is one); ``k`` the losses' names, ``E`` epochs and ``B`` batches are written when they
+change, at an epoch's first line, and every :data:`RESTATE_EVERY` progress lines, and hold
+until restated (their seq is the line number).  Readers (:class:`JournalReader`) read both
+this and the full form of older journals; what clients get over the socket is always the
+full form (:func:`journal_lines`).
+"""
 from __future__ import annotations
 
+import dataclasses
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from .events import EPHEMERAL, Event, Progress, decode, encode, with_seq
+from .events import EPHEMERAL, Event, Progress, decode_at, encode, float_or_special, from_dict, with_seq
 from .paths import open_private
+
+RESTATE_EVERY = 1000   # progress lines between two that restate k/E/B (a lost line costs no more)
+
+
+class JournalCodec:
+    """Writes journal lines: progress compact, against what the lines before restated."""
+
+    def __init__(self) -> None:
+        self._said: tuple | None = None   # (names, epochs, batches) last restated
+        self._epoch: int | None = None
+        self._lines = 0
+
+    def encode(self, event: Event) -> str:
+        if type(event) is not Progress:
+            return encode(event)
+        names = tuple(event.losses)
+        said = (names, event.epochs, event.batches)
+        d: dict = {"ts": event.ts, "type": "progress", "e": event.epoch, "b": event.batch}
+        self._lines += 1
+        if said != self._said or event.epoch != self._epoch or self._lines >= RESTATE_EVERY:
+            d.update(k=list(names), E=event.epochs, B=event.batches)
+            self._said, self._lines = said, 0
+        self._epoch = event.epoch
+        d["l"] = [v if isinstance(v, (int, float)) and v == v and abs(v) != float("inf") else repr(v)
+                  for v in event.losses.values()]
+        if event.rate is not None:
+            d["r"] = event.rate
+        if event.rank is not None:
+            d["n"] = event.rank
+        return json.dumps(d, separators=(",", ":"), ensure_ascii=False)
+
+
+class JournalReader:
+    """Reads journal lines of either form, in order (``context``: the last progress before
+    the first line read, e.g. a snapshot's; its names, epochs and batches hold until a line
+    restates them)."""
+
+    def __init__(self, context: Progress | None = None) -> None:
+        self.names: tuple = tuple(context.losses) if context is not None else ()
+        self.epochs = context.epochs if context is not None else None
+        self.batches = context.batches if context is not None else None
+
+    def decode_at(self, line: str | bytes, seq: int) -> Event:
+        d = json.loads(line)
+        if not isinstance(d, dict):
+            raise ValueError("not a JSON object")
+        if d.get("type") == "progress":
+            if "l" in d or "e" in d:
+                return self._compact(d, seq)
+            ev = decode_at(line, seq)
+            self.names, self.epochs, self.batches = tuple(ev.losses), ev.epochs, ev.batches
+            return ev
+        d["seq"] = seq
+        return from_dict(d)
+
+    def _compact(self, d: dict, seq: int) -> Progress:
+        if "k" in d:
+            self.names = tuple(str(k) for k in d["k"])
+            self.epochs, self.batches = d.get("E"), d.get("B")
+        values = d.get("l") or []
+        losses = ({n: float_or_special(v) for n, v in zip(self.names, values)}
+                  if len(values) == len(self.names) else {})   # names lost with a torn line: none
+        return Progress(d["ts"], d.get("e"), self.epochs, d.get("b"), self.batches, losses,
+                        rate=d.get("r"), rank=d.get("n"), seq=seq)
+
+    def skip(self, line: str) -> None:
+        """A line not wanted, read for what it restates (a compact line's names, epochs and
+        batches come from a compact line before it: the writer restates them first)."""
+        if '"k":' in line:
+            try:
+                self.decode_at(line, 0)
+            except (ValueError, TypeError, KeyError):
+                pass
+
+    def wire(self, line: str, seq: int) -> str:
+        """The line as clients get it: the full form, with its seq."""
+        if '"type":"progress"' in line and '"l":' in line:
+            return encode(self.decode_at(line, seq)) + "\n"
+        self.skip(line)
+        return line
 
 
 def count_lines(path: Path) -> int:
@@ -20,8 +117,10 @@ def count_lines(path: Path) -> int:
 
 
 def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
-    """The journal's complete lines with seq in [since, upto) (a line being written is left out)."""
-    out = []
+    """The journal's complete lines with seq in [since, upto) as clients get them (progress
+    in the full form, with seq; a line being written is left out)."""
+    out: list[str] = []
+    reader = JournalReader()
     try:
         f = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
@@ -30,8 +129,13 @@ def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
         for seq, line in enumerate(f):
             if upto is not None and seq >= upto:
                 break
-            if seq >= since and line.endswith("\n"):
-                out.append(line)
+            if seq < since:
+                reader.skip(line)
+            elif line.endswith("\n"):
+                try:
+                    out.append(reader.wire(line, seq))
+                except (ValueError, TypeError, KeyError):
+                    out.append(line)   # undecodable: as it is (the client skips it)
     return out
 
 
@@ -51,6 +155,9 @@ class Journal:
     that succeeds (it then reads as one undecodable line, skipped on replay), so every
     later seq is still the line number.
 
+    ``offset`` is the journal's size in bytes (where the next line begins once a line cut
+    short is ended): what a snapshot covering ``next_seq`` lines records.
+
     Created with O_EXCL|O_NOFOLLOW, 0600; an existing journal (an adopting agent goes on
     with its run's) is reopened only when it is a regular file of this user that others
     cannot write (:func:`~trainctl.engine.paths.open_private`), and its lines are counted
@@ -61,12 +168,13 @@ class Journal:
         fd = open_private(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND)
         try:
             self.next_seq = _count_fd_lines(fd)
-            size = os.fstat(fd).st_size
+            size = self.offset = os.fstat(fd).st_size
             self._torn = size > 0 and os.pread(fd, 1, size - 1) != b"\n"
         except BaseException:
             os.close(fd)
             raise
         self._fd: int | None = fd
+        self._codec = JournalCodec()   # its first progress restates names, epochs, batches
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -76,8 +184,10 @@ class Journal:
             except OSError:
                 if len(view) != len(data):
                     self._torn = True
+                self.offset = os.fstat(self._fd).st_size
                 raise
             view = view[n:]
+            self.offset += n
 
     def append(self, event: Event) -> Event:
         if event.type in EPHEMERAL:
@@ -88,8 +198,11 @@ class Journal:
             self._write(b"\n")
             self._torn = False
             self.next_seq += 1
-        event = with_seq(event, self.next_seq)
-        self._write((encode(event) + "\n").encode())
+        if type(event) is Progress:   # as the journal keeps it (ms): live clients see the same
+            event = dataclasses.replace(event, ts=round(event.ts, 3), seq=self.next_seq)
+        else:
+            event = with_seq(event, self.next_seq)
+        self._write((self._codec.encode(event) + "\n").encode())
         self.next_seq += 1
         return event
 
@@ -101,16 +214,49 @@ class Journal:
 
 def read_events(path: Path, since: int = 0) -> Iterator[Event]:
     """Replay a journal from line `since`; a torn last line (agent killed mid-write) is skipped."""
+    reader = JournalReader()
     with open(path, encoding="utf-8", errors="replace") as f:
         for seq, line in enumerate(f):
             if seq < since:
+                reader.skip(line)
                 continue
             if not line.endswith("\n"):
                 break
             try:
-                yield with_seq(decode(line), seq)
+                yield reader.decode_at(line, seq)
             except (ValueError, TypeError, KeyError):
                 continue
+
+
+def wire_lines_from(path: Path, offset: int, seq: int, context: Progress | None) -> list[str]:
+    """The lines from byte ``offset`` (line ``seq``; ``context``: the last progress before
+    it) as clients get them (:func:`journal_lines`)."""
+    reader, out = JournalReader(context), []
+    for n, line, _end in lines_from(path, offset, seq):
+        try:
+            out.append(reader.wire(line, n))
+        except (ValueError, TypeError, KeyError):
+            out.append(line)
+    return out
+
+
+def lines_from(path: Path, offset: int, seq: int, upto: int | None = None
+               ) -> Iterator[tuple[int, str, int]]:
+    """(seq, line, offset after it) for the journal's complete lines from byte ``offset``
+    (where line ``seq`` begins) up to seq ``upto`` (exclusive): a snapshot's tail, without
+    reading what the snapshot covers.  A line being written (no newline yet) ends it."""
+    try:
+        f = open(path, "rb")
+    except FileNotFoundError:
+        return
+    with f:
+        f.seek(offset)
+        for raw in f:
+            if (upto is not None and seq >= upto) or not raw.endswith(b"\n"):
+                return
+            offset += len(raw)
+            yield seq, raw.decode("utf-8", errors="replace"), offset
+            seq += 1
 
 
 class ProgressThrottle:

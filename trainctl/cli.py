@@ -104,6 +104,12 @@ def build_parser() -> argparse.ArgumentParser:
     amode = att.add_mutually_exclusive_group()
     amode.add_argument("--headless", action="store_true", help="no TUI: follow the events as text lines")
     amode.add_argument("--json", action="store_true", help="no TUI: follow the events as JSON lines")
+    att.add_argument("--tail", type=int, metavar="N",
+                     help="with --json/--headless: the journal's last N events, then live ones "
+                          "(default: the whole journal)")
+    att.add_argument("--from-snapshot", action="store_true",
+                     help="with --json/--headless: first the run's snapshot as one line "
+                          '({"op": "snapshot", "next_seq": N, "view": {...}}), then the events from N')
     st = sub.add_parser("status", help="the state and projection of a run", **codes)
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
@@ -569,15 +575,21 @@ def _attach_local(run_dir: Path) -> int:
 
 
 def cmd_attach(args) -> int:
+    if (args.tail is not None or args.from_snapshot) and not (args.json or args.headless):
+        raise UsageError("--tail and --from-snapshot go with --json or --headless")
+    if args.tail is not None and (args.tail < 0 or args.from_snapshot):
+        raise UsageError("--tail takes a count of events (0 or more), without --from-snapshot")
     if args.target and args.target.startswith("ssh://"):
         from .remote_cli import attach_remote
-        return attach_remote(args.target, follow=args.json or args.headless, as_json=args.json)
+        return attach_remote(args.target, follow=args.json or args.headless, as_json=args.json,
+                             tail=args.tail, from_snapshot=args.from_snapshot)
     run_dir = _resolve_run_dir(args.target)
     _adopt_if_orphaned(run_dir)
     if args.json or args.headless:
         from .engine.client import local_client
         from .engine.follow import follow
-        return asyncio.run(follow(lambda: local_client(run_dir), printer(args.json), note))
+        return asyncio.run(follow(lambda: local_client(run_dir), printer(args.json), note,
+                                  tail=args.tail, from_snapshot=args.from_snapshot))
     return _attach_local(run_dir)
 
 
@@ -637,7 +649,6 @@ def cmd_status(args) -> int:
     when the agent is there but does not answer."""
     from .engine import events as E
     from .engine.client import AgentNotResponding, AgentUnavailable
-    from .engine.journal import read_events
     from .engine.supervisor import FINAL_STATES
     run_dir = _resolve_run_dir(args.run_dir)
     code, agent = 0, "agent live"
@@ -650,19 +661,16 @@ def cmd_status(args) -> int:
         if isinstance(e, AgentNotResponding):
             print(f"trainctl: {e}", file=sys.stderr)
             code, agent = e.exit_code, "agent not responding; from its journal"
-        from .engine.client import offline_hello
-        status = offline_hello(run_dir)   # job, preset, attempt and state from the run directory
+        from .engine.client import offline_hello, offline_view
+        covered = offline_view(run_dir)   # its snapshot, then the journal after it
+        status = offline_hello(run_dir, covered)   # job, preset, attempt and state
         status.pop("op", None)
         status.pop("ok", None)
-        last: dict[str, E.Event] = {}
-        for ev in read_events(run_dir / "events.jsonl"):
-            last[ev.type] = ev
-        if "state" in last:
-            status["state"] = last["state"].state
-        if "projection" in last:
-            status["projection"] = E.to_dict(last["projection"])
-        if "progress" in last:
-            status["progress"] = E.to_dict(last["progress"])
+        view = covered.view
+        if view.projection is not None:
+            status["projection"] = E.to_dict(view.projection)
+        if view.progress is not None:
+            status["progress"] = E.to_dict(view.progress)
         if code:
             status["responding"] = False
     if args.json:
@@ -712,13 +720,9 @@ def cmd_bridge(args) -> int:
                       file=sys.stderr)
                 return 1
             # The run is over (or its agent died): answer with its journal, then end.
-            from .engine.client import offline_lines
+            from .engine.client import offline_lines, parse_hello
             first = sys.stdin.buffer.readline()
-            try:
-                since = int(json.loads(first or b"{}").get("since", 0))
-            except (ValueError, AttributeError):
-                since = 0
-            sys.stdout.buffer.write("".join(offline_lines(args.run_dir, since)).encode())
+            sys.stdout.buffer.write("".join(offline_lines(args.run_dir, parse_hello(first))).encode())
             sys.stdout.buffer.flush()
             return 0
         loop = asyncio.get_running_loop()

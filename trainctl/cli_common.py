@@ -52,11 +52,18 @@ def printer(as_json: bool):
 
     from .engine.events import to_dict
     from .engine.printer import Printer
+    from .engine.runview import ViewSnapshot
+    from .engine.sanitize import sanitize
 
     text = Printer()
 
     def emit(ev) -> None:
-        if as_json:
+        if isinstance(ev, ViewSnapshot):   # the run's view up to next_seq (--from-snapshot)
+            line = (json.dumps({"op": "snapshot", "next_seq": ev.next_seq, "view": ev.view},
+                               separators=(",", ":"), ensure_ascii=True) if as_json else
+                    f"snapshot of events 0-{ev.next_seq - 1}: state {sanitize(str(ev.view.get('state')))}, "
+                    f"attempt {ev.view.get('attempt')}")
+        elif as_json:
             line = json.dumps(to_dict(ev), separators=(",", ":"), ensure_ascii=True)
         else:
             line = text.format(ev)   # sanitised; "ETA unknown" once

@@ -202,9 +202,11 @@ def _client_factory(host, run_dir: str):
     return lambda: AgentClient(SshTransport(host, run_dir))
 
 
-def _follow(host, run_dir: str, as_json: bool) -> int:
+def _follow(host, run_dir: str, as_json: bool, *, tail: int | None = None,
+            from_snapshot: bool = False) -> int:
     from .engine.follow import follow
-    return asyncio.run(follow(_client_factory(host, run_dir), printer(as_json), note))
+    return asyncio.run(follow(_client_factory(host, run_dir), printer(as_json), note,
+                              tail=tail, from_snapshot=from_snapshot))
 
 
 def _dashboard(host, run_dir: str, url: str) -> int:
@@ -212,7 +214,8 @@ def _dashboard(host, run_dir: str, url: str) -> int:
     return run_dashboard(_client_factory(host, run_dir), attach_hint=attach_hint(url))
 
 
-def attach_remote(url: str, *, follow: bool = False, as_json: bool = False) -> int:
+def attach_remote(url: str, *, follow: bool = False, as_json: bool = False,
+                  tail: int | None = None, from_snapshot: bool = False) -> int:
     from .engine.remote import RemoteError, parse_attach_url
     try:
         destination, run_dir = parse_attach_url(url)
@@ -232,7 +235,7 @@ def attach_remote(url: str, *, follow: bool = False, as_json: bool = False) -> i
         except (ValueError, KeyError):
             raise UsageError(f"no run found on {host.name}: {(r.stderr or r.stdout).strip()[:300]}")
     if follow:
-        return _follow(host, run_dir, as_json)
+        return _follow(host, run_dir, as_json, tail=tail, from_snapshot=from_snapshot)
     return _dashboard(host, run_dir, attach_url(destination, run_dir))
 
 

@@ -6,7 +6,9 @@ events, and when the agent goes away, say so and reconnect with backoff from
 ``last_seq + 1`` (no gap, no duplicates).  Events are batched into
 :class:`~trainctl.tui.messages.EventBatch` messages: a flusher posts what arrived every
 ``interval`` seconds (or every ``max_batch`` events), keeping only the newest tick and
-the last ``LOG_KEEP`` log lines.  Commands go through :meth:`Bridge.command`, which
+the last ``LOG_KEEP`` log lines.  The bridge asks for a snapshot: a long replay (a first
+attach to a week-long run) comes as the run's view up to a seq, carried by the next batch
+before its events.  Commands go through :meth:`Bridge.command`, which
 never raises.
 """
 from __future__ import annotations
@@ -20,6 +22,7 @@ from textual.message_pump import MessagePump
 from textual.worker import Worker
 
 from trainctl.engine.events import Event, Log, Tick
+from trainctl.engine.runview import ViewSnapshot
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, EventBatch
 from trainctl.tui.model import LOG_KEEP
 
@@ -27,7 +30,7 @@ from trainctl.tui.model import LOG_KEEP
 class ClientLike(Protocol):
     """The part of ``trainctl.engine.client.AgentClient`` the bridge uses."""
 
-    async def connect(self, since: int = 0) -> dict[str, Any]: ...
+    async def connect(self, since: int = 0, snapshot: bool = False) -> dict[str, Any]: ...
     def events(self) -> Any: ...
     async def command(self, name: str, /, **args: Any) -> dict[str, Any]: ...
     async def close(self) -> None: ...
@@ -50,6 +53,7 @@ class Bridge:
         self._client: ClientLike | None = None
         self.next_seq = 0
         self._events: list[Event] = []
+        self._snapshot: ViewSnapshot | None = None
         self._tick: Tick | None = None
         self._lines: list[str] = []
         self._dropped = 0
@@ -106,7 +110,7 @@ class Bridge:
         client = self._factory()
         try:
             try:
-                hello = await client.connect(since=self.next_seq)
+                hello = await client.connect(since=self.next_seq, snapshot=True)
             except Exception as exc:  # noqa: BLE001 - refused, no socket, ssh failed...
                 return False, f"cannot connect: {exc or type(exc).__name__}"
             self._client = client
@@ -139,8 +143,13 @@ class Bridge:
         if self._closing:
             await asyncio.wait(set(self._closing), timeout=timeout)
 
-    def _take(self, event: Event) -> None:
-        if isinstance(event, Tick):
+    def _take(self, event: Event | ViewSnapshot) -> None:
+        if isinstance(event, ViewSnapshot):
+            # the view up to its next_seq: what was not posted yet is older, and in it
+            self._snapshot = event
+            self._events = [e for e in self._events if e.seq is None or e.seq >= event.next_seq]
+            self.next_seq = max(self.next_seq, event.next_seq)
+        elif isinstance(event, Tick):
             self._tick = event
         elif isinstance(event, Log):
             self._lines.extend(event.lines)
@@ -165,7 +174,7 @@ class Bridge:
     async def _flush(self) -> None:
         """Post what arrived, in EventBatch chunks, waiting while the screen is behind."""
         async with self._lock:
-            while self._events or self._tick or self._lines:
+            while self._events or self._tick or self._lines or self._snapshot:
                 while self._target.message_queue_size > 4:
                     await asyncio.sleep(self._interval / 5)
                 events = self._events[:self._max_batch]
@@ -173,7 +182,9 @@ class Bridge:
                 last = not self._events
                 lines = tuple(self._lines[-LOG_KEEP:]) if last else ()
                 dropped = self._dropped + max(0, len(self._lines) - LOG_KEEP) if last else 0
-                batch = EventBatch(tuple(events), self._tick if last else None, lines, dropped)
+                batch = EventBatch(tuple(events), self._tick if last else None, lines, dropped,
+                                   self._snapshot)
+                self._snapshot = None
                 if last:
                     self._tick, self._lines, self._dropped = None, [], 0
                 self._target.post_message(batch)

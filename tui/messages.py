@@ -13,6 +13,7 @@ from typing import Any
 from textual.message import Message
 
 from trainctl.engine.events import Event, Tick
+from trainctl.engine.runview import ViewSnapshot
 
 
 @dataclass
@@ -34,12 +35,14 @@ class AgentDisconnected(Message, bubble=False):
 
 @dataclass
 class EventBatch(Message, bubble=False):
-    """Journal events in order, the newest tick, and raw log lines (oldest first)."""
+    """Journal events in order, the newest tick, and raw log lines (oldest first);
+    ``snapshot``: the run's view up to the first of these events (taken before them)."""
 
     events: tuple[Event, ...] = ()
     tick: Tick | None = None
     log_lines: tuple[str, ...] = ()
     dropped_lines: int = field(default=0)
+    snapshot: ViewSnapshot | None = None
 
 
 @dataclass

@@ -10,6 +10,7 @@ from pathlib import Path
 from .. import events as E
 from ..journal import read_events
 from ..report import SAVE_ON_REQUEST_KEY
+from ..snapshot import load_view
 from ..supervisor import FINAL_STATES, Outcome, OutcomeKind
 
 
@@ -95,6 +96,8 @@ def needs_adoption(run_dir: Path) -> bool:
     run_dir = Path(run_dir)
     if not (run_dir / "spec.json").exists() or agent_running(run_dir):
         return False
+    if load_view(run_dir).view.state in FINAL_STATES:
+        return False   # an ended run (the common case): its snapshot and the journal's tail say so
     was = where_the_run_was(run_dir / "events.jsonl")
     if was.ended:
         return False

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 from .. import events as E
+from ..client import parse_hello
 from ..journal import journal_lines
 
 HELLO_TIMEOUT_S = 5.0
@@ -59,11 +60,13 @@ class _Client:
 
 class ClientServer:
     def __init__(self, sock_path: Path, journal, hello: Callable[[], dict],
-                 command: Callable[[str, object], Awaitable[dict]]) -> None:
+                 command: Callable[[str, object], Awaitable[dict]],
+                 snapshot: Callable[[], dict | None] = lambda: None) -> None:
         self.sock_path = sock_path
         self.journal = journal
         self.hello = hello
         self.command = command
+        self.snapshot = snapshot
         self.clients: set[_Client] = set()
         self._server: asyncio.base_events.Server | None = None
 
@@ -105,11 +108,17 @@ class ClientServer:
                 first = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
             except asyncio.TimeoutError:
                 return   # an idle connection: it must not hold a file descriptor forever
-            since = _since(first)
+            asked = parse_hello(first)
             upto = self.journal.next_seq
+            since = asked.start(upto)
+            snap = self.snapshot() if asked.snapshot_for(since, upto) else None
             self.clients.add(client)
             writer.write((json.dumps(self.hello()) + "\n").encode())
-            sender = asyncio.create_task(self._send(writer, client, since, upto))
+            if snap is not None:   # the view up to upto: nothing to replay
+                since = snap["next_seq"]
+                sender = asyncio.create_task(self._send(writer, client, since, upto, snap))
+            else:
+                sender = asyncio.create_task(self._send(writer, client, since, upto))
             while line := await reader.readline():
                 reply = await self._request(line)
                 if reply is not None:
@@ -138,9 +147,14 @@ class ClientServer:
         reply.update(op="reply", id=rid if isinstance(rid, (int, str)) else None)
         return reply
 
-    async def _send(self, writer: asyncio.StreamWriter, client: _Client, since: int, upto: int) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, client: _Client, since: int, upto: int,
+                    snap: dict | None = None) -> None:
         loop = asyncio.get_running_loop()
         try:
+            if snap is not None:
+                data = await loop.run_in_executor(None, _encode_line, snap)
+                writer.write(data)
+                await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
             if since < upto:
                 lines = await loop.run_in_executor(None, journal_lines, self.journal.path, since, upto)
                 for i in range(0, len(lines), REPLAY_CHUNK):
@@ -167,10 +181,5 @@ class ClientServer:
             writer.close()
 
 
-def _since(first: bytes) -> int:
-    """The seq a client asks the journal from (0 when the hello is missing or malformed)."""
-    try:
-        since = json.loads(first).get("since", 0) if first.strip() else 0
-    except (ValueError, AttributeError):
-        return 0
-    return since if isinstance(since, int) and not isinstance(since, bool) and since > 0 else 0
+def _encode_line(msg: dict) -> bytes:
+    return (json.dumps(msg, separators=(",", ":")) + "\n").encode()

@@ -24,6 +24,7 @@ from .bus import PrinterSink
 from .commands import CommandHandlers
 from .context import EndRequest, RunContext
 from .server import ClientServer
+from .snapshots import SnapshotKeeper
 from .adopt import where_the_run_was
 from .held_spawner import HeldSpawner
 from .spawner import PipeSpawner, Spawner
@@ -55,8 +56,11 @@ class Agent:
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
-        self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands)
+        self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
+        self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands,
+                                   snapshot=self.snapshots.current)
         ctx.bus.on_journaled.append(self._project_on)
+        ctx.bus.on_journaled.append(self.snapshots)
         ctx.bus.sinks.append(self.server)
         if printer is not None:
             ctx.bus.printers.append(PrinterSink(printer))
@@ -135,6 +139,7 @@ class Agent:
                 return 2
         if self.on_locked is not None:
             self.on_locked()
+        priming = asyncio.ensure_future(self._prime_snapshots())
         self._write_info()
         if self.alerts is not None:
             ctx.info(f"alerts to {', '.join(self.alerts.about)} on {', '.join(self.alerts.on)}", "alerts")
@@ -153,11 +158,25 @@ class Agent:
                 kernel.stop()
             if self.serve:
                 await self.server.close()
+            if not priming.done():
+                await asyncio.wait([priming], timeout=30.0)
+            await loop.run_in_executor(None, self.snapshots.close)
             if self.alerts is not None:   # the last message (finished, failed), bounded
                 await loop.run_in_executor(None, self.alerts.close)
             ctx.journal.close()
             self.lock.release()
             os.close(agent_lock)
+
+    async def _prime_snapshots(self) -> None:
+        """The view of the journal so far (an adopting agent's, an older run's), then the
+        snapshot keeper follows every event; a failure costs clients the fast hello only."""
+        keeper = self.snapshots
+        try:
+            upto = keeper.prime_at()
+            covered = await asyncio.get_running_loop().run_in_executor(None, keeper.prime, upto)
+            keeper.primed(covered)
+        except Exception as e:   # noqa: BLE001 - the journal is still complete
+            print(f"trainctl: no snapshots for this run: {e!r}", file=sys.stderr, flush=True)
 
     def _lock_fd(self) -> int | None:
         """The job lock's fd, for the holder to keep while its trainer lives (taken now

@@ -427,3 +427,43 @@ async def test_the_last_checkpoint_and_what_a_restart_now_loses_are_shown(make_a
         await wait_for(pilot, lambda: "epoch 2 batch 700" in screen_text(app), what="checkpoint line")
         text = screen_text(app)
         assert "a restart now loses 12 batches" in text and "redone per restart: 0, 3" in text
+
+
+async def test_attach_from_a_snapshot_shows_what_a_replay_shows(make_app, agent, journal):
+    from trainctl.engine.runview import RunView
+    agent.snapshot_over = 0
+    app = make_app()
+    messages: list[Message] = []
+    async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
+        await replayed(pilot, agent)
+        model = app.dashboard.model
+        assert model.job == "yolo-rocm" and model.fallback == "B"   # the hello's, kept
+        agent.append(ev.Progress(journal[-1].ts + 1, epoch=3, epochs=3, batch=299, batches=300,
+                                 losses={"box_loss": 0.5}, rate=2.0))
+        await replayed(pilot, agent)
+        folded = RunView()
+        folded.apply_all(agent.journal)
+        model = app.dashboard.model
+        assert model.state_key() == folded.state_key()
+        batches = [m for m in messages if isinstance(m, EventBatch)]
+        assert sum(b.snapshot is not None for b in batches) == 1
+        assert sum(len(b.events) for b in batches) == 1   # the new event: the rest came in the view
+        assert [r.id for r in model.warning_rows()] == [r.id for r in folded.warning_rows()]
+
+
+async def test_z_cycles_the_loss_charts_range(make_app, agent):
+    from trainctl.tui.widgets.loss_chart import LossChart
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await replayed(pilot, agent)
+        chart = app.dashboard.query_one(LossChart)
+        whole = app.dashboard.chart_data()
+        for span, label in (("hour", "(last hour)"), ("epoch", "(this epoch)"), ("run", "")):
+            await pilot.press("z")
+            assert app.dashboard.chart_range == span
+            chart.flush()
+            await wait_for(pilot, lambda: label in str(chart.border_title), what=label or "whole run")
+            data = app.dashboard.chart_data()
+            if span == "epoch":   # epoch 3 only: from its first batch on
+                assert min(data.series[0][1]) >= 2 * 300 and len(data.series[0][1]) < len(whole.series[0][1])
+        assert "(last" not in str(chart.border_title) and app.dashboard.chart_data() == whole

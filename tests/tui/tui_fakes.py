@@ -36,6 +36,7 @@ class FakeAgent:
         self.presets = presets            # name -> path of a TOML file (written on save)
         self.shown_dir = shown_dir        # the folder paths are reported in (snapshots)
         self.up = True
+        self.snapshot_over: int | None = None   # a longer replay asked with snapshot=True: a ViewSnapshot
         self.commands: list[tuple[str, dict[str, Any]]] = []
         self.connects: list[int] = []     # the `since` of every successful connect
         self.replies: dict[str, dict[str, Any]] = {}   # forced replies by command name
@@ -119,13 +120,21 @@ class FakeClient:
         self._queue: asyncio.Queue[Any] | None = None
         self._backlog: list[Event] = []
 
-    async def connect(self, since: int = 0) -> dict[str, Any]:
+    async def connect(self, since: int = 0, snapshot: bool = False) -> dict[str, Any]:
+        """With ``snapshot`` and the agent's ``snapshot_over`` set, a replay longer than
+        that comes as the journal's view (a ViewSnapshot), as a real agent sends it."""
         if not self.agent.up:
             raise ConnectionRefusedError("agent not running")
         self.agent.connects.append(since)
         self._queue = asyncio.Queue()
         self.agent._queues.append(self._queue)
         self._backlog = self.agent.journal[since:]
+        over = self.agent.snapshot_over
+        if snapshot and over is not None and len(self._backlog) > over:
+            from trainctl.engine.runview import RunView, ViewSnapshot
+            view = RunView()
+            view.apply_all(self.agent.journal)
+            self._backlog = [ViewSnapshot(view.to_dict(), len(self.agent.journal))]
         return dict(self.agent.hello)
 
     async def events(self) -> AsyncIterator[Event]:

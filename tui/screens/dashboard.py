@@ -20,6 +20,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+from trainctl.engine.runview import RANGES
 from trainctl.engine.sanitize import sanitize
 from trainctl.engine.supervisor import FINAL_STATES
 
@@ -68,6 +69,8 @@ class DashboardScreen(Screen[None]):
                 tooltip="py-spy dump of the trainer and its workers into the run directory"),
         Binding("a", "toggle_auto", "Auto", id="auto_recover",
                 tooltip="Turn automatic restarts after stalls and crashes on or off"),
+        Binding("z", "cycle_range", "Range", id="chart_range",
+                tooltip="The loss chart's range: the whole run, the last hour, the last epoch"),
         Binding("l", "toggle_log", "Log", id="toggle_log",
                 tooltip="Show or hide the trainer's raw output"),
         Binding("question_mark", "help", "Help", key_display="?", id="help",
@@ -90,6 +93,7 @@ class DashboardScreen(Screen[None]):
         self._connection = "connecting…"
         self._offline = False
         self._chart_seen = -1
+        self.chart_range = RANGES[0]
         self._warnings_seen = -1
         self.bell = True                          # ring the terminal bell on a stall or failure
         self._alerts_since = clock() - ALERT_RECENT_S   # a replayed journal's old stalls stay quiet
@@ -146,6 +150,8 @@ class DashboardScreen(Screen[None]):
 
     def on_event_batch(self, message: EventBatch) -> None:
         model = self.model
+        if message.snapshot is not None:
+            self._take_snapshot(message.snapshot.view)
         self._alert_on(message.events)
         model.apply_all(message.events)
         if message.tick is not None:
@@ -155,6 +161,23 @@ class DashboardScreen(Screen[None]):
             if self.show_log:
                 self.query_one(LogTail).append_lines(lines)
         self._push()
+
+    def _take_snapshot(self, view: dict[str, Any]) -> None:
+        """The run's view up to the events that follow (a long replay, skipped)."""
+        fresh = RunModel()
+        try:
+            fresh.load_dict(view)
+        except ValueError as e:
+            self.report_error(f"the agent's snapshot is unusable ({e}); restart the dashboard "
+                              "for a full replay")
+            return
+        m = self.model
+        fresh.apply_hello({"job": m.job, "host": m.host, "run_dir": m.run_dir,
+                           "fallback": m.fallback, "auto_recover": m.auto_recover})
+        fresh.tick, fresh.log = m.tick, m.log
+        fresh.version = m.version + 1
+        fresh.chart_version, fresh.warnings_version = m.chart_version + 1, m.warnings_version + 1
+        self.model = fresh
 
     def _alert_on(self, events) -> None:
         """A stall or a failure as it happens: a notification and the terminal bell (in
@@ -255,8 +278,15 @@ class DashboardScreen(Screen[None]):
         self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
 
     def chart_data(self) -> ChartData:
-        series = tuple((name, *map(tuple, s.sampled())) for name, s in self.model.losses.items())
-        return ChartData(series, tuple(self.model.restarts))  # type: ignore[arg-type]
+        m = self.model
+        now = self.clock() if m.state in LIVE_STATES and self.connected else None
+        series, restarts = m.chart(self.chart_range, now=now)
+        return ChartData(series, restarts, self.chart_range)
+
+    def action_cycle_range(self) -> None:
+        self.chart_range = RANGES[(RANGES.index(self.chart_range) + 1) % len(RANGES)]
+        self._chart_seen = -1
+        self._push()
 
     def watch_show_log(self, show: bool) -> None:
         """The log tail takes the place of the chart and warnings (no restyle, no chart

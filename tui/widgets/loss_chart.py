@@ -1,4 +1,5 @@
-"""Each loss over the global batch index, restarts as vertical lines; at most ~2 redraws/s."""
+"""Each loss over the global batch index, restarts as vertical lines; at most ~2 redraws/s.
+The range (the whole run downsampled, the last hour, the last epoch) is in the title."""
 from __future__ import annotations
 
 import time
@@ -10,14 +11,17 @@ from textual_plotext import PlotextPlot
 
 MIN_INTERVAL = 0.5   # seconds between two redraws
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "white")
+SPAN_LABELS = {"run": "", "hour": " (last hour)", "epoch": " (this epoch)"}
 
 
 @dataclass(frozen=True)
 class ChartData:
-    """Already downsampled series (name, xs, ys) and restart marks (x, label)."""
+    """Already downsampled series (name, xs, ys), restart marks (x, label), and the range
+    they cover: "run", "hour" or "epoch"."""
 
     series: tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...] = ()
     restarts: tuple[tuple[float, str], ...] = ()
+    span: str = "run"
 
 
 class LossChart(PlotextPlot):
@@ -90,7 +94,7 @@ class LossChart(PlotextPlot):
 def legend(data: ChartData, short: bool = False) -> str:
     """'Loss ━ box_loss ━ cls_loss │ restart' in the curves' colours (markup for a border
     title); ``short`` drops a "_loss" suffix (80 columns)."""
-    parts = ["Loss"]
+    parts = ["Loss" + SPAN_LABELS.get(data.span, "")]
     for index, (name, _xs, _ys) in enumerate(data.series):
         label = name[:-5] if short and name.endswith("_loss") and len(name) > 5 else name
         label = escape(label)
