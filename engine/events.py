@@ -78,6 +78,7 @@ class Stall(Event):
     stacks: str | None = None
     threshold_s: float | None = None
     detail: str = ""
+    ranks: tuple[int, ...] = ()   # torchrun: the culprit ranks (absent in older journals)
 
 
 @dataclass(frozen=True)
@@ -226,7 +227,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: _float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "what_if", "processes", "lines", "redone", "traceback"):
+    for k in ("command", "what_if", "processes", "lines", "redone", "traceback", "ranks"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

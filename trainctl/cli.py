@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .engine.commands import CTL_COMMANDS
+from .engine.torchrun import is_torchrun
 from .cli_common import UsageError, note, printer, resolve_alerts, run_name
 
 if TYPE_CHECKING:
@@ -210,12 +211,12 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
                         ("--silence-floor", args.silence_floor)):
         if value is not None and not (0 < value < math.inf):
             raise UsageError(f"{flag}: must be a finite number of seconds > 0 (got {value})")
-    if job is None or job.kind == "command":
+    if job is None or job.kind in ("command", "torchrun"):
         _check_command(list(job.command) if job else list(args.command_argv), job_dir,
                        (preset.child_env() if preset else {}).get("PATH"))
 
     resume_args = list(args.resume_arg or (job.resume_args if job else []))
-    kind = job.kind if job else "command"
+    kind = job.kind if job else ("torchrun" if is_torchrun(args.command_argv) else "command")
     resume_from = _resume_from(args.resume_from, kind, resume_args) if args.resume_from else None
     name = run_name(args, job)
     run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
@@ -258,8 +259,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     if job is not None:
         shutil.copyfile(job.path, files.job)
     spec = RunSpec(
-        job_name=name, kind=job.kind if job else "command",
-        command=list(job.command) if job and job.kind == "command" else list(args.command_argv),
+        job_name=name, kind=kind,
+        command=list(job.command) if job and job.kind != "ultralytics" else list(args.command_argv),
         job_file=str(job.path.resolve()) if job and job.kind == "ultralytics" else None,
         preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
         resume_args=resume_args, resume_from=resume_from,
@@ -324,7 +325,7 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
     from .engine.runners.verify import checkpoint_dir_kinds, first_loadable, verify_path
     from .engine.spec import RunSpec
     path = Path(ref).expanduser().resolve()
-    if kind == "command" and not resume_args:
+    if kind in ("command", "torchrun") and not resume_args:
         raise UsageError("--resume-from: a command resumes through its resume arguments; give "
                          "--resume-arg (e.g. --resume-arg=--resume --resume-arg={checkpoint}) "
                          "or resume_args in the job")

@@ -102,7 +102,7 @@ def run_remote(args) -> int:
             argv.insert(len(host.remote_trainctl) + 1, _remote_path(remote_job))
         else:
             argv += ["--", *args.command_argv]
-        if job is None or job.kind == "command":
+        if job is None or job.kind in ("command", "torchrun"):
             # Checked on the box, where it will run (a job's in WORKDIR/JOB, a command's in
             # the remote home), before an agent starts there.
             _check_remote_command(host, list(job.command) if job else list(args.command_argv),

@@ -25,7 +25,8 @@ class Intake:
         self.phase = "startup"
         self.reported_phase = False   # the phase came from the side channel, not the console
         self.feed = OutputFeed(ctx.matcher, progress=ctx.spec.progress)
-        self.throttle = ProgressThrottle(1.0)
+        self.throttles: dict[int | None, ProgressThrottle] = {}   # one per rank
+        self.lead_rank: int | None = None   # torchrun: the lowest rank seen speaks for the job's rate
         self.structured = False       # progress comes on the side channel: ignore the console's
         self.structured_phases = False
         self.progressed = False       # this attempt went beyond the furthest batch of the run
@@ -40,11 +41,13 @@ class Intake:
         self.silence_said = False     # "no progress format recognised" said (once a run)
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)   # this attempt's last lines
         self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
+        self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}   # torchrun: a feed per rank file
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
         self.feed = OutputFeed(self.ctx.matcher, progress=self.ctx.spec.progress)
-        self.throttle = ProgressThrottle(1.0)
+        self.throttles = {}
+        self.lead_rank = None
         self.structured = self.structured_phases = False
         self.progressed = False
         self.fatal_stop = None
@@ -55,6 +58,7 @@ class Intake:
         self.last_checkpoint = None
         self.tail.clear()
         self.seen_progress = False
+        self.rank_feeds = {}
         self.set_phase("startup", now, force=True)
 
     # ------------------------------------------------------------------ console
@@ -65,11 +69,31 @@ class Intake:
     def end_output(self) -> None:
         self.on_fed(self.feed.flush(self.ctx.clock()))
 
-    def on_fed(self, lines: list[FedLine]) -> None:
+    def on_rank_output(self, rank: int, stream: str, data: bytes) -> None:
+        """torchrun: output of one rank's file (``stream``): its progress carries ``rank``,
+        its lines and warnings are marked ``[rank N]``."""
+        if stream not in self.rank_feeds:
+            self.rank_feeds[stream] = (rank, OutputFeed(self.ctx.matcher, progress=self.ctx.spec.progress))
+        feed = self.rank_feeds[stream][1]
+        self.on_fed(feed.feed(data, self.ctx.clock()), rank)
+        self.flush_logs_if_due()
+
+    def end_rank_output(self) -> None:
+        for rank, feed in self.rank_feeds.values():
+            self.on_fed(feed.flush(self.ctx.clock()), rank)
+
+    def on_fed(self, lines: list[FedLine], rank: int | None = None) -> None:
         now = self.ctx.clock()
         if lines:
             self.on_activity(now)
         for fed in lines:
+            if rank is not None:
+                fed = dataclasses.replace(
+                    fed, text=f"[rank {rank}] {fed.text}",
+                    warning=(dataclasses.replace(fed.warning, text=f"rank {rank}: {fed.warning.text}")
+                             if fed.warning is not None else None),
+                    events=tuple(dataclasses.replace(ev, rank=rank) if isinstance(ev, E.Progress)
+                                 else ev for ev in fed.events))
             self.log_lines.append(fed.text)
             self.tail.append(fed.text)
             if fed.warning is not None:
@@ -170,22 +194,29 @@ class Intake:
             ctx.furthest = mark
             self.progressed = True
         ctx.detector.on_progress(ev, now)
-        ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
+        if ev.rank is not None and (self.lead_rank is None or ev.rank < self.lead_rank):
+            self.lead_rank = ev.rank
+        if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
+            ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
         warning = ctx.matcher.feed_progress(ev, now)
         if warning is not None:
             self.on_warning(warning)
         if ctx.sm.state in (RunState.STARTING, RunState.STALLED):
             self.stalled = False
             ctx.set_state(RunState.RUNNING, "progress")
-        admitted = self.throttle.offer(ev)
+        throttle = self.throttles.get(ev.rank)
+        if throttle is None:
+            throttle = self.throttles[ev.rank] = ProgressThrottle(1.0)
+        admitted = throttle.offer(ev)
         if admitted is not None:
             ctx.emit(admitted)
 
     # ------------------------------------------------------------------ flushing
     def flush_progress(self, now: float, force: bool = False) -> None:
-        pending = self.throttle.flush(now, force=force)
-        if pending is not None:
-            self.ctx.emit(pending)
+        for throttle in self.throttles.values():
+            pending = throttle.flush(now, force=force)
+            if pending is not None:
+                self.ctx.emit(pending)
 
     def flush_logs_if_due(self) -> None:
         if self.ctx.clock() - self.last_log_flush >= LOG_FLUSH_S:
