@@ -66,6 +66,7 @@ class Warning(Event):  # noqa: A001 - the event's name in the contract
     advice: str = ""
     source: str = "trainer"  # trainer | kernel | trainctl
     count: int = 1
+    rank: int | None = None  # torchrun: the rank whose output (or an NCCL/gloo line's tag) said it
 
 
 @dataclass(frozen=True)

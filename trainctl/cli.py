@@ -651,14 +651,23 @@ def cmd_status(args) -> int:
         status.pop("op", None)
         status.pop("ok", None)
         last: dict[str, E.Event] = {}
+        ranks: dict[int, E.Event] = {}
         for ev in read_events(run_dir / "events.jsonl"):
             last[ev.type] = ev
+            if ev.type == "start":
+                ranks.clear()
+                last.pop("stall", None)
+            elif ev.type == "progress" and ev.rank is not None:
+                ranks[ev.rank] = ev
         if "state" in last:
             status["state"] = last["state"].state
         if "projection" in last:
             status["projection"] = E.to_dict(last["projection"])
         if "progress" in last:
             status["progress"] = E.to_dict(last["progress"])
+        if ranks:
+            from .engine.agent.commands import rank_status
+            status["ranks"] = rank_status(ranks.values(), last["stall"].ranks if "stall" in last else ())
         if code:
             status["responding"] = False
     if args.json:
@@ -676,6 +685,10 @@ def cmd_status(args) -> int:
             print(f"        {line}")
     else:
         print("        no projection yet")
+    if status.get("ranks"):
+        print("ranks   " + " · ".join(
+            f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
+            + (" STUCK" if v.get("stuck") else "") for r, v in status["ranks"].items()))
     return code
 
 

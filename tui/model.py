@@ -57,6 +57,20 @@ class Series:
         return xs, ys
 
 
+@dataclass
+class RankRow:
+    """One torchrun rank as the dashboard shows it: its last batch and its rate."""
+
+    rank: int
+    epoch: int | None = None
+    epochs: int | None = None
+    batch: int | None = None
+    batches: int | None = None
+    rate: float | None = None     # batches per second between its last two journaled batches
+    ts: float | None = None
+    x: float | None = None        # its global batch index at ts
+
+
 class RunModel:
     """The run's state as seen through its events; ``version`` bumps on every change."""
 
@@ -82,6 +96,9 @@ class RunModel:
         self.projection: ev.Projection | None = None
         self.exit: ev.Exit | None = None
         self.tick: ev.Tick | None = None
+        self.ranks: dict[int, RankRow] = {}   # torchrun: a row per rank (this attempt)
+        self.lead_rank: int | None = None     # the lowest rank: its progress drives the chart
+        self.stuck_ranks: tuple[int, ...] = ()   # the culprits of this attempt's stall
         self.log: deque[str] = deque(maxlen=LOG_KEEP)
         self.last_seq = -1
         self.events_seen = 0
@@ -134,11 +151,29 @@ class RunModel:
         self.attempt = e.attempt
         self.preset = e.preset or self.preset
         self.exit = None
+        self.ranks, self.lead_rank, self.stuck_ranks = {}, None, ()
 
     def _on_phase(self, e: ev.Phase) -> None:
         self.phase = e.phase
 
+    def _on_rank(self, e: ev.Progress) -> bool:
+        """Update the rank's row; whether this rank leads (the chart follows one rank)."""
+        rank = e.rank
+        row = self.ranks.get(rank)
+        if row is None:
+            row = self.ranks[rank] = RankRow(rank)
+        x = (e.epoch - 1) * e.batches + e.batch if e.epoch and e.batches and e.batch is not None else None
+        if x is not None and row.x is not None and row.ts is not None and e.ts > row.ts and x >= row.x:
+            row.rate = (x - row.x) / (e.ts - row.ts)
+        row.epoch, row.epochs, row.batch, row.batches, row.ts, row.x = (
+            e.epoch, e.epochs, e.batch, e.batches, e.ts, x)
+        if self.lead_rank is None or rank < self.lead_rank:
+            self.lead_rank = rank
+        return rank == self.lead_rank
+
     def _on_progress(self, e: ev.Progress) -> None:
+        if e.rank is not None and not self._on_rank(e):
+            return
         prev = self.progress
         if e.epoch is not None and e.batches and e.batch is not None:
             self.x = float((e.epoch - 1) * e.batches + e.batch)
@@ -178,6 +213,7 @@ class RunModel:
 
     def _on_stall(self, e: ev.Stall) -> None:
         self.stall = e
+        self.stuck_ranks = tuple(e.ranks)
         advice = "; ".join(part for part in (e.detail, f"stacks: {e.stacks}" if e.stacks else "")
                            if part)
         self.note(f"stall.{e.diagnosis}", "error",
@@ -220,6 +256,9 @@ class RunModel:
     def warning_rows(self) -> list[WarningRow]:
         """Newest first."""
         return list(reversed(self.warnings.values()))
+
+    def rank_rows(self) -> tuple[RankRow, ...]:
+        return tuple(self.ranks[r] for r in sorted(self.ranks))
 
     def chart_points(self) -> int:
         """How many loss values the model holds (all series together)."""

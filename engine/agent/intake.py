@@ -9,6 +9,7 @@ from collections import deque
 from .. import events as E
 from ..feed import FedLine, OutputFeed
 from ..journal import ProgressThrottle
+from ..parse import line_rank
 from ..report import SAVE_ON_REQUEST_KEY
 from ..supervisor import RunState
 from .context import RunContext
@@ -42,6 +43,8 @@ class Intake:
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)   # this attempt's last lines
         self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
         self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}   # torchrun: a feed per rank file
+        self.rank_progress: dict[int, E.Progress] = {}   # torchrun: each rank's last batch
+        self.stuck_ranks: tuple[int, ...] = ()           # the culprits of this attempt's stall
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -59,6 +62,7 @@ class Intake:
         self.tail.clear()
         self.seen_progress = False
         self.rank_feeds = {}
+        self.rank_progress, self.stuck_ranks = {}, ()
         self.set_phase("startup", now, force=True)
 
     # ------------------------------------------------------------------ console
@@ -87,11 +91,13 @@ class Intake:
         if lines:
             self.on_activity(now)
         for fed in lines:
+            said = rank if rank is not None else (line_rank(fed.text) if fed.warning else None)
+            if fed.warning is not None and said is not None:   # an NCCL/gloo watchdog's rank
+                fed = dataclasses.replace(fed, warning=dataclasses.replace(
+                    fed.warning, text=f"rank {said}: {fed.warning.text}", rank=said))
             if rank is not None:
                 fed = dataclasses.replace(
                     fed, text=f"[rank {rank}] {fed.text}",
-                    warning=(dataclasses.replace(fed.warning, text=f"rank {rank}: {fed.warning.text}")
-                             if fed.warning is not None else None),
                     events=tuple(dataclasses.replace(ev, rank=rank) if isinstance(ev, E.Progress)
                                  else ev for ev in fed.events))
             self.log_lines.append(fed.text)
@@ -194,8 +200,10 @@ class Intake:
             ctx.furthest = mark
             self.progressed = True
         ctx.detector.on_progress(ev, now)
-        if ev.rank is not None and (self.lead_rank is None or ev.rank < self.lead_rank):
-            self.lead_rank = ev.rank
+        if ev.rank is not None:
+            self.rank_progress[ev.rank] = ev
+            if self.lead_rank is None or ev.rank < self.lead_rank:
+                self.lead_rank = ev.rank
         if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
             ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
         warning = ctx.matcher.feed_progress(ev, now)

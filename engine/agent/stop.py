@@ -56,6 +56,7 @@ class Stopper:
         ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
         diag = await self.diagnose(trainer, f"{ctx.attempt}")
         ranks = tuple(diag.ranks) or tuple(verdict.ranks)   # the stacks know the culprit best
+        self.intake.stuck_ranks = ranks
         ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
                          diag.cpu_percent, diag.stacks, verdict.threshold_s,
                          f"{diag.detail} ({verdict.reason})", ranks))

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 import psutil
 import pytest
 
-from tests.e2e.conftest import PYTHON, ROOT, start_trainctl, wait_until
+from tests.e2e.conftest import PYTHON, ROOT, run_trainctl, start_trainctl, wait_until
 from tests.e2e.test_recovery import alive, of
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(200)]
@@ -72,6 +73,11 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     assert max(p.batch for p in second) == 12
     assert (res.run_dir / "ranks-1").is_dir() and (res.run_dir / "ranks-2").is_dir()
     assert left == []
+    # --headless and status name the ranks
+    assert re.search(r"STALL  \w+ \(rank 1\) in train", res.stdout), res.stdout[-3000:]
+    assert "PROG   rank 1 epoch 1/1 batch" in res.stdout
+    status = run_trainctl(["status", str(res.run_dir)], 30)
+    assert "ranks   0: epoch 1 batch 12/12 · 1: epoch 1 batch 12/12" in status.stdout, status.stdout
 
 
 def test_a_healthy_run_raises_no_stall_and_a_rank_killed_restarts_the_job(tmp_path):

@@ -111,3 +111,58 @@ def test_the_stall_event_carries_its_culprit_ranks_and_old_journals_still_read()
     assert E.decode(E.encode(ev)) == ev
     old = '{"ts": 1, "type": "stall", "phase": "train", "idle_s": 5, "diagnosis": "deadlock"}'
     assert E.decode(old).ranks == ()
+
+
+NCCL_TIMEOUT = ("[rank1]:[E1002 18:16:40.662691402 ProcessGroupNCCL.cpp:756] [Rank 1] Work "
+                "WorkNCCL(SeqNum=2521, OpType=ALLREDUCE, NumelIn=160672064, NumelOut=160672064, "
+                "Timeout(ms)=600000) timed out in blocking wait.")
+NCCL_WATCHDOG = ("[E816 01:45:40.184373931 ProcessGroupNCCL.cpp:1664] [PG 0 (default_pg) Rank 3] "
+                 "Exception (either an error or timeout) detected by watchdog at work: 80078, last "
+                 "enqueued NCCL work: 80078, last completed NCCL work: 80077.")
+
+
+def test_watchdog_lines_name_their_rank():
+    from trainctl.engine.parse import line_rank
+    assert line_rank(NCCL_TIMEOUT) == 1
+    assert line_rank(NCCL_WATCHDOG) == 3
+    assert line_rank("[PG 0 (default_pg) Rank 7] Exception (either an error or timeout) detected") == 7
+    assert line_rank("epoch 1 batch 3") is None
+
+
+def _intake(tmp_path):
+    from trainctl.engine.agent import Agent
+    from trainctl.engine.spec import RunSpec
+    (tmp_path / "run").mkdir()
+    return Agent(tmp_path / "run", RunSpec(job_name="t", kind="torchrun", command=["torchrun", "t.py"]),
+                 serve=False, gpu_probe=None)
+
+
+def test_rank_output_tags_progress_lines_and_warnings_with_the_rank(tmp_path):
+    """Recorded NCCL lines (no GPU here): one read from rank 2's own file, one from a shared
+    console that carries its own [Rank N] tag; progress from each rank's file has its rank."""
+    from trainctl.engine.journal import read_events
+    agent = _intake(tmp_path)
+    intake = agent.intake
+    intake.on_rank_output(2, "x/attempt_0/0/stdout.log", b"epoch=1/2 batch=3/20 loss=0.5\n")
+    intake.on_rank_output(3, "x/attempt_0/1/stdout.log", b"epoch=1/2 batch=3/20 loss=0.7\n")
+    intake.on_rank_output(2, "x/attempt_0/0/stderr.log", NCCL_TIMEOUT.encode() + b"\n")
+    intake.on_output(NCCL_WATCHDOG.encode() + b"\n")
+    intake.flush_progress(1e12, force=True)
+    events = list(read_events(agent.ctx.files.events))
+    prog = [e for e in events if e.type == "progress"]
+    assert sorted(p.rank for p in prog) == [2, 3]
+    warns = [e for e in events if e.type == "warning" and e.id.startswith("nccl.")]
+    assert [(w.rank, w.text.split(":")[0]) for w in warns] == [(2, "rank 2"), (3, "rank 3")]
+    assert {line.split("]")[0] for line in intake.tail} >= {"[rank 2", "[rank 3"}
+
+
+def test_the_readme_torchrun_job_example_is_a_valid_job(tmp_path):
+    root = Path(__file__).resolve().parents[2]
+    readme = (root / "README.md").read_text(encoding="utf-8")
+    example = readme.split("## torchrun jobs", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "B.toml").write_text((root / "presets" / "B.toml").read_text())
+    (tmp_path / "trainctl.toml").write_text(example)
+    job = load_job(tmp_path / "trainctl.toml")
+    assert (job.kind, job.fallback, job.resume_args) == ("torchrun", "B", ("--resume", "{checkpoint}"))
+    assert job.command[-3:] == ("train.py", "--checkpoint-dir", "ckpts")
