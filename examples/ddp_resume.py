@@ -17,8 +17,9 @@ draws the same order again).
 Test flags: ``--hang-rank R --hang-at E:B`` (1-based): the DataLoader worker of rank R that
 loads batch B of epoch E blocks forever (a real worker deadlock: rank R waits for the batch,
 the others wait for rank R in the next allreduce); ``--hang-attempt N``: only in attempt N
-(TRAINCTL_ATTEMPT).  Prints ``resume epoch=E batch=B`` at start and one
-``epoch=E/EE batch=B/BB loss=X`` per batch.
+(TRAINCTL_ATTEMPT).  Prints ``resume epoch=E batch=B workers=W`` at start and one
+``epoch=E/EE batch=B/BB loss=X`` per batch.  The preset's DataLoader workers reach every
+rank through the environment (``TRAINCTL_WORKERS``).
 """
 from __future__ import annotations
 
@@ -60,7 +61,8 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, default=20, help="batches per epoch and rank")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--batch-time", type=float, default=0.05)
-    p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--workers", type=int, default=int(os.environ.get("TRAINCTL_WORKERS", "1")),
+                   help="DataLoader workers per rank (default: the preset's, TRAINCTL_WORKERS, else 1)")
     p.add_argument("--save-every", type=int, default=5, help="periodic save every N batches (0: off)")
     p.add_argument("--checkpoint-dir", type=Path, default=Path("ckpts"))
     p.add_argument("--resume", type=Path, default=None)
@@ -83,7 +85,7 @@ def main(argv=None) -> int:
         epoch, done = ck["epoch"], ck["batch"]
         if done >= args.batches:
             epoch, done = epoch + 1, 0
-    print(f"resume epoch={epoch} batch={done}", flush=True)
+    print(f"resume epoch={epoch} batch={done} workers={args.workers}", flush=True)
     if rank == 0:
         args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 

@@ -45,8 +45,10 @@ def _ranks(tc) -> dict[int, psutil.Process]:
 def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its_checkpoint(tmp_path):
     ckpts = tmp_path / "ckpts"
     job = tmp_path / "trainctl.toml"
+    (tmp_path / "presets").mkdir()
+    (tmp_path / "presets" / "B.toml").write_text((ROOT / "presets" / "B.toml").read_text())
     job.write_text(
-        'kind = "torchrun"\nmax_restarts = 2\n'
+        'kind = "torchrun"\nmax_restarts = 2\nfallback = "B"\n'
         'resume_args = ["--resume", "{checkpoint}"]\n'
         '[stall]\ntrain_timeout = 5\n'
         f'[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n'
@@ -63,6 +65,11 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     assert "rank 0 waits in a collective" in stall[0].detail
     restart = of(res.events, "restart")
     assert restart and restart[0].resume_from == str(ckpts / "periodic.pt"), restart
+    assert restart[0].preset == "B"
+    # the fallback preset reached every rank: B's workers = 0 (TRAINCTL_WORKERS)
+    resumed = sorted(p.read_text().splitlines()[0]
+                     for p in (res.run_dir / "ranks-2").glob("*/attempt_0/*/stdout.log"))
+    assert resumed == ["resume epoch=1 batch=5 workers=0"] * 2, resumed
     starts = of(res.events, "start")
     assert "--max-restarts" in starts[0].command and "0" in starts[0].command
     # both ranks' progress, with their ranks, in both attempts; the second went on from batch 5
