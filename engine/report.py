@@ -39,8 +39,10 @@ steps).  Positions: ``epoch`` as in progress (1-based), ``batch`` the batches do
 epoch (None: the whole epoch is done).
 
 Several ranks (torchrun): every rank reports its progress, tagged with its ``RANK``
-(torchrun's environment), to the same file; phases and checkpoints are reported by rank 0
-only (one rank speaks for the job: a rank 1 saying "train" must not end rank 0's "save").
+(torchrun's environment), to the same file; phases and checkpoints are reported by local
+rank 0 only (one rank speaks for its node: a rank 1 saying "train" must not end rank 0's
+"save"; with several nodes, each node's local rank 0 reports the checkpoint rank 0 wrote,
+so that every node's agent restarts from it).
 Save requests are not offered under torchrun: the agent's signal would reach the torchrun
 launcher, not a rank, and ranks blocked in a collective could not answer; restarts go on
 from the periodic saves.
@@ -108,8 +110,12 @@ def rank() -> int | None:
 
 
 def _speaks_for_job() -> bool:
-    """Phases, checkpoints and infos come from rank 0 only (or from a single process)."""
-    return rank() in (None, 0)
+    """Phases, checkpoints and infos come from one rank per node, its local rank 0 (each
+    node's agent hears its own), or from a single process."""
+    try:
+        return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))) == 0
+    except ValueError:
+        return True
 
 
 def _send(event: E.Event) -> None:

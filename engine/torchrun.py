@@ -108,7 +108,9 @@ class Layout:
     node_rank: int
 
     def global_rank(self, local_rank: int) -> int:
-        """The global rank of a local one (a fixed node count: node_rank × nproc + local)."""
+        """The global rank of a local one as a static layout numbers it (node_rank × nproc +
+        local); a c10d rendezvous of several nodes may number them otherwise: the agent
+        reads the ranks' own RANK first."""
         return self.node_rank * (self.nproc or 0) + local_rank if self.nproc else local_rank
 
 
@@ -122,6 +124,16 @@ def layout(argv: list[str] | tuple[str, ...]) -> Layout | None:
     nnodes = opts.get("--nnodes") or "1"
     return Layout(Path(log_dir), nproc, _int(nnodes.split(":")[-1]) or 1,
                   _int(opts.get("--node-rank")) or 0)
+
+
+def layout_options(argv: list[str] | tuple[str, ...]) -> tuple[int, int]:
+    """(the most nodes, this node's rank) a torchrun command asks for; (1, 0) for any other
+    command."""
+    if not is_torchrun(argv):
+        return 1, 0
+    opts, _ = options(argv)
+    nnodes = opts.get("--nnodes") or "1"
+    return _int(nnodes.split(":")[-1]) or 1, _int(opts.get("--node-rank")) or 0
 
 
 def _int(value: str | None) -> int | None:

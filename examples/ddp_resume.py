@@ -8,15 +8,16 @@ or a job file with ``kind = "torchrun"`` (README, "torchrun jobs").
 
 What it takes from trainctl (trainctl.engine.report; outside trainctl every call does nothing):
 ``report_progress`` per batch on every rank (the rank comes from torchrun's ``RANK``),
-``saving()`` + ``report_checkpoint`` around rank 0's atomic saves (other ranks' phases and
-checkpoints are not reported: one rank speaks for the job), every ``--save-every`` batches
-and at each epoch's end.  Resume: the model, the optimizer, the epoch and the batches done
+``saving()`` around rank 0's atomic saves, then ``report_checkpoint`` on every rank once it
+is written (report.py keeps one per node: its local rank 0, so that each node's agent
+restarts from it), every ``--save-every`` batches and at each epoch's end.  Resume: the model, the optimizer, the epoch and the batches done
 in it; each rank skips the batches done (a DistributedSampler with the epoch as its seed
 draws the same order again).
 
 Test flags: ``--hang-rank R --hang-at E:B`` (1-based): the DataLoader worker of rank R that
 loads batch B of epoch E blocks forever (a real worker deadlock: rank R waits for the batch,
-the others wait for rank R in the next allreduce); ``--hang-attempt N``: only in attempt N
+the others wait for rank R in the next allreduce); ``--hang-if-env VAR``: instead of a rank, wherever VAR
+is set (one node of several); ``--hang-attempt N``: only in attempt N
 (TRAINCTL_ATTEMPT).  Prints ``resume epoch=E batch=B workers=W`` at start and one
 ``epoch=E/EE batch=B/BB loss=X`` per batch.  The preset's DataLoader workers reach every
 rank through the environment (``TRAINCTL_WORKERS``).
@@ -69,6 +70,9 @@ def main(argv=None) -> int:
     p.add_argument("--hang-rank", type=int, default=1)
     p.add_argument("--hang-at", default="")
     p.add_argument("--hang-attempt", type=int, default=0)
+    p.add_argument("--hang-if-env", default="", metavar="VAR",
+                   help="hang only where VAR is set (one node of several: ranks are numbered "
+                        "by the rendezvous)")
     args = p.parse_args(argv)
 
     backend = "nccl" if torch.cuda.is_available() and os.environ.get("DDP_BACKEND") != "gloo" else "gloo"
@@ -91,18 +95,19 @@ def main(argv=None) -> int:
 
     def save_now(kind: str, batch: int) -> None:
         dist.barrier()                       # every rank finished the same step
+        path = args.checkpoint_dir / f"{kind}.pt"
         if rank == 0:
-            path = args.checkpoint_dir / f"{kind}.pt"
             with report.saving():
                 save(path, {"model": model.module.state_dict(), "opt": opt.state_dict(),
                             "epoch": epoch, "batch": batch})
-            report.report_checkpoint(path, epoch, batch=batch if batch < args.batches else None,
-                                     kind=kind)
             print(f"checkpoint kind={kind} epoch={epoch} batch={batch}", flush=True)
-        dist.barrier()
+        dist.barrier()                       # written: every node's agent may resume from it
+        report.report_checkpoint(path, epoch, batch=batch if batch < args.batches else None,
+                                 kind=kind)  # said once per node (local rank 0, see report.py)
 
     hang_e, _, hang_b = args.hang_at.partition(":")
-    hanging = (bool(args.hang_at) and rank == args.hang_rank
+    hanging = (bool(args.hang_at) and (rank == args.hang_rank if not args.hang_if_env
+                                       else bool(os.environ.get(args.hang_if_env)))
                and (not args.hang_attempt or os.environ.get("TRAINCTL_ATTEMPT") == str(args.hang_attempt)))
     n = args.batches * args.batch_size * world
     while epoch <= args.epochs:

@@ -39,6 +39,8 @@ def _forwarded_options(args) -> list[str]:
             out += [f"--{flag.replace('_', '-')}", repr(value)]
     if args.max_restarts is not None:
         out += ["--max-restarts", str(args.max_restarts)]
+    if getattr(args, "node_rank", None) is not None:
+        out += ["--node-rank", str(args.node_rank)]
     for r in args.resume_arg or []:
         out += ["--resume-arg", r]
     if args.no_auto_recover:

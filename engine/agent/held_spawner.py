@@ -133,13 +133,17 @@ class HeldHandle(TreeOps):
             while True:
                 final = self.exited.is_set()
                 found = [str(p.relative_to(root)) for p in root.glob("*/attempt_*/*/std*.log")]
-                for rel, local in rank_files(found).items():
-                    if rel not in self.rank_tails:
-                        tail = FileTail(root / rel, self._rank_offsets.get(rel, 0),
-                                        poll_s=0.2).until_eof_after(self.exited)
-                        self.rank_tails[rel] = tail
-                        pumps.append(asyncio.create_task(
-                            pump(tail, self.layout.global_rank(local), rel)))
+                new = {rel: local for rel, local in rank_files(found).items()
+                       if rel not in self.rank_tails}
+                ranks = self.global_ranks() if new else {}
+                for rel, local in new.items():
+                    if local not in ranks and not final and self.layout.nnodes_max > 1:
+                        continue   # several nodes: the rendezvous numbers the ranks; ask again
+                    tail = FileTail(root / rel, self._rank_offsets.get(rel, 0),
+                                    poll_s=0.2).until_eof_after(self.exited)
+                    self.rank_tails[rel] = tail
+                    pumps.append(asyncio.create_task(
+                        pump(tail, ranks.get(local, self.layout.global_rank(local)), rel)))
                 if final:
                     break
                 await asyncio.sleep(0.5)
@@ -154,6 +158,23 @@ class HeldHandle(TreeOps):
             finder.cancel()
             for t in pumps:
                 t.cancel()
+
+    def global_ranks(self) -> dict[int, int]:
+        """Local rank -> global rank of this node's live ranks, from their environment
+        (LOCAL_RANK, RANK): with several nodes the rendezvous, not the node rank, numbers them."""
+        import psutil
+        out: dict[int, int] = {}
+        try:
+            procs = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return out
+        for p in procs:
+            try:
+                env = p.environ()
+                out.setdefault(int(env["LOCAL_RANK"]), int(env["RANK"]))
+            except (psutil.Error, OSError, KeyError, ValueError):
+                continue
+        return out
 
     async def side_lines(self) -> AsyncIterator[bytes]:
         async for line in split_lines(self.log_chunks(self.side_tail)):

@@ -112,3 +112,40 @@ def test_a_healthy_run_raises_no_stall_and_a_rank_killed_restarts_the_job(tmp_pa
     assert spec.count("--max-restarts") == 1 and spec[spec.index("--max-restarts") + 1] == "0"
     wait_until(lambda: not victim.is_running() or victim.status() == psutil.STATUS_ZOMBIE, 5)
     assert left == []
+
+
+def test_two_nodes_on_loopback_a_hang_on_node_2_restarts_both(tmp_path):
+    """Two "nodes" on this machine (one rank each, c10d rendezvous on 127.0.0.1), each
+    started by trainctl from the same job with its own --node-rank: node 2's worker
+    deadlocks; both nodes restart (node 2 on its stall, node 1 on its own stall or its rank's
+    failure when its peer goes) from the checkpoint rank 0 wrote, and both finish."""
+    import socket
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    ckpts = tmp_path / "ckpts"
+    job = tmp_path / "trainctl.toml"
+    job.write_text(
+        'kind = "torchrun"\nname = "two-nodes"\nmax_restarts = 3\n'
+        'resume_args = ["--resume", "{checkpoint}"]\n[stall]\ntrain_timeout = 5\n'
+        f'[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n'
+        f'nproc_per_node = 1\nnnodes = 2\nrdzv_endpoint = "127.0.0.1:{port}"\nrdzv_id = "e2e"\n'
+        f'args = ["--epochs", "1", "--batches", "12", "--save-every", "5", "--checkpoint-dir", '
+        f'{json.dumps(str(ckpts))}, "--hang-if-env", "HANG_THIS_NODE", "--hang-at", "1:8", '
+        '"--hang-attempt", "1"]\n')
+    node1 = start_trainctl(["run", str(job), "--headless"])
+    node2 = start_trainctl(["run", str(job), "--headless", "--node-rank", "1"],
+                           env=dict(os.environ, HANG_THIS_NODE="1"))
+    with node1, node2:
+        # the second node of the same job is not refused: one run per (job, node rank)
+        res1, res2 = node1.wait(180), node2.wait(180)
+        left = _left(node1) + _left(node2)
+    for res in (res1, res2):
+        assert res.returncode == 0, res.describe()
+        restart = of(res.events, "restart")
+        assert restart and restart[0].resume_from == str(ckpts / "periodic.pt"), res.describe()
+        assert "--nnodes" in of(res.events, "start")[0].command
+    assert res1.run_dir.name != res2.run_dir.name
+    stall2 = of(res2.events, "stall")[0]
+    assert "waits for a DataLoader batch" in stall2.detail, stall2
+    assert left == []

@@ -166,3 +166,27 @@ def test_the_readme_torchrun_job_example_is_a_valid_job(tmp_path):
     job = load_job(tmp_path / "trainctl.toml")
     assert (job.kind, job.fallback, job.resume_args) == ("torchrun", "B", ("--resume", "{checkpoint}"))
     assert job.command[-3:] == ("train.py", "--checkpoint-dir", "ckpts")
+
+
+def test_the_node_rank_comes_from_the_cli_the_job_or_the_torchrun_command(tmp_path):
+    import argparse
+    from trainctl.cli import _node
+    from trainctl.cli_common import UsageError
+    path = tmp_path / "job.toml"
+    path.write_text('kind = "torchrun"\n[torchrun]\nscript = "t.py"\nnnodes = 2\nnode_rank = 1\n'
+                    'rdzv_endpoint = "127.0.0.1:29400"\n')
+    job = load_job(path)
+
+    def args(node_rank=None, argv=()):
+        return argparse.Namespace(node_rank=node_rank, command_argv=list(argv))
+    rank, cmd = _node(args(), job)
+    assert rank == 1 and cmd[cmd.index("--node-rank") + 1] == "1"
+    rank, cmd = _node(args(0), job)
+    assert rank == 0 and cmd[cmd.index("--node-rank") + 1] == "0"
+    with pytest.raises(UsageError, match="must be 0 to 1"):
+        _node(args(2), job)
+    assert _node(args(argv=["torchrun", "--nnodes=2", "--node-rank", "1", "t.py"]), None)[0] == 1
+    assert _node(args(argv=["torchrun", "--standalone", "t.py"]), None) == (
+        None, ["torchrun", "--standalone", "t.py"])
+    with pytest.raises(UsageError, match="only for a kind"):
+        _node(args(1, ["python", "t.py"]), None)
