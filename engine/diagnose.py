@@ -67,6 +67,8 @@ class Diagnosis:
     detail: str                        # one human sentence or two
     processes: tuple[ProcSample, ...] = ()
     elapsed_s: float = 0.0
+    ranks: tuple[int, ...] = ()        # torchrun: the culprit ranks (see blame_ranks)
+    rank_pids: dict[int, int] | None = None   # torchrun: pid -> global rank of each rank process
 
 
 @dataclass(frozen=True)
@@ -109,6 +111,9 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
     runnable = _runnable_fraction([x.pid for x in first if x.status not in _DEAD],
                                   t0 + sample_s)
     second = sampler.sample(pid) or first
+    rank_pids = find_ranks(second)
+    if rank_pids:   # the ranks' own stacks first: they name the culprit
+        second = tuple(sorted(second, key=lambda s: (s.role != "main", s.pid not in rank_pids)))
     dumps: list[_Dump] = []
     stacks: str | None = None
     why_no_stacks = ""
@@ -128,15 +133,92 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
             problem = f"py-spy could not read the stacks ({failed[0].why})."
         try:
             stacks = str(_write(stacks_dir, tag, pid, dumps, diagnosis,
-                                f"{detail} {problem}".strip(), snapshot))
+                                f"{detail} {problem}".strip(), snapshot, rank_pids))
         except OSError as e:
             problem += f" The stacks could not be written to {stacks_dir}: {e.strerror or e}."
+    culprits: tuple[int, ...] = ()
+    if rank_pids and dumps:
+        culprits, rank_note = blame_ranks(rank_pids, {d.sample.pid: d.text for d in dumps if d.ok})
+        detail = f"{rank_note} {detail}"
     if snapshot:
         detail = f"a snapshot of {len(second)} running processes, not a stall verdict."
     detail = f"{detail} {problem.strip()}".strip()
     main = _main(second)
     return Diagnosis(diagnosis, main.cpu_percent if main else None, stacks, detail, second,
-                     time.monotonic() - t0)
+                     time.monotonic() - t0, culprits, rank_pids or None)
+
+
+# ---------------------------------------------------------------------------- ranks
+
+_COLLECTIVE = ("c10d::", "ProcessGroup", "gloo::", "nccl", "NCCL", "all_reduce", "allreduce",
+               "barrier", "broadcast", "all_gather", "allgather", "reduce_scatter",
+               "finalize_backward", "Work.wait", "wait (torch/distributed", "_wait (torch/distributed")
+
+
+def find_ranks(samples: tuple[ProcSample, ...]) -> dict[int, int]:
+    """pid -> global rank of each torchrun rank in the tree: a process whose environment has
+    ``RANK`` while its parent's has none (a rank's DataLoader workers inherit its RANK)."""
+    envs: dict[int, str | None] = {}
+    for s in samples:
+        try:
+            envs[s.pid] = psutil.Process(s.pid).environ().get("RANK")
+        except (psutil.Error, OSError):
+            envs[s.pid] = None
+    out = {}
+    for s in samples:
+        value = envs.get(s.pid)
+        if value is not None and envs.get(s.ppid) is None and value.isdigit() \
+                and s.status not in _DEAD:
+            out[s.pid] = int(value)
+    return out
+
+
+def rank_wait(dump: str) -> str:
+    """What a rank's main thread waits for, from its ``py-spy dump --native``: ``data``
+    (a DataLoader batch), ``collective`` (an allreduce, a barrier, DDP's backward waiting
+    for the other ranks' gradients) or ``own`` (its own code, or nothing known).  The
+    innermost frame that says decides."""
+    frames: list[str] = []
+    for header, body in _threads(dump):
+        if '"MainThread"' in header or not frames:
+            frames = body
+        if '"MainThread"' in header:
+            break
+    for f in frames:
+        if any(d in f for d in _DATALOADER_FRAMES):
+            return "data"
+        if any(c in f for c in _COLLECTIVE):
+            return "collective"
+    return "own"
+
+
+def _threads(text: str) -> list[tuple[str, list[str]]]:
+    threads: list[tuple[str, list[str]]] = []
+    for line in text.splitlines():
+        if line.startswith("Thread "):
+            threads.append((line, []))
+        elif threads and line.startswith("    "):
+            threads[-1][1].append(line.strip())
+    return threads
+
+
+def blame_ranks(rank_pids: dict[int, int], dumps: dict[int, str]) -> tuple[tuple[int, ...], str]:
+    """The culprit ranks of a stalled torchrun job and a sentence.  DDP ranks move in
+    lockstep, so the rank that stopped first does not exist: a rank waiting for a batch, or
+    in its own code, is a culprit; ranks waiting in a collective are its victims.  Pure."""
+    waits = {rank: rank_wait(dumps[pid]) for pid, rank in rank_pids.items() if pid in dumps}
+    if not waits:
+        return (), "No rank's stack could be read."
+    culprits = tuple(sorted(r for r, w in waits.items() if w != "collective"))
+    victims = sorted(r for r, w in waits.items() if w == "collective")
+    said = {"data": "waits for a DataLoader batch", "own": "is in its own code"}
+    parts = [f"rank {r} {said[waits[r]]}" for r in culprits]
+    if victims:
+        parts.append(f"rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims))} "
+                     f"wait{'' if len(victims) > 1 else 's'} in a collective (victim{'s' if len(victims) > 1 else ''})")
+    if not culprits:
+        return (), "Every rank waits in a collective: a rank is missing or the network hangs."
+    return culprits, f"Culprit: {'; '.join(parts)}."
 
 
 # ---------------------------------------------------------------------------- classify
@@ -368,7 +450,7 @@ def _pyspy_error(text: str, rc: int) -> str:
 
 
 def _write(stacks_dir: Path, tag: str, pid: int, dumps: list[_Dump], diagnosis: str, detail: str,
-           snapshot: bool = False) -> Path:
+           snapshot: bool = False, ranks: dict[int, int] | None = None) -> Path:
     stacks_dir = Path(stacks_dir)
     stacks_dir.mkdir(parents=True, exist_ok=True)
     kind = "snapshot" if snapshot else "stall"
@@ -382,7 +464,8 @@ def _write(stacks_dir: Path, tag: str, pid: int, dumps: list[_Dump], diagnosis: 
             f"# diagnosis: {diagnosis}: {detail}", ""])
     for d in dumps:
         s = d.sample
-        out.append(f"=== pid {s.pid} {s.role} ({s.name}) status={s.status} "
+        role = f"rank {ranks[s.pid]}" if ranks and s.pid in ranks else s.role
+        out.append(f"=== pid {s.pid} {role} ({s.name}) status={s.status} "
                    f"cpu={'?' if s.cpu_percent is None else f'{s.cpu_percent:.0f}%'} "
                    f"wchan={s.wchan or '-'} threads={s.num_threads or '?'} ===")
         out.append(f"$ {d.command}" if d.command else "$ (py-spy not run)")

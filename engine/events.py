@@ -66,6 +66,7 @@ class Warning(Event):  # noqa: A001 - the event's name in the contract
     advice: str = ""
     source: str = "trainer"  # trainer | kernel | trainctl
     count: int = 1
+    rank: int | None = None  # torchrun: the rank whose output (or an NCCL/gloo line's tag) said it
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,7 @@ class Stall(Event):
     stacks: str | None = None
     threshold_s: float | None = None
     detail: str = ""
+    ranks: tuple[int, ...] = ()   # torchrun: the culprit ranks (absent in older journals)
 
 
 @dataclass(frozen=True)
@@ -227,7 +229,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "what_if", "processes", "lines", "redone", "traceback"):
+    for k in ("command", "what_if", "processes", "lines", "redone", "traceback", "ranks"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

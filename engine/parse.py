@@ -559,6 +559,16 @@ def last_exception(lines) -> tuple[str | None, tuple[str, ...]]:
     return None, ()
 
 
+_RANK_TAG = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+
+
+def line_rank(line: str) -> int | None:
+    """The rank a line speaks of: torchrun's and DDP's ``[rank1]:`` prefix, else the
+    ``[Rank 1]`` / ``[PG 0 (default_pg) Rank 1]`` tag of ProcessGroupNCCL/gloo messages."""
+    m = _RANK_PREFIX.match(line) or _RANK_TAG.search(line)
+    return int(m.group(1)) if m else None
+
+
 def _strip_rank(line: str) -> str:
     """'[rank0]: ValueError: x' -> 'ValueError: x' (torchrun's and DDP's prefixes)."""
     m = re.match(r"^\[(?:rank|default)\d+\]:\s?", line)

@@ -50,6 +50,7 @@ def _format(ev: E.Event) -> str | None:
         case E.Progress():
             ep = f"epoch {ev.epoch}/{ev.epochs or '?'} " if ev.epoch is not None else ""
             rate = f" {ev.rate:.2f} it/s" if ev.rate else ""
+            ep = (f"rank {ev.rank} " if ev.rank is not None else "") + ep
             return f"{t} PROG   {ep}batch {ev.batch}/{ev.batches or '?'}{rate} {_losses(ev.losses)}".rstrip()
         case E.Warning():
             count = f" (x{ev.count})" if ev.count > 1 else ""
@@ -57,7 +58,8 @@ def _format(ev: E.Event) -> str | None:
             return f"{t} {ev.severity.upper():6} {ev.id}{count}: {ev.text}{advice}"
         case E.Stall():
             stacks = f", stacks: {ev.stacks}" if ev.stacks else ""
-            return (f"{t} STALL  {ev.diagnosis} in {ev.phase}: no batch for {ev.idle_s:.0f}s "
+            ranks = f" (rank {', '.join(map(str, ev.ranks))})" if ev.ranks else ""
+            return (f"{t} STALL  {ev.diagnosis}{ranks} in {ev.phase}: no batch for {ev.idle_s:.0f}s "
                     f"(threshold {ev.threshold_s or 0:.0f}s){stacks}\n         {ev.detail}")
         case E.Restart():
             frm = f" from {ev.resume_from}" if ev.resume_from else ""

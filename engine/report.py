@@ -38,6 +38,15 @@ loop still runs Python: there it calls ``save(kind)`` at once (the model is betw
 steps).  Positions: ``epoch`` as in progress (1-based), ``batch`` the batches done in that
 epoch (None: the whole epoch is done).
 
+Several ranks (torchrun): every rank reports its progress, tagged with its ``RANK``
+(torchrun's environment), to the same file; phases and checkpoints are reported by local
+rank 0 only (one rank speaks for its node: a rank 1 saying "train" must not end rank 0's
+"save"; with several nodes, each node's local rank 0 reports the checkpoint rank 0 wrote,
+so that every node's agent restarts from it).
+Save requests are not offered under torchrun: the agent's signal would reach the torchrun
+launcher, not a rank, and ranks blocked in a collective could not answer; restarts go on
+from the periodic saves.
+
 Outside trainctl (no ``TRAINCTL_EVENTS_FD``) every call does nothing.  Writing the JSON
 lines yourself works the same (``{"ts": ..., "type": "phase", "phase": "save"}``, one per
 line; see docs/internals.md).  Progress reported here replaces progress parsed from the
@@ -92,8 +101,27 @@ def enabled() -> bool:
     return _channel() is not None
 
 
+def rank() -> int | None:
+    """This process's global rank under torchrun (``RANK``), else None."""
+    try:
+        return int(os.environ["RANK"])
+    except (KeyError, ValueError):
+        return None
+
+
+def _speaks_for_job() -> bool:
+    """Phases, checkpoints and infos come from one rank per node, its local rank 0 (each
+    node's agent hears its own), or from a single process."""
+    try:
+        return int(os.environ.get("LOCAL_RANK", os.environ.get("RANK", "0"))) == 0
+    except ValueError:
+        return True
+
+
 def _send(event: E.Event) -> None:
     global _fd
+    if not isinstance(event, (E.Progress, E.Warning)) and not _speaks_for_job():
+        return
     fd = _channel()
     if fd is None:
         return
@@ -113,8 +141,8 @@ def report_phase(phase: str) -> None:
 def report_progress(epoch: int | None, epochs: int | None, batch: int | None, batches: int | None,
                     losses: dict[str, float] | None = None, rate: float | None = None) -> None:
     """One batch done (1-based numbers).  Once a script reports progress here, trainctl
-    ignores the progress it parses from the console."""
-    _send(E.Progress(time.time(), epoch, epochs, batch, batches, dict(losses or {}), rate))
+    ignores the progress it parses from the console.  Under torchrun it carries the rank."""
+    _send(E.Progress(time.time(), epoch, epochs, batch, batches, dict(losses or {}), rate, rank()))
 
 
 def report_info(text: str, key: str = "") -> None:
@@ -194,7 +222,7 @@ def supports_save_on_request(save: Callable[[str], None] | None = None) -> bool:
     _save = save
     if threading.current_thread() is threading.main_thread():
         signal.signal(SAVE_REQUEST_SIGNAL, _on_request)
-    if not enabled():
+    if not enabled() or rank() is not None:   # torchrun: see the module doc
         return False
     _send(E.Info(time.time(), "this trainer saves on request", SAVE_ON_REQUEST_KEY))
     return True

@@ -134,6 +134,20 @@ class Series:
         return [xs[i] for i in keep], [ys[i] for i in keep]
 
 
+@dataclass
+class RankRow:
+    """One torchrun rank as the dashboard shows it: its last batch and its rate."""
+
+    rank: int
+    epoch: int | None = None
+    epochs: int | None = None
+    batch: int | None = None
+    batches: int | None = None
+    rate: float | None = None     # batches per second between its last two journaled batches
+    ts: float | None = None
+    x: float | None = None        # its global batch index at ts
+
+
 class RunView:
     """The run's state as seen through its events; ``version`` bumps on every change."""
 
@@ -159,6 +173,9 @@ class RunView:
         self.stall: ev.Stall | None = None
         self.projection: ev.Projection | None = None
         self.exit: ev.Exit | None = None
+        self.ranks: dict[int, RankRow] = {}   # torchrun: a row per rank (this attempt)
+        self.lead_rank: int | None = None     # the lowest rank: its progress drives the chart
+        self.stuck_ranks: tuple[int, ...] = ()   # the culprits of this attempt's stall
         self.last_seq = -1
         self.events_seen = 0
         self.version = 0            # any change
@@ -207,11 +224,29 @@ class RunView:
         self.attempt = e.attempt
         self.preset = e.preset or self.preset
         self.exit = None
+        self.ranks, self.lead_rank, self.stuck_ranks = {}, None, ()
 
     def _on_phase(self, e: ev.Phase) -> None:
         self.phase = e.phase
 
+    def _on_rank(self, e: ev.Progress) -> bool:
+        """Update the rank's row; whether this rank leads (the chart follows one rank)."""
+        rank = e.rank
+        row = self.ranks.get(rank)
+        if row is None:
+            row = self.ranks[rank] = RankRow(rank)
+        x = (e.epoch - 1) * e.batches + e.batch if e.epoch and e.batches and e.batch is not None else None
+        if x is not None and row.x is not None and row.ts is not None and e.ts > row.ts and x >= row.x:
+            row.rate = (x - row.x) / (e.ts - row.ts)
+        row.epoch, row.epochs, row.batch, row.batches, row.ts, row.x = (
+            e.epoch, e.epochs, e.batch, e.batches, e.ts, x)
+        if self.lead_rank is None or rank < self.lead_rank:
+            self.lead_rank = rank
+        return rank == self.lead_rank
+
     def _on_progress(self, e: ev.Progress) -> None:
+        if e.rank is not None and not self._on_rank(e):
+            return
         prev = self.progress
         if e.epoch is not None and e.batches and e.batch is not None:
             self.x = float((e.epoch - 1) * e.batches + e.batch)
@@ -261,6 +296,7 @@ class RunView:
 
     def _on_stall(self, e: ev.Stall) -> None:
         self.stall = e
+        self.stuck_ranks = tuple(e.ranks)
         advice = "; ".join(part for part in (e.detail, f"stacks: {e.stacks}" if e.stacks else "")
                            if part)
         text = f"no batch for {e.idle_s:.0f} s in {e.phase}: {e.diagnosis}"
@@ -307,6 +343,9 @@ class RunView:
     }
 
     # ------------------------------------------------------------------ views
+    def rank_rows(self) -> tuple[RankRow, ...]:
+        return tuple(self.ranks[r] for r in sorted(self.ranks))
+
     def warning_rows(self) -> list[WarningRow]:
         """Newest first."""
         return list(reversed(self.warnings.values()))
@@ -352,6 +391,8 @@ class RunView:
             "restarts": [list(r) for r in self.restarts], "incidents": [dict(i) for i in self.incidents],
             "warnings": [asdict(w) for w in self.warnings.values()],
             "stall": event(self.stall), "projection": event(self.projection), "exit": event(self.exit),
+            "ranks": [asdict(r) for r in self.rank_rows()], "lead_rank": self.lead_rank,
+            "stuck_ranks": list(self.stuck_ranks),
             "last_seq": self.last_seq, "events_seen": self.events_seen,
         }
 
@@ -417,6 +458,12 @@ class RunView:
         self.stall = event(d["stall"], ev.Stall)
         self.projection = event(d["projection"], ev.Projection)
         self.exit = event(d["exit"], ev.Exit)
+        rows = [RankRow(int(r["rank"]), *(None if r[k] is None else (float if k in ("rate", "ts", "x") else int)(r[k])
+                                          for k in ("epoch", "epochs", "batch", "batches", "rate", "ts", "x")))
+                for r in d.get("ranks", ())]
+        self.ranks = {r.rank: r for r in rows}
+        self.lead_rank = None if d.get("lead_rank") is None else int(d["lead_rank"])
+        self.stuck_ranks = tuple(int(r) for r in d.get("stuck_ranks", ()))
         self.last_seq, self.events_seen = int(d["last_seq"]), int(d["events_seen"])
 
     def state_key(self) -> dict[str, Any]:

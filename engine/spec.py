@@ -9,7 +9,7 @@ from pathlib import Path
 @dataclass
 class RunSpec:
     job_name: str
-    kind: str                                  # "ultralytics" | "command"
+    kind: str                                  # "ultralytics" | "command" | "torchrun"
     command: list[str] = field(default_factory=list)   # kind=command
     job_file: str | None = None                # kind=ultralytics: the job as run (run_dir/job.toml)
     preset: str | None = None                  # preset names; files live in run_dir/presets/

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from . import __version__
 from .engine.commands import CTL_COMMANDS
+from .engine.torchrun import is_torchrun
 from .cli_common import UsageError, note, printer, resolve_alerts, run_name
 
 if TYPE_CHECKING:
@@ -54,6 +55,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                         "(a job's [host] setup)")
     p.add_argument("--via-ssh", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
+    p.add_argument("--node-rank", type=int, metavar="N",
+                   help="a kind = \"torchrun\" job of several nodes: this node's rank (default: the "
+                        "job's node_rank); one run per (job, node rank) on a machine")
     p.add_argument("--rescue-wait", type=float, metavar="SECONDS", default=30.0,
                    help="how long a stalled trainer that saves on request gets for its rescue save (30)")
     p.add_argument("--resume-arg", action="append", default=[], metavar="ARG",
@@ -219,14 +223,17 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
                         ("--silence-floor", args.silence_floor)):
         if value is not None and not (0 < value < math.inf):
             raise UsageError(f"{flag}: must be a finite number of seconds > 0 (got {value})")
-    if job is None or job.kind == "command":
+    if job is None or job.kind in ("command", "torchrun"):
         _check_command(list(job.command) if job else list(args.command_argv), job_dir,
                        (preset.child_env() if preset else {}).get("PATH"))
 
     resume_args = list(args.resume_arg or (job.resume_args if job else []))
-    kind = job.kind if job else "command"
+    kind = job.kind if job else ("torchrun" if is_torchrun(args.command_argv) else "command")
+    node_rank, command = _node(args, job)
     resume_from = _resume_from(args.resume_from, kind, resume_args) if args.resume_from else None
     name = run_name(args, job)
+    if node_rank is not None:   # one run per (job, node rank): its name, lock and tmux session
+        name = f"{name}-node{node_rank}"
     run_dir_ref = args.run_dir or (job.run_dir if job and job.run_dir else None)
     from .engine.joblock import JobBusy, holder
     running = holder(name)
@@ -267,8 +274,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     if job is not None:
         shutil.copyfile(job.path, files.job)
     spec = RunSpec(
-        job_name=name, kind=job.kind if job else "command",
-        command=list(job.command) if job and job.kind == "command" else list(args.command_argv),
+        job_name=name, kind=kind,
+        command=command,
         job_file=str(job.path.resolve()) if job and job.kind == "ultralytics" else None,
         preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
         resume_args=resume_args, resume_from=resume_from,
@@ -324,6 +331,26 @@ def _check_command(argv: list[str], cwd: Path, path: str | None = None) -> None:
         raise UsageError(f"command {prog!r} not found on PATH")
 
 
+def _node(args, job) -> tuple[int | None, list[str]]:
+    """(this node's rank, None for a job of one node; the command to run).  A kind =
+    "torchrun" job of several nodes takes ``--node-rank`` (else its own node_rank); a
+    torchrun command says its own ``--node-rank``."""
+    from .engine.config import torchrun_command
+    from .engine.torchrun import layout_options
+    if job is not None and job.kind == "torchrun" and job.settings.get("nnodes", 1) > 1:
+        nnodes = job.settings["nnodes"]
+        rank = job.settings.get("node_rank", 0) if args.node_rank is None else args.node_rank
+        if not 0 <= rank < nnodes:
+            raise UsageError(f"--node-rank: must be 0 to {nnodes - 1} (the job has nnodes = {nnodes})")
+        return rank, list(torchrun_command(job.settings, rank))
+    if args.node_rank is not None:
+        raise UsageError("--node-rank: only for a kind = \"torchrun\" job with nnodes > 1 (a "
+                         "torchrun command gives torchrun's own --node-rank)")
+    command = list(job.command) if job and job.kind != "ultralytics" else list(args.command_argv)
+    nnodes, rank = layout_options(command)
+    return (rank if nnodes > 1 else None), command
+
+
 def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
     """The checkpoint `--resume-from` names: a file, a checkpoint directory (a command's:
     Hugging Face, DeepSpeed), or an earlier run directory's newest checkpoint that verifies
@@ -335,7 +362,7 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
     from .engine.runners.verify import checkpoint_dir_kinds, first_loadable, verify_path
     from .engine.spec import RunSpec
     path = Path(ref).expanduser().resolve()
-    if kind == "command" and not resume_args:
+    if kind in ("command", "torchrun") and not resume_args:
         raise UsageError("--resume-from: a command resumes through its resume arguments; give "
                          "--resume-arg (e.g. --resume-arg=--resume --resume-arg={checkpoint}) "
                          "or resume_args in the job")
@@ -671,6 +698,9 @@ def cmd_status(args) -> int:
             status["projection"] = E.to_dict(view.projection)
         if view.progress is not None:
             status["progress"] = E.to_dict(view.progress)
+        if view.ranks:
+            from .engine.agent.commands import rank_status
+            status["ranks"] = rank_status(view.rank_rows(), view.stuck_ranks)
         if code:
             status["responding"] = False
     if args.json:
@@ -688,6 +718,10 @@ def cmd_status(args) -> int:
             print(f"        {line}")
     else:
         print("        no projection yet")
+    if status.get("ranks"):
+        print("ranks   " + " · ".join(
+            f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
+            + (" STUCK" if v.get("stuck") else "") for r, v in status["ranks"].items()))
     return code
 
 

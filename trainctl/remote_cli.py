@@ -39,6 +39,8 @@ def _forwarded_options(args) -> list[str]:
             out += [f"--{flag.replace('_', '-')}", repr(value)]
     if args.max_restarts is not None:
         out += ["--max-restarts", str(args.max_restarts)]
+    if getattr(args, "node_rank", None) is not None:
+        out += ["--node-rank", str(args.node_rank)]
     for r in args.resume_arg or []:
         out += ["--resume-arg", r]
     if args.no_auto_recover:
@@ -104,7 +106,7 @@ def run_remote(args) -> int:
             argv.insert(len(host.remote_trainctl) + 1, _remote_path(remote_job))
         else:
             argv += ["--", *args.command_argv]
-        if job is None or job.kind == "command":
+        if job is None or job.kind in ("command", "torchrun"):
             # Checked on the box, where it will run (a job's in WORKDIR/JOB, a command's in
             # the remote home), before an agent starts there.
             _check_remote_command(host, list(job.command) if job else list(args.command_argv),

@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections import deque
 
 from trainctl.engine import events as ev
-from trainctl.engine.runview import CHART_POINTS, RunView, Series, WarningRow
+from trainctl.engine.runview import CHART_POINTS, RankRow, RunView, Series, WarningRow
 from trainctl.engine.sanitize import sanitize
 
-__all__ = ["CHART_POINTS", "LOG_KEEP", "RunModel", "Series", "WarningRow"]
+__all__ = ["CHART_POINTS", "LOG_KEEP", "RankRow", "RunModel", "Series", "WarningRow"]
 
 LOG_KEEP = 500          # raw log lines kept for the log tail
 

@@ -20,7 +20,8 @@ from ..instrument import INSTRUMENT_ENV, OFF_KEY
 from ..parse import last_exception
 from ..process import signal_name
 from ..supervisor import Outcome, OutcomeKind, RunState, exit_code
-from .context import EndRequest, Interrupt, RunContext, rendezvous_wait
+from ..torchrun import SETUP_MARK, rendezvous_wait
+from .context import EndRequest, Interrupt, RunContext
 from .intake import Intake
 from .runners import runner_for, trainer_env
 from .spawner import Spawner, Trainer
@@ -41,7 +42,7 @@ def with_setup(argv: list[str], setup: str) -> list[str]:
     if not setup.strip():
         return argv
     shell = shutil.which("bash") or "/bin/sh"
-    return [shell, "-c", f'{setup}\nexec "$@"', "trainctl-setup", *argv]
+    return [shell, "-c", f'{setup}\nexec "$@"', SETUP_MARK, *argv]
 
 
 _IMPORT_ERROR = ("ModuleNotFoundError:", "ImportError:")
@@ -205,6 +206,9 @@ class AttemptLoop:
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
+        if hasattr(trainer, "rank_output"):   # torchrun: each rank's own output files
+            readers.append(supervise("ranks", lambda: self.read_ranks(trainer), self.report,
+                                     self.on_give_up))
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)
         offsets = supervise("offsets", lambda: self.keep_offsets(trainer), self.report)
         waiter = asyncio.create_task(trainer.wait())
@@ -306,6 +310,11 @@ class AttemptLoop:
             self.intake.on_output(data)
             self.report_log_loss(trainer)
         self.intake.end_output()
+
+    async def read_ranks(self, trainer) -> None:
+        async for rank, stream, data in trainer.rank_output():
+            self.intake.on_rank_output(rank, stream, data)
+        self.intake.end_rank_output()
 
     async def read_side(self, trainer: Trainer) -> None:
         async for line in trainer.side_lines():

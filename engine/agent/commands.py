@@ -37,8 +37,11 @@ class CommandHandlers:
 
     async def cmd_status(self) -> dict:
         proj = self.ctx.projector.project(self.ctx.clock())
-        return {**self.hello(), "phase": self.intake.phase,
-                "projection": E.to_dict(proj) if proj else None}
+        out = {**self.hello(), "phase": self.intake.phase,
+               "projection": E.to_dict(proj) if proj else None}
+        if self.intake.rank_progress:   # torchrun: each rank's last batch, the stuck ones
+            out["ranks"] = rank_status(self.intake.rank_progress.values(), self.intake.stuck_ranks)
+        return out
 
     async def _restart(self, target: str | None) -> dict:
         ctx = self.ctx
@@ -128,3 +131,10 @@ class CommandHandlers:
         ctx.next_preset = pname
         ctx.info(f"the next restart will use preset {pname}", "next_preset")
         return {"next_preset": pname}
+
+
+def rank_status(progress, stuck) -> dict[str, dict]:
+    """``{"0": {"epoch", "epochs", "batch", "batches", "ts", "stuck"}, ...}`` (JSON keys)."""
+    return {str(p.rank): {"epoch": p.epoch, "epochs": p.epochs, "batch": p.batch,
+                          "batches": p.batches, "ts": p.ts, "stuck": p.rank in stuck}
+            for p in sorted(progress, key=lambda p: p.rank)}

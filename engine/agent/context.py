@@ -18,6 +18,7 @@ from ..signatures import Catalog, WarningMatcher
 from ..spec import RunSpec
 from ..stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from ..supervisor import RecoveryPolicy, RunState, StateMachine
+from ..torchrun import rendezvous_wait
 from .bus import EventBus
 
 
@@ -43,29 +44,6 @@ class Interrupt:
         self.kind, self.preset = kind, preset
         self.event.set()
         return True
-
-
-_TORCHRUN = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
-
-
-def rendezvous_wait(argv: list[str] | tuple[str, ...]) -> str | None:
-    """Why a still tree before the first batch may be a rank waiting for other nodes at a
-    torchrun rendezvous (``--nnodes`` above 1, or a range), so not a deadlock; None when
-    the command is no multi-node torchrun.  Read from the command, not the stacks: the
-    rendezvous waits in C++ (TCPStore), where the Python frames say little."""
-    if not any(a.rsplit("/", 1)[-1] in _TORCHRUN for a in argv):
-        return None
-    for i, a in enumerate(argv):
-        value = a.split("=", 1)[1] if a.startswith("--nnodes=") else (
-            argv[i + 1] if a == "--nnodes" and i + 1 < len(argv) else None)
-        if value is None:
-            continue
-        try:
-            most = int(value.split(":")[-1])
-        except ValueError:
-            return None
-        return f"torchrun --nnodes {value}" if most > 1 else None
-    return None
 
 
 class RunContext:

@@ -3,7 +3,11 @@ its agent.  The holder is the trainer's parent and only reaper; it writes train.
 the job lock while the trainer lives, and records the exit in trainer-<attempt>.json.  The
 side channel is a file in the run directory (side-<attempt>.jsonl, in TRAINCTL_EVENTS_PATH),
 so nothing the trainer holds depends on the agent, and a new agent can adopt the trainer:
-it reads both files on from the offsets the last agent saved in intake.json."""
+it reads both files on from the offsets the last agent saved in intake.json.
+
+A torchrun trainer (engine/torchrun.py) writes each rank's output to its own files under
+``ranks-<attempt>/``: they are tailed too, each with its rank known (:meth:`HeldHandle.rank_output`),
+and their offsets kept with the others."""
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +18,7 @@ from pathlib import Path
 
 from ..held import FileTail, HeldTrainer, HolderLost, read_status
 from ..holder import status_path
+from ..torchrun import Layout, layout, rank_files
 from .spawner import TreeOps, split_lines
 
 OFFSETS_FILE = "intake.json"
@@ -44,7 +49,7 @@ class HeldSpawner:
                                            lock_fd=self.lock_fd(), log=log_path)
         except TimeoutError as e:
             raise OSError(str(e)) from e
-        return HeldHandle(held, log_path, log_offset, side, 0)
+        return HeldHandle(held, log_path, log_offset, side, 0, layout(argv))
 
     def adopt(self, attempt: int, log_path: Path):
         """The trainer of ``attempt`` as a handle, read on from the saved offsets: alive
@@ -60,14 +65,17 @@ class HeldSpawner:
         same = offsets.get("attempt") == attempt
         log_offset = offsets.get("log", 0) if same else 0
         side_offset = offsets.get("side", 0) if same else 0
-        return HeldHandle(held, log_path, log_offset, side_path(self.run_dir, attempt), side_offset)
+        ranks = _layout_from(offsets.get("layout")) if same else None
+        return HeldHandle(held, log_path, log_offset, side_path(self.run_dir, attempt), side_offset,
+                          ranks, offsets.get("ranks", {}) if same and ranks else {})
 
 
 class HeldHandle(TreeOps):
     """A trainer under its holder, as the attempt loop sees it."""
 
     def __init__(self, held: HeldTrainer, log_path: Path, log_offset: int, side: Path,
-                 side_offset: int) -> None:
+                 side_offset: int, ranks: Layout | None = None,
+                 rank_offsets: dict[str, int] | None = None) -> None:
         self._init_tree(held.pid, held.run_dir)
         self.held = held
         self.attempt = held.attempt
@@ -77,6 +85,9 @@ class HeldHandle(TreeOps):
         self.side_tail = FileTail(side, side_offset).until_eof_after(self.exited)
         self.side_offset = side_offset   # the end of the last complete side-channel line
         self._dropped = 0
+        self.layout = ranks              # torchrun: where its ranks write, how they number
+        self.rank_tails: dict[str, FileTail] = {}
+        self._rank_offsets = dict(rank_offsets or {})
 
     @property
     def log_dropped(self) -> int:
@@ -105,6 +116,66 @@ class HeldHandle(TreeOps):
         async for data in self.log_tail:
             yield data
 
+    async def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
+        """torchrun: (global rank, file, bytes) from every rank's stdout and stderr files,
+        found as torchrun makes them, until the trainer has exited and all are read."""
+        if self.layout is None:
+            return
+        queue: asyncio.Queue = asyncio.Queue(maxsize=64)
+        pumps: list[asyncio.Task] = []
+
+        async def pump(tail: FileTail, rank: int, rel: str) -> None:
+            async for data in tail:
+                await queue.put((rank, rel, data))
+
+        async def discover() -> None:
+            root = self.layout.log_dir
+            while True:
+                final = self.exited.is_set()
+                found = [str(p.relative_to(root)) for p in root.glob("*/attempt_*/*/std*.log")]
+                new = {rel: local for rel, local in rank_files(found).items()
+                       if rel not in self.rank_tails}
+                ranks = self.global_ranks() if new else {}
+                for rel, local in new.items():
+                    if local not in ranks and not final and self.layout.nnodes_max > 1:
+                        continue   # several nodes: the rendezvous numbers the ranks; ask again
+                    tail = FileTail(root / rel, self._rank_offsets.get(rel, 0),
+                                    poll_s=0.2).until_eof_after(self.exited)
+                    self.rank_tails[rel] = tail
+                    pumps.append(asyncio.create_task(
+                        pump(tail, ranks.get(local, self.layout.global_rank(local)), rel)))
+                if final:
+                    break
+                await asyncio.sleep(0.5)
+            await asyncio.gather(*pumps)
+            await queue.put(None)
+
+        finder = asyncio.create_task(discover())
+        try:
+            while (item := await queue.get()) is not None:
+                yield item
+        finally:
+            finder.cancel()
+            for t in pumps:
+                t.cancel()
+
+    def global_ranks(self) -> dict[int, int]:
+        """Local rank -> global rank of this node's live ranks, from their environment
+        (LOCAL_RANK, RANK): with several nodes the rendezvous, not the node rank, numbers them."""
+        import psutil
+        out: dict[int, int] = {}
+        try:
+            procs = psutil.Process(self.pid).children(recursive=True)
+        except psutil.Error:
+            return out
+        for p in procs:
+            try:
+                env = p.environ()
+                out.setdefault(int(env["LOCAL_RANK"]), int(env["RANK"]))
+            except (psutil.Error, OSError, KeyError, ValueError):
+                continue
+        return out
+
     async def side_lines(self) -> AsyncIterator[bytes]:
         async for line in split_lines(self.log_chunks(self.side_tail)):
             self.side_offset += len(line)
@@ -121,7 +192,20 @@ class HeldHandle(TreeOps):
         return samples
 
     def offsets(self) -> dict:
-        return {"attempt": self.attempt, "log": self.log_tail.offset, "side": self.side_offset}
+        out = {"attempt": self.attempt, "log": self.log_tail.offset, "side": self.side_offset}
+        if self.layout is not None:
+            lay = self.layout
+            out["layout"] = [str(lay.log_dir), lay.nproc, lay.nnodes_max, lay.node_rank]
+            out["ranks"] = {rel: t.offset for rel, t in self.rank_tails.items()}
+        return out
+
+
+def _layout_from(saved) -> Layout | None:
+    try:
+        log_dir, nproc, nnodes, node_rank = saved
+        return Layout(Path(log_dir), nproc, int(nnodes), int(node_rank))
+    except (TypeError, ValueError):
+        return None
 
 
 def read_offsets(run_dir: Path) -> dict:

@@ -10,6 +10,7 @@ from .. import events as E
 from ..feed import FedLine, OutputFeed
 from ..instrument import NONE_KEY, attached_integration
 from ..journal import ProgressThrottle
+from ..parse import line_rank
 from ..report import SAVE_ON_REQUEST_KEY
 from ..supervisor import RunState
 from .context import RunContext
@@ -28,7 +29,8 @@ class Intake:
         self.phase = "startup"
         self.reported_phase = False   # the phase came from the side channel, not the console
         self.feed = OutputFeed(ctx.matcher, progress=ctx.spec.progress)
-        self.throttle = ProgressThrottle(1.0)
+        self.throttles: dict[int | None, ProgressThrottle] = {}   # one per rank
+        self.lead_rank: int | None = None   # torchrun: the lowest rank seen speaks for the job's rate
         self.structured = False       # progress comes on the side channel: ignore the console's
         self.structured_phases = False
         self.progressed = False       # this attempt went beyond the furthest batch of the run
@@ -45,11 +47,15 @@ class Intake:
         self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
         self.integration: str | None = None   # the zero-code integration that attached
         self.integration_said = False  # attached, or "none attached" said, this attempt
+        self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}   # torchrun: a feed per rank file
+        self.rank_progress: dict[int, E.Progress] = {}   # torchrun: each rank's last batch
+        self.stuck_ranks: tuple[int, ...] = ()           # the culprits of this attempt's stall
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
         self.feed = OutputFeed(self.ctx.matcher, progress=self.ctx.spec.progress)
-        self.throttle = ProgressThrottle(1.0)
+        self.throttles = {}
+        self.lead_rank = None
         self.structured = self.structured_phases = False
         self.progressed = False
         self.fatal_stop = None
@@ -62,6 +68,8 @@ class Intake:
         self.seen_progress = False
         self.integration = None
         self.integration_said = False
+        self.rank_feeds = {}
+        self.rank_progress, self.stuck_ranks = {}, ()
         self.set_phase("startup", now, force=True)
 
     # ------------------------------------------------------------------ console
@@ -72,11 +80,33 @@ class Intake:
     def end_output(self) -> None:
         self.on_fed(self.feed.flush(self.ctx.clock()))
 
-    def on_fed(self, lines: list[FedLine]) -> None:
+    def on_rank_output(self, rank: int, stream: str, data: bytes) -> None:
+        """torchrun: output of one rank's file (``stream``): its progress carries ``rank``,
+        its lines and warnings are marked ``[rank N]``."""
+        if stream not in self.rank_feeds:
+            self.rank_feeds[stream] = (rank, OutputFeed(self.ctx.matcher, progress=self.ctx.spec.progress))
+        feed = self.rank_feeds[stream][1]
+        self.on_fed(feed.feed(data, self.ctx.clock()), rank)
+        self.flush_logs_if_due()
+
+    def end_rank_output(self) -> None:
+        for rank, feed in self.rank_feeds.values():
+            self.on_fed(feed.flush(self.ctx.clock()), rank)
+
+    def on_fed(self, lines: list[FedLine], rank: int | None = None) -> None:
         now = self.ctx.clock()
         if lines:
             self.on_activity(now)
         for fed in lines:
+            said = rank if rank is not None else (line_rank(fed.text) if fed.warning else None)
+            if fed.warning is not None and said is not None:   # an NCCL/gloo watchdog's rank
+                fed = dataclasses.replace(fed, warning=dataclasses.replace(
+                    fed.warning, text=f"rank {said}: {fed.warning.text}", rank=said))
+            if rank is not None:
+                fed = dataclasses.replace(
+                    fed, text=f"[rank {rank}] {fed.text}",
+                    events=tuple(dataclasses.replace(ev, rank=rank) if isinstance(ev, E.Progress)
+                                 else ev for ev in fed.events))
             self.log_lines.append(fed.text)
             self.tail.append(fed.text)
             if fed.warning is not None:
@@ -183,22 +213,31 @@ class Intake:
             ctx.furthest = mark
             self.progressed = True
         ctx.detector.on_progress(ev, now)
-        ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
+        if ev.rank is not None:
+            self.rank_progress[ev.rank] = ev
+            if self.lead_rank is None or ev.rank < self.lead_rank:
+                self.lead_rank = ev.rank
+        if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
+            ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
         warning = ctx.matcher.feed_progress(ev, now)
         if warning is not None:
             self.on_warning(warning)
         if ctx.sm.state in (RunState.STARTING, RunState.STALLED):
             self.stalled = False
             ctx.set_state(RunState.RUNNING, "progress")
-        admitted = self.throttle.offer(ev)
+        throttle = self.throttles.get(ev.rank)
+        if throttle is None:
+            throttle = self.throttles[ev.rank] = ProgressThrottle(1.0)
+        admitted = throttle.offer(ev)
         if admitted is not None:
             ctx.emit(admitted)
 
     # ------------------------------------------------------------------ flushing
     def flush_progress(self, now: float, force: bool = False) -> None:
-        pending = self.throttle.flush(now, force=force)
-        if pending is not None:
-            self.ctx.emit(pending)
+        for throttle in self.throttles.values():
+            pending = throttle.flush(now, force=force)
+            if pending is not None:
+                self.ctx.emit(pending)
 
     def flush_logs_if_due(self) -> None:
         if self.ctx.clock() - self.last_log_flush >= LOG_FLUSH_S:

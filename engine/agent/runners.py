@@ -1,7 +1,7 @@
 """The runner registry: the one place where a runner kind says how its trainer is started
 (argv and env) and where a restart resumes from.  The job-file side of a kind (its table)
 lives with the job model in engine/config; the code that runs inside the trainer lives in
-engine/runners/.  A new kind (torchrun) is one more entry here."""
+engine/runners/.  A new kind is one more entry here."""
 from __future__ import annotations
 
 import os
@@ -126,6 +126,26 @@ class UltralyticsRunner(RunnerKind):
         return str(chosen) if chosen else None
 
 
+class TorchrunRunner(CommandRunner):
+    """A torchrun job (a ``kind = "torchrun"`` job, or ``trainctl run -- torchrun ...``):
+    its command, run the way trainctl supervises torchrun (engine/torchrun.py:
+    ``--max-restarts 0``, each rank's output in ``ranks-<attempt>/``); the preset's ``args``
+    go to the script, its env to every rank (torchrun passes its environment on); resumed
+    like a command."""
+
+    name = "torchrun"
+
+    def argv(self, spec, files, preset_name, preset, resume_from, attempt):
+        from ..torchrun import supervised
+        return supervised(super().argv(spec, files, preset_name, preset, resume_from, attempt),
+                          rank_log_dir(files, attempt))
+
+
+def rank_log_dir(files: RunFiles, attempt: int) -> Path:
+    """Where attempt ``attempt``'s ranks write their output (torchrun's --log-dir)."""
+    return files.dir / f"ranks-{attempt}"
+
+
 def reported_checkpoints(files: RunFiles, last_checkpoint: str | None,
                          resume_from: str | None) -> list[str | None]:
     """The checkpoints the trainer reported as written (the journal's, which an adopting
@@ -171,7 +191,8 @@ def integration_of(files: RunFiles) -> str | None:
     return found
 
 
-RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner())}
+RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner(),
+                                                       TorchrunRunner())}
 
 ResumeRule = Callable[..., "str | None"]
 

@@ -55,9 +55,11 @@ class Stopper:
             return
         ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
         diag = await self.diagnose(trainer, f"{ctx.attempt}")
+        ranks = tuple(diag.ranks) or tuple(verdict.ranks)   # the stacks know the culprit best
+        self.intake.stuck_ranks = ranks
         ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
                          diag.cpu_percent, diag.stacks, verdict.threshold_s,
-                         f"{diag.detail} ({verdict.reason})"))
+                         f"{diag.detail} ({verdict.reason})", ranks))
         if not (ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled):
             return
         if self.intake.save_on_request:

@@ -25,6 +25,7 @@ class Watcher:
         self._last_risk_check = 0.0
         self._projection_basis = (False, False)
         self._last_gpu: dict | None = None
+        self._rank_of: dict[int, int | None] = {}   # torchrun: pid -> its rank (read once per pid)
         self.stall_task: asyncio.Task | None = None
 
     async def run(self) -> None:
@@ -63,7 +64,8 @@ class Watcher:
         try:
             if trainer is not None and trainer.returncode is None:
                 samples = await trainer.sample()
-                processes = tuple(s.as_dict() for s in samples)
+                processes = self.with_ranks(samples) if ctx.spec.kind == "torchrun" else \
+                    tuple(s.as_dict() for s in samples)
                 if samples:   # before the first batch: a still tree is a deadlock
                     ctx.detector.on_tree(now, *tree_activity(samples))
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
@@ -79,6 +81,31 @@ class Watcher:
         ctx.emit(E.Tick(now, self.intake.phase, round(ctx.detector.idle(now), 1),
                         _round(ctx.detector.threshold(now)), ctx.policy.auto_recover,
                         processes, self._last_gpu))
+
+
+    def with_ranks(self, samples) -> tuple[dict, ...]:
+        """The tick's process dicts, each rank process and its descendants (DataLoader
+        workers) with ``rank`` (from the rank's environment, read once per new pid)."""
+        from ..diagnose import find_ranks
+        root = samples[0].pid if samples else None
+        # the launcher's own children are asked again until they say (caught before exec)
+        new = tuple(s for s in samples if s.pid not in self._rank_of
+                    or (self._rank_of[s.pid] is None and s.ppid == root))
+        if new:
+            found = find_ranks(samples)
+            for s in new:
+                self._rank_of[s.pid] = found.get(s.pid)
+        parent = {s.pid: s.ppid for s in samples}
+        out = []
+        for s in samples:
+            d, pid = s.as_dict(), s.pid
+            while pid in parent and self._rank_of.get(pid) is None:
+                pid = parent[pid]
+            rank = self._rank_of.get(pid)
+            if rank is not None:
+                d["rank"] = rank
+            out.append(d)
+        return tuple(out)
 
 
 def _round(v: float | None) -> float | None:

@@ -16,7 +16,7 @@ The package, by concern (import from here; the modules are its inside):
 from __future__ import annotations
 
 from .job import ALERT_KINDS, JOB_FILE_NAME, JOB_KINDS, Job, expand_resume_args, job_problems, load_job, parse_deadline
-from .kinds import JOB_TABLES, JobTable
+from .kinds import JOB_TABLES, JobTable, torchrun_command
 from .preset import (MP_CONTEXTS, SHARING_STRATEGIES, DataLoaderCfg, Preset, ThreadsCfg, preset_from_text,
                      preset_problems)
 from .store import (diff_text, list_presets, load_preset, new_preset_from, preset_search_dirs,
@@ -29,5 +29,5 @@ __all__ = [
     "preset_search_dirs", "user_config_dir", "save_preset_text", "update_preset_text",
     "update_preset_values", "diff_text", "new_preset_from", "load_job", "job_problems",
     "parse_deadline", "expand_resume_args",
-    "MP_CONTEXTS", "SHARING_STRATEGIES", "ALERT_KINDS", "JOB_KINDS", "JOB_FILE_NAME", "JOB_TABLES", "JobTable",
+    "MP_CONTEXTS", "SHARING_STRATEGIES", "ALERT_KINDS", "JOB_KINDS", "JOB_FILE_NAME", "JOB_TABLES", "JobTable", "torchrun_command",
 ]

@@ -42,7 +42,7 @@ class Job:
     """A validated job file (``trainctl.toml``)."""
 
     name: str
-    kind: str  # a key of JOB_TABLES: "ultralytics" | "command"
+    kind: str  # a key of JOB_TABLES: "ultralytics" | "command" | "torchrun"
     path: Path | None = None
     command: tuple[str, ...] = ()
     settings: dict[str, Any] = field(default_factory=dict)  # its kind's validated [section]

@@ -1,8 +1,8 @@
 """The job-file tables of each runner kind: :data:`JOB_TABLES`, kind -> :class:`JobTable`.
 
 A job file's ``kind`` picks one entry; :func:`~.job.load_job` checks the shared keys
-itself and hands the rest to the entry.  A new runner kind (``kind = "torchrun"``) is one
-more entry here (and its runner, which reads the :class:`~.job.Job` it gets).
+itself and hands the rest to the entry.  A new runner kind is one more entry here (and its
+runner, which reads the :class:`~.job.Job` it gets).
 """
 from __future__ import annotations
 
@@ -168,9 +168,71 @@ def _placeholders(arg: str) -> list[str] | None:
         return None
 
 
+_TORCHRUN_KEYS = ("script", "args", "python", "nproc_per_node", "nnodes", "node_rank",
+                  "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+
+
+def _torchrun(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
+              job_dir: Path) -> dict[str, Any]:
+    """``[torchrun]``: the script and its ``args``, ``nproc_per_node``, ``nnodes``,
+    ``node_rank`` (this node's; ``trainctl run --node-rank`` overrides it), the rendezvous
+    (``rdzv_backend``, ``rdzv_endpoint``: required for several nodes, ``rdzv_id``) and the
+    ``python`` that runs ``-m torch.distributed.run``; ``resume_args`` as for a command."""
+    resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
+    if table is None:
+        if "torchrun" not in data:
+            p.add("torchrun", None, 'required for kind = "torchrun": a section with '
+                                    'script = "train.py" and nproc_per_node = N')
+        return {"resume_args": resume_args}
+    sec = "torchrun"
+    p.unknown(sec, table, _TORCHRUN_KEYS)
+    out: dict[str, Any] = {"python": "python", "args": [], "nproc_per_node": 1, "nnodes": 1,
+                           "node_rank": 0, "rdzv_backend": "c10d"}
+    if "script" not in table:
+        p.add(sec, "script", 'required: the training script, e.g. script = "train.py"')
+    for key, value in table.items():
+        if key in ("script", "python", "rdzv_backend", "rdzv_endpoint", "rdzv_id"):
+            value = p.str_(sec, key, value, nonempty=True)
+        elif key == "args":
+            value = p.str_list(sec, key, value)
+            value = list(value) if value is not None else None
+        elif key in ("nproc_per_node", "nnodes"):
+            value = p.int_(sec, key, value, 1)
+        elif key == "node_rank":
+            value = p.int_(sec, key, value, 0)
+        if value is not None:
+            out[key] = value
+    if out["node_rank"] >= out["nnodes"]:
+        p.add(sec, "node_rank", f"must be below nnodes ({out['nnodes']}) (got {out['node_rank']})")
+    if out["nnodes"] > 1 and "rdzv_endpoint" not in out:
+        p.add(sec, "rdzv_endpoint", "required when nnodes > 1: the rendezvous host:port every "
+                                    'node reaches, e.g. rdzv_endpoint = "10.0.0.1:29400"')
+    ready = "script" in out and (out["nnodes"] == 1 or "rdzv_endpoint" in out)
+    command = torchrun_command(out) if ready else ()
+    return {"command": command, "resume_args": resume_args, "settings": out}
+
+
+def torchrun_command(settings: Mapping[str, Any], node_rank: int | None = None) -> tuple[str, ...]:
+    """The torchrun command line of a ``[torchrun]`` table (``node_rank`` overrides its own).
+    One node without an endpoint: ``--standalone``."""
+    rank = settings.get("node_rank", 0) if node_rank is None else node_rank
+    argv = [settings.get("python", "python"), "-m", "torch.distributed.run",
+            "--nproc-per-node", str(settings.get("nproc_per_node", 1)),
+            "--nnodes", str(settings.get("nnodes", 1))]
+    if settings.get("nnodes", 1) == 1 and not settings.get("rdzv_endpoint"):
+        argv.append("--standalone")
+    else:
+        argv += ["--node-rank", str(rank), "--rdzv-backend", settings.get("rdzv_backend", "c10d"),
+                 "--rdzv-endpoint", settings["rdzv_endpoint"],
+                 "--rdzv-id", settings.get("rdzv_id") or "trainctl"]
+    return (*argv, settings["script"], *settings.get("args", ()))
+
+
 JOB_TABLES: dict[str, JobTable] = {
     "ultralytics": JobTable(_ultralytics, keys=("checkpoint_every",), section="ultralytics",
                             hints={"command": "; use [ultralytics] model and data",
                                    "resume_args": " (Ultralytics runs resume natively)"}),
     "command": JobTable(_command, keys=("command", "resume_args", "instrument", "checkpoint_every")),
+    "torchrun": JobTable(_torchrun, keys=("resume_args",), section="torchrun",
+                         hints={"command": "; use [torchrun] script and args"}),
 }

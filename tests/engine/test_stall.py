@@ -381,7 +381,7 @@ def test_startup_idle_is_a_setting_and_can_be_off_and_never_fires_without_sample
 
 
 def test_a_multi_node_torchrun_rank_is_exempt_from_the_startup_idle_watch():
-    from trainctl.engine.agent.context import rendezvous_wait
+    from trainctl.engine.torchrun import rendezvous_wait
     assert rendezvous_wait(["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "train.py"])
     assert rendezvous_wait(["python", "-m", "torch.distributed.run", "--nnodes=1:4", "train.py"])
     assert rendezvous_wait(["/opt/venv/bin/torchrun", "--nnodes=1", "train.py"]) is None

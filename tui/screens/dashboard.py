@@ -241,7 +241,8 @@ class DashboardScreen(Screen[None]):
             ended=ended)
         self.query_one(ResourcesPanel).info = ResourcesInfo(
             tick.processes if tick else (), tick.gpu if tick else None, tick is not None,
-            self.wide, ended)
+            self.wide, ended, model.rank_rows(),
+            model.stuck_ranks if model.state in ("STALLED", "STOPPING") else ())
         if model.chart_version != self._chart_seen:
             self._chart_seen = model.chart_version
             self.query_one(LossChart).show(self.chart_data())

@@ -1,4 +1,6 @@
-"""CPU and memory of the trainer and each worker, and the GPU (or "no GPU")."""
+"""CPU and memory of the trainer and each worker, and the GPU (or "no GPU").  A torchrun
+job shows a row per rank instead: its batch, rate, state and CPU (its DataLoader workers
+included), the culprit of a stall marked."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -20,6 +22,8 @@ class ResourcesInfo:
     known: bool = False   # False until the first tick
     wide: bool = True
     ended: str | None = None   # a final state: the last tick's processes are gone
+    ranks: tuple = ()          # torchrun: tui.model.RankRow per rank
+    stuck: tuple[int, ...] = ()   # the culprit ranks of the current stall
 
 
 STATUS = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "zombie": "Z",
@@ -36,12 +40,44 @@ def gpu_line(gpu: dict[str, Any] | None) -> str:
     return f"GPU {gpu.get('name') or ''} util {fmt.percent(gpu.get('util'))}{mem}{power}"
 
 
+def rank_lines(info: ResourcesInfo, text: Text) -> None:
+    """A row per rank: batch, rate, state, CPU and workers (from the tick's processes)."""
+    cpu: dict[int, float] = {}
+    workers: dict[int, int] = {}
+    status: dict[int, str] = {}
+    for proc in info.processes:
+        rank = proc.get("rank")
+        if not isinstance(rank, int):
+            continue
+        cpu[rank] = cpu.get(rank, 0.0) + float(proc.get("cpu_percent") or 0.0)
+        if proc.get("role") == "worker":
+            workers[rank] = workers.get(rank, 0) + 1
+        else:
+            status[rank] = str(proc.get("status") or "?")
+    rows = {r.rank: r for r in info.ranks}
+    for rank in sorted(set(rows) | set(status))[:MAX_ROWS]:
+        row = rows.get(rank)
+        stuck = rank in info.stuck
+        batch = f"{fmt.count(row.batch)}/{fmt.count(row.batches)}" if row else "—"
+        ep = f"e{row.epoch} " if row and row.epoch is not None else ""
+        rate = f"{row.rate:.2f} it/s" if row and row.rate is not None else "— it/s"
+        state = "STUCK" if stuck else STATUS.get(status.get(rank, ""), "gone" if rank not in status else "?")
+        use = f"cpu {fmt.percent(cpu.get(rank))}" if rank in status else "cpu —"
+        more = f" +{workers[rank]}w" if workers.get(rank) and info.wide else ""
+        text.append(f"{'▶' if stuck else ' '}rank {rank:<3} {ep}{batch:<9} {rate:>10} {state:<5} "
+                    f"{use}{more}\n", style="bold red" if stuck else "")
+
+
 def resources_text(info: ResourcesInfo) -> Text:
     if info.ended:
         return Text(f"run {info.ended}: no trainer process", style="dim")
     if not info.known:
         return Text("waiting for the agent's probes…", style="dim")
     text = Text()
+    if info.ranks or any("rank" in p for p in info.processes):
+        rank_lines(info, text)
+        text.append(gpu_line(info.gpu), style="" if info.gpu else "dim")
+        return text
     procs = info.processes
     for proc in procs[:MAX_ROWS]:
         role = str(proc.get("role") or "?")
@@ -70,4 +106,5 @@ class ResourcesPanel(Static):
         self.watch_info(self.info)
 
     def watch_info(self, info: ResourcesInfo) -> None:
+        self.border_title = "Ranks" if info.ranks and not info.ended else "Resources"
         self.update(resources_text(info))
