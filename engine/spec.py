@@ -35,6 +35,7 @@ class RunSpec:
     progress: dict | None = None               # the job's [progress]: {"pattern", "losses"}
     setup: str = ""                            # shell lines run before the trainer ([host] setup)
     remote: bool = False                       # started on this box by `trainctl run --host`
+    slurm: dict | None = None                  # the job's [slurm] (`trainctl run --slurm`)
 
     def save(self, path: Path) -> None:
         tmp = Path(str(path) + ".tmp")

@@ -67,6 +67,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-auto-recover", action="store_true", help="detect and diagnose, but never restart by itself")
     p.add_argument("--no-tmux", action="store_true", help="run the agent detached, not in tmux")
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
+    p.add_argument("--slurm", action="store_true",
+                   help="run as Slurm batch jobs (sbatch), going on in a next job at each time "
+                        "limit (the job's [slurm] sets partition, time, gpus, ...)")
     p.add_argument("--detach", action="store_true",
                    help="start the agent (in tmux when there) and print its run directory; no TUI")
     p.add_argument("--alert", action="append", default=[], metavar="NAME|URL",
@@ -132,6 +135,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("run_dir")
     ag.add_argument("--json", action="store_true")
     ag.add_argument("--adopt", action="store_true", help="take over a run whose agent died")
+    ag.add_argument("--slurm", action="store_true", help="the run's Slurm batch job")
     return p
 
 
@@ -269,7 +273,9 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
         currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
         rescue_wait_s=max(0.0, args.rescue_wait),
-        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh)
+        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh,
+        slurm=(dict(job.slurm or {}) if job else {}) if getattr(args, "slurm", False)
+        or (job is not None and job.slurm is not None) else None)
     spec.save(files.spec)
     _write_alerts(args, job, files.dir, name, spec.host)
     return run_dir, spec, not run_dir_ref
@@ -388,9 +394,11 @@ def _link_latest(run_dir: Path) -> None:
 
 
 def _run_agent(run_dir: Path, spec, as_json: bool,
-               on_locked: Callable[[], None] | None = None, adopt: bool = False) -> int:
+               on_locked: Callable[[], None] | None = None, adopt: bool = False,
+               slurm: bool = False) -> int:
     from .engine.agent import Agent
-    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt)
+    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt,
+                  slurm=slurm)
     return asyncio.run(agent.run())
 
 
@@ -406,9 +414,16 @@ def _job_has_host(args) -> bool:
 
 def cmd_run(args) -> int:
     if args.host or _job_has_host(args):
+        if args.slurm:
+            raise UsageError("give --host or --slurm, not both (run from the cluster's login node)")
         from .remote_cli import run_remote
         return run_remote(args)
     run_dir, spec, created = _prepare(args)
+    if spec.slurm is not None:
+        from .slurm_cli import run_slurm, submit_run
+        job_id = submit_run(args, run_dir, spec, created)
+        _link_latest(run_dir)
+        return run_slurm(args, run_dir, job_id)
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
@@ -447,7 +462,8 @@ def cmd_agent(args) -> int:
     spec = RunSpec.load(files.spec)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
-    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False))
+    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
+                      slurm=getattr(args, "slurm", False))
 
 
 def _agent_alive(run_dir: Path) -> bool:
@@ -618,6 +634,9 @@ def cmd_ctl(args) -> int:
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except AgentUnavailable as e:
+        from .slurm_cli import is_slurm_run, stop_waiting_job
+        if args.command == "stop" and is_slurm_run(run_dir):
+            return stop_waiting_job(run_dir)   # its job waits in the queue: scancel it
         print(f"trainctl: {e}", file=sys.stderr)
         return 1
     if not reply.get("ok"):
@@ -660,6 +679,13 @@ def cmd_status(args) -> int:
             status["progress"] = E.to_dict(last["progress"])
         if code:
             status["responding"] = False
+        from .engine.supervisor import FINAL_STATES as _FINAL
+        from .slurm_cli import slurm_status
+        sl = slurm_status(run_dir)
+        if sl is not None:
+            status["slurm"] = sl
+            if status.get("state") not in _FINAL and sl.get("state") == "PENDING":
+                status["state"] = "PENDING"
     if args.json:
         print(json.dumps(status, indent=2))
         return code
@@ -667,6 +693,11 @@ def cmd_status(args) -> int:
     print(f"run     {status.get('run_dir', run_dir)} ({agent})")
     print(f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
           f"   attempt {status.get('attempt', '?')}")
+    if status.get("slurm"):
+        sl = status["slurm"]
+        reason = f" ({sl['reason']})" if sl.get("reason") not in (None, "", "None") else ""
+        print(f"slurm   job {sl['job']} {sl.get('state', sl.get('error', '?'))}{reason}"
+              f"   jobs {', '.join(sl['jobs'])}")
     proj = status.get("projection")
     if proj and status.get("state") in FINAL_STATES and not proj.get("finished"):
         print(f"        no ETA: the run is {status['state']}")   # its last live one is stale
