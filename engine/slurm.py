@@ -43,6 +43,7 @@ class JobInfo:
     time_limit_s: int | None = None
     partition: str = ""
     node: str = ""
+    end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
 
     @property
     def ended(self) -> bool:
@@ -147,6 +148,15 @@ def time_limit_s(cfg: dict[str, Any]) -> int | None:
     return None
 
 
+def _timestamp(value: str) -> float | None:
+    """squeue's %e (local time, ISO without a zone), or None (N/A, Unknown)."""
+    import datetime as dt
+    try:
+        return dt.datetime.fromisoformat(value.strip()).timestamp()
+    except ValueError:
+        return None
+
+
 def _squeue_time(value: str) -> int | None:
     """squeue/sinfo's D-HH:MM:SS, HH:MM:SS or MM:SS."""
     value = value.strip()
@@ -186,14 +196,8 @@ def submit(argv: list[str]) -> str:
 
 
 def job_info(job_id: str) -> JobInfo | None:
-    """The job's state now (squeue, else scontrol for a job that just ended); None when
-    Slurm no longer knows it (ended longer ago than MinJobAge)."""
-    r = _run(["squeue", "-h", "-j", job_id, "-o", "%T|%r|%l|%P|%N"])
-    if r.returncode == 0 and r.stdout.strip():
-        state, reason, limit, part, node = (r.stdout.strip().splitlines()[0].split("|") + [""] * 5)[:5]
-        return JobInfo(job_id, state, reason, _squeue_time(limit), part, node)
-    if r.returncode != 0 and "invalid job id" not in (r.stderr or "").lower():
-        raise _why(r, "squeue")
+    """The job's state now (scontrol: its base state, CANCELLED even while it completes);
+    None when Slurm no longer knows it (ended longer ago than MinJobAge)."""
     r = _run(["scontrol", "-o", "show", "job", job_id])
     if r.returncode != 0:
         if "invalid job id" in (r.stderr or "").lower():
@@ -202,7 +206,7 @@ def job_info(job_id: str) -> JobInfo | None:
     fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
     return JobInfo(job_id, fields.get("JobState", "?"), fields.get("Reason", ""),
                    _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
-                   fields.get("NodeList", ""))
+                   fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")))
 
 
 def cancel(job_id: str) -> None:

@@ -27,7 +27,8 @@ COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge
 EXIT_CODES_HELP = """exit codes:
   0    the run finished (or the command did what it was asked)
   1    the run failed; `ctl`: no agent is running for that run
-  2    bad usage or configuration; `ctl`: the agent refused the command
+  2    bad usage or configuration; `ctl`: the agent refused the command; `run --slurm`:
+       sbatch refused the job, or slurmctld is unreachable (one line says which)
   3    `attach --json/--headless`: the agent is gone and its journal does not end the run
   4    `status`, `ctl`, `attach`: the agent does not answer within a few seconds
        ("agent not responding (pid N, stopped)": stopped or wedged)

@@ -33,10 +33,12 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
         job_id = slurm.submit(slurm.sbatch_argv(cfg, run_dir, slurm.job_name(spec.job_name),
                                                 cfg["warn"]))
     except (slurm.SlurmError, ValueError) as e:
-        if created and not RunFiles(run_dir).events.exists():
+        if created and not RunFiles(run_dir).events.exists():   # made for this run: no trace
             shutil.rmtree(run_dir, ignore_errors=True)
         raise UsageError(str(e)) from None
     slurm.add_job(run_dir, job_id)
+    from .engine.journal import Journal
+    Journal(RunFiles(run_dir).events).close()   # empty until the agent begins: readers find it
     return job_id
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import time
 
 from .. import slurm
 from ..supervisor import RunState
@@ -31,7 +32,9 @@ class SlurmPart:
         self.cfg = dict(ctx.spec.slurm or {})
         loop.slurm_job = self.job_id
         loop.on_suspend = self.submit_next
-        self._why: asyncio.Task | None = None
+        self._why: asyncio.Future | None = None
+        self._warned: asyncio.Future | None = None
+        self.planned_end: float | None = None   # start + time limit, from Slurm at the start
 
     def install(self, aio: asyncio.AbstractEventLoop) -> None:
         aio.add_signal_handler(signal.SIGUSR1, self.on_time_warning)
@@ -50,6 +53,7 @@ class SlurmPart:
             self.ctx.info(f"Slurm job {self.job_id}: {e}", "slurm.job")
             return
         limit = info.time_limit_s if info else None
+        self.planned_end = info.end_ts if info else None
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -60,7 +64,28 @@ class SlurmPart:
 
     # ------------------------------------------------------------------ signals
     def on_time_warning(self) -> None:
+        if self._warned is None:
+            self._warned = asyncio.ensure_future(self._save_near_the_end())
+
+    async def _save_near_the_end(self) -> None:
+        """Slurm's timer ticks every 30 s, so its warning comes up to a minute early: the
+        save is asked ``warn`` seconds before the job's end time (read from squeue), not at
+        once; at once when the end time cannot be read."""
         ctx = self.ctx
+        warn = float(self.cfg.get("warn") or 0)
+        try:
+            info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                None, slurm.job_info, self.job_id), WHY_TIMEOUT_S) if self.job_id else None
+        except (asyncio.TimeoutError, slurm.SlurmError):
+            info = None
+        wait = (info.end_ts - warn - ctx.clock()) if info and info.end_ts else 0.0
+        if wait > 1:
+            at = time.strftime("%H:%M:%S", time.localtime(ctx.clock() + wait))
+            ctx.info(f"Slurm's time-limit warning for job {self.job_id} came {wait:.0f} s early "
+                     f"(its timer ticks every 30 s): the save is asked at {at}", "slurm.time_limit")
+            stop = asyncio.ensure_future(ctx.stop_requested.wait())
+            await asyncio.wait({stop}, timeout=wait)
+            stop.cancel()
         if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
             return
         ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
@@ -86,6 +111,11 @@ class SlurmPart:
             except (asyncio.TimeoutError, slurm.SlurmError):
                 info = None
         state = info.state.split()[0] if info else "?"
+        if state == "COMPLETING":
+            # scontrol says COMPLETING while the job's processes (this agent) end: before the
+            # end its time limit set (read when it started) that is a scancel, after it the limit
+            past = self.planned_end is not None and ctx.clock() >= self.planned_end - 5
+            state = "TIMEOUT" if past else "CANCELLED"
         if state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "DEADLINE") and not ctx.stop_requested.is_set():
             ctx.info(f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
                      "next job from its last good checkpoint", "slurm.ended")

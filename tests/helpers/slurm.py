@@ -50,7 +50,7 @@ def _answers() -> str | None:
     except subprocess.TimeoutExpired:
         return "sinfo did not answer within 15 s (is slurmctld up? .ci/slurm-up.sh)"
     states = r.stdout.split()
-    if r.returncode != 0 or not any(s.rstrip("*") in ("idle", "mix", "alloc") for s in states):
+    if r.returncode != 0 or not any(s.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp") for s in states):
         return f"Slurm does not answer with a node up (.ci/slurm-up.sh): {(r.stderr or r.stdout).strip()[:200]}"
     return None
 

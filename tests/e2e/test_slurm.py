@@ -1,0 +1,185 @@
+"""trainctl on a real single-node Slurm (munged, slurmctld, slurmd started by .ci/slurm-up.sh;
+skipped without it, a failure when TRAINCTL_REQUIRE_SLURM=1 as in CI): a supervised run in
+an allocation; a DataLoader hang caught and restarted inside the same job; a training longer
+than its 1-minute time limit going on across Slurm jobs from each save; `s` on a running and
+on a queued job; sbatch's refusals; someone else's scancel."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, start_trainctl, wait_until
+from tests.helpers.slurm import cancel_all, queue_of, require_slurm, slurm_env, wait_queue_empty
+from trainctl.engine.slurm import read_jobs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
+
+EXAMPLE = ROOT / "examples" / "midepoch_resume.py"
+
+
+@pytest.fixture(autouse=True)
+def slurm_up(request):
+    require_slurm()
+    names: list[str] = []
+    yield names
+    for name in names:
+        cancel_all(f"trainctl-{name}")
+
+
+def slurm_job(tmp_path: Path, name: str, names: list[str], *, slurm: str = "", stall: str = "",
+              example: tuple[str, ...] = ()) -> Path:
+    """A command job running examples/midepoch_resume.py as a Slurm job."""
+    names.append(name)
+    argv = [PYTHON, "-u", str(EXAMPLE), "--checkpoint-dir", str(tmp_path / "ckpts"), *example]
+    job = tmp_path / "trainctl.toml"
+    job.write_text(f'kind = "command"\nname = "{name}"\ncommand = {json.dumps(argv)}\n'
+                   'resume_args = ["--resume", "{checkpoint}"]\n'
+                   + (f"[stall]\n{stall}\n" if stall else "")
+                   + f"[slurm]\n{slurm}\n")
+    return job
+
+
+def attempts(log: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
+    """Per attempt: (where it resumed, the furthest batch it reached), from train.log."""
+    out: list = []
+    for line in log.splitlines():
+        if m := re.match(r"resume epoch=(\d+) batch=(\d+)", line):
+            pos = (int(m[1]), int(m[2]))
+            out.append([pos, pos])
+        elif (m := re.match(r"epoch=(\d+)/\d+ batch=(\d+)/", line)) and out:
+            out[-1][1] = max(out[-1][1], (int(m[1]), int(m[2])))
+    return [tuple(a) for a in out]
+
+
+def test_a_supervised_slurm_run_finishes(tmp_path, slurm_up):
+    job = slurm_job(tmp_path, "sl-finish", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "20", "--batch-time", "0.02", "--workers", "0"))
+    res = run_trainctl(["run", str(job), "--json"], timeout=90)
+    assert res.returncode == 0, res.describe()
+    jobs = read_jobs(res.run_dir)
+    assert len(jobs) == 1
+    starts = res.of_type("start")
+    assert [s.slurm_job for s in starts] == jobs
+    assert of_type(res.events, "state")[-1].state == "FINISHED"
+    assert any(i.key == "slurm.job" and "time limit 5 min" in i.text for i in res.of_type("info"))
+    assert not wait_queue_empty("trainctl-sl-finish", 15)
+    assert (res.run_dir / f"slurm-{jobs[0]}.out").exists()   # the agent's own output
+
+
+def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tmp_path, slurm_up):
+    job = slurm_job(tmp_path, "sl-hang", slurm_up, slurm='time = "5:00"', stall="train_timeout = 4",
+                    example=("--epochs", "1", "--batches", "24", "--batch-time", "0.03", "--workers", "2",
+                             "--hang-at", "1:12", "--hang-kind", "worker", "--hang-attempt", "1"))
+    res = run_trainctl(["run", str(job), "--json"], timeout=120)
+    assert res.returncode == 0, res.describe()
+    starts = res.of_type("start")
+    assert len(starts) == 2 and starts[0].slurm_job == starts[1].slurm_job == read_jobs(res.run_dir)[0]
+    stall = res.of_type("stall")
+    assert stall and stall[0].diagnosis == "deadlock", stall
+    rescue = [c for c in res.of_type("checkpoint") if c.kind == "rescue"]
+    assert rescue and res.of_type("restart")[0].resume_from == rescue[0].path
+    assert of_type(res.events, "state")[-1].state == "FINISHED"
+
+
+def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slurm_up):
+    """1-minute limit, ~62 s of batches (plus each job's start): saved 20 s before each limit,
+    continued in the next job (afterany), one journal, at most 30 batches redone per job
+    boundary."""
+    job = slurm_job(tmp_path, "sl-limit", slurm_up, slurm='time = "1"\nwarn = 20',
+                    example=("--epochs", "1", "--batches", "220", "--batch-time", "0.28",
+                             "--workers", "0", "--save-every", "0"))
+    t0 = time.monotonic()
+    res = run_trainctl(["run", str(job), "--json"], timeout=290)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.describe()
+    jobs = read_jobs(res.run_dir)
+    starts = res.of_type("start")
+    assert len(jobs) >= 3 and [s.slurm_job for s in starts] == jobs, (jobs, starts)
+    assert [e.seq for e in res.events] == list(range(len(res.events)))   # one journal
+    states = [s.state for s in res.of_type("state")]
+    assert states.count("PENDING") == len(jobs) - 1 and states[-1] == "FINISHED", states
+    planned = [c for c in res.of_type("checkpoint") if c.kind == "planned"]
+    assert len(planned) >= len(jobs) - 1 and all(c.ok for c in planned)
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert len(runs) == len(jobs)
+    for (_, furthest), (start, _) in zip(runs, runs[1:]):
+        assert start[0] == furthest[0] and 0 <= furthest[1] - start[1] <= 30, runs
+    assert runs[-1][1] == (1, 220)
+    assert not wait_queue_empty("trainctl-sl-limit", 15)
+    print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}")
+
+
+def test_s_stops_a_running_job_with_nothing_left_in_the_queue(tmp_path, slurm_up):
+    job = slurm_job(tmp_path, "sl-stop", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "2000", "--batch-time", "0.05", "--workers", "0"))
+    res = run_trainctl(["run", str(job), "--detach"], timeout=30)
+    assert res.returncode == 0, res.describe()
+    run_dir = res.run_dir
+    wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 60, what="progress")
+    r = run_trainctl(["ctl", str(run_dir), "stop"], timeout=30)
+    assert r.returncode == 0, r.describe()
+    wait_until(lambda: any(e.type == "state" and e.state == "STOPPED" for e in read_journal(run_dir)),
+               30, what="STOPPED")
+    assert not wait_queue_empty("trainctl-sl-stop", 20)
+
+
+def test_s_cancels_a_queued_job(tmp_path, slurm_up):
+    """A job that waits (here: --begin an hour from now) shows PENDING with squeue's reason;
+    stop scancels it and ends the run STOPPED."""
+    job = slurm_job(tmp_path, "sl-queued", slurm_up, slurm='time = "5:00"\noptions = ["--begin=now+3600"]',
+                    example=("--epochs", "1", "--batches", "5"))
+    res = run_trainctl(["run", str(job), "--detach"], timeout=30)
+    assert res.returncode == 0, res.describe()
+    st = run_trainctl(["status", str(res.run_dir), "--json"], timeout=30)
+    status = json.loads(st.stdout)
+    assert status["state"] == "PENDING" and status["slurm"]["reason"] == "BeginTime", status
+    text = run_trainctl(["status", str(res.run_dir)], timeout=30).stdout
+    assert "PENDING (BeginTime)" in text, text
+    r = run_trainctl(["ctl", str(res.run_dir), "stop"], timeout=60)
+    assert r.returncode == 0, r.describe()
+    assert not queue_of("trainctl-sl-queued")
+    assert of_type(read_journal(res.run_dir), "state")[-1].state == "STOPPED"
+
+
+def test_a_job_cancelled_by_someone_else_is_reported_as_such(tmp_path, slurm_up):
+    job = slurm_job(tmp_path, "sl-scancel", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "2000", "--batch-time", "0.05", "--workers", "0"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event("progress", 60)
+        subprocess.run(["scancel", read_jobs(tc.run_dir)[0]], check=True, env=slurm_env(), timeout=15)
+        res = tc.wait(60)
+    final = of_type(res.events, "state")[-1]
+    assert final.state == "STOPPED" and "cancelled outside trainctl" in final.reason, res.describe()
+    assert res.returncode == 130
+    assert not res.of_type("restart")
+
+
+@pytest.mark.parametrize("slurm, said", [
+    ('partition = "nope"', "Invalid partition name specified"),
+    ('partition = "short"\ntime = "10:00"', "Requested time limit is invalid"),
+    ('gres = "gpu:1"', "Invalid generic resource (gres) specification"),
+])
+def test_sbatch_refusals_are_one_line_and_exit_2(tmp_path, slurm_up, slurm, said):
+    job = slurm_job(tmp_path, "sl-refused", slurm_up, slurm=slurm, example=("--epochs", "1"))
+    run_dir = tmp_path / "run"
+    res = run_trainctl(["run", str(job), "--json", "--run-dir", str(run_dir)], timeout=60)
+    assert res.returncode == 2, res.describe()
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and lines[0].startswith("trainctl: sbatch refused"), lines
+    assert not (run_dir / "slurm.json").exists() and not queue_of("trainctl-sl-refused")
+
+
+def test_an_unreachable_slurmctld_is_a_clear_error(tmp_path, slurm_up, monkeypatch):
+    conf = Path(slurm_env()["SLURM_CONF"]).read_text()
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", conf))
+    monkeypatch.setenv("SLURM_CONF", str(bad))
+    job = slurm_job(tmp_path, "sl-down", [], slurm='time = "5:00"', example=("--epochs", "1"))
+    res = run_trainctl(["run", str(job), "--json"], timeout=60)
+    assert res.returncode == 2, res.describe()
+    assert "slurmctld is unreachable" in res.stderr, res.stderr
