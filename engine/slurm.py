@@ -57,6 +57,16 @@ def _env() -> dict[str, str]:
             if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) or k == "SLURM_CONF"}
 
 
+def configured() -> bool:
+    """Slurm's commands are here and a slurm.conf for them (SLURM_CONF, or the usual
+    places): without one they retry for a minute before failing."""
+    import shutil
+    conf = os.environ.get("SLURM_CONF")
+    return bool(shutil.which("squeue")) and any(
+        Path(p).is_file() for p in ([conf] if conf else ["/etc/slurm/slurm.conf",
+                                                           "/etc/slurm-llnl/slurm.conf"]))
+
+
 def _run(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(),

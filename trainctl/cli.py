@@ -23,7 +23,7 @@ from .cli_common import UsageError, note, printer, resolve_alerts, run_name
 if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
-COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent", "alerts")
+COMMANDS = ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "bridge", "agent", "alerts")
 EXIT_CODES_HELP = """exit codes:
   0    the run finished (or the command did what it was asked)
   1    the run failed; `ctl`: no agent is running for that run
@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="the state and projection of a run", **codes)
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
+    ls = sub.add_parser("ls", help="every run: here, on the hosts in hosts.toml, and in Slurm")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--here", action="store_true", help="only the runs of this machine")
     pr = sub.add_parser("presets", help="list, show, validate or edit presets")
     pr.add_argument("action", choices=("list", "show", "validate", "edit"))
     pr.add_argument("names", nargs="*")
@@ -382,6 +385,8 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
 
 def _link_latest(run_dir: Path) -> None:
     from .engine.paths import latest_link
+    from .engine.runs import register_run
+    register_run(run_dir)   # `trainctl ls` finds it wherever it is
     link = latest_link()
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -710,6 +715,74 @@ def cmd_status(args) -> int:
     return code
 
 
+def cmd_ls(args) -> int:
+    """Every run: this machine's (run directories, Slurm jobs), then each host's in
+    <config>/hosts.toml (``hosts = ["gpu-box", ...]``) over ssh (`trainctl ls --here --json`
+    there).  A host that cannot be reached is a row saying why."""
+    from .engine.runs import run_dirs, summarize
+    rows = [dict(summarize(d), where="local") for d in run_dirs()]
+    if not args.here:
+        from .remote_cli import host_runs
+        for dest in _ls_hosts():
+            rows += host_runs(dest)
+    rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(_ls_table(rows, time.time()))
+    return 0
+
+
+def _ls_hosts() -> list[str]:
+    import tomllib
+    from .engine.paths import config_dir
+    path = config_dir() / "hosts.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: {e}") from None
+    hosts = data.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
+    return hosts
+
+
+def _ls_table(rows: list[dict], now: float) -> str:
+    from .engine.sanitize import sanitize_text
+    head = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "LAST INCIDENT")
+    lines = [head]
+    for r in rows:
+        if r.get("error"):
+            lines.append(("?", "-", r["where"], "-", "-", r["error"]))
+            continue
+        sl = r.get("slurm")
+        if sl:
+            where = f"slurm {sl.get('job')} {sl.get('partition') or ''}".strip()
+        elif r["where"] == "local":
+            where = r["run_dir"]
+        else:
+            where = f"{r['where']}:{r['run_dir']}"
+        state = r["state"] + (f" ({sl['reason']})" if sl and r["state"] == "PENDING"
+                              and sl.get("reason") not in (None, "", "None") else "")
+        p = r.get("progress") or {}
+        prog = "-"
+        if p.get("batch") is not None or p.get("epoch") is not None:
+            prog = ((f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else "")
+                    + f"{p.get('batch') or 0}/{p.get('batches') or '?'}")
+        eta = "-"
+        if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
+            eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
+        inc = r.get("incident") or {}
+        incident = (time.strftime("%H:%M ", time.localtime(inc["ts"])) + inc["text"])[:60] if inc else "-"
+        lines.append((state, r["job"], where, prog, eta, incident))
+    lines = [tuple(sanitize_text(str(c)).replace("\n", " ") for c in ln) for ln in lines]
+    widths = [max(len(ln[i]) for ln in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(ln, widths)) + "  " + ln[-1]
+                     for ln in lines)
+
+
 def cmd_bridge(args) -> int:
     """Relay stdin/stdout to the agent's socket (what `ssh HOST trainctl bridge DIR` runs).
     The agent's hello must come within HELLO_TIMEOUT_S: else the bridge answers the client
@@ -878,6 +951,6 @@ def _editor_argv() -> list[str]:
     return argv
 
 
-HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status,
+HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status, "ls": cmd_ls,
             "presets": cmd_presets, "scan": cmd_scan, "ctl": cmd_ctl, "bridge": cmd_bridge,
             "agent": cmd_agent, "alerts": cmd_alerts}

@@ -14,6 +14,8 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, start_trainctl, wait_until
+from tests.e2e.test_example_midepoch import attempts
+from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
 from tests.helpers.slurm import cancel_all, queue_of, require_slurm, slurm_env, wait_queue_empty
 from trainctl.engine.slurm import read_jobs
 
@@ -36,24 +38,13 @@ def slurm_job(tmp_path: Path, name: str, names: list[str], *, slurm: str = "", s
     """A command job running examples/midepoch_resume.py as a Slurm job."""
     names.append(name)
     argv = [PYTHON, "-u", str(EXAMPLE), "--checkpoint-dir", str(tmp_path / "ckpts"), *example]
+    tmp_path.mkdir(parents=True, exist_ok=True)
     job = tmp_path / "trainctl.toml"
     job.write_text(f'kind = "command"\nname = "{name}"\ncommand = {json.dumps(argv)}\n'
                    'resume_args = ["--resume", "{checkpoint}"]\n'
                    + (f"[stall]\n{stall}\n" if stall else "")
                    + f"[slurm]\n{slurm}\n")
     return job
-
-
-def attempts(log: str) -> list[tuple[tuple[int, int], tuple[int, int]]]:
-    """Per attempt: (where it resumed, the furthest batch it reached), from train.log."""
-    out: list = []
-    for line in log.splitlines():
-        if m := re.match(r"resume epoch=(\d+) batch=(\d+)", line):
-            pos = (int(m[1]), int(m[2]))
-            out.append([pos, pos])
-        elif (m := re.match(r"epoch=(\d+)/\d+ batch=(\d+)/", line)) and out:
-            out[-1][1] = max(out[-1][1], (int(m[1]), int(m[2])))
-    return [tuple(a) for a in out]
 
 
 def test_a_supervised_slurm_run_finishes(tmp_path, slurm_up):
@@ -183,3 +174,40 @@ def test_an_unreachable_slurmctld_is_a_clear_error(tmp_path, slurm_up, monkeypat
     res = run_trainctl(["run", str(job), "--json"], timeout=60)
     assert res.returncode == 2, res.describe()
     assert "slurmctld is unreachable" in res.stderr, res.stderr
+
+
+def test_ls_shows_a_local_an_ssh_and_a_slurm_run_together(tmp_path, slurm_up, box):
+    """`trainctl ls`: a local run (finished), a run on a box over ssh (hosts.toml), and a Slurm
+    run waiting in the queue, each with its state, where, progress and last incident."""
+    from tests.e2e.test_remote_run import cli, start_remote
+    from trainctl.engine.paths import config_dir
+    script = tmp_path / "steps.py"
+    script.write_text("import time\nfor i in range(1, 4):\n    print(f'step {i}/3 loss=0.5', flush=True)\n"
+                      "    time.sleep(0.1)\n")
+    local = run_trainctl(["run", "--json", "--", PYTHON, "-u", str(script)], timeout=60)
+    assert local.returncode == 0, local.describe()
+    remote_dir = start_remote(box, None, [PYTHON, "-u", str(script)])
+    queued = run_trainctl(["run", str(slurm_job(tmp_path / "q", "sl-ls", slurm_up,
+                                                  slurm='options = ["--begin=now+3600"]')), "--detach"],
+                          timeout=30)
+    assert queued.returncode == 0, queued.describe()
+    config_dir().mkdir(parents=True, exist_ok=True)
+    (config_dir() / "hosts.toml").write_text(f'hosts = ["{box.dest}"]\n')
+
+    def rows():
+        r = cli(["ls", "--json"], box.client_env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    got = wait_until(lambda: (lambda rs: rs if any(r["where"] == box.dest and r["state"] == "FINISHED"
+                                                   for r in rs) else None)(rows()), 60, what="ssh run")
+    by = {(r["where"], r["run_dir"]): r for r in got}
+    mine = by[("local", str(local.run_dir.resolve()))]
+    assert mine["state"] == "FINISHED" and mine["progress"]["batch"] == 3
+    theirs = by[(box.dest, str(remote_dir))]
+    assert theirs["state"] == "FINISHED" and theirs["job"] == "steps"
+    waiting = by[("local", str(queued.run_dir.resolve()))]
+    assert waiting["state"] == "PENDING" and waiting["slurm"]["reason"] == "BeginTime"
+    text = cli(["ls"], box.client_env, timeout=60).stdout
+    assert "PENDING (BeginTime)" in text and f"{box.dest}:{remote_dir}" in text, text
+    print(text)
+    assert run_trainctl(["ctl", str(queued.run_dir), "stop"], timeout=60).returncode == 0
