@@ -44,6 +44,7 @@ class JobInfo:
     partition: str = ""
     node: str = ""
     end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
+    restarts: int = 0             # times Slurm requeued it (node failure, preemption, requeue)
 
     @property
     def ended(self) -> bool:
@@ -111,7 +112,7 @@ def sbatch_argv(cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int |
     warning signal before the time limit, and the dependency on the job before."""
     argv = ["sbatch", "--parsable", f"--job-name={job_name}",
             f"--output={run_dir}/slurm-%j.out", "--open-mode=append", f"--chdir={run_dir}",
-            "--no-requeue"]
+            "--requeue"]
     if warn_s:
         argv.append(f"--signal=B:USR1@{warn_s}")
     if dependency:
@@ -216,7 +217,8 @@ def job_info(job_id: str) -> JobInfo | None:
     fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
     return JobInfo(job_id, fields.get("JobState", "?"), fields.get("Reason", ""),
                    _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
-                   fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")))
+                   fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")),
+                   int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0)
 
 
 def cancel(job_id: str) -> None:

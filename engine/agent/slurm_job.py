@@ -35,6 +35,8 @@ class SlurmPart:
         self._why: asyncio.Future | None = None
         self._warned: asyncio.Future | None = None
         self.planned_end: float | None = None   # start + time limit, from Slurm at the start
+        self.restarts = 0                        # Slurm's requeue count at the start
+        self.requeued = False                    # Slurm requeues this job: no next job to submit
 
     def install(self, aio: asyncio.AbstractEventLoop) -> None:
         aio.add_signal_handler(signal.SIGUSR1, self.on_time_warning)
@@ -54,6 +56,7 @@ class SlurmPart:
             return
         limit = info.time_limit_s if info else None
         self.planned_end = info.end_ts if info else None
+        self.restarts = info.restarts if info else 0
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -101,22 +104,38 @@ class SlurmPart:
             ctx.ending = self._why = asyncio.ensure_future(self._find_why())
         ctx.interrupt.set(EndRequest.USER_STOP)
 
+    async def _ask(self) -> slurm.JobInfo | None:
+        if self.job_id is None:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                None, slurm.job_info, self.job_id), WHY_TIMEOUT_S)
+        except (asyncio.TimeoutError, slurm.SlurmError):
+            return None
+
     async def _find_why(self) -> None:
         ctx = self.ctx
-        info = None
-        if self.job_id is not None:
-            try:
-                info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-                    None, slurm.job_info, self.job_id), WHY_TIMEOUT_S)
-            except (asyncio.TimeoutError, slurm.SlurmError):
-                info = None
+        info = await self._ask()
+        for _ in range(4):   # a requeue shows COMPLETING for a moment, then PENDING
+            if info is None or info.state.split()[0] != "COMPLETING" or info.restarts > self.restarts:
+                break
+            await asyncio.sleep(0.5)
+            info = await self._ask()
         state = info.state.split()[0] if info else "?"
+        if info is not None and (info.restarts > self.restarts or state in (
+                "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "NODE_FAIL")):
+            ctx.info(f"Slurm requeues job {self.job_id} (a preemption, a node failure or `scontrol "
+                     "requeue`): the run goes on when it starts again, from its last good "
+                     "checkpoint", "slurm.requeued")
+            self.requeued = True
+            ctx.suspend_requested.set()
+            return
         if state == "COMPLETING":
             # scontrol says COMPLETING while the job's processes (this agent) end: before the
             # end its time limit set (read when it started) that is a scancel, after it the limit
             past = self.planned_end is not None and ctx.clock() >= self.planned_end - 5
             state = "TIMEOUT" if past else "CANCELLED"
-        if state in ("TIMEOUT", "PREEMPTED", "NODE_FAIL", "DEADLINE") and not ctx.stop_requested.is_set():
+        if state in ("TIMEOUT", "DEADLINE") and not ctx.stop_requested.is_set():
             ctx.info(f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
                      "next job from its last good checkpoint", "slurm.ended")
             ctx.suspend_requested.set()
@@ -138,6 +157,10 @@ class SlurmPart:
         ends cleanly).  A refusal ends the run FAILED, saying how to go on by hand."""
         ctx = self.ctx
         ctx.save_detector_state()
+        if self.requeued:   # the same job starts again: nothing to submit
+            ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
+                                            "when it starts again")
+            return 0
         argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, slurm.job_name(ctx.spec.job_name),
                                  self.cfg.get("warn"), dependency=self.job_id)
         try:

@@ -211,3 +211,32 @@ def test_ls_shows_a_local_an_ssh_and_a_slurm_run_together(tmp_path, slurm_up, bo
     assert "PENDING (BeginTime)" in text and f"{box.dest}:{remote_dir}" in text, text
     print(text)
     assert run_trainctl(["ctl", str(queued.run_dir), "stop"], timeout=60).returncode == 0
+
+
+def test_a_requeued_job_goes_on_with_the_run(tmp_path, slurm_up):
+    """A node failure or a preemption requeues the job (here `scontrol requeue`, its
+    two-minute hold lifted): the same job starts again and its agent goes on with the run
+    from the last good checkpoint; one journal."""
+    job = slurm_job(tmp_path, "sl-requeue", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "60", "--batch-time", "0.1", "--workers", "0",
+                             "--save-every", "10"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "checkpoint" and e.ok and (e.batch or 0) >= 10, 90, "a save")
+        job_id = read_jobs(tc.run_dir)[0]
+        env = slurm_env()
+        subprocess.run(["scontrol", "requeue", job_id], check=True, env=env, timeout=15)
+        tc.wait_event(lambda e: e.type == "state" and e.state == "PENDING", 30, "PENDING")
+        wait_until(lambda: subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=env,
+                                          capture_output=True, text=True, timeout=15
+                                          ).stdout.strip() == "PENDING BeginTime",
+                   30, interval=0.3, what="the job requeued")
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], env=env,
+                       check=True, capture_output=True, timeout=15)   # no two-minute hold
+        res = tc.wait(120)
+    assert res.returncode == 0, res.describe()
+    starts = res.of_type("start")
+    assert len(starts) == 2 and starts[0].slurm_job == starts[1].slurm_job == job_id
+    assert any(i.key == "slurm.requeued" for i in res.of_type("info"))
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert len(runs) == 2 and runs[1][0][1] >= 10 and runs[-1][1] == (1, 60), runs
+    assert [e.seq for e in res.events] == list(range(len(res.events)))

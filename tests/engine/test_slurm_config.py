@@ -67,7 +67,7 @@ def test_the_sbatch_argv_carries_the_job_and_trainctls_own_options(tmp_path):
     assert argv[0] == "sbatch" and argv[-1] == str(tmp_path / "slurm-job.sh")
     for opt in ("--parsable", "--job-name=trainctl-x", f"--output={tmp_path}/slurm-%j.out",
                 "--signal=B:USR1@300", "--dependency=afterany:41", "--partition=gpu",
-                "--time=1:00:00", "--gpus=2", "--qos=high", "--no-requeue"):
+                "--time=1:00:00", "--gpus=2", "--qos=high", "--requeue"):
         assert opt in argv
 
 
