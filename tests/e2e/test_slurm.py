@@ -2,7 +2,8 @@
 skipped without it, a failure when TRAINCTL_REQUIRE_SLURM=1 as in CI): a supervised run in
 an allocation; a DataLoader hang caught and restarted inside the same job; a training longer
 than its 1-minute time limit going on across Slurm jobs from each save; `s` on a running and
-on a queued job; sbatch's refusals; someone else's scancel."""
+on a queued job; sbatch's refusals; an unreachable slurmctld; someone else's scancel; a
+requeued job; `trainctl ls` with a local, an ssh and a Slurm run."""
 from __future__ import annotations
 
 import json
@@ -47,22 +48,9 @@ def slurm_job(tmp_path: Path, name: str, names: list[str], *, slurm: str = "", s
     return job
 
 
-def test_a_supervised_slurm_run_finishes(tmp_path, slurm_up):
-    job = slurm_job(tmp_path, "sl-finish", slurm_up, slurm='time = "5:00"',
-                    example=("--epochs", "1", "--batches", "20", "--batch-time", "0.02", "--workers", "0"))
-    res = run_trainctl(["run", str(job), "--json"], timeout=90)
-    assert res.returncode == 0, res.describe()
-    jobs = read_jobs(res.run_dir)
-    assert len(jobs) == 1
-    starts = res.of_type("start")
-    assert [s.slurm_job for s in starts] == jobs
-    assert of_type(res.events, "state")[-1].state == "FINISHED"
-    assert any(i.key == "slurm.job" and "time limit 5 min" in i.text for i in res.of_type("info"))
-    assert not wait_queue_empty("trainctl-sl-finish", 15)
-    assert (res.run_dir / f"slurm-{jobs[0]}.out").exists()   # the agent's own output
-
-
 def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tmp_path, slurm_up):
+    """A supervised Slurm run: a DataLoader worker deadlock inside the allocation is caught,
+    rescued and restarted inside the same job, and the run finishes."""
     job = slurm_job(tmp_path, "sl-hang", slurm_up, slurm='time = "5:00"', stall="train_timeout = 4",
                     example=("--epochs", "1", "--batches", "24", "--batch-time", "0.03", "--workers", "2",
                              "--hang-at", "1:12", "--hang-kind", "worker", "--hang-attempt", "1"))
@@ -75,6 +63,10 @@ def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tm
     rescue = [c for c in res.of_type("checkpoint") if c.kind == "rescue"]
     assert rescue and res.of_type("restart")[0].resume_from == rescue[0].path
     assert of_type(res.events, "state")[-1].state == "FINISHED"
+    # a supervised run in an allocation that finishes: where it ran said, its job gone
+    assert any(i.key == "slurm.job" and "time limit 5 min" in i.text for i in res.of_type("info"))
+    assert (res.run_dir / f"slurm-{starts[0].slurm_job}.out").exists()   # the agent's own output
+    assert not wait_queue_empty("trainctl-sl-hang", 15)
 
 
 def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slurm_up):
