@@ -37,6 +37,7 @@ class Start(Event):
     pid: int
     preset: str | None
     command: tuple[str, ...] = ()
+    slurm_job: str | None = None     # the Slurm job this attempt runs in
 
 
 @dataclass(frozen=True)

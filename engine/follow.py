@@ -4,7 +4,7 @@ duplicate (the journal's seq numbers say where to resume)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from . import events as E
 from .client import AgentClient, AgentNotResponding
@@ -15,14 +15,17 @@ from .supervisor import FINAL_STATES, exit_code
 async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Event], None],
                  note: Callable[[str], None], *, max_wait_s: float = 30.0,
                  give_up_s: float | None = None, tail: int | None = None,
-                 from_snapshot: bool = False) -> int:
+                 from_snapshot: bool = False,
+                 between_agents: Callable[[dict], Awaitable[bool]] | None = None) -> int:
     """Print journal events until the run ends. Returns the final state's exit code (0
     finished, 1 failed, 130 stopped by the user), 3 gave up (or the agent is gone and the
     journal does not end the run), 4 the agent does not answer (AgentNotResponding).
 
     The first connection replays the whole journal; or only its last ``tail`` events; or
     (``from_snapshot``) the run's view as one :class:`ViewSnapshot`, then the events after
-    it.  A reconnection goes on from the last event printed."""
+    it.  A reconnection goes on from the last event printed.
+    ``between_agents(hello)``: asked when no agent runs and the journal does not end the
+    run (a Slurm run between its jobs); True: wait for the next agent, False: end (3)."""
     next_seq = 0
     first = True
     delay = 0.5
@@ -53,6 +56,12 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
                 emit(ev)
                 if isinstance(ev, E.State) and ev.state in FINAL_STATES:
                     return exit_code(ev.state)
+            if hello.get("live") is False and between_agents is not None:
+                if await between_agents(hello):
+                    lost_since, delay = None, 0.5
+                    await asyncio.sleep(1.0)
+                    continue
+                return 3
             if hello.get("live") is False:
                 # The journal was all there is, and it does not end the run: nobody is
                 # supervising it any more (the agent was killed or crashed).
@@ -67,6 +76,12 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
             note(str(e))
             return e.exit_code
         except (ConnectionError, OSError) as e:
+            if between_agents is not None and next_seq == 0:   # no agent began yet
+                await client.close()
+                if not await between_agents({"state": "PENDING"}):
+                    return 3
+                await asyncio.sleep(1.0)
+                continue
             note(f"cannot reach the agent ({e}); retrying in {delay:.1f}s")
         finally:
             await client.close()

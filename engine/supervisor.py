@@ -11,6 +11,7 @@ class RunState(str, enum.Enum):
     STALLED = "STALLED"
     STOPPING = "STOPPING"
     BACKOFF = "BACKOFF"
+    PENDING = "PENDING"     # waiting in a Slurm queue for its next job (the run goes on there)
     FINISHED = "FINISHED"   # the trainer exited 0
     FAILED = "FAILED"       # gave up: budget spent, a fatal error, auto-recovery off
     STOPPED = "STOPPED"     # stopped by the user (ctl stop, the dashboard's `s`, Ctrl-C)
@@ -38,11 +39,14 @@ def exit_code(state: str | None, live: int = 0) -> int:
 
 ALLOWED = {
     RunState.STARTING: {RunState.RUNNING, RunState.STALLED, RunState.STOPPING, RunState.BACKOFF,
-                        *FINAL_STATES},
-    RunState.RUNNING: {RunState.STALLED, RunState.STOPPING, RunState.BACKOFF, *FINAL_STATES},
-    RunState.STALLED: {RunState.RUNNING, RunState.STOPPING, RunState.BACKOFF, *FINAL_STATES},
-    RunState.STOPPING: {RunState.BACKOFF, RunState.STARTING, *FINAL_STATES},
-    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, *FINAL_STATES},
+                        RunState.PENDING, *FINAL_STATES},
+    RunState.RUNNING: {RunState.STALLED, RunState.STOPPING, RunState.BACKOFF, RunState.PENDING,
+                       *FINAL_STATES},
+    RunState.STALLED: {RunState.RUNNING, RunState.STOPPING, RunState.BACKOFF, RunState.PENDING,
+                       *FINAL_STATES},
+    RunState.STOPPING: {RunState.BACKOFF, RunState.STARTING, RunState.PENDING, *FINAL_STATES},
+    RunState.BACKOFF: {RunState.STARTING, RunState.STOPPING, RunState.PENDING, *FINAL_STATES},
+    RunState.PENDING: {RunState.STARTING, RunState.STOPPING, *FINAL_STATES},
     **{final: set() for final in FINAL_STATES},
 }
 
@@ -72,6 +76,7 @@ class OutcomeKind(str, enum.Enum):
     STALL = "stall"
     USER_RESTART = "user_restart"
     USER_STOP = "user_stop"
+    SUSPEND = "suspend"     # a Slurm job's time limit is near: saved, the run goes on in the next job
 
 
 @dataclass(frozen=True)
@@ -89,7 +94,7 @@ class Outcome:
 
 @dataclass(frozen=True)
 class Decision:
-    action: str              # restart | finish | fail | stop
+    action: str              # restart | finish | fail | stop | suspend
     reason: str
     preset: str | None = None
     delay_s: float = 0.0
@@ -125,6 +130,9 @@ class RecoveryPolicy:
             return Decision("finish", "the trainer finished", current)
         if outcome.kind == "user_stop":
             return Decision("stop", "stopped by the user", current)
+        if outcome.kind == "suspend":
+            return Decision("suspend", "the Slurm job's time limit is near: the run goes on in "
+                                       "its next job", current)
         if outcome.kind == "user_restart":
             # The user's own restart is not charged to the automatic budget.
             self.no_progress_streak = 0

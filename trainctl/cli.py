@@ -24,11 +24,12 @@ from .cli_common import UsageError, note, printer, resolve_alerts, run_name
 if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
-COMMANDS = ("run", "demo", "attach", "status", "presets", "scan", "ctl", "bridge", "agent", "alerts")
+COMMANDS = ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "bridge", "agent", "alerts")
 EXIT_CODES_HELP = """exit codes:
   0    the run finished (or the command did what it was asked)
   1    the run failed; `ctl`: no agent is running for that run
-  2    bad usage or configuration; `ctl`: the agent refused the command
+  2    bad usage or configuration; `ctl`: the agent refused the command; `run --slurm`:
+       sbatch refused the job, or slurmctld is unreachable (one line says which)
   3    `attach --json/--headless`: the agent is gone and its journal does not end the run
   4    `status`, `ctl`, `attach`: the agent does not answer within a few seconds
        ("agent not responding (pid N, stopped)": stopped or wedged)
@@ -74,6 +75,9 @@ def _run_options(p: argparse.ArgumentParser) -> None:
                    help="no zero-code integration (Ultralytics, Transformers, Lightning) in a Python "
                         "command: console parsing only (a job's instrument = false)")
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
+    p.add_argument("--slurm", action="store_true",
+                   help="run as Slurm batch jobs (sbatch), going on in a next job at each time "
+                        "limit (the job's [slurm] sets partition, time, gpus, ...)")
     p.add_argument("--detach", action="store_true",
                    help="start the agent (in tmux when there) and print its run directory; no TUI")
     p.add_argument("--alert", action="append", default=[], metavar="NAME|URL",
@@ -117,6 +121,9 @@ def build_parser() -> argparse.ArgumentParser:
     st = sub.add_parser("status", help="the state and projection of a run", **codes)
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
+    ls = sub.add_parser("ls", help="every run: here, on the hosts in hosts.toml, and in Slurm")
+    ls.add_argument("--json", action="store_true")
+    ls.add_argument("--here", action="store_true", help="only the runs of this machine")
     pr = sub.add_parser("presets", help="list, show, validate or edit presets")
     pr.add_argument("action", choices=("list", "show", "validate", "edit"))
     pr.add_argument("names", nargs="*")
@@ -145,6 +152,7 @@ def build_parser() -> argparse.ArgumentParser:
     ag.add_argument("run_dir")
     ag.add_argument("--json", action="store_true")
     ag.add_argument("--adopt", action="store_true", help="take over a run whose agent died")
+    ag.add_argument("--slurm", action="store_true", help="the run's Slurm batch job")
     return p
 
 
@@ -287,7 +295,9 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
         rescue_wait_s=max(0.0, args.rescue_wait),
         progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh,
         instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
-        checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None)
+        checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
+        slurm=(dict(job.slurm or {}) if job else {}) if getattr(args, "slurm", False)
+        or (job is not None and job.slurm is not None) else None)
     spec.save(files.spec)
     _write_alerts(args, job, files.dir, name, spec.host)
     return run_dir, spec, not run_dir_ref
@@ -413,6 +423,8 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
 
 def _link_latest(run_dir: Path) -> None:
     from .engine.paths import latest_link
+    from .engine.runs import register_run
+    register_run(run_dir)   # `trainctl ls` finds it wherever it is
     link = latest_link()
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
@@ -426,9 +438,11 @@ def _link_latest(run_dir: Path) -> None:
 
 
 def _run_agent(run_dir: Path, spec, as_json: bool,
-               on_locked: Callable[[], None] | None = None, adopt: bool = False) -> int:
+               on_locked: Callable[[], None] | None = None, adopt: bool = False,
+               slurm: bool = False) -> int:
     from .engine.agent import Agent
-    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt)
+    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt,
+                  slurm=slurm)
     return asyncio.run(agent.run())
 
 
@@ -444,9 +458,16 @@ def _job_has_host(args) -> bool:
 
 def cmd_run(args) -> int:
     if args.host or _job_has_host(args):
+        if args.slurm:
+            raise UsageError("give --host or --slurm, not both (run from the cluster's login node)")
         from .remote_cli import run_remote
         return run_remote(args)
     run_dir, spec, created = _prepare(args)
+    if spec.slurm is not None:
+        from .slurm_cli import run_slurm, submit_run
+        job_id = submit_run(args, run_dir, spec, created)
+        _link_latest(run_dir)
+        return run_slurm(args, run_dir, job_id)
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
@@ -485,7 +506,8 @@ def cmd_agent(args) -> int:
     spec = RunSpec.load(files.spec)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
-    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False))
+    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
+                      slurm=getattr(args, "slurm", False))
 
 
 def _agent_alive(run_dir: Path) -> bool:
@@ -662,6 +684,9 @@ def cmd_ctl(args) -> int:
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except AgentUnavailable as e:
+        from .slurm_cli import is_slurm_run, stop_waiting_job
+        if args.command == "stop" and is_slurm_run(run_dir):
+            return stop_waiting_job(run_dir)   # its job waits in the queue: scancel it
         print(f"trainctl: {e}", file=sys.stderr)
         return 1
     if not reply.get("ok"):
@@ -703,6 +728,13 @@ def cmd_status(args) -> int:
             status["ranks"] = rank_status(view.rank_rows(), view.stuck_ranks)
         if code:
             status["responding"] = False
+        from .engine.supervisor import FINAL_STATES as _FINAL
+        from .slurm_cli import slurm_status
+        sl = slurm_status(run_dir)
+        if sl is not None:
+            status["slurm"] = sl
+            if status.get("state") not in _FINAL and sl.get("state") == "PENDING":
+                status["state"] = "PENDING"
     if args.json:
         print(json.dumps(status, indent=2))
         return code
@@ -710,6 +742,11 @@ def cmd_status(args) -> int:
     print(f"run     {status.get('run_dir', run_dir)} ({agent})")
     print(f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
           f"   attempt {status.get('attempt', '?')}")
+    if status.get("slurm"):
+        sl = status["slurm"]
+        reason = f" ({sl['reason']})" if sl.get("reason") not in (None, "", "None") else ""
+        print(f"slurm   job {sl['job']} {sl.get('state', sl.get('error', '?'))}{reason}"
+              f"   jobs {', '.join(sl['jobs'])}")
     proj = status.get("projection")
     if proj and status.get("state") in FINAL_STATES and not proj.get("finished"):
         print(f"        no ETA: the run is {status['state']}")   # its last live one is stale
@@ -723,6 +760,74 @@ def cmd_status(args) -> int:
             f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
             + (" STUCK" if v.get("stuck") else "") for r, v in status["ranks"].items()))
     return code
+
+
+def cmd_ls(args) -> int:
+    """Every run: this machine's (run directories, Slurm jobs), then each host's in
+    <config>/hosts.toml (``hosts = ["gpu-box", ...]``) over ssh (`trainctl ls --here --json`
+    there).  A host that cannot be reached is a row saying why."""
+    from .engine.runs import run_dirs, summarize
+    rows = [dict(summarize(d), where="local") for d in run_dirs()]
+    if not args.here:
+        from .remote_cli import host_runs
+        for dest in _ls_hosts():
+            rows += host_runs(dest)
+    rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(_ls_table(rows, time.time()))
+    return 0
+
+
+def _ls_hosts() -> list[str]:
+    import tomllib
+    from .engine.paths import config_dir
+    path = config_dir() / "hosts.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: {e}") from None
+    hosts = data.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
+    return hosts
+
+
+def _ls_table(rows: list[dict], now: float) -> str:
+    from .engine.sanitize import sanitize_text
+    head = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "LAST INCIDENT")
+    lines = [head]
+    for r in rows:
+        if r.get("error"):
+            lines.append(("?", "-", r["where"], "-", "-", r["error"]))
+            continue
+        sl = r.get("slurm")
+        if sl:
+            where = f"slurm {sl.get('job')} {sl.get('partition') or ''}".strip()
+        elif r["where"] == "local":
+            where = r["run_dir"]
+        else:
+            where = f"{r['where']}:{r['run_dir']}"
+        state = r["state"] + (f" ({sl['reason']})" if sl and r["state"] == "PENDING"
+                              and sl.get("reason") not in (None, "", "None") else "")
+        p = r.get("progress") or {}
+        prog = "-"
+        if p.get("batch") is not None or p.get("epoch") is not None:
+            prog = ((f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else "")
+                    + f"{p.get('batch') or 0}/{p.get('batches') or '?'}")
+        eta = "-"
+        if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
+            eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
+        inc = r.get("incident") or {}
+        incident = (time.strftime("%H:%M ", time.localtime(inc["ts"])) + inc["text"])[:60] if inc else "-"
+        lines.append((state, r["job"], where, prog, eta, incident))
+    lines = [tuple(sanitize_text(str(c)).replace("\n", " ") for c in ln) for ln in lines]
+    widths = [max(len(ln[i]) for ln in lines) for i in range(len(head) - 1)]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(ln, widths)) + "  " + ln[-1]
+                     for ln in lines)
 
 
 def cmd_bridge(args) -> int:
@@ -889,6 +994,6 @@ def _editor_argv() -> list[str]:
     return argv
 
 
-HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status,
+HANDLERS = {"run": cmd_run, "demo": cmd_demo, "attach": cmd_attach, "status": cmd_status, "ls": cmd_ls,
             "presets": cmd_presets, "scan": cmd_scan, "ctl": cmd_ctl, "bridge": cmd_bridge,
             "agent": cmd_agent, "alerts": cmd_alerts}

@@ -216,6 +216,22 @@ def _dashboard(host, run_dir: str, url: str) -> int:
     return run_dashboard(_client_factory(host, run_dir), attach_hint=attach_hint(url))
 
 
+def host_runs(destination: str) -> list[dict]:
+    """The runs on a box (its `trainctl ls --here --json`), each with ``where`` = the
+    destination; one row with ``error`` when the box cannot be reached or answer."""
+    import json
+    from .engine.remote import RemoteError
+    try:
+        host = _host(destination)
+        r = host.run([*host.remote_trainctl, "ls", "--here", "--json"], timeout=30)
+        if r.returncode != 0:
+            raise RemoteError((r.stderr or r.stdout).strip()[:200] or f"exit {r.returncode}")
+        rows = json.loads(r.stdout)
+    except (RemoteError, UsageError, ValueError, OSError) as e:
+        return [{"where": destination, "error": f"cannot list its runs: {e}", "started": None}]
+    return [dict(row, where=destination) for row in rows if isinstance(row, dict)]
+
+
 def attach_remote(url: str, *, follow: bool = False, as_json: bool = False,
                   tail: int | None = None, from_snapshot: bool = False) -> int:
     from .engine.remote import RemoteError, parse_attach_url

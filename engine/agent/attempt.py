@@ -10,6 +10,7 @@ replays a whole recovery in milliseconds.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import signal
@@ -59,12 +60,18 @@ class AttemptLoop:
         self.runner = runner_for(ctx.spec.kind)
         self._log_loss_warned = False
         self._instrument_said = False
+        # A Slurm job near its time limit: what ends this agent's part of the run (the next
+        # job is submitted); returns the agent's exit code.  None: a plain stop.
+        self.on_suspend = None
+        self.slurm_job: str | None = None   # journaled in each start event
 
     # ------------------------------------------------------------------ the loop
-    async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None) -> int:
+    async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None,
+                  resume: bool = False) -> int:
         """The attempts, from the first one; or, for an agent that takes over a run, from
         the ``adopted`` trainer of attempt ``ctx.attempt``, or from the ``outcome`` of an
-        attempt whose decision its dead agent never journaled."""
+        attempt whose decision its dead agent never journaled; ``resume``: the next attempt
+        of a run an earlier Slurm job suspended, from its last good checkpoint."""
         ctx = self.ctx
         preset = ctx.preset
         resume_from: str | None = None
@@ -72,7 +79,9 @@ class AttemptLoop:
         if waits and adopted is None and outcome is None:
             ctx.info(f"no deadlock watch before the first batch: {waits} may wait at its "
                      "rendezvous for other nodes (the startup grace still applies)", "startup_idle_off")
-        if adopted is None and outcome is None:
+        if resume:
+            resume_from = self.resume_checkpoint()
+        elif adopted is None and outcome is None:
             resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
             if resume_from:
                 ctx.last_checkpoint = resume_from
@@ -85,12 +94,21 @@ class AttemptLoop:
                 ctx.projector.preset = preset
                 outcome = await self.run_attempt(preset, resume_from, adopted)
                 adopted = None
+            if ctx.ending is not None:   # Slurm ends the job: why decides what comes next
+                await asyncio.wait({ctx.ending}, timeout=15)
+                if ctx.suspend_requested.is_set() and not ctx.stop_requested.is_set():
+                    outcome = dataclasses.replace(outcome, kind=OutcomeKind.SUSPEND)
+                elif ctx.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH,
+                                                                      OutcomeKind.STALL):
+                    outcome = dataclasses.replace(outcome, kind=OutcomeKind.USER_STOP)
             decision = ctx.policy.decide(outcome)
             if decision.action == "finish":
                 ctx.set_state(RunState.FINISHED, decision.reason)
                 return exit_code(RunState.FINISHED)
             if decision.action == "stop":
-                return self.stopped(decision.reason)
+                return self.stopped(ctx.stop_reason or decision.reason)
+            if decision.action == "suspend":
+                return await self.suspend()
             if decision.action == "fail":
                 self.fail(decision.reason, outcome)
                 return exit_code(RunState.FAILED)
@@ -100,17 +118,29 @@ class AttemptLoop:
             ctx.set_state(RunState.BACKOFF, decision.reason)
             ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
                                resume_from, decision.delay_s))
-            try:
-                await asyncio.wait_for(ctx.stop_requested.wait(), decision.delay_s)
-                return self.stopped("stopped by the user during backoff")
-            except asyncio.TimeoutError:
-                pass
+            stop = asyncio.create_task(ctx.stop_requested.wait())
+            suspend = asyncio.create_task(ctx.suspend_requested.wait())
+            await asyncio.wait({stop, suspend}, timeout=decision.delay_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+            stop.cancel()
+            suspend.cancel()
+            if ctx.stop_requested.is_set():
+                return self.stopped(ctx.stop_reason or "stopped by the user during backoff")
+            if ctx.suspend_requested.is_set():
+                return await self.suspend()
             if ctx.next_preset is not None:   # picked by the user during the backoff
                 if ctx.next_preset != preset:
                     ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
                              "picked during the backoff", "next_preset")
                 preset, ctx.next_preset = ctx.next_preset, None
             outcome = None
+
+    async def suspend(self) -> int:
+        """The Slurm job's time limit is near and the trainer is saved and gone: the part
+        that knows Slurm submits the next job (without it, the run stops)."""
+        if self.on_suspend is None:
+            return self.stopped("stopped: its time ran out")
+        return await self.on_suspend()
 
     def stopped(self, reason: str) -> int:
         """The run ends on a stop: the user's (STOPPED, 130), or the agent's own when its
@@ -186,6 +216,8 @@ class AttemptLoop:
         ctx.interrupt = Interrupt()
         if ctx.stop_requested.is_set():
             ctx.interrupt.set(EndRequest.USER_STOP)
+        elif ctx.suspend_requested.is_set():
+            ctx.interrupt.set(EndRequest.SUSPEND)
         if ctx.sm.state != RunState.STARTING:
             ctx.set_state(RunState.STARTING, f"attempt {ctx.attempt}")
         if adopted is not None:
@@ -217,9 +249,11 @@ class AttemptLoop:
         kind: OutcomeKind | None = None
         if not waiter.done():
             kind = OutcomeKind(ctx.interrupt.kind.value)
-            if ctx.interrupt.kind == EndRequest.USER_RESTART and not intake.stalled:
-                # restart, preset switch, fallback, the editor's save-and-restart: a healthy
-                # run saves first and loses nothing (bounded; a trainer that cannot is killed)
+            if (ctx.interrupt.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND)
+                    and not intake.stalled):
+                # restart, preset switch, fallback, the editor's save-and-restart, a Slurm
+                # job's time limit: a healthy run saves first and loses nothing (bounded; a
+                # trainer that cannot is killed)
                 await self.stopper.request_save(trainer, "planned")
             if not waiter.done():
                 await self.kill(trainer, kind.value, waiter)
@@ -266,7 +300,8 @@ class AttemptLoop:
                                f"cannot start {argv[0]}: {e}", "Check the command and its path.",
                                source="trainctl"))
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
-        ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv)))
+        ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv),
+                         slurm_job=self.slurm_job))
         self.say_instrument()
         return trainer
 

@@ -28,6 +28,7 @@ class EndRequest(str, enum.Enum):
     STALL = "stall"
     USER_RESTART = "user_restart"
     USER_STOP = "user_stop"
+    SUSPEND = "suspend"
 
 
 class Interrupt:
@@ -81,6 +82,9 @@ class RunContext:
         self.furthest: tuple[int, int] = (0, 0)   # the furthest (epoch, batch) of the run
         self.instrumented = False   # this attempt's trainer got the zero-code bootstrap
         self.stop_requested = asyncio.Event()
+        self.suspend_requested = asyncio.Event()   # a Slurm job's time-limit warning
+        self.stop_reason: str | None = None        # why the run stops, when not the user's `s`
+        self.ending: asyncio.Future | None = None  # finding out why Slurm ends the job
         self.interrupt = Interrupt()
         self.lost: str | None = None      # why supervision could not go on (the run then FAILS)
         self._last_projection = 0.0

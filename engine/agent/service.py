@@ -35,13 +35,16 @@ class Agent:
     def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
                  clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
                  on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
-                 kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True):
+                 kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True,
+                 slurm: bool = False):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
         ``spawner``: how trainers are started (a fake one in tests; by default each
         trainer runs under a holder and outlives this agent).  ``adopt``: take over a run
         whose agent died (its trainer, or its attempt loop, goes on).  ``subreaper``: become
-        the child subreaper of orphans (off in tests that run an agent inside pytest)."""
+        the child subreaper of orphans (off in tests that run an agent inside pytest).
+        ``slurm``: this agent is a run's Slurm batch job (`agent --slurm`): it goes on with
+        the run an earlier job began, and continues it in a next job at the time limit."""
         self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
@@ -55,6 +58,10 @@ class Agent:
             spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
+        self.slurm = None
+        if slurm:
+            from .slurm_job import SlurmPart
+            self.slurm = SlurmPart(ctx, self.loop)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
         self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands,
@@ -114,12 +121,15 @@ class Agent:
     async def run(self) -> int:
         loop = self._loop = asyncio.get_running_loop()
         ctx = self.ctx
+        begun = self.slurm is not None and _begun(ctx.files.events)   # an earlier job's run
         if self.subreaper:
             become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
         for sig in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(sig, self._on_signal)
         loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
+        if self.slurm is not None:
+            self.slurm.install(loop)
         try:
             make_private_dir(ctx.files.dir)
         except OSError as e:   # UnsafePathError: not ours, or open to others
@@ -150,7 +160,9 @@ class Agent:
             from ..probes import detect_gpu_probe
             ctx.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
-            if self.adopt:
+            if self.slurm is not None:
+                await self.slurm.describe()
+            if self.adopt or begun:
                 return await self._take_over()
             return await self.loop.run()
         finally:
@@ -206,6 +218,10 @@ class Agent:
                      f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
                      "adopt")
             return await self.loop.run(adopted=handle)
+        if was.state == "PENDING":   # an earlier Slurm job saved and queued this one
+            ctx.info(f"Slurm job {self.slurm.job_id if self.slurm else '?'} goes on with the run "
+                     f"after attempt {was.attempt}, from its last good checkpoint", "slurm.continue")
+            return await self.loop.run(resume=True)
         if was.attempt == 0:
             ctx.info(f"a new agent (pid {os.getpid()}) starts the run its agent never began", "adopt")
             return await self.loop.run()
@@ -242,6 +258,13 @@ class Agent:
         follower = KernelLogFollower(on_line, on_info)
         follower.start()
         return follower
+
+
+def _begun(journal: Path) -> bool:
+    try:
+        return journal.stat().st_size > 0
+    except OSError:
+        return False
 
 
 def _alert_sink(ctx: RunContext, on_warning):

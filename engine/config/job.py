@@ -18,6 +18,7 @@ from ..names import MAX_NAME, BadNameError, check_name
 from ..formats import PatternError, compile_user_pattern
 from .kinds import JOB_TABLES, JobTable
 from .preset import Preset
+from .slurm import job_slurm
 from .store import is_path_ref, load_preset
 from .validation import SAFE_NAME, ConfigError, Problems, choices, parse_toml, read_text, show
 
@@ -26,7 +27,7 @@ JOB_FILE_NAME = "trainctl.toml"
 
 _SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
                 "run_dir", "max_restarts")
-_SHARED_SECTIONS = ("stall", "host", "progress", "alerts")
+_SHARED_SECTIONS = ("stall", "host", "progress", "alerts", "slurm")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
 _HOST_KEYS = ("destination", "workdir", "trainctl", "setup")
 _PROGRESS_KEYS = ("pattern", "losses")
@@ -65,6 +66,8 @@ class Job:
     instrument: bool = True           # kind command: zero-code integrations in a Python command
     # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
     alerts: dict[str, tuple[str, ...]] | None = None
+    # [slurm]: partition, time, nodes, gpus, gres, cpus, mem, warn, options, setup (config/slurm.py)
+    slurm: dict[str, Any] | None = None
 
     @property
     def ultralytics(self) -> dict[str, Any]:
@@ -193,6 +196,9 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     progress = _job_progress(p, tables["progress"]) if tables.get("progress") is not None else None
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
     alerts = _job_alerts(p, tables["alerts"]) if tables.get("alerts") is not None else None
+    slurm = job_slurm(p, tables["slurm"]) if tables.get("slurm") is not None else None
+    if slurm is not None and host is not None:
+        p.add("slurm", None, "give [slurm] or [host], not both (run from the login node)")
 
     return Job(name=name, kind=kind or "command", path=path, preset=presets["preset"],
                fallback=presets["fallback"], deadline=deadline,
@@ -200,7 +206,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
                currency=currency or "$", run_dir=run_dir,
                max_restarts=3 if max_restarts is None else max_restarts,
                stall=stall, host=host, description=description or "", progress=progress,
-               alerts=alerts, **by_kind)
+               alerts=alerts, slurm=slurm, **by_kind)
 
 
 def _kind_keys() -> tuple[str, ...]:

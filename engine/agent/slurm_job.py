@@ -1,0 +1,175 @@
+"""The agent's Slurm part, when it runs as a run's batch job (`trainctl agent RUN --slurm`).
+
+- It says where it runs: the job, its node and partition, its time limit, and when the
+  trainer will be asked to save before it.
+- At the time-limit warning (sbatch ``--signal=B:USR1@N``, to this agent only: it is the
+  batch shell) the attempt ends as a ``suspend``: a planned save (the save-on-request
+  protocol), the trainer stopped, then the next job is submitted ``--dependency=afterany``
+  on this one, and the run is PENDING until that job's agent goes on from the save.
+- At a SIGTERM from Slurm it asks Slurm why: a cancel by trainctl (``s`` on a pending run:
+  the mark file) or by someone else (STOPPED, saying so), the time limit or a preemption
+  (the next job is submitted, from the last good checkpoint).
+"""
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+
+from .. import slurm
+from ..supervisor import RunState
+from .attempt import AttemptLoop
+from .context import EndRequest, RunContext
+
+WHY_TIMEOUT_S = 10.0
+
+
+class SlurmPart:
+    def __init__(self, ctx: RunContext, loop: AttemptLoop) -> None:
+        self.ctx, self.attempts = ctx, loop
+        self.job_id = os.environ.get("SLURM_JOB_ID") or None
+        self.cfg = dict(ctx.spec.slurm or {})
+        loop.slurm_job = self.job_id
+        loop.on_suspend = self.submit_next
+        self._why: asyncio.Future | None = None
+        self._warned: asyncio.Future | None = None
+        self.planned_end: float | None = None   # start + time limit, from Slurm at the start
+        self.restarts = 0                        # Slurm's requeue count at the start
+        self.requeued = False                    # Slurm requeues this job: no next job to submit
+
+    def install(self, aio: asyncio.AbstractEventLoop) -> None:
+        aio.add_signal_handler(signal.SIGUSR1, self.on_time_warning)
+        aio.add_signal_handler(signal.SIGTERM, self.on_term)
+
+    async def describe(self) -> None:
+        """An info on where this job runs and its time limit (read from Slurm)."""
+        if self.job_id is None:
+            self.ctx.info("started with --slurm outside a Slurm job (no SLURM_JOB_ID): no "
+                          "time-limit warning will come", "slurm.job")
+            return
+        aio = asyncio.get_running_loop()
+        try:
+            info = await aio.run_in_executor(None, slurm.job_info, self.job_id)
+        except slurm.SlurmError as e:
+            self.ctx.info(f"Slurm job {self.job_id}: {e}", "slurm.job")
+            return
+        limit = info.time_limit_s if info else None
+        self.planned_end = info.end_ts if info else None
+        self.restarts = info.restarts if info else 0
+        warn = self.cfg.get("warn")
+        text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
+                f"{info.partition if info else '?'}): time limit "
+                + (f"{limit // 60} min {limit % 60} s" if limit else "none")
+                + (f"; the trainer is asked to save {warn} s before it, and the run goes on "
+                   "in a next job" if warn and limit else ""))
+        self.ctx.info(text, "slurm.job")
+
+    # ------------------------------------------------------------------ signals
+    def on_time_warning(self) -> None:
+        if self._warned is None:
+            self._warned = asyncio.ensure_future(self._save_near_the_end())
+
+    async def _save_near_the_end(self) -> None:
+        """Slurm's timer ticks every 30 s, so its warning comes up to a minute early: the
+        save is asked ``warn`` seconds before the job's end time (read from squeue), not at
+        once; at once when the end time cannot be read."""
+        ctx = self.ctx
+        warn = float(self.cfg.get("warn") or 0)
+        try:
+            info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                None, slurm.job_info, self.job_id), WHY_TIMEOUT_S) if self.job_id else None
+        except (asyncio.TimeoutError, slurm.SlurmError):
+            info = None
+        wait = (info.end_ts - warn - ctx.clock()) if info and info.end_ts else 0.0
+        if wait > 1:
+            at = time.strftime("%H:%M:%S", time.localtime(ctx.clock() + wait))
+            ctx.info(f"Slurm's time-limit warning for job {self.job_id} came {wait:.0f} s early "
+                     f"(its timer ticks every 30 s): the save is asked at {at}", "slurm.time_limit")
+            stop = asyncio.ensure_future(ctx.stop_requested.wait())
+            await asyncio.wait({stop}, timeout=wait)
+            stop.cancel()
+        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
+            return
+        ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
+                 "a next job", "slurm.time_limit")
+        ctx.suspend_requested.set()
+        ctx.interrupt.set(EndRequest.SUSPEND)
+
+    def on_term(self) -> None:
+        """Slurm ends the job (scancel, the time limit, a preemption): first hold every
+        restart (the trainer got the same SIGTERM), then ask Slurm why."""
+        ctx = self.ctx
+        if self._why is None:
+            ctx.ending = self._why = asyncio.ensure_future(self._find_why())
+        ctx.interrupt.set(EndRequest.USER_STOP)
+
+    async def _ask(self) -> slurm.JobInfo | None:
+        if self.job_id is None:
+            return None
+        try:
+            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
+                None, slurm.job_info, self.job_id), WHY_TIMEOUT_S)
+        except (asyncio.TimeoutError, slurm.SlurmError):
+            return None
+
+    async def _find_why(self) -> None:
+        ctx = self.ctx
+        info = await self._ask()
+        for _ in range(4):   # a requeue shows COMPLETING for a moment, then PENDING
+            if info is None or info.state.split()[0] != "COMPLETING" or info.restarts > self.restarts:
+                break
+            await asyncio.sleep(0.5)
+            info = await self._ask()
+        state = info.state.split()[0] if info else "?"
+        if info is not None and (info.restarts > self.restarts or state in (
+                "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "NODE_FAIL")):
+            ctx.info(f"Slurm requeues job {self.job_id} (a preemption, a node failure or `scontrol "
+                     "requeue`): the run goes on when it starts again, from its last good "
+                     "checkpoint", "slurm.requeued")
+            self.requeued = True
+            ctx.suspend_requested.set()
+            return
+        if state == "COMPLETING":
+            # scontrol says COMPLETING while the job's processes (this agent) end: before the
+            # end its time limit set (read when it started) that is a scancel, after it the limit
+            past = self.planned_end is not None and ctx.clock() >= self.planned_end - 5
+            state = "TIMEOUT" if past else "CANCELLED"
+        if state in ("TIMEOUT", "DEADLINE") and not ctx.stop_requested.is_set():
+            ctx.info(f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
+                     "next job from its last good checkpoint", "slurm.ended")
+            ctx.suspend_requested.set()
+            return
+        if self.job_id and slurm.cancel_was_ours(ctx.files.dir, self.job_id):
+            ctx.stop_reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
+        elif state == "CANCELLED":
+            ctx.stop_reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
+                               "someone else, or an administrator)")
+        else:
+            ctx.stop_reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
+                               "stopped")
+        ctx.info(ctx.stop_reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
+        ctx.stop_requested.set()
+
+    # ------------------------------------------------------------------ the next job
+    async def submit_next(self) -> int:
+        """The run goes on in a next job, queued after this one: PENDING, exit 0 (this job
+        ends cleanly).  A refusal ends the run FAILED, saying how to go on by hand."""
+        ctx = self.ctx
+        ctx.save_detector_state()
+        if self.requeued:   # the same job starts again: nothing to submit
+            ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
+                                            "when it starts again")
+            return 0
+        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, slurm.job_name(ctx.spec.job_name),
+                                 self.cfg.get("warn"), dependency=self.job_id)
+        try:
+            next_id = await asyncio.get_running_loop().run_in_executor(None, slurm.submit, argv)
+        except slurm.SlurmError as e:
+            ctx.set_state(RunState.FAILED, f"could not submit the run's next Slurm job: {e}")
+            return 1
+        slurm.add_job(ctx.files.dir, next_id)
+        ctx.info(f"submitted Slurm job {next_id} (after job {self.job_id}): it goes on from the "
+                 f"last good checkpoint", "slurm.next")
+        ctx.set_state(RunState.PENDING, f"Slurm job {next_id} is queued; the run goes on there")
+        return 0

@@ -1,0 +1,132 @@
+"""Every run of this user on this machine, for `trainctl ls`: the run directories under the
+runs directory, the ones started elsewhere (`--run-dir`, a job's ``run_dir``: each start
+records its directory in ``<runs dir>/known-runs``), and the Slurm jobs of trainctl runs in
+the queue (their working directory is their run directory).  Each is summed up from its own
+files: state, job, where, progress, ETA, last incident."""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from . import events as E
+from . import slurm
+from .agent.adopt import agent_running
+from .journal import read_events
+from .paths import runs_dir
+from .spec import RunSpec
+
+KNOWN = "known-runs"
+MAX_KNOWN = 500
+
+
+def register_run(run_dir: Path) -> None:
+    """Remember a run directory (its path on a line of its own; the newest 500 kept)."""
+    path = runs_dir() / KNOWN
+    line = str(Path(run_dir).resolve())
+    if "\n" in line:
+        return
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        old = [p for p in _read_known(path) if p != line]
+        tmp = path.with_name(f".{KNOWN}.{os.getpid()}.tmp")
+        tmp.write_text("\n".join([*old[-(MAX_KNOWN - 1):], line]) + "\n")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def _read_known(path: Path) -> list[str]:
+    try:
+        return [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+def queued_slurm_runs() -> list[Path]:
+    """Run directories of this user's trainctl jobs in the Slurm queue ([] without Slurm)."""
+    if not slurm.configured():
+        return []
+    try:
+        r = slurm._run(["squeue", "-h", "--me", "-o", "%j|%Z"], timeout=15)
+    except slurm.SlurmError:
+        return []
+    if r.returncode != 0:
+        return []
+    out = []
+    for line in r.stdout.splitlines():
+        name, _, workdir = line.partition("|")
+        if name.startswith("trainctl-") and workdir:
+            out.append(Path(workdir))
+    return out
+
+
+def run_dirs() -> list[Path]:
+    """Every run directory known here, once each (resolved), those that still exist."""
+    seen: dict[str, Path] = {}
+    root = runs_dir()
+    candidates: list[Path] = []
+    try:
+        candidates += [p for p in root.iterdir() if p.name != "latest" and not p.is_symlink()]
+    except OSError:
+        pass
+    candidates += [Path(p) for p in _read_known(root / KNOWN)]
+    candidates += queued_slurm_runs()
+    for p in candidates:
+        try:
+            key = str(p.resolve())
+        except OSError:
+            continue
+        if key not in seen and (p / "spec.json").is_file():
+            seen[key] = Path(key)
+    return list(seen.values())
+
+
+def summarize(run_dir: Path, with_slurm: bool = True) -> dict:
+    """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state``, ``live``,
+    ``host``, ``started``, ``progress`` ({epoch, epochs, batch, batches}), ``eta``,
+    ``incident`` ({ts, text}), and for a Slurm run ``slurm`` ({job, state, reason,
+    partition})."""
+    run_dir = Path(run_dir)
+    out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
+                 "live": False, "host": "", "started": None, "progress": None, "eta": None,
+                 "incident": None}
+    try:
+        spec = RunSpec.load(run_dir / "spec.json")
+        out.update(job=spec.job_name, host=spec.host,
+                   started=(run_dir / "spec.json").stat().st_mtime)   # a queued run's: submitted
+    except (OSError, ValueError, TypeError):
+        pass
+    try:
+        events = read_events(run_dir / "events.jsonl")
+        for ev in events:
+            if ev.seq == 0:
+                out["started"] = ev.ts
+            if isinstance(ev, E.State):
+                out["state"] = ev.state
+            elif isinstance(ev, E.Progress):
+                out["progress"] = {"epoch": ev.epoch, "epochs": ev.epochs, "batch": ev.batch,
+                                   "batches": ev.batches}
+            elif isinstance(ev, E.Projection):
+                out["eta"] = ev.eta
+            elif isinstance(ev, E.Stall):
+                out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
+            elif isinstance(ev, E.Restart):
+                out["incident"] = {"ts": ev.ts, "text": f"restart: {ev.reason}"}
+            elif isinstance(ev, E.Warning) and ev.severity in ("error", "fatal"):
+                out["incident"] = {"ts": ev.ts, "text": f"{ev.id}: {ev.text}"}
+    except OSError:
+        pass
+    out["live"] = agent_running(run_dir)
+    if with_slurm and slurm.read_jobs(run_dir):
+        job = slurm.current_job(run_dir)
+        sl: dict = {"job": job, "jobs": slurm.read_jobs(run_dir)}
+        try:
+            info = slurm.job_info(job)
+        except slurm.SlurmError as e:
+            info, sl["error"] = None, str(e)
+        if info is not None:
+            sl.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node)
+            if info.state == "PENDING" and out["state"] not in ("FINISHED", "FAILED", "STOPPED"):
+                out["state"] = "PENDING"
+        out["slurm"] = sl
+    return out

@@ -1,0 +1,267 @@
+"""Slurm through its own commands (sbatch, squeue, scontrol, scancel, sinfo): submit a run's
+batch job, read a job's state and time limit, cancel it.  Never a Slurm library: the
+commands read the cluster's slurm.conf (SLURM_CONF) and munge as the user's would.
+
+The run directory keeps ``slurm.json``: the run's jobs in order (``{"jobs": [id, ...]}``,
+the last one the current), written by whoever submits (`trainctl run`, then each job's
+agent for the next one), so any reader finds the job from the run directory alone.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .config.slurm import slurm_time_s
+
+BATCH_SCRIPT = "slurm-job.sh"
+JOBS_FILE = "slurm.json"
+QUERY_TIMEOUT_S = 20.0
+#: Job states that end a job (squeue/scontrol names).
+ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
+         "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
+
+
+class SlurmError(Exception):
+    """Slurm refused or failed a request; ``str()`` is one line saying why."""
+
+
+class SlurmUnreachable(SlurmError):
+    """slurmctld does not answer (or Slurm is not installed / configured here)."""
+
+
+@dataclass(frozen=True)
+class JobInfo:
+    job_id: str
+    state: str            # PENDING, RUNNING, COMPLETING, CANCELLED, TIMEOUT, ...
+    reason: str = ""      # squeue's reason: Priority, Resources, Dependency, None, ...
+    time_limit_s: int | None = None
+    partition: str = ""
+    node: str = ""
+    end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
+    restarts: int = 0             # times Slurm requeued it (node failure, preemption, requeue)
+
+    @property
+    def ended(self) -> bool:
+        return self.state.split()[0] in ENDED
+
+
+def _env() -> dict[str, str]:
+    """Our environment without the SLURM_*/SBATCH_* variables of an enclosing job (a job's
+    agent submits the next job: its own job's settings must not leak in), SLURM_CONF kept."""
+    return {k: v for k, v in os.environ.items()
+            if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) or k == "SLURM_CONF"}
+
+
+def configured() -> bool:
+    """Slurm's commands are here and a slurm.conf for them (SLURM_CONF, or the usual
+    places): without one they retry for a minute before failing."""
+    import shutil
+    conf = os.environ.get("SLURM_CONF")
+    return bool(shutil.which("squeue")) and any(
+        Path(p).is_file() for p in ([conf] if conf else ["/etc/slurm/slurm.conf",
+                                                           "/etc/slurm-llnl/slurm.conf"]))
+
+
+def _run(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(),
+                              stdin=subprocess.DEVNULL)
+    except FileNotFoundError:
+        raise SlurmUnreachable(f"{argv[0]} not found: Slurm's commands are not installed here "
+                               "(run trainctl on the cluster's login node)") from None
+    except subprocess.TimeoutExpired:
+        raise SlurmUnreachable(f"{argv[0]} did not answer within {timeout:g} s: slurmctld is "
+                               "unreachable or overloaded") from None
+
+
+_UNREACHABLE = ("unable to contact slurm controller", "connection refused", "unable to process "
+                "configuration file", "could not establish a configuration source",
+                "socket timed out", "zero bytes were transmitted")
+
+
+def _why(r: subprocess.CompletedProcess, what: str) -> SlurmError:
+    """One line from a Slurm command's stderr: the last 'error:' reason, without prefixes."""
+    lines = [ln.strip() for ln in (r.stderr or r.stdout or "").splitlines() if ln.strip()]
+    errors = [ln for ln in lines if "error:" in ln or "fatal:" in ln] or lines
+    text = errors[-1] if errors else f"exit status {r.returncode}"
+    for marker in ("Batch job submission failed: ", "error: ", "fatal: "):
+        if marker in text:
+            text = text.split(marker, 1)[1]
+            break
+    low = " ".join(lines).lower()
+    if any(u in low for u in _UNREACHABLE):
+        return SlurmUnreachable(f"{what}: slurmctld is unreachable ({text})")
+    return SlurmError(f"{what}: {text}")
+
+
+def job_name(run_job: str) -> str:
+    """The Slurm job name of a trainctl job's batch jobs (squeue -n finds them)."""
+    return f"trainctl-{run_job}"
+
+
+def sbatch_argv(cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int | None,
+                dependency: str | None = None) -> list[str]:
+    """The sbatch command for a run's batch job: the job's ``[slurm]`` options, then
+    trainctl's own: a job name to find it by, the agent's output in the run directory, the
+    warning signal before the time limit, and the dependency on the job before."""
+    argv = ["sbatch", "--parsable", f"--job-name={job_name}",
+            f"--output={run_dir}/slurm-%j.out", "--open-mode=append", f"--chdir={run_dir}",
+            "--requeue"]
+    if warn_s:
+        argv.append(f"--signal=B:USR1@{warn_s}")
+    if dependency:
+        argv += [f"--dependency=afterany:{dependency}", "--kill-on-invalid-dep=yes"]
+    for key, flag in (("partition", "--partition"), ("time", "--time"), ("nodes", "--nodes"),
+                      ("gpus", "--gpus"), ("gres", "--gres"), ("cpus", "--cpus-per-task"),
+                      ("mem", "--mem")):
+        if cfg.get(key) is not None:
+            argv.append(f"{flag}={cfg[key]}")
+    argv += list(cfg.get("options", ()))
+    argv.append(str(run_dir / BATCH_SCRIPT))
+    return argv
+
+
+def warn_seconds(cfg: dict[str, Any], limit_s: int | None) -> int | None:
+    """How long before the time limit the agent is warned (sbatch --signal=B:USR1@N): the
+    job's ``warn``, else a tenth of the limit, between 30 s and 10 min, and at most half
+    the limit (Slurm sends it up to a minute early: its timer ticks every 30 s)."""
+    if cfg.get("warn"):
+        return int(cfg["warn"])
+    if limit_s is None:
+        return None
+    return max(1, min(600, max(30, limit_s // 10), limit_s // 2))
+
+
+def time_limit_s(cfg: dict[str, Any]) -> int | None:
+    """The job's time limit: its ``time``, else its partition's default (else its maximum);
+    None when unlimited."""
+    if cfg.get("time"):
+        return slurm_time_s(cfg["time"])
+    argv = ["sinfo", "-h", "-o", "%L|%l|%P"]
+    if cfg.get("partition"):
+        argv[1:1] = ["-p", cfg["partition"]]
+    r = _run(argv)
+    if r.returncode != 0:
+        raise _why(r, "sinfo")
+    for line in r.stdout.splitlines():
+        default, most, part = (line.split("|") + ["", "", ""])[:3]
+        if cfg.get("partition") or part.endswith("*"):
+            for value in (default, most):
+                if value and value not in ("n/a", "infinite", "UNLIMITED"):
+                    return _squeue_time(value)
+            return None
+    return None
+
+
+def _timestamp(value: str) -> float | None:
+    """squeue's %e (local time, ISO without a zone), or None (N/A, Unknown)."""
+    import datetime as dt
+    try:
+        return dt.datetime.fromisoformat(value.strip()).timestamp()
+    except ValueError:
+        return None
+
+
+def _squeue_time(value: str) -> int | None:
+    """squeue/sinfo's D-HH:MM:SS, HH:MM:SS or MM:SS."""
+    value = value.strip()
+    if value in ("", "UNLIMITED", "infinite", "NOT_SET", "INVALID", "N/A", "n/a"):
+        return None
+    days, _, rest = value.rpartition("-")
+    parts = [int(x) for x in rest.split(":")]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
+
+
+def write_batch_script(run_dir: Path, setup: str = "") -> Path:
+    """``<run_dir>/slurm-job.sh``: the job's environment (``[slurm] setup``), then the agent
+    as the batch shell itself (exec): the warning signal (B:) reaches it, not the trainer."""
+    path = Path(run_dir) / BATCH_SCRIPT
+    python = shlex.quote(sys.executable)
+    text = ("#!/bin/bash\n# trainctl: the agent of this run, inside its Slurm allocation\n"
+            + (setup.rstrip() + "\n" if setup.strip() else "")
+            + f"exec {python} -m trainctl agent {shlex.quote(str(run_dir))} --slurm\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    os.chmod(tmp, 0o700)
+    tmp.replace(path)
+    return path
+
+
+def submit(argv: list[str]) -> str:
+    """Run sbatch; the job id.  SlurmError (one line) when Slurm refuses the job."""
+    r = _run(argv, timeout=60)
+    if r.returncode != 0:
+        raise _why(r, "sbatch refused the job")
+    job_id = r.stdout.strip().split(";")[0]
+    if not job_id.isdigit():
+        raise SlurmError(f"sbatch said {r.stdout.strip()[:200]!r}, not a job id")
+    return job_id
+
+
+def job_info(job_id: str) -> JobInfo | None:
+    """The job's state now (scontrol: its base state, CANCELLED even while it completes);
+    None when Slurm no longer knows it (ended longer ago than MinJobAge)."""
+    r = _run(["scontrol", "-o", "show", "job", job_id])
+    if r.returncode != 0:
+        if "invalid job id" in (r.stderr or "").lower():
+            return None
+        raise _why(r, "scontrol")
+    fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
+    return JobInfo(job_id, fields.get("JobState", "?"), fields.get("Reason", ""),
+                   _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
+                   fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")),
+                   int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0)
+
+
+def cancel(job_id: str) -> None:
+    r = _run(["scancel", job_id])
+    if r.returncode != 0:
+        raise _why(r, f"scancel {job_id}")
+
+
+# ------------------------------------------------------------------ slurm.json
+def read_jobs(run_dir: Path) -> list[str]:
+    try:
+        data = json.loads((Path(run_dir) / JOBS_FILE).read_text())
+        return [str(j) for j in data.get("jobs", [])]
+    except (OSError, ValueError, AttributeError):
+        return []
+
+
+def add_job(run_dir: Path, job_id: str) -> None:
+    jobs = read_jobs(run_dir)
+    if job_id not in jobs:
+        jobs.append(job_id)
+    path = Path(run_dir) / JOBS_FILE
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"jobs": jobs}))
+    tmp.replace(path)
+
+
+def current_job(run_dir: Path) -> str | None:
+    jobs = read_jobs(run_dir)
+    return jobs[-1] if jobs else None
+
+
+CANCEL_MARK = "slurm-cancel"
+
+
+def mark_cancel(run_dir: Path, job_id: str) -> None:
+    """Before trainctl itself scancels a job: its agent then knows the cancel was the user's
+    stop through trainctl, not someone else's scancel."""
+    (Path(run_dir) / CANCEL_MARK).write_text(job_id)
+
+
+def cancel_was_ours(run_dir: Path, job_id: str) -> bool:
+    try:
+        return (Path(run_dir) / CANCEL_MARK).read_text().strip() == job_id
+    except OSError:
+        return False

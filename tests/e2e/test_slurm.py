@@ -1,0 +1,234 @@
+"""trainctl on a real single-node Slurm (munged, slurmctld, slurmd started by .ci/slurm-up.sh;
+skipped without it, a failure when TRAINCTL_REQUIRE_SLURM=1 as in CI): a supervised run in
+an allocation; a DataLoader hang caught and restarted inside the same job; a training longer
+than its 1-minute time limit going on across Slurm jobs from each save; `s` on a running and
+on a queued job; sbatch's refusals; an unreachable slurmctld; someone else's scancel; a
+requeued job; `trainctl ls` with a local, an ssh and a Slurm run."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, start_trainctl, wait_until
+from tests.e2e.test_example_midepoch import attempts
+from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
+from tests.helpers.slurm import cancel_all, queue_of, require_slurm, slurm_env, wait_queue_empty
+from trainctl.engine.slurm import read_jobs
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
+
+EXAMPLE = ROOT / "examples" / "midepoch_resume.py"
+
+
+@pytest.fixture(autouse=True)
+def slurm_up(request):
+    require_slurm()
+    names: list[str] = []
+    yield names
+    for name in names:
+        cancel_all(f"trainctl-{name}")
+
+
+def slurm_job(tmp_path: Path, name: str, names: list[str], *, slurm: str = "", stall: str = "",
+              example: tuple[str, ...] = ()) -> Path:
+    """A command job running examples/midepoch_resume.py as a Slurm job."""
+    names.append(name)
+    argv = [PYTHON, "-u", str(EXAMPLE), "--checkpoint-dir", str(tmp_path / "ckpts"), *example]
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    job = tmp_path / "trainctl.toml"
+    job.write_text(f'kind = "command"\nname = "{name}"\ncommand = {json.dumps(argv)}\n'
+                   'resume_args = ["--resume", "{checkpoint}"]\n'
+                   + (f"[stall]\n{stall}\n" if stall else "")
+                   + f"[slurm]\n{slurm}\n")
+    return job
+
+
+def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tmp_path, slurm_up):
+    """A supervised Slurm run: a DataLoader worker deadlock inside the allocation is caught,
+    rescued and restarted inside the same job, and the run finishes."""
+    job = slurm_job(tmp_path, "sl-hang", slurm_up, slurm='time = "5:00"', stall="train_timeout = 4",
+                    example=("--epochs", "1", "--batches", "24", "--batch-time", "0.03", "--workers", "2",
+                             "--hang-at", "1:12", "--hang-kind", "worker", "--hang-attempt", "1"))
+    res = run_trainctl(["run", str(job), "--json"], timeout=120)
+    assert res.returncode == 0, res.describe()
+    starts = res.of_type("start")
+    assert len(starts) == 2 and starts[0].slurm_job == starts[1].slurm_job == read_jobs(res.run_dir)[0]
+    stall = res.of_type("stall")
+    assert stall and stall[0].diagnosis == "deadlock", stall
+    rescue = [c for c in res.of_type("checkpoint") if c.kind == "rescue"]
+    assert rescue and res.of_type("restart")[0].resume_from == rescue[0].path
+    assert of_type(res.events, "state")[-1].state == "FINISHED"
+    # a supervised run in an allocation that finishes: where it ran said, its job gone
+    assert any(i.key == "slurm.job" and "time limit 5 min" in i.text for i in res.of_type("info"))
+    assert (res.run_dir / f"slurm-{starts[0].slurm_job}.out").exists()   # the agent's own output
+    assert not wait_queue_empty("trainctl-sl-hang", 15)
+
+
+def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slurm_up):
+    """1-minute limit, ~62 s of batches (plus each job's start): saved 20 s before each limit,
+    continued in the next job (afterany), one journal, at most 30 batches redone per job
+    boundary."""
+    job = slurm_job(tmp_path, "sl-limit", slurm_up, slurm='time = "1"\nwarn = 20',
+                    example=("--epochs", "1", "--batches", "220", "--batch-time", "0.28",
+                             "--workers", "0", "--save-every", "0"))
+    t0 = time.monotonic()
+    res = run_trainctl(["run", str(job), "--json"], timeout=290)
+    took = time.monotonic() - t0
+    assert res.returncode == 0, res.describe()
+    jobs = read_jobs(res.run_dir)
+    starts = res.of_type("start")
+    assert len(jobs) >= 3 and [s.slurm_job for s in starts] == jobs, (jobs, starts)
+    assert [e.seq for e in res.events] == list(range(len(res.events)))   # one journal
+    states = [s.state for s in res.of_type("state")]
+    assert states.count("PENDING") == len(jobs) - 1 and states[-1] == "FINISHED", states
+    planned = [c for c in res.of_type("checkpoint") if c.kind == "planned"]
+    assert len(planned) >= len(jobs) - 1 and all(c.ok for c in planned)
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert len(runs) == len(jobs)
+    for (_, furthest), (start, _) in zip(runs, runs[1:]):
+        assert start[0] == furthest[0] and 0 <= furthest[1] - start[1] <= 30, runs
+    assert runs[-1][1] == (1, 220)
+    assert not wait_queue_empty("trainctl-sl-limit", 15)
+    print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}")
+
+
+def test_s_stops_a_running_job_with_nothing_left_in_the_queue(tmp_path, slurm_up):
+    job = slurm_job(tmp_path, "sl-stop", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "2000", "--batch-time", "0.05", "--workers", "0"))
+    res = run_trainctl(["run", str(job), "--detach"], timeout=30)
+    assert res.returncode == 0, res.describe()
+    run_dir = res.run_dir
+    wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 60, what="progress")
+    r = run_trainctl(["ctl", str(run_dir), "stop"], timeout=30)
+    assert r.returncode == 0, r.describe()
+    wait_until(lambda: any(e.type == "state" and e.state == "STOPPED" for e in read_journal(run_dir)),
+               30, what="STOPPED")
+    assert not wait_queue_empty("trainctl-sl-stop", 20)
+
+
+def test_s_cancels_a_queued_job(tmp_path, slurm_up):
+    """A job that waits (here: --begin an hour from now) shows PENDING with squeue's reason;
+    stop scancels it and ends the run STOPPED."""
+    job = slurm_job(tmp_path, "sl-queued", slurm_up, slurm='time = "5:00"\noptions = ["--begin=now+3600"]',
+                    example=("--epochs", "1", "--batches", "5"))
+    res = run_trainctl(["run", str(job), "--detach"], timeout=30)
+    assert res.returncode == 0, res.describe()
+    st = run_trainctl(["status", str(res.run_dir), "--json"], timeout=30)
+    status = json.loads(st.stdout)
+    assert status["state"] == "PENDING" and status["slurm"]["reason"] == "BeginTime", status
+    text = run_trainctl(["status", str(res.run_dir)], timeout=30).stdout
+    assert "PENDING (BeginTime)" in text, text
+    r = run_trainctl(["ctl", str(res.run_dir), "stop"], timeout=60)
+    assert r.returncode == 0, r.describe()
+    assert not queue_of("trainctl-sl-queued")
+    assert of_type(read_journal(res.run_dir), "state")[-1].state == "STOPPED"
+
+
+def test_a_job_cancelled_by_someone_else_is_reported_as_such(tmp_path, slurm_up):
+    job = slurm_job(tmp_path, "sl-scancel", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "2000", "--batch-time", "0.05", "--workers", "0"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event("progress", 60)
+        subprocess.run(["scancel", read_jobs(tc.run_dir)[0]], check=True, env=slurm_env(), timeout=15)
+        res = tc.wait(60)
+    final = of_type(res.events, "state")[-1]
+    assert final.state == "STOPPED" and "cancelled outside trainctl" in final.reason, res.describe()
+    assert res.returncode == 130
+    assert not res.of_type("restart")
+
+
+@pytest.mark.parametrize("slurm, said", [
+    ('partition = "nope"', "Invalid partition name specified"),
+    ('partition = "short"\ntime = "10:00"', "Requested time limit is invalid"),
+    ('gres = "gpu:1"', "Invalid generic resource (gres) specification"),
+])
+def test_sbatch_refusals_are_one_line_and_exit_2(tmp_path, slurm_up, slurm, said):
+    job = slurm_job(tmp_path, "sl-refused", slurm_up, slurm=slurm, example=("--epochs", "1"))
+    run_dir = tmp_path / "run"
+    res = run_trainctl(["run", str(job), "--json", "--run-dir", str(run_dir)], timeout=60)
+    assert res.returncode == 2, res.describe()
+    lines = res.stderr.strip().splitlines()
+    assert len(lines) == 1 and said in lines[0] and lines[0].startswith("trainctl: sbatch refused"), lines
+    assert not (run_dir / "slurm.json").exists() and not queue_of("trainctl-sl-refused")
+
+
+def test_an_unreachable_slurmctld_is_a_clear_error(tmp_path, slurm_up, monkeypatch):
+    conf = Path(slurm_env()["SLURM_CONF"]).read_text()
+    bad = tmp_path / "slurm.conf"
+    bad.write_text(re.sub(r"SlurmctldPort=\d+", "SlurmctldPort=1", conf))
+    monkeypatch.setenv("SLURM_CONF", str(bad))
+    job = slurm_job(tmp_path, "sl-down", [], slurm='time = "5:00"', example=("--epochs", "1"))
+    res = run_trainctl(["run", str(job), "--json"], timeout=60)
+    assert res.returncode == 2, res.describe()
+    assert "slurmctld is unreachable" in res.stderr, res.stderr
+
+
+def test_ls_shows_a_local_an_ssh_and_a_slurm_run_together(tmp_path, slurm_up, box):
+    """`trainctl ls`: a local run (finished), a run on a box over ssh (hosts.toml), and a Slurm
+    run waiting in the queue, each with its state, where, progress and last incident."""
+    from tests.e2e.test_remote_run import cli, start_remote
+    from trainctl.engine.paths import config_dir
+    script = tmp_path / "steps.py"
+    script.write_text("import time\nfor i in range(1, 4):\n    print(f'step {i}/3 loss=0.5', flush=True)\n"
+                      "    time.sleep(0.1)\n")
+    local = run_trainctl(["run", "--json", "--", PYTHON, "-u", str(script)], timeout=60)
+    assert local.returncode == 0, local.describe()
+    remote_dir = start_remote(box, None, [PYTHON, "-u", str(script)])
+    queued = run_trainctl(["run", str(slurm_job(tmp_path / "q", "sl-ls", slurm_up,
+                                                  slurm='options = ["--begin=now+3600"]')), "--detach"],
+                          timeout=30)
+    assert queued.returncode == 0, queued.describe()
+    config_dir().mkdir(parents=True, exist_ok=True)
+    (config_dir() / "hosts.toml").write_text(f'hosts = ["{box.dest}"]\n')
+
+    def rows():
+        r = cli(["ls", "--json"], box.client_env, timeout=60)
+        assert r.returncode == 0, r.stderr
+        return json.loads(r.stdout)
+    got = wait_until(lambda: (lambda rs: rs if any(r["where"] == box.dest and r["state"] == "FINISHED"
+                                                   for r in rs) else None)(rows()), 60, what="ssh run")
+    by = {(r["where"], r["run_dir"]): r for r in got}
+    mine = by[("local", str(local.run_dir.resolve()))]
+    assert mine["state"] == "FINISHED" and mine["progress"]["batch"] == 3
+    theirs = by[(box.dest, str(remote_dir))]
+    assert theirs["state"] == "FINISHED" and theirs["job"] == "steps"
+    waiting = by[("local", str(queued.run_dir.resolve()))]
+    assert waiting["state"] == "PENDING" and waiting["slurm"]["reason"] == "BeginTime"
+    text = cli(["ls"], box.client_env, timeout=60).stdout
+    assert "PENDING (BeginTime)" in text and f"{box.dest}:{remote_dir}" in text, text
+    print(text)
+    assert run_trainctl(["ctl", str(queued.run_dir), "stop"], timeout=60).returncode == 0
+
+
+def test_a_requeued_job_goes_on_with_the_run(tmp_path, slurm_up):
+    """A node failure or a preemption requeues the job (here `scontrol requeue`, its
+    two-minute hold lifted): the same job starts again and its agent goes on with the run
+    from the last good checkpoint; one journal."""
+    job = slurm_job(tmp_path, "sl-requeue", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "60", "--batch-time", "0.1", "--workers", "0",
+                             "--save-every", "10"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "checkpoint" and e.ok and (e.batch or 0) >= 10, 90, "a save")
+        job_id = read_jobs(tc.run_dir)[0]
+        env = slurm_env()
+        subprocess.run(["scontrol", "requeue", job_id], check=True, env=env, timeout=15)
+        tc.wait_event(lambda e: e.type == "state" and e.state == "PENDING", 30, "PENDING")
+        wait_until(lambda: subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=env,
+                                          capture_output=True, text=True, timeout=15
+                                          ).stdout.strip() == "PENDING BeginTime",
+                   30, interval=0.3, what="the job requeued")
+        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], env=env,
+                       check=True, capture_output=True, timeout=15)   # no two-minute hold
+        res = tc.wait(120)
+    assert res.returncode == 0, res.describe()
+    starts = res.of_type("start")
+    assert len(starts) == 2 and starts[0].slurm_job == starts[1].slurm_job == job_id
+    assert any(i.key == "slurm.requeued" for i in res.of_type("info"))
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert len(runs) == 2 and runs[1][0][1] >= 10 and runs[-1][1] == (1, 60), runs
+    assert [e.seq for e in res.events] == list(range(len(res.events)))

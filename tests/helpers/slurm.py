@@ -1,0 +1,90 @@
+"""The real single-node Slurm that `.ci/slurm-up.sh` starts (munged, slurmctld, slurmd).
+
+    require_slurm()            # skips the test when no Slurm answers (fails in CI)
+    jobs = queue_of(name)      # squeue's job ids for a job name
+    wait_queue_empty(name, 30) # until squeue lists none of them
+
+Clients find the test Slurm through SLURM_CONF; when it is not set, the file slurm-up.sh
+writes (``$TRAINCTL_SLURM_DIR/slurm.conf``, default /tmp/trainctl-slurm) is used, so a
+developer who ran `.ci/slurm-up.sh` can run the tests without exporting anything.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+DEFAULT_DIR = "/tmp/trainctl-slurm"
+
+
+def slurm_conf() -> str | None:
+    if os.environ.get("SLURM_CONF"):
+        return os.environ["SLURM_CONF"]
+    conf = Path(os.environ.get("TRAINCTL_SLURM_DIR") or DEFAULT_DIR) / "slurm.conf"
+    return str(conf) if conf.exists() else None
+
+
+def slurm_env() -> dict[str, str]:
+    """os.environ with SLURM_CONF set to the test Slurm's (for subprocesses)."""
+    env = dict(os.environ)
+    conf = slurm_conf()
+    if conf:
+        env["SLURM_CONF"] = conf
+    return env
+
+
+def _answers() -> str | None:
+    """None when a Slurm answers `sinfo` with a node up; else why not."""
+    if not shutil.which("sbatch"):
+        return "Slurm is not installed (run .ci/install-slurm.sh)"
+    conf = slurm_conf()
+    if conf is None:
+        return "no Slurm configured (run .ci/slurm-up.sh as root)"
+    try:
+        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
+                           timeout=15, env=slurm_env())
+    except subprocess.TimeoutExpired:
+        return "sinfo did not answer within 15 s (is slurmctld up? .ci/slurm-up.sh)"
+    states = r.stdout.split()
+    if r.returncode != 0 or not any(s.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp") for s in states):
+        return f"Slurm does not answer with a node up (.ci/slurm-up.sh): {(r.stderr or r.stdout).strip()[:200]}"
+    return None
+
+
+def require_slurm() -> None:
+    """Skip when no Slurm answers, unless TRAINCTL_REQUIRE_SLURM=1 (CI) makes that a failure.
+    Sets SLURM_CONF in os.environ for what the test starts."""
+    why = _answers()
+    if why is None:
+        os.environ["SLURM_CONF"] = slurm_conf() or ""
+        return
+    if os.environ.get("TRAINCTL_REQUIRE_SLURM") == "1":
+        pytest.fail(why + " and TRAINCTL_REQUIRE_SLURM=1", pytrace=False)
+    pytest.skip(why)
+
+
+def queue_of(name: str) -> list[str]:
+    """The ids squeue lists (any state) for jobs named ``name``."""
+    r = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
+                       timeout=15, env=slurm_env())
+    return r.stdout.split()
+
+
+def wait_queue_empty(name: str, timeout: float) -> list[str]:
+    """Wait until squeue lists no job named ``name``; what is left at the end."""
+    end = time.monotonic() + timeout
+    while True:
+        left = queue_of(name)
+        if not left or time.monotonic() > end:
+            return left
+        time.sleep(0.3)
+
+
+def cancel_all(name: str) -> None:
+    """scancel every job named ``name`` (test cleanup)."""
+    subprocess.run(["scancel", "--quiet", "-n", name], capture_output=True, timeout=15,
+                   env=slurm_env())
