@@ -545,9 +545,9 @@ def last_exception(lines) -> tuple[str | None, tuple[str, ...]]:
     the traceback's tail that ends with it (at most TRACEBACK_TAIL lines); also Python's
     "can't open file" and an argparse usage error, which have no traceback.  (None, ())
     when there is none."""
-    lines = [ln.rstrip() for ln in lines]
+    lines = [_strip_rank(ln.rstrip()) for ln in lines]   # a rank's own output file's, too
     for i in range(len(lines) - 1, -1, -1):
-        line = _strip_rank(lines[i])
+        line = lines[i]
         if _EXC_LINE.match(line) or _PY_CANT_OPEN.match(line) or _ARGPARSE_ERROR.match(line):
             start = i
             for j in range(i, max(-1, i - 40), -1):

@@ -82,7 +82,7 @@ class Intake:
 
     def on_rank_output(self, rank: int, stream: str, data: bytes) -> None:
         """torchrun: output of one rank's file (``stream``): its progress carries ``rank``,
-        its lines and warnings are marked ``[rank N]``."""
+        its lines are marked ``[rankN]:`` (torchrun's own prefix), its warnings ``rank N:``."""
         if stream not in self.rank_feeds:
             self.rank_feeds[stream] = (rank, OutputFeed(self.ctx.matcher, progress=self.ctx.spec.progress))
         feed = self.rank_feeds[stream][1]
@@ -104,7 +104,7 @@ class Intake:
                     fed.warning, text=f"rank {said}: {fed.warning.text}", rank=said))
             if rank is not None:
                 fed = dataclasses.replace(
-                    fed, text=f"[rank {rank}] {fed.text}",
+                    fed, text=f"[rank{rank}]: {fed.text}",   # torchrun's own prefix
                     events=tuple(dataclasses.replace(ev, rank=rank) if isinstance(ev, E.Progress)
                                  else ev for ev in fed.events))
             self.log_lines.append(fed.text)

@@ -153,7 +153,15 @@ def test_rank_output_tags_progress_lines_and_warnings_with_the_rank(tmp_path):
     assert sorted(p.rank for p in prog) == [2, 3]
     warns = [e for e in events if e.type == "warning" and e.id.startswith("nccl.")]
     assert [(w.rank, w.text.split(":")[0]) for w in warns] == [(2, "rank 2"), (3, "rank 3")]
-    assert {line.split("]")[0] for line in intake.tail} >= {"[rank 2", "[rank 3"}
+    assert {line.split("]")[0] for line in intake.tail} >= {"[rank2", "[rank3"}
+
+
+def test_a_ranks_traceback_from_its_own_file_is_the_exit_exception():
+    from trainctl.engine.parse import last_exception
+    tail = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "t.py", line 3, in <module>',
+            "[rank1]:     x()", "[rank1]: ValueError: bad", "W1125 torchrun: failed"]
+    exc, tb = last_exception(tail)
+    assert exc == "ValueError: bad" and tb[0] == "Traceback (most recent call last):"
 
 
 def test_the_readme_torchrun_job_example_is_a_valid_job(tmp_path):
@@ -190,3 +198,14 @@ def test_the_node_rank_comes_from_the_cli_the_job_or_the_torchrun_command(tmp_pa
         None, ["torchrun", "--standalone", "t.py"])
     with pytest.raises(UsageError, match="only for a kind"):
         _node(args(1, ["python", "t.py"]), None)
+
+
+def test_an_adopting_agent_reads_the_rank_layout_and_offsets_back():
+    """intake.json keeps the rank layout and each rank file's offset; an adopting agent
+    (held_spawner.adopt) rebuilds the layout from it; garbage gives none."""
+    from trainctl.engine.agent.held_spawner import _layout_from
+    lay = T.layout(T.supervised(["torchrun", "--nnodes", "2", "--node-rank", "1",
+                                 "--nproc-per-node", "4", "t.py"], "/r/ranks-3"))
+    saved = [str(lay.log_dir), lay.nproc, lay.nnodes_max, lay.node_rank]
+    assert _layout_from(saved) == lay
+    assert _layout_from(None) is None and _layout_from(["x"]) is None
