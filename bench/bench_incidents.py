@@ -230,7 +230,8 @@ def _figures(tool, fault, text, left, capped, run_dir) -> dict:
         elif ln.startswith("SPAWN "):
             spawns[int(ln[6:])] = t
         elif ln.startswith("INFO "):
-            attempts and attempts[-1].setdefault("save", re.sub(r"/\S*/", "", ln[5:].strip()))
+            if attempts:   # the last answer before the restart (a false stall may have asked earlier)
+                attempts[-1]["save"] = re.sub(r"/\S*/", "", ln[5:].strip())
         elif ln.startswith("FROM ") and attempts:
             attempts[-1].setdefault("from", ln[5:])
     row = {"tool": tool, "fault": fault, "detect": None, "recover": None, "redone": None,

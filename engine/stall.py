@@ -29,7 +29,10 @@ How long a silence may last depends on what the trainer is doing:
 * **val** and **save**: ``max(floor, 3 × longest duration of that phase seen)``; the first
   one (nothing learned) gets ``max(300 s, min(10 × train threshold, 1800 s))``.  A phase
   lasts until the first batch after it: Ultralytics' first batch after validation is
-  slow (its workers restart), so that gap counts toward val/save, not train.
+  slow (its workers restart), so that gap counts toward val/save, not train.  A save
+  inside an epoch (entered from train before the epoch's last batch: a mid-epoch
+  checkpoint) ends at its ``train`` phase: the workers go on, and the next batch is
+  watched with the train threshold from the save's end.
 * **finished**: never stalls.
 
 Two watches work before the first batch, whatever the phase's own threshold says:
@@ -168,6 +171,7 @@ class StallDetector:
         self._phase_start = now
         self._ref = now                  # idle is measured from here outside train
         self._pending_train = False      # phase said train, first batch not seen yet
+        self._save_mid_epoch = False     # the save phase began inside an epoch
         self._gen = 0                    # bumped at every phase change
         self._ranks: dict[int | None, _Rank] = {}
         self._last_key: int | None = None
@@ -194,13 +198,21 @@ class StallDetector:
             self._armed = True
             return
         if phase == "train":
-            if self._phase in ("startup", "val", "save"):
+            if self._phase == "save" and self._save_mid_epoch:
+                self._learn("save", now - self._phase_start)
+                self._enter("train", now)
+            elif self._phase in ("startup", "val", "save"):
                 self._pending_train = True   # this phase lasts until the first batch
             elif self._phase == "finished":
                 self._enter("train", now)
             return
         if phase == self._phase:
             return
+        if phase == "save":
+            rank = self._ranks.get(self._last_key)
+            self._save_mid_epoch = (self._phase == "train" and not self._pending_train and rank is not None
+                                    and rank.batch is not None and rank.batches is not None
+                                    and rank.batch < rank.batches)
         if self._phase in ("val", "save"):
             self._learn(self._phase, now - self._phase_start)
         self._enter(phase, now)

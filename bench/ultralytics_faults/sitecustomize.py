@@ -9,7 +9,8 @@ epoch 1):
 * ``worker``: the DataLoader worker that loads that batch blocks forever in ``__getitem__``
   (a worker deadlock; the main thread waits in ``_try_get_data``);
 * ``worker-exit``: that worker dies (``os._exit``), as the OOM killer would do it;
-* ``spin``: after that batch, the main thread spins in native code (a catastrophic regex).
+* ``spin``: after that batch (once the runner has reported it: at the next batch's start),
+  the main thread spins in native code (a catastrophic regex).
 
 The worker is found from the order DataLoader hands out batches: worker ``b % W`` loads
 batch ``b`` (0-based), its ``b // W``-th; BENCH_WORKERS (W) and BENCH_BATCH_SIZE say the
@@ -51,9 +52,12 @@ def _patch_callbacks(module) -> None:
             seen["first"] = False
             _stamp(f"resume epoch={epoch} batch={batch - 1}", STARTED)
         _stamp(f"epoch={epoch}/{trainer.epochs} batch={batch}/{len(trainer.train_loader)}")
-        if FAULT == "spin" and (epoch, batch) == (1, AT):
+
+    def on_batch_start(trainer) -> None:   # trainctl_batch: still the batch before this one
+        if FAULT == "spin" and (trainer.epoch + 1, getattr(trainer, "trainctl_batch", None)) == (1, AT):
             re.match(r"(a+)+$", "a" * 64 + "b")     # native: no Python runs until it ends
     module.default_callbacks["on_train_batch_end"].append(on_batch_end)
+    module.default_callbacks["on_train_batch_start"].append(on_batch_start)
 
 
 def _patch_dataset(module) -> None:

@@ -172,6 +172,27 @@ def test_slow_but_healthy_validation_and_save_pass():
     assert d.check(t + 700 + 901) is not None
 
 
+def test_a_mid_epoch_save_ends_at_its_train_phase_but_an_epoch_end_save_waits_for_a_batch():
+    """A hang right after a mid-epoch checkpoint is watched with the train threshold from
+    the save's end (bench_incidents: a spin after a periodic save waited 3 x the longest save)."""
+    d = StallDetector(train_timeout=10.0)
+    d.reset(0.0)
+    t = run_epoch(d, 0.0, 1, 12, 1.0, total=20)   # batch 12 of 20
+    d.on_phase("save", t)
+    d.on_phase("train", t + 5)                    # a 5 s mid-epoch save
+    assert d.phase == "train"
+    assert d.check(t + 5 + 9.5) is None
+    verdict = d.check(t + 5 + 10.5)
+    assert verdict is not None and verdict.phase == "train"
+    # The save at the epoch's end (batch 20 of 20) still lasts until the next batch.
+    e = StallDetector(train_timeout=10.0)
+    e.reset(0.0)
+    t = run_epoch(e, 0.0, 1, 20, 1.0)
+    e.on_phase("save", t)
+    e.on_phase("train", t + 5)
+    assert e.phase == "save" and e.check(t + 5 + 10.5) is None
+
+
 def test_first_batch_after_validation_counts_toward_validation_not_train():
     d = StallDetector()
     d.reset(0.0)
