@@ -247,6 +247,12 @@ class Projector:
         self._lost_closed = 0.0
         self._episode: tuple[float, int] | None = None   # (time lost from, high water then)
         self._risk = {"deadline": _Risk(), "budget": _Risk()}
+        # a Slurm run: this job's work ends at job_end; each next job gives job_span_s of
+        # work after job_gap_s (queue wait and start); None: no such limit
+        self.job_end: float | None = None
+        self.job_span_s: float | None = None
+        self.job_gap_s: float = 0.0
+        self.job_gap_measured = False   # False: a queue wait alone; the start is added
 
     # ------------------------------------------------------------------ events
     def on_event(self, ev: Event) -> None:
@@ -501,16 +507,22 @@ class Projector:
             g = self._last[1] if in_progress or self._resume_g is None else self._resume_g
             g = min(g, total)
             startup = self._startup_left(now)
-            eta = self._eta(now, rate, g, total, batches, startup, in_progress)
+            eta = self._in_jobs(now, self._eta(now, rate, g, total, batches, startup, in_progress))
             if low and high and low > 0:
-                eta_high = self._eta(now, low, g, total, batches, startup, in_progress)
-                eta_low = self._eta(now, high, g, total, batches, startup, in_progress)
+                eta_high = self._in_jobs(now, self._eta(now, low, g, total, batches, startup, in_progress))
+                eta_low = self._in_jobs(now, self._eta(now, high, g, total, batches, startup, in_progress))
             what_if = self._what_if(now, total, batches)
         buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
         return Projection(now, eta, self.deadline, buffer_s, rate, self._cost(end),
                           self._cost(eta), eta_low, eta_high, self.budget, what_if,
                           self._lost(now, rate), finished=self._finished_ts is not None,
                           checkpoint=self._checkpoint_view(), redone=tuple(self._redone))
+
+    def _in_jobs(self, now: float, eta: float) -> float:
+        gap = self.job_gap_s
+        if not self.job_gap_measured and self._startups:   # each next job starts the trainer again
+            gap += statistics.median(self._startups)
+        return across_jobs(now, eta, self.job_end, self.job_span_s, gap)
 
     def _what_if(self, now: float, total: int, batches: int) -> tuple[dict[str, Any], ...]:
         """Each other known preset, switched to now: a restart from the last checkpoint."""
@@ -580,6 +592,18 @@ class Projector:
         else:
             r.safe_since = None
         return False
+
+
+def across_jobs(now: float, eta: float, job_end: float | None, span_s: float | None,
+                gap_s: float) -> float:
+    """The end of work that would end at ``eta`` without a time limit, when the job it runs
+    in stops at ``job_end`` and each next job does ``span_s`` of it after ``gap_s`` of queue
+    wait and start (a Slurm run: its limit is a deadline within each job)."""
+    if job_end is None or not span_s or span_s <= 0 or eta <= job_end:
+        return eta
+    base = max(now, job_end)
+    left = eta - base                            # the work this job cannot do
+    return base + math.ceil(left / span_s) * gap_s + left
 
 
 def _best_alternative(p: Projection, key: str) -> dict[str, Any] | None:

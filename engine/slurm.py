@@ -45,6 +45,7 @@ class JobInfo:
     node: str = ""
     end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
     restarts: int = 0             # times Slurm requeued it (node failure, preemption, requeue)
+    queued_s: float | None = None # how long it waited in the queue (start - submit)
 
     @property
     def ended(self) -> bool:
@@ -168,6 +169,11 @@ def _timestamp(value: str) -> float | None:
         return None
 
 
+def _waited(submit: str, start: str) -> float | None:
+    a, b = _timestamp(submit), _timestamp(start)
+    return max(0.0, b - a) if a is not None and b is not None else None
+
+
 def _squeue_time(value: str) -> int | None:
     """squeue/sinfo's D-HH:MM:SS, HH:MM:SS or MM:SS."""
     value = value.strip()
@@ -218,7 +224,8 @@ def job_info(job_id: str) -> JobInfo | None:
     return JobInfo(job_id, fields.get("JobState", "?"), fields.get("Reason", ""),
                    _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
                    fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")),
-                   int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0)
+                   int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
+                   _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")))
 
 
 def cancel(job_id: str) -> None:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import statistics
 import time
 
+from .. import events as E
 from .. import slurm
+from ..journal import read_events
 from ..supervisor import RunState
 from .attempt import AttemptLoop
 from .context import EndRequest, RunContext
@@ -37,6 +40,8 @@ class SlurmPart:
         self.planned_end: float | None = None   # start + time limit, from Slurm at the start
         self.restarts = 0                        # Slurm's requeue count at the start
         self.requeued = False                    # Slurm requeues this job: no next job to submit
+        self._gaps: list[float] = []             # measured gaps between the run's jobs
+        self._pending_ts: float | None = None
 
     def install(self, aio: asyncio.AbstractEventLoop) -> None:
         aio.add_signal_handler(signal.SIGUSR1, self.on_time_warning)
@@ -57,6 +62,8 @@ class SlurmPart:
         limit = info.time_limit_s if info else None
         self.planned_end = info.end_ts if info else None
         self.restarts = info.restarts if info else 0
+        if info is not None and limit and info.end_ts:
+            self._deadline_in_jobs(info, limit)
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -64,6 +71,33 @@ class SlurmPart:
                 + (f"; the trainer is asked to save {warn} s before it, and the run goes on "
                    "in a next job" if warn and limit else ""))
         self.ctx.info(text, "slurm.job")
+
+    def _deadline_in_jobs(self, info: slurm.JobInfo, limit: int) -> None:
+        """The projection: this job's work ends ``warn`` s before its end; each next job
+        gives limit - warn s of work after the gap measured between the run's jobs (a
+        PENDING state to the next job's first progress), else this job's own queue wait."""
+        warn = float(self.cfg.get("warn") or 0)
+        try:
+            for ev in read_events(self.ctx.files.events):
+                self._gap_on(ev)
+        except OSError:
+            pass
+        proj = self.ctx.projector
+        proj.job_end = info.end_ts - warn
+        proj.job_span_s = max(1.0, limit - warn)
+        proj.job_gap_s = statistics.median(self._gaps) if self._gaps else (info.queued_s or 0.0)
+        proj.job_gap_measured = bool(self._gaps)
+        self.ctx.bus.on_journaled.append(self._gap_on)   # this job's first batch closes a gap
+
+    def _gap_on(self, ev: E.Event) -> None:
+        """A gap between jobs: from a PENDING state to the next job's first progress."""
+        if isinstance(ev, E.State) and ev.state == "PENDING":
+            self._pending_ts = ev.ts
+        elif isinstance(ev, E.Progress) and self._pending_ts is not None:
+            self._gaps.append(ev.ts - self._pending_ts)
+            self._pending_ts = None
+            self.ctx.projector.job_gap_s = statistics.median(self._gaps)
+            self.ctx.projector.job_gap_measured = True
 
     # ------------------------------------------------------------------ signals
     def on_time_warning(self) -> None:

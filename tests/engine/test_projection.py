@@ -491,3 +491,29 @@ def test_headless_lines_for_a_projection_say_eta_with_time_left_or_the_end():
                        cost_so_far=1.25, cost_at_eta=1.25, finished=True)
     line = format_event(end)
     assert " END    " in line and line.endswith(", cost $1.25"), line
+
+
+def test_a_slurm_time_limit_is_a_deadline_within_each_job():
+    """Work that would end 100 s from now, in a job that stops in 30 s: 70 s left for next
+    jobs of 40 s each (two of them), each after a 20 s queue wait and start."""
+    from trainctl.engine.projection import across_jobs
+    assert across_jobs(0.0, 100.0, 30.0, 40.0, 20.0) == 30.0 + 2 * 20.0 + 70.0
+    assert across_jobs(0.0, 25.0, 30.0, 40.0, 20.0) == 25.0          # ends inside this job
+    assert across_jobs(0.0, 100.0, None, None, 0.0) == 100.0          # no limit
+    assert across_jobs(50.0, 100.0, 30.0, 40.0, 20.0) == 50.0 + 2 * 20.0 + 50.0   # past its end: saving
+
+
+def test_the_projector_counts_the_jobs_a_slurm_run_still_needs():
+    from trainctl.engine import events as E
+    from trainctl.engine.projection import Projector
+    p = Projector()
+    p.on_event(E.Start(0.0, 1, 1, None))
+    for i in range(1, 11):
+        p.on_event(E.Progress(float(i), 1, 1, i, 100))   # 1 batch/s: 90 s of work left at t=10
+    free = p.project(10.0).eta
+    p.job_end, p.job_span_s, p.job_gap_s, p.job_gap_measured = 40.0, 50.0, 15.0, True
+    limited = p.project(10.0).eta
+    assert free == pytest.approx(100.0, abs=2)
+    assert limited == pytest.approx(free + 2 * 15.0, abs=0.5)   # 60 s after job_end: two more jobs
+    p.job_gap_measured = False   # a queue wait alone: each job's start (here 1 s) is added
+    assert p.project(10.0).eta == pytest.approx(free + 2 * 16.0, abs=0.5)

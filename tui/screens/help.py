@@ -11,6 +11,7 @@ from textual.widgets import Static
 STATES = (("RUNNING", "batches are coming"),
           ("STALLED", "no batch for longer than the phase's threshold"),
           ("RESTARTING", "killed; waiting before the next attempt (backoff)"),
+          ("PENDING", "a Slurm run between jobs: saved; its next job waits in the queue"),
           ("FINISHED", "the trainer exited 0"),
           ("STOPPED", "stopped by the user (s, trainctl ctl stop, Ctrl-C)"),
           ("FAILED", "gave up: restart budget spent or a human must act"))
