@@ -291,6 +291,15 @@ def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:
         server = LocalSshd(tmp)
         host_conf = json.dumps({"alias": server.alias, "config": str(server.ssh_config_path),
                                 "control": str(server.control_dir)})
+        host = server.make_host(remote_trainctl=TRAINCTL)
+        t1 = time.perf_counter()
+        host.connect()
+        t2 = time.perf_counter()
+        host.run([*TRAINCTL, "--version"], timeout=60)
+        t3 = time.perf_counter()
+        host.close()
+        print(f"ssh alone: a new shared connection {t2 - t1:.2f} s, then `ssh HOST python -m trainctl "
+              f"--version` {t3 - t2:.2f} s (each ssh attach below pays both, and the bridge's start)")
     try:
         for label, before_mode, after_mode in rows:
             extra = [host_conf] if label == "ssh" else []

@@ -119,12 +119,16 @@ def count_lines(path: Path) -> int:
 def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
     """The journal's complete lines with seq in [since, upto) as clients get them (progress
     in the full form, with seq; a line being written is left out)."""
-    out: list[str] = []
+    return list(iter_journal_lines(path, since, upto))
+
+
+def iter_journal_lines(path: Path, since: int, upto: int | None = None) -> Iterator[str]:
+    """:func:`journal_lines`, one at a time (a replay of a long journal in bounded memory)."""
     reader = JournalReader()
     try:
         f = open(path, encoding="utf-8", errors="replace")
     except FileNotFoundError:
-        return out
+        return
     with f:
         for seq, line in enumerate(f):
             if upto is not None and seq >= upto:
@@ -133,10 +137,9 @@ def journal_lines(path: Path, since: int, upto: int | None = None) -> list[str]:
                 reader.skip(line)
             elif line.endswith("\n"):
                 try:
-                    out.append(reader.wire(line, seq))
+                    yield reader.wire(line, seq)
                 except (ValueError, TypeError, KeyError):
-                    out.append(line)   # undecodable: as it is (the client skips it)
-    return out
+                    yield line   # undecodable: as it is (the client skips it)
 
 
 def _count_fd_lines(fd: int) -> int:

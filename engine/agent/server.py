@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import os
 from collections import deque
@@ -18,7 +19,7 @@ from pathlib import Path
 
 from .. import events as E
 from ..client import parse_hello
-from ..journal import journal_lines
+from ..journal import iter_journal_lines
 
 HELLO_TIMEOUT_S = 5.0
 REQUEST_MAX = 1 << 20          # bytes in one request line
@@ -155,10 +156,10 @@ class ClientServer:
                 data = await loop.run_in_executor(None, _encode_line, snap)
                 writer.write(data)
                 await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
-            if since < upto:
-                lines = await loop.run_in_executor(None, journal_lines, self.journal.path, since, upto)
-                for i in range(0, len(lines), REPLAY_CHUNK):
-                    writer.write("".join(lines[i:i + REPLAY_CHUNK]).encode())
+            if since < upto:   # read in chunks: a week-long journal never sits in memory
+                lines = iter_journal_lines(self.journal.path, since, upto)
+                while chunk := await loop.run_in_executor(None, _chunk, lines):
+                    writer.write(chunk)
                     await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
             while True:
                 await client.wake.wait()
@@ -179,6 +180,11 @@ class ClientServer:
                     writer.write((json.dumps({"op": "bye", "reason": client.dropped,
                                               "next_seq": self.journal.next_seq}) + "\n").encode())
             writer.close()
+
+
+def _chunk(lines) -> bytes:
+    """The next REPLAY_CHUNK lines of a replay (b"" at its end)."""
+    return "".join(itertools.islice(lines, REPLAY_CHUNK)).encode()
 
 
 def _encode_line(msg: dict) -> bytes:
