@@ -2,6 +2,7 @@
 version check, the session (preset, resume checkpoint) and a progress throttle."""
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,29 @@ def in_range(version: str, low: tuple[int, ...], high: tuple[int, ...]) -> bool:
     """``low <= version < high``."""
     v = version_tuple(version)
     return bool(v) and low <= v < high
+
+
+def guarded(cls: type) -> type:
+    """Every ``on_*`` hook of a callback class: an error of trainctl's is said once
+    (info ``instrument.failed``) and swallowed, never raised into the user's training."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("on_") and callable(fn):
+            setattr(cls, name, _guard(fn))
+    return cls
+
+
+def _guard(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def hook(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as e:   # noqa: BLE001 - the training goes on
+            if not getattr(self, "_trainctl_failed", False):
+                self._trainctl_failed = True
+                report.report_info(f"trainctl's callback failed in {fn.__name__} ({type(e).__name__}: {e}); "
+                                   "training goes on", "instrument.failed")
+            return None
+    return hook
 
 
 def open_session(library: str) -> TrainerSession:

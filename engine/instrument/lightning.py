@@ -30,7 +30,7 @@ from typing import Any
 
 from .. import report
 from . import ATTACHED_KEY, Refused
-from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_session, preset_dataloader,
+from .callback_support import (Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader,
                                resume_argument, warn_not_applied)
 from .save_requests import SaveRequests, hold, label
 
@@ -82,7 +82,10 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
                                "instrument.failed")
         if not _state["resume_used"]:
             _state["resume_used"] = True
-            ckpt_path = resume_argument(_state["session"], ckpt_path, _not_a_checkpoint, "ckpt_path")
+            try:
+                ckpt_path = resume_argument(_state["session"], ckpt_path, _not_a_checkpoint, "ckpt_path")
+            except Exception as e:   # noqa: BLE001 - the script's own value then
+                report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, *args, **kwargs)
 
     def save_checkpoint(self, filepath, *args, **kwargs):
@@ -93,9 +96,9 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
         try:
             save(self, filepath, *args, **kwargs)
         except BaseException as e:
-            cb.report_saved(self, filepath, None, ok=False, detail=f"save failed: {type(e).__name__}: {e}")
+            cb.on_saved(self, filepath, ok=False, detail=f"save failed: {type(e).__name__}: {e}")
             raise
-        cb.report_saved(self, filepath, None)
+        cb.on_saved(self, filepath)
 
     for fn, orig in ((__init__, init), (fit_, fit), (save_checkpoint, save)):
         fn.__wrapped__ = orig
@@ -230,6 +233,7 @@ def set_loader(dl: Any, settings: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
 
 
 # ------------------------------------------------------------------ the callback
+@guarded
 class TrainctlCallback:
     """Progress, phases, checkpoints and save requests, from the Trainer's hooks."""
 
@@ -316,6 +320,10 @@ class TrainctlCallback:
         self.training = False
 
     # checkpoints
+    def on_saved(self, trainer: Any, path: Any, ok: bool = True, detail: str = "") -> None:
+        """The Trainer wrote a checkpoint (ModelCheckpoint's or the script's own)."""
+        self.report_saved(trainer, path, None, ok=ok, detail=detail)
+
     def report_saved(self, trainer: Any, path: Any, request: dict[str, Any] | None, ok: bool = True,
                      detail: str = "") -> None:
         if not trainer.is_global_zero:

@@ -31,7 +31,7 @@ from typing import Any
 
 from .. import report
 from . import ATTACHED_KEY, Refused
-from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_session, preset_dataloader,
+from .callback_support import (Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader,
                                resume_argument, warn_not_applied)
 from .save_requests import SaveRequests, hold, label
 
@@ -111,8 +111,11 @@ def patch_trainer(trainer_cls: type) -> None:
     def train_(self, resume_from_checkpoint=None, *args, **kwargs):
         if not _state["resume_used"]:
             _state["resume_used"] = True
-            resume_from_checkpoint = resume_argument(_state["session"], resume_from_checkpoint,
-                                                     _not_a_trainer_dir, "resume_from_checkpoint")
+            try:
+                resume_from_checkpoint = resume_argument(_state["session"], resume_from_checkpoint,
+                                                         _not_a_trainer_dir, "resume_from_checkpoint")
+            except Exception as e:   # noqa: BLE001 - the script's own value then
+                report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return train(self, resume_from_checkpoint, *args, **kwargs)
 
     __init__.__wrapped__ = init
@@ -175,6 +178,7 @@ def callback_class() -> type:
     return _classes["cls"]
 
 
+@guarded
 class TrainctlCallback:
     """Progress, phases, checkpoints and save requests, from the Trainer's own events
     (the methods of :func:`callback_class`'s ``TrainerCallback``)."""

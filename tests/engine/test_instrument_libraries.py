@@ -207,3 +207,25 @@ def test_lightning_rule_skips_a_truncated_ckpt(tmp_path):
     chosen, skipped = rule_pick("lightning", tmp_path, [str(older), str(newer)])
     assert chosen == str(older)
     assert [s.split(":")[0] for s in skipped] == ["b.ckpt"], skipped
+
+
+def test_a_callback_error_of_trainctls_is_said_once_and_never_reaches_the_training(tmp_path, monkeypatch):
+    from trainctl.engine.instrument.callback_support import guarded
+    side = tmp_path / "side.jsonl"
+    side.touch()
+    reports_to(monkeypatch, side)
+
+    @guarded
+    class Broken:
+        def on_step_end(self, *args):
+            raise ZeroDivisionError("oops")
+
+        def helper(self):
+            raise ZeroDivisionError("not a hook")
+
+    cb = Broken()
+    assert cb.on_step_end(1) is None and cb.on_step_end(2) is None
+    [info] = said(side)
+    assert info.key == "instrument.failed" and "on_step_end (ZeroDivisionError: oops)" in info.text
+    with pytest.raises(ZeroDivisionError):
+        cb.helper()
