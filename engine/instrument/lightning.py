@@ -23,6 +23,7 @@ Tested with lightning 2.4.0 and 2.6.6; versions outside :data:`SUPPORTED` are re
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -291,7 +292,9 @@ class TrainctlCallback:
         else:
             report.report_info("saves on request need a single process; this Trainer runs "
                                f"{trainer.world_size}", "instrument.no_save_on_request")
-        report.report_info("the Lightning Trainer trains (its integration resumes a restart)",
+        package = type(trainer).__module__.split(".")[0]
+        version = getattr(sys.modules.get(package), "__version__", "")
+        report.report_info(f"{package} {version}: its Trainer trains (a restart resumes through it)",
                            f"{ATTACHED_KEY}.lightning")
         report.report_phase("train")
 

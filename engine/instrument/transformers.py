@@ -38,7 +38,7 @@ from .save_requests import SaveRequests, hold, label
 SUPPORTED = ((5, 24), (6,))           # low <= version < high: tested with 5.24
 TRAINER_MODULE = "transformers.trainer"
 SAVE_REQUESTS = SaveRequests()
-_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False}
+_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False, "description": "transformers"}
 
 
 def attach(module: ModuleType) -> str:
@@ -50,7 +50,8 @@ def attach(module: ModuleType) -> str:
         patch_trainer(sys.modules[TRAINER_MODULE].Trainer)
     else:
         sys.meta_path.insert(0, _AfterImport(TRAINER_MODULE, lambda m: patch_trainer(m.Trainer)))
-    return f"transformers {version}"
+    _state["description"] = f"transformers {version}"
+    return _state["description"]
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -227,7 +228,7 @@ class TrainctlCallback:
         else:
             report.report_info("saves on request need a single process; this Trainer runs "
                                f"{args.world_size}", "instrument.no_save_on_request")
-        report.report_info("the transformers Trainer trains (its integration resumes a restart)",
+        report.report_info(f"{_state['description']}: its Trainer trains (a restart resumes through it)",
                            f"{ATTACHED_KEY}.transformers")
         report.report_phase("train")
         if state.global_step:
