@@ -233,7 +233,8 @@ def _trainer_dir(path: Path) -> str | None:
 
 
 def _lightning_file(path: Path) -> str | None:
-    return "a directory, not a .ckpt file" if path.is_dir() else None
+    """A .ckpt file or a sharded strategy's directory; not a Transformers Trainer's."""
+    return "a Transformers Trainer directory" if (path / "trainer_state.json").is_file() else None
 
 
 INTEGRATION_RESUME: dict[str, ResumeRule] = {

@@ -2,11 +2,13 @@
 version check, the session (preset, resume checkpoint) and a progress throttle."""
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
 
 from .. import events as E
+from .. import report
 from . import Refused
 from .session import ConfigError, TrainerSession
 
@@ -31,6 +33,29 @@ def in_range(version: str, low: tuple[int, ...], high: tuple[int, ...]) -> bool:
     """``low <= version < high``."""
     v = version_tuple(version)
     return bool(v) and low <= v < high
+
+
+def guarded(cls: type) -> type:
+    """Every ``on_*`` hook of a callback class: an error of trainctl's is said once
+    (info ``instrument.failed``) and swallowed, never raised into the user's training."""
+    for name, fn in list(vars(cls).items()):
+        if name.startswith("on_") and callable(fn):
+            setattr(cls, name, _guard(fn))
+    return cls
+
+
+def _guard(fn: Callable) -> Callable:
+    @functools.wraps(fn)
+    def hook(self, *args, **kwargs):
+        try:
+            return fn(self, *args, **kwargs)
+        except Exception as e:   # noqa: BLE001 - the training goes on
+            if not getattr(self, "_trainctl_failed", False):
+                self._trainctl_failed = True
+                report.report_info(f"trainctl's callback failed in {fn.__name__} ({type(e).__name__}: {e}); "
+                                   "training goes on", "instrument.failed")
+            return None
+    return hook
 
 
 def open_session(library: str) -> TrainerSession:
@@ -58,6 +83,28 @@ def warn_not_applied(session: TrainerSession, library: str, keys: list[str], whe
                                     f"{library}: the preset's [dataloader] {', '.join(keys)} could not be "
                                     f"applied ({where})", "Set it in the script, or leave it out of the preset.",
                                     source="trainctl"))
+
+
+def resume_argument(session: TrainerSession | None, given: Any, refuse: Callable[[str], str | None],
+                    arg: str) -> Any:
+    """What the first ``train``/``fit`` of a restart resumes from: the checkpoint the agent
+    chose (this run's newest that verifies) over what the script wrote (a fixed path, or
+    "latest", would go back to it, or to a save cut short), said in info ``runner.resume``;
+    the script's own value when there is none, or when it is not of the library's shape
+    (``refuse(path)`` says why, info ``runner.resume_failed``)."""
+    path = str(session.resume_from) if session is not None and session.resume_from else None
+    if not path:
+        return given
+    why = refuse(path)
+    if why is not None:
+        report.report_info(f"not resuming from {path}: {why}; training starts as the script says",
+                           "runner.resume_failed")
+        return given
+    text = f"resuming from {path} ({arg})"
+    if given not in (None, False) and str(given) != path:
+        text += f"; the script's {arg}={given!r} is replaced"
+    report.report_info(text, "runner.resume")
+    return path
 
 
 def apply_sharing_strategy(settings: dict[str, Any]) -> str | None:

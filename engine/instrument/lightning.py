@@ -11,8 +11,8 @@
   between two batches.
 * ``Trainer.save_checkpoint`` is wrapped: every checkpoint the Trainer writes (ModelCheckpoint's
   and the script's own) is phase save, then a ``checkpoint`` event with its path.
-* ``Trainer.fit`` is wrapped: without ``ckpt_path`` it resumes from the ``.ckpt`` the agent
-  chose (``TRAINCTL_RESUME_FROM``), once per process; the preset's ``[dataloader]`` goes onto
+* ``Trainer.fit`` is wrapped: the first ``fit`` of a restart resumes from the checkpoint the
+  agent chose (``TRAINCTL_RESUME_FROM``) as ``ckpt_path``, over the script's own (said); the preset's ``[dataloader]`` goes onto
   the DataLoaders the script gives (``train_dataloaders``/``val_dataloaders``, a DataModule's
   or the LightningModule's ``*_dataloader()``); a warning names what it overrode, and what it
   could not apply.
@@ -23,6 +23,7 @@ Tested with lightning 2.4.0 and 2.6.6; versions outside :data:`SUPPORTED` are re
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 from types import FrameType, ModuleType
@@ -30,8 +31,8 @@ from typing import Any
 
 from .. import report
 from . import ATTACHED_KEY, Refused
-from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_session, preset_dataloader,
-                               warn_not_applied)
+from .callback_support import (Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader,
+                               resume_argument, warn_not_applied)
 from .save_requests import SaveRequests, hold, label
 
 SUPPORTED = ((2, 4), (3,))            # low <= version < high: tested with 2.4.0 and 2.6.6
@@ -80,9 +81,12 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
         except Exception as e:   # noqa: BLE001
             report.report_info(f"lightning integration: preset not applied ({type(e).__name__}: {e})",
                                "instrument.failed")
-        if ckpt_path is None and not _state["resume_used"]:
-            ckpt_path = _resume_checkpoint()
-        _state["resume_used"] = True
+        if not _state["resume_used"]:
+            _state["resume_used"] = True
+            try:
+                ckpt_path = resume_argument(_state["session"], ckpt_path, _not_a_checkpoint, "ckpt_path")
+            except Exception as e:   # noqa: BLE001 - the script's own value then
+                report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, *args, **kwargs)
 
     def save_checkpoint(self, filepath, *args, **kwargs):
@@ -93,9 +97,9 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
         try:
             save(self, filepath, *args, **kwargs)
         except BaseException as e:
-            cb.report_saved(self, filepath, None, ok=False, detail=f"save failed: {type(e).__name__}: {e}")
+            cb.on_saved(self, filepath, ok=False, detail=f"save failed: {type(e).__name__}: {e}")
             raise
-        cb.report_saved(self, filepath, None)
+        cb.on_saved(self, filepath)
 
     for fn, orig in ((__init__, init), (fit_, fit), (save_checkpoint, save)):
         fn.__wrapped__ = orig
@@ -106,17 +110,11 @@ def _ours(trainer: Any) -> TrainctlCallback | None:
     return next((cb for cb in getattr(trainer, "callbacks", ()) if isinstance(cb, TrainctlCallback)), None)
 
 
-def _resume_checkpoint() -> str | None:
-    session = _state["session"]
-    path = str(session.resume_from) if session is not None and session.resume_from else None
-    if not path:
-        return None
-    if not os.path.isfile(path):
-        report.report_info(f"not resuming from {path}: not a Lightning checkpoint file; training "
-                           "starts as the script says", "runner.resume_failed")
-        return None
-    report.report_info(f"resuming from {path} (ckpt_path)", "runner.resume")
-    return path
+def _not_a_checkpoint(path: str) -> str | None:
+    """A .ckpt file, or a directory of a sharded strategy's (not a Transformers Trainer's)."""
+    if os.path.isfile(os.path.join(path, "trainer_state.json")):
+        return "a Transformers Trainer checkpoint, not a Lightning one"
+    return None if os.path.exists(path) else "it is gone"
 
 
 # ------------------------------------------------------------------ the preset's [dataloader]
@@ -236,6 +234,7 @@ def set_loader(dl: Any, settings: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
 
 
 # ------------------------------------------------------------------ the callback
+@guarded
 class TrainctlCallback:
     """Progress, phases, checkpoints and save requests, from the Trainer's hooks."""
 
@@ -293,7 +292,9 @@ class TrainctlCallback:
         else:
             report.report_info("saves on request need a single process; this Trainer runs "
                                f"{trainer.world_size}", "instrument.no_save_on_request")
-        report.report_info("the Lightning Trainer trains (its integration resumes a restart)",
+        package = type(trainer).__module__.split(".")[0]
+        version = getattr(sys.modules.get(package), "__version__", "")
+        report.report_info(f"{package} {version}: its Trainer trains (a restart resumes through it)",
                            f"{ATTACHED_KEY}.lightning")
         report.report_phase("train")
 
@@ -322,6 +323,10 @@ class TrainctlCallback:
         self.training = False
 
     # checkpoints
+    def on_saved(self, trainer: Any, path: Any, ok: bool = True, detail: str = "") -> None:
+        """The Trainer wrote a checkpoint (ModelCheckpoint's or the script's own)."""
+        self.report_saved(trainer, path, None, ok=ok, detail=detail)
+
     def report_saved(self, trainer: Any, path: Any, request: dict[str, Any] | None, ok: bool = True,
                      detail: str = "") -> None:
         if not trainer.is_global_zero:
@@ -329,7 +334,7 @@ class TrainctlCallback:
         batches, done = self.batches(trainer), self.done(trainer)
         whole = batches is not None and done >= batches
         kind = request["kind"] if request else ("epoch" if whole else "periodic")
-        ok = ok and os.path.isfile(path)
+        ok = ok and os.path.exists(path)   # a file, or a sharded strategy's directory
         text = f"{label(request)}step {trainer.global_step}" + (f": {detail}" if detail else "")
         report.report_checkpoint(os.path.abspath(path), trainer.current_epoch + 1, ok=ok, detail=text,
                                  batch=None if whole else done, kind=kind)

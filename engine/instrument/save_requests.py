@@ -77,7 +77,11 @@ class SaveRequests:
         self.pending = request
         if request["kind"] == "rescue" and self.on_blocked is not None and waiting_for_data(frame):
             self.pending = None
-            self.on_blocked(request, frame)
+            try:
+                self.on_blocked(request, frame)
+            except Exception as e:   # noqa: BLE001 - never into the interrupted training loop
+                report.report_checkpoint("", None, ok=False, kind="rescue",
+                                         detail=f"{label(request)}rescue save failed: {type(e).__name__}: {e}")
 
     def take(self) -> dict[str, Any] | None:
         request, self.pending = self.pending, None

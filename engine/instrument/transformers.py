@@ -13,8 +13,8 @@ for it).  Then every ``Trainer``:
   from the signal handler with the Trainer's own checkpoint writer);
 * takes the preset's ``[dataloader]`` (``dataloader_num_workers``, ``_persistent_workers``,
   ``_prefetch_factor``; a warning names what it overrode and what it could not apply);
-* resumes on a restart: ``train()`` without ``resume_from_checkpoint`` gets the checkpoint
-  directory the agent chose (``TRAINCTL_RESUME_FROM``), once per process.
+* resumes on a restart: the first ``train()`` gets the checkpoint directory the agent chose
+  (``TRAINCTL_RESUME_FROM``) as ``resume_from_checkpoint``, over the script's own (said).
 
 Positions: ``epoch`` 1-based in progress, ``batch`` the optimizer steps done in it
 (``global_step = (epoch - 1) * batches + batch``, the Trainer's own arithmetic on resume).
@@ -31,14 +31,14 @@ from typing import Any
 
 from .. import report
 from . import ATTACHED_KEY, Refused
-from .callback_support import (Throttle, apply_sharing_strategy, in_range, open_session, preset_dataloader,
-                               warn_not_applied)
+from .callback_support import (Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader,
+                               resume_argument, warn_not_applied)
 from .save_requests import SaveRequests, hold, label
 
 SUPPORTED = ((5, 24), (6,))           # low <= version < high: tested with 5.24
 TRAINER_MODULE = "transformers.trainer"
 SAVE_REQUESTS = SaveRequests()
-_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False}
+_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False, "description": "transformers"}
 
 
 def attach(module: ModuleType) -> str:
@@ -50,7 +50,8 @@ def attach(module: ModuleType) -> str:
         patch_trainer(sys.modules[TRAINER_MODULE].Trainer)
     else:
         sys.meta_path.insert(0, _AfterImport(TRAINER_MODULE, lambda m: patch_trainer(m.Trainer)))
-    return f"transformers {version}"
+    _state["description"] = f"transformers {version}"
+    return _state["description"]
 
 
 class _AfterImport(importlib.abc.MetaPathFinder):
@@ -109,9 +110,13 @@ def patch_trainer(trainer_cls: type) -> None:
                                f"({type(e).__name__}: {e})", "instrument.failed")
 
     def train_(self, resume_from_checkpoint=None, *args, **kwargs):
-        if resume_from_checkpoint in (None, False) and not _state["resume_used"]:
-            resume_from_checkpoint = _resume_checkpoint() or resume_from_checkpoint
-        _state["resume_used"] = True
+        if not _state["resume_used"]:
+            _state["resume_used"] = True
+            try:
+                resume_from_checkpoint = resume_argument(_state["session"], resume_from_checkpoint,
+                                                         _not_a_trainer_dir, "resume_from_checkpoint")
+            except Exception as e:   # noqa: BLE001 - the script's own value then
+                report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return train(self, resume_from_checkpoint, *args, **kwargs)
 
     __init__.__wrapped__ = init
@@ -120,18 +125,10 @@ def patch_trainer(trainer_cls: type) -> None:
     trainer_cls.train = train_
 
 
-def _resume_checkpoint() -> str | None:
-    """The agent's checkpoint, when it is a Trainer checkpoint directory."""
-    session = _state["session"]
-    path = str(session.resume_from) if session is not None and session.resume_from else None
-    if not path:
-        return None
+def _not_a_trainer_dir(path: str) -> str | None:
     if not os.path.isfile(os.path.join(path, "trainer_state.json")):
-        report.report_info(f"not resuming from {path}: not a Trainer checkpoint directory (no "
-                           "trainer_state.json); training starts as the script says", "runner.resume_failed")
-        return None
-    report.report_info(f"resuming from {path} (resume_from_checkpoint)", "runner.resume")
-    return path
+        return "not a Trainer checkpoint directory (no trainer_state.json)"
+    return None
 
 
 def _setup(trainer: Any) -> None:
@@ -182,6 +179,7 @@ def callback_class() -> type:
     return _classes["cls"]
 
 
+@guarded
 class TrainctlCallback:
     """Progress, phases, checkpoints and save requests, from the Trainer's own events
     (the methods of :func:`callback_class`'s ``TrainerCallback``)."""
@@ -230,7 +228,7 @@ class TrainctlCallback:
         else:
             report.report_info("saves on request need a single process; this Trainer runs "
                                f"{args.world_size}", "instrument.no_save_on_request")
-        report.report_info("the transformers Trainer trains (its integration resumes a restart)",
+        report.report_info(f"{_state['description']}: its Trainer trains (a restart resumes through it)",
                            f"{ATTACHED_KEY}.transformers")
         report.report_phase("train")
         if state.global_step:

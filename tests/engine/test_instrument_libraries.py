@@ -118,8 +118,7 @@ def test_a_dataloader_gets_the_presets_workers_and_context():
 def test_save_requests_never_take_a_sigusr1_handler_that_is_someone_elses(tmp_path, monkeypatch):
     side = tmp_path / "side.jsonl"
     side.touch()
-    monkeypatch.setenv("TRAINCTL_EVENTS_PATH", str(side))
-    monkeypatch.setattr("trainctl.engine.report._opened", False)
+    reports_to(monkeypatch, side)
     before = signal.getsignal(signal.SIGUSR1)
     try:
         theirs = lambda signum, frame: None  # noqa: E731 - a SLURM requeue handler, say
@@ -133,7 +132,31 @@ def test_save_requests_never_take_a_sigusr1_handler_that_is_someone_elses(tmp_pa
         assert keys == ["instrument.no_save_on_request", "runner.save_on_request"], keys   # each once
     finally:
         signal.signal(signal.SIGUSR1, before)
-        monkeypatch.setattr("trainctl.engine.report._opened", False)
+
+
+def reports_to(monkeypatch, side: Path) -> None:
+    """engine/report.py's channel (opened once a process) to ``side`` for this test."""
+    monkeypatch.setenv("TRAINCTL_EVENTS_PATH", str(side))
+    monkeypatch.setattr("trainctl.engine.report._opened", False)
+    monkeypatch.setattr("trainctl.engine.report._fd", None)
+
+
+def test_a_restart_resumes_from_the_agents_checkpoint_over_the_scripts_own(tmp_path, monkeypatch):
+    from trainctl.engine.instrument.callback_support import resume_argument
+    s, side = session(tmp_path, None)
+    reports_to(monkeypatch, side)
+    good = trainer_dir(tmp_path / "out", 8)
+    refuse = T._not_a_trainer_dir
+    assert resume_argument(s, "out/checkpoint-2", refuse, "resume_from_checkpoint") == "out/checkpoint-2"  # no restart
+    s.resume_from = good
+    assert resume_argument(s, None, refuse, "resume_from_checkpoint") == str(good)
+    assert resume_argument(s, True, refuse, "resume_from_checkpoint") == str(good)
+    s.resume_from = tmp_path / "model.ckpt"   # not of this library's shape: the script's own
+    assert resume_argument(s, None, refuse, "resume_from_checkpoint") is None
+    texts = [(e.key, e.text) for e in said(side)]
+    assert texts[0] == ("runner.resume", f"resuming from {good} (resume_from_checkpoint)")
+    assert texts[1][1].endswith("the script's resume_from_checkpoint=True is replaced"), texts
+    assert texts[2][0] == "runner.resume_failed" and "no trainer_state.json" in texts[2][1], texts
 
 
 # ---------------------------------------------------------------------- the agent's rules
@@ -184,3 +207,25 @@ def test_lightning_rule_skips_a_truncated_ckpt(tmp_path):
     chosen, skipped = rule_pick("lightning", tmp_path, [str(older), str(newer)])
     assert chosen == str(older)
     assert [s.split(":")[0] for s in skipped] == ["b.ckpt"], skipped
+
+
+def test_a_callback_error_of_trainctls_is_said_once_and_never_reaches_the_training(tmp_path, monkeypatch):
+    from trainctl.engine.instrument.callback_support import guarded
+    side = tmp_path / "side.jsonl"
+    side.touch()
+    reports_to(monkeypatch, side)
+
+    @guarded
+    class Broken:
+        def on_step_end(self, *args):
+            raise ZeroDivisionError("oops")
+
+        def helper(self):
+            raise ZeroDivisionError("not a hook")
+
+    cb = Broken()
+    assert cb.on_step_end(1) is None and cb.on_step_end(2) is None
+    [info] = said(side)
+    assert info.key == "instrument.failed" and "on_step_end (ZeroDivisionError: oops)" in info.text
+    with pytest.raises(ZeroDivisionError):
+        cb.helper()
