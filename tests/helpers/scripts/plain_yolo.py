@@ -9,6 +9,6 @@ from ultralytics import YOLO
 
 data, epochs, project = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 model = YOLO("yolov8n.yaml")
-model.train(data=data, epochs=epochs, imgsz=64, batch=4, device="cpu", workers=2, plots=False,
-            project=project, name="plain", exist_ok=True)
+model.train(data=data, epochs=epochs, imgsz=64, batch=4, nbs=4, device="cpu", workers=2, plots=False,
+            project=project, name="plain", exist_ok=True)   # nbs = batch: an optimizer step each batch
 print("script: training returned", flush=True)
