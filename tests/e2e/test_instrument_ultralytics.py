@@ -1,39 +1,64 @@
 """Zero code change: a plain Ultralytics script (``workers=2`` written in it) run as
 ``trainctl run --preset A --fallback B -- python script.py`` gets the runner's supervision
-through the bootstrap: under A its 2 spawned DataLoader workers are stopped (SIGSTOP) in
-epoch 1, trainctl catches the stall, the script saves on request, and the restart runs
+through the bootstrap: under A its 2 spawned DataLoader workers are stopped (SIGSTOP)
+in epoch 2, trainctl catches the stall, the script saves on request, and the restart runs
 under B with 0 workers, resumed from that checkpoint.  A plain PyTorch script run the same
 way is left as it is: the same output, byte for byte, and no trainctl module in it."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
+from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.e2e.conftest import run_trainctl, start_trainctl
-from tests.e2e.test_recovery_ultralytics import of, stop_workers
-from tests.helpers.hangs import SCRIPTS
+from tests.e2e.test_recovery_ultralytics import of, spawn_workers
+from tests.helpers.hangs import SCRIPTS, wait_until
 from trainctl.engine.demo import make_dataset
 from trainctl.engine.paths import cache_dir
 from trainctl.engine.runners.checkpoint import GOOD_NAME
 
 pytestmark = pytest.mark.e2e
-EPOCHS = 1
+EPOCHS = 2
+
+
+def stop_workers_in_epoch_2(run_dir: Path, pid: int) -> list[psutil.Process]:
+    """SIGSTOP the trainer's spawned DataLoader workers once epoch 2 has begun (read on the
+    side channel, which is not throttled like the journal): the trainer then starves inside
+    the epoch once the few batches they prefetched are used."""
+    side = run_dir / "side-1.jsonl"
+
+    def in_epoch_2() -> bool:
+        try:
+            lines = side.read_text().splitlines()
+        except OSError:
+            return False
+        return any('"type":"progress"' in line and '"epoch":2,' in line for line in lines)
+
+    wait_until(in_epoch_2, 150, 0.02, "epoch 2 on the side channel")
+    workers = spawn_workers(pid)
+    for w in workers:
+        w.send_signal(signal.SIGSTOP)
+    return workers
 
 
 @pytest.mark.timeout(420)
 def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_workers(tmp_path):
     pytest.importorskip("ultralytics")
-    data = make_dataset(cache_dir() / "recovery-e2e", n_train=40, n_val=4)   # 10 batches an epoch
+    data = make_dataset(cache_dir() / "instrument-e2e", n_train=80, n_val=4)   # 20 batches an epoch
     script = SCRIPTS / "plain_yolo.py"
     tc = start_trainctl(["run", "--json", "--preset", "A", "--fallback", "B", "--stall-timeout", "10",
                          "--run-dir", str(tmp_path / "run"), "--",
                          sys.executable, str(script), str(data), str(EPOCHS), str(tmp_path / "runs")])
     try:
-        tc.wait_event(lambda e: e.type == "progress" and e.batch and e.batch >= 2, 150, "batch 2")
-        workers, stopped_at = stop_workers(tc)
+        pid = tc.wait_event("start", 30).pid
+        workers = stop_workers_in_epoch_2(tmp_path / "run", pid)
+        stopped_at = time.time()
         res = tc.wait(240)
     finally:
         tc.kill()
@@ -49,7 +74,7 @@ def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_worke
     stall = next(e for e in of(events, "stall") if e.ts > stopped_at)
     assert stall.diagnosis == "stopped" and stall.phase == "train", stall
     rescue = [c for c in of(events, "checkpoint") if c.kind == "rescue" and c.ok and c.ts > stall.ts]
-    assert rescue and rescue[0].epoch == 1 and rescue[0].batch, of(events, "checkpoint")
+    assert rescue and rescue[0].epoch == 2 and rescue[0].batch, of(events, "checkpoint")
     restart = of(events, "restart")[0]
     assert (restart.attempt, restart.preset, restart.resume_from) == (2, "B", rescue[0].path)
     two = [e for e in events if e.ts >= starts[1].ts]
@@ -59,8 +84,8 @@ def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_worke
     overrides = [w.text for w in of(two, "warning") if w.id == "trainctl.preset_overrides"]
     assert overrides and "workers=2 -> 0" in overrides[0], overrides
     progress = of(two, "progress")
-    assert progress[0].epoch == 1 and progress[0].batch == rescue[0].batch + 1, progress[0]   # inside epoch 1
-    assert (progress[-1].epoch, progress[-1].batch) == (EPOCHS, 10)
+    assert (progress[0].epoch, progress[0].batch) == (2, rescue[0].batch + 1), progress[0]   # nothing redone
+    assert (progress[-1].epoch, progress[-1].batch) == (EPOCHS, 20)
     assert of(events, "state")[-1].state == "FINISHED"
     assert [c.epoch for c in of(events, "checkpoint") if c.ok and c.kind == "epoch"][-1] == EPOCHS
     assert (res.run_dir / "checkpoints" / GOOD_NAME).is_file()
