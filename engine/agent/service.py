@@ -161,7 +161,10 @@ class Agent:
             ctx.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
             if self.slurm is not None:
-                await self.slurm.describe()
+                try:
+                    await self.slurm.describe()
+                except Exception as e:   # supervision goes on without the job's facts
+                    self.report("slurm", e)
             if self.adopt or begun:
                 return await self._take_over()
             return await self.loop.run()

@@ -2,8 +2,9 @@
 
 - It says where it runs: the job, its node and partition, its time limit, and when the
   trainer will be asked to save before it.
-- At the time-limit warning (sbatch ``--signal=B:USR1@N``, to this agent only: it is the
-  batch shell) the attempt ends as a ``suspend``: a planned save (the save-on-request
+- ``warn`` seconds before the job's end (its own timer, from the end Slurm gives; and the
+  time-limit warning, sbatch ``--signal=B:USR1@N``, to this agent only: it is the batch
+  shell, in case the end moves) the attempt ends as a ``suspend``: a planned save (the save-on-request
   protocol), the trainer stopped, then the next job is submitted ``--dependency=afterany``
   on this one, and the run is PENDING until that job's agent goes on from the save.
 - At a SIGTERM from Slurm it asks Slurm why: a cancel by trainctl (``s`` on a pending run:
@@ -64,6 +65,9 @@ class SlurmPart:
         self.restarts = info.restarts if info else 0
         if info is not None and limit and info.end_ts:
             self._deadline_in_jobs(info, limit)
+            if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
+                due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
+                asyncio.get_running_loop().call_later(due, self.on_time_warning)
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -105,9 +109,9 @@ class SlurmPart:
             self._warned = asyncio.ensure_future(self._save_near_the_end())
 
     async def _save_near_the_end(self) -> None:
-        """Slurm's timer ticks every 30 s, so its warning comes up to a minute early: the
-        save is asked ``warn`` seconds before the job's end time (read from squeue), not at
-        once; at once when the end time cannot be read."""
+        """Slurm's timer ticks every 30 s, so its warning comes early or late by up to that:
+        the save is asked ``warn`` seconds before the job's end time (read from scontrol; the
+        agent's own timer fires then too), not at once; at once when the end cannot be read."""
         ctx = self.ctx
         warn = float(self.cfg.get("warn") or 0)
         try:

@@ -70,11 +70,12 @@ def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tm
 
 
 def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slurm_up):
-    """1-minute limit, ~62 s of batches (plus each job's start): saved 20 s before each limit,
-    continued in the next job (afterany), one journal, at most 30 batches redone per job
-    boundary."""
-    job = slurm_job(tmp_path, "sl-limit", slurm_up, slurm='time = "1"\nwarn = 20',
-                    example=("--epochs", "1", "--batches", "220", "--batch-time", "0.28",
+    """1-minute limit, ~67 s of batches: each job saves 30 s before its limit (the default
+    warning for a 1-minute limit), so two jobs hold at most 60 s of batches and at least
+    three are needed; each goes on from the save before it (afterany), one journal, at most
+    30 batches redone per job boundary."""
+    job = slurm_job(tmp_path, "sl-limit", slurm_up, slurm='time = "1"',
+                    example=("--epochs", "1", "--batches", "240", "--batch-time", "0.28",
                              "--workers", "0", "--save-every", "0"))
     t0 = time.monotonic()
     res = run_trainctl(["run", str(job), "--json"], timeout=290)
@@ -92,7 +93,7 @@ def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slu
     assert len(runs) == len(jobs)
     for (_, furthest), (start, _) in zip(runs, runs[1:]):
         assert start[0] == furthest[0] and 0 <= furthest[1] - start[1] <= 30, runs
-    assert runs[-1][1] == (1, 220)
+    assert runs[-1][1] == (1, 240)
     assert not wait_queue_empty("trainctl-sl-limit", 15)
     print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}")
 
