@@ -30,6 +30,7 @@ from types import FrameType, ModuleType
 from typing import Any
 
 from .. import report
+from ..runners.checkpoint import fsync_dir
 from . import ATTACHED_KEY, Refused
 from .callback_support import (Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader,
                                resume_argument, warn_not_applied)
@@ -356,7 +357,7 @@ class TrainctlCallback:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, dest)
-            _fsync_dir(folder)
+            fsync_dir(folder)
             ok, detail = True, f"{(time.perf_counter() - t0) * 1000:.0f} ms"
         except Exception as e:   # noqa: BLE001 - a failed save is reported, training goes on
             ok, detail = False, f"save failed: {type(e).__name__}: {e}"
@@ -396,15 +397,3 @@ def in_training_fetch(frame: FrameType | None) -> bool:
         frame = frame.f_back
     return training
 
-
-def _fsync_dir(path: Path) -> None:
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
