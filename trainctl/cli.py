@@ -558,7 +558,11 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=str(run_dir))
         why = "tmux not found" if use_tmux else "--no-tmux"
-        print(f"trainctl: agent running detached ({why}); its output: {files.dir / 'agent.out'}")
+        said_where = f"agent running detached ({why}); its output: {files.dir / 'agent.out'}"
+        if adopt:   # attach (--json too): stdout is the caller's, the news goes to stderr
+            note(said_where)
+        else:
+            print(f"trainctl: {said_where}")
         def gone() -> bool:
             return proc.poll() is not None
 
