@@ -14,6 +14,7 @@ import dataclasses
 import os
 import shutil
 import signal
+from collections.abc import Callable
 
 from .. import events as E
 from ..config import ConfigError
@@ -80,7 +81,7 @@ class AttemptLoop:
             ctx.info(f"no deadlock watch before the first batch: {waits} may wait at its "
                      "rendezvous for other nodes (the startup grace still applies)", "startup_idle_off")
         if resume:
-            resume_from = self.resume_checkpoint()
+            resume_from = await self.find_resume()
         elif adopted is None and outcome is None:
             resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
             if resume_from:
@@ -110,11 +111,11 @@ class AttemptLoop:
             if decision.action == "suspend":
                 return await self.suspend()
             if decision.action == "fail":
-                self.fail(decision.reason, outcome)
+                await self.fail(decision.reason, outcome)
                 return exit_code(RunState.FAILED)
             preset = ctx.next_preset or decision.preset
             ctx.next_preset = None
-            resume_from = self.resume_checkpoint()
+            resume_from = await self.find_resume()
             ctx.set_state(RunState.BACKOFF, decision.reason)
             ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
                                resume_from, decision.delay_s))
@@ -152,7 +153,7 @@ class AttemptLoop:
         ctx.set_state(RunState.STOPPED, reason)
         return exit_code(RunState.STOPPED)
 
-    def fail(self, reason: str, outcome: Outcome) -> None:
+    async def fail(self, reason: str, outcome: Outcome) -> None:
         ctx = self.ctx
         ctx.set_state(RunState.FAILED, reason)
         advice = ("Fix the command or preset named above, then `trainctl run` again."
@@ -170,19 +171,33 @@ class AttemptLoop:
                           f"activate line) in the job {now}, or install the module there.")
         elif outcome.exception and outcome.stop_reason:
             advice = "Fix the error above (a restart would meet it again), then `trainctl run` again."
-        good = self.resume_checkpoint() if outcome.returncode is not None else None
+        good = await self.find_resume() if outcome.returncode is not None else None
         if good:
             advice += (f" To go on from its last good checkpoint ({good}): "
                        f"`trainctl run ... --resume-from {ctx.files.dir}`.")
         ctx.emit(E.Warning(ctx.clock(), "trainctl.failed", "fatal", reason, advice, source="trainctl"))
 
-    def resume_checkpoint(self) -> str | None:
+    def resume_checkpoint(self, say: Callable[[str, str], None] | None = None) -> str | None:
+        """The checkpoint a restart goes on from (the runner's rule); ``say(text, key)`` gets
+        each candidate refused or taken unverified (default: journaled at once)."""
         ctx = self.ctx
+        say = say or ctx.info
         return self.runner.resume_checkpoint(
             ctx.spec, ctx.files, ctx.last_checkpoint,
-            on_skip=lambda path, why: ctx.info(f"not resuming from {path}: {why}", "resume_skip"),
-            on_unverified=lambda path, why: ctx.info(f"resuming from {path} without verifying it: {why}",
-                                                     "resume_unverified"))
+            on_skip=lambda path, why: say(f"not resuming from {path}: {why}", "resume_skip"),
+            on_unverified=lambda path, why: say(f"resuming from {path} without verifying it: {why}",
+                                                "resume_unverified"))
+
+    async def find_resume(self) -> str | None:
+        """:meth:`resume_checkpoint` off the event loop: the rule verifies checkpoints and
+        reads the journal (seconds on a long run).  What it says is journaled here, in order."""
+        said: list[tuple[str, str]] = []
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, lambda: self.resume_checkpoint(lambda text, key: said.append((text, key))))
+        finally:
+            for text, key in said:
+                self.ctx.info(text, key)
 
     def command(self, preset_name: str | None, resume_from: str | None) -> tuple[list[str], dict[str, str]]:
         ctx = self.ctx
