@@ -18,7 +18,7 @@ stop() {   # pidfile: TERM, then KILL after 10 s
 
 [ -f "$SLURM_CONF" ] && scancel --full --quiet --user=root 2>/dev/null
 [ -f "$SLURM_CONF" ] && timeout 10 scancel --full --quiet 2>/dev/null
-stop "$DIR/slurmd.pid"
+for f in "$DIR"/slurmd*.pid; do stop "$f"; done
 stop "$DIR/slurmctld.pid"
 if [ -f "$DIR/munged.ours" ]; then
     [ -s /run/munge/munged.pid ] && stop /run/munge/munged.pid
