@@ -82,14 +82,14 @@ def run_dirs() -> list[Path]:
 
 
 def summarize(run_dir: Path, with_slurm: bool = True) -> dict:
-    """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state``, ``live``,
-    ``host``, ``started``, ``progress`` ({epoch, epochs, batch, batches}), ``eta``,
-    ``incident`` ({ts, text}), and for a Slurm run ``slurm`` ({job, state, reason,
+    """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state`` (and its
+    ``reason``), ``live``, ``host``, ``started``, ``progress`` ({epoch, epochs, batch,
+    batches}), ``eta`` (and the deadline's ``buffer_s``), ``incident`` ({ts, text}), and for a Slurm run ``slurm`` ({job, state, reason,
     partition})."""
     run_dir = Path(run_dir)
     out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
                  "live": False, "host": "", "started": None, "progress": None, "eta": None,
-                 "incident": None}
+                 "incident": None, "reason": "", "buffer_s": None}
     try:
         spec = RunSpec.load(run_dir / "spec.json")
         out.update(job=spec.job_name, host=spec.host,
@@ -102,12 +102,12 @@ def summarize(run_dir: Path, with_slurm: bool = True) -> dict:
             if ev.seq == 0:
                 out["started"] = ev.ts
             if isinstance(ev, E.State):
-                out["state"] = ev.state
+                out["state"], out["reason"] = ev.state, ev.reason
             elif isinstance(ev, E.Progress):
                 out["progress"] = {"epoch": ev.epoch, "epochs": ev.epochs, "batch": ev.batch,
                                    "batches": ev.batches}
             elif isinstance(ev, E.Projection):
-                out["eta"] = ev.eta
+                out["eta"], out["buffer_s"] = ev.eta, ev.buffer_s
             elif isinstance(ev, E.Stall):
                 out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
             elif isinstance(ev, E.Restart):
@@ -130,3 +130,80 @@ def summarize(run_dir: Path, with_slurm: bool = True) -> dict:
                 out["state"] = "PENDING"
         out["slurm"] = sl
     return out
+
+
+# ---------------------------------------------------------------------- rows, as people read them
+LIVE = ("STARTING", "RUNNING", "STALLED", "BACKOFF", "STOPPING")
+
+
+def row_key(row: dict) -> tuple[str, str]:
+    """Which run a row is: (where, run_dir); where = "local" or the ssh destination."""
+    return str(row.get("where") or "local"), str(row.get("run_dir") or "")
+
+
+def needs_attention(row: dict) -> str | None:
+    """Why a run wants a person now, or None: stalled; failed; restarting (backoff); stopped
+    by something else than the user (cancelled outside trainctl, its time ran out); its
+    agent gone while the run was live (crashed); its deadline late by the projection.  A
+    finished run, one the user stopped, a queued one and a host that cannot be reached do
+    not count (the last is no run)."""
+    if row.get("error"):
+        return None
+    state = row.get("state")
+    if state == "STALLED":
+        return "stalled"
+    if state == "FAILED":
+        return "failed"
+    if state == "BACKOFF":
+        return "restarting after a fault"
+    if state == "STOPPED":
+        reason = str(row.get("reason") or "")
+        if reason.startswith("stopped by the user"):
+            return None
+        return reason if reason.startswith("stopped") else f"stopped: {reason or '?'}"
+    if state in LIVE and not row.get("live"):
+        return "its agent is gone"
+    buffer = row.get("buffer_s")
+    if state in LIVE and isinstance(buffer, (int, float)) and buffer < 0:
+        return "deadline at risk"
+    return None
+
+
+def attention_count(rows: list[dict], current: tuple[str, str] | None = None) -> int:
+    """How many runs need attention, ``current`` (the one on screen, a row_key) left out."""
+    return sum(1 for r in rows if row_key(r) != current and needs_attention(r))
+
+
+COLUMNS = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "LAST INCIDENT")
+
+
+def row_cells(row: dict) -> tuple[str, ...]:
+    """A row of `trainctl ls` (and the dashboard's run picker), one cell per COLUMNS entry,
+    sanitised, on one line each."""
+    import time
+    from .sanitize import sanitize_text
+    r = row
+    if r.get("error"):
+        cells: tuple = ("?", "-", r.get("where", "?"), "-", "-", r["error"])
+    else:
+        sl = r.get("slurm")
+        if sl:
+            where = f"slurm {sl.get('job')} {sl.get('partition') or ''}".strip()
+        elif r.get("where", "local") == "local":
+            where = r["run_dir"]
+        else:
+            where = f"{r['where']}:{r['run_dir']}"
+        state = r["state"] + (f" ({sl['reason']})" if sl and r["state"] == "PENDING"
+                              and sl.get("reason") not in (None, "", "None") else "")
+        p = r.get("progress") or {}
+        prog = "-"
+        if p.get("batch") is not None or p.get("epoch") is not None:
+            prog = ((f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else "")
+                    + f"{p.get('batch') or 0}/{p.get('batches') or '?'}")
+        eta = "-"
+        if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
+            eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
+        inc = r.get("incident") or {}
+        incident = (time.strftime("%H:%M ", time.localtime(inc["ts"])) + inc["text"])[:60] if inc else "-"
+        cells = (state, r["job"], where, prog, eta, incident)
+    return tuple(sanitize_text(str(c)).replace("\n", " ") for c in cells)

@@ -461,13 +461,15 @@ def cmd_run(args) -> int:
         if args.slurm:
             raise UsageError("give --host or --slurm, not both (run from the cluster's login node)")
         from .remote_cli import run_remote
-        return run_remote(args)
+        from .all_runs import RunsSource
+        return run_remote(args, RunsSource())
     run_dir, spec, created = _prepare(args)
     if spec.slurm is not None:
         from .slurm_cli import run_slurm, submit_run
         job_id = submit_run(args, run_dir, spec, created)
         _link_latest(run_dir)
-        return run_slurm(args, run_dir, job_id)
+        from .all_runs import RunsSource
+        return run_slurm(args, run_dir, job_id, RunsSource())
     if args.headless or args.json:
         if not args.json:
             print(f"trainctl: run directory {run_dir}", flush=True)
@@ -624,7 +626,9 @@ def _resolve_run_dir(ref: str | None) -> Path:
 def _attach_local(run_dir: Path) -> int:
     from .engine.client import local_client
     from .tui.app import run_dashboard
-    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}")
+    from .all_runs import RunsSource
+    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}",
+                         runs=RunsSource(), run_key=("local", str(run_dir)))
 
 
 def cmd_attach(args) -> int:
@@ -634,8 +638,9 @@ def cmd_attach(args) -> int:
         raise UsageError("--tail takes a count of events (0 or more), without --from-snapshot")
     if args.target and args.target.startswith("ssh://"):
         from .remote_cli import attach_remote
+        from .all_runs import RunsSource
         return attach_remote(args.target, follow=args.json or args.headless, as_json=args.json,
-                             tail=args.tail, from_snapshot=args.from_snapshot)
+                             tail=args.tail, from_snapshot=args.from_snapshot, runs=RunsSource())
     run_dir = _resolve_run_dir(args.target)
     _adopt_if_orphaned(run_dir)
     if args.json or args.headless:
@@ -770,66 +775,19 @@ def cmd_ls(args) -> int:
     """Every run: this machine's (run directories, Slurm jobs), then each host's in
     <config>/hosts.toml (``hosts = ["gpu-box", ...]``) over ssh (`trainctl ls --here --json`
     there).  A host that cannot be reached is a row saying why."""
-    from .engine.runs import run_dirs, summarize
-    rows = [dict(summarize(d), where="local") for d in run_dirs()]
-    if not args.here:
-        from .remote_cli import host_runs
-        for dest in _ls_hosts():
-            rows += host_runs(dest)
-    rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    from .all_runs import all_rows
+    rows = all_rows(here=args.here)
     if args.json:
         print(json.dumps(rows, indent=2))
         return 0
-    print(_ls_table(rows, time.time()))
+    print(_ls_table(rows))
     return 0
 
 
-def _ls_hosts() -> list[str]:
-    import tomllib
-    from .engine.paths import config_dir
-    path = config_dir() / "hosts.toml"
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: {e}") from None
-    hosts = data.get("hosts", [])
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
-        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
-    return hosts
-
-
-def _ls_table(rows: list[dict], now: float) -> str:
-    from .engine.sanitize import sanitize_text
-    head = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "LAST INCIDENT")
-    lines = [head]
-    for r in rows:
-        if r.get("error"):
-            lines.append(("?", "-", r["where"], "-", "-", r["error"]))
-            continue
-        sl = r.get("slurm")
-        if sl:
-            where = f"slurm {sl.get('job')} {sl.get('partition') or ''}".strip()
-        elif r["where"] == "local":
-            where = r["run_dir"]
-        else:
-            where = f"{r['where']}:{r['run_dir']}"
-        state = r["state"] + (f" ({sl['reason']})" if sl and r["state"] == "PENDING"
-                              and sl.get("reason") not in (None, "", "None") else "")
-        p = r.get("progress") or {}
-        prog = "-"
-        if p.get("batch") is not None or p.get("epoch") is not None:
-            prog = ((f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else "")
-                    + f"{p.get('batch') or 0}/{p.get('batches') or '?'}")
-        eta = "-"
-        if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
-            eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
-        inc = r.get("incident") or {}
-        incident = (time.strftime("%H:%M ", time.localtime(inc["ts"])) + inc["text"])[:60] if inc else "-"
-        lines.append((state, r["job"], where, prog, eta, incident))
-    lines = [tuple(sanitize_text(str(c)).replace("\n", " ") for c in ln) for ln in lines]
-    widths = [max(len(ln[i]) for ln in lines) for i in range(len(head) - 1)]
+def _ls_table(rows: list[dict]) -> str:
+    from .engine.runs import COLUMNS, row_cells
+    lines = [COLUMNS, *(row_cells(r) for r in rows)]
+    widths = [max(len(ln[i]) for ln in lines) for i in range(len(COLUMNS) - 1)]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(ln, widths)) + "  " + ln[-1]
                      for ln in lines)
 

@@ -51,7 +51,7 @@ def _forwarded_options(args) -> list[str]:
     return out
 
 
-def run_remote(args) -> int:
+def run_remote(args, runs=None) -> int:
     """Send the job and presets to the box, start the agent there in tmux, then attach."""
     from .engine.config import ConfigError, list_presets, load_job, load_preset
     from .engine.remote import RemoteError, _remote_path
@@ -128,7 +128,7 @@ def run_remote(args) -> int:
             print(f"trainctl: dashboard: {attach_hint(url)}")
             return 0
         return _follow(host, run_dir, args.json)
-    return _dashboard(host, run_dir, url)
+    return _dashboard(host, run_dir, url, runs)
 
 
 def attach_url(destination: str, run_dir: str) -> str:
@@ -211,9 +211,17 @@ def _follow(host, run_dir: str, as_json: bool, *, tail: int | None = None,
                               tail=tail, from_snapshot=from_snapshot))
 
 
-def _dashboard(host, run_dir: str, url: str) -> int:
+def _dashboard(host, run_dir: str, url: str, runs=None) -> int:
+    """``runs``: the user's other runs for the dashboard's picker (the CLI's RunsSource)."""
     from .tui.app import run_dashboard
-    return run_dashboard(_client_factory(host, run_dir), attach_hint=attach_hint(url))
+    return run_dashboard(_client_factory(host, run_dir), attach_hint=attach_hint(url),
+                         runs=runs, run_key=(_destination(url), run_dir))
+
+
+def _destination(url: str) -> str:
+    """The ssh destination of an attach URL, as hosts.toml (and `ls`'s where) would say it."""
+    from .engine.remote import parse_attach_url
+    return parse_attach_url(url)[0]
 
 
 def host_runs(destination: str) -> list[dict]:
@@ -233,7 +241,7 @@ def host_runs(destination: str) -> list[dict]:
 
 
 def attach_remote(url: str, *, follow: bool = False, as_json: bool = False,
-                  tail: int | None = None, from_snapshot: bool = False) -> int:
+                  tail: int | None = None, from_snapshot: bool = False, runs=None) -> int:
     from .engine.remote import RemoteError, parse_attach_url
     try:
         destination, run_dir = parse_attach_url(url)
@@ -254,7 +262,7 @@ def attach_remote(url: str, *, follow: bool = False, as_json: bool = False,
             raise UsageError(f"no run found on {host.name}: {(r.stderr or r.stdout).strip()[:300]}")
     if follow:
         return _follow(host, run_dir, as_json, tail=tail, from_snapshot=from_snapshot)
-    return _dashboard(host, run_dir, attach_url(destination, run_dir))
+    return _dashboard(host, run_dir, attach_url(destination, run_dir), runs)
 
 
 if __name__ == "__main__":   # pragma: no cover

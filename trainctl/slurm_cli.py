@@ -42,7 +42,8 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
     return job_id
 
 
-def run_slurm(args, run_dir: Path, job_id: str) -> int:
+def run_slurm(args, run_dir: Path, job_id: str, runs=None) -> int:
+    """``runs``: the user's other runs for the dashboard's picker (the CLI's RunsSource)."""
     print(f"trainctl: submitted Slurm job {job_id}; run directory {run_dir}", flush=True)
     if args.detach:
         return 0
@@ -52,7 +53,8 @@ def run_slurm(args, run_dir: Path, job_id: str) -> int:
     from .tui.app import run_dashboard
     if not _wait_for_agent(run_dir):
         return follow_slurm(run_dir, False)   # it ended before an agent answered: say how
-    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}")
+    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}",
+                         runs=runs, run_key=("local", str(Path(run_dir).resolve())))
 
 
 def _wait_for_agent(run_dir: Path) -> bool:
@@ -149,8 +151,16 @@ def slurm_status(run_dir: Path) -> dict | None:
 
 
 def stop_waiting_job(run_dir: Path) -> int:
-    """`ctl RUN stop` (and the dashboard's `s`) with no agent: scancel the run's queued job and
-    end the run STOPPED in its journal (no agent can write it: none runs)."""
+    """`ctl RUN stop` with no agent: scancel the run's queued job, end the run STOPPED."""
+    print(json.dumps({"stopped": True, "slurm_job": cancel_waiting_job(run_dir)}))
+    return 0
+
+
+def cancel_waiting_job(run_dir: Path) -> str:
+    """Stop a Slurm run whose job waits (`ctl RUN stop` and the dashboard's `s` with no
+    agent): scancel the run's current job and end the run STOPPED in its journal (no agent
+    can write it: none runs).  Blocks up to 30 s for the job to leave; its id.  UsageError
+    (one line) when no job of the run waits or scancel fails."""
     from .engine import events as E
     from .engine import slurm
     from .engine.agent.adopt import agent_running
@@ -167,7 +177,10 @@ def stop_waiting_job(run_dir: Path) -> int:
         raise UsageError(str(e)) from None
     end = time.monotonic() + 30
     while time.monotonic() < end:
-        info = slurm.job_info(job)
+        try:
+            info = slurm.job_info(job)
+        except slurm.SlurmError:
+            info = None
         if (info is None or info.ended) and not agent_running(run_dir):
             break
         time.sleep(0.3)
@@ -178,5 +191,4 @@ def stop_waiting_job(run_dir: Path) -> int:
                                    f"stopped by the user: Slurm job {job} cancelled before it ran"))
         finally:
             journal.close()
-    print(json.dumps({"stopped": True, "slurm_job": job}))
-    return 0
+    return job

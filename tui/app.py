@@ -1,5 +1,9 @@
 """The trainctl Textual app: one dashboard over one agent, reached through the bridge.
 
+With ``runs`` (the CLI's ``RunsSource``) the dashboard's run picker switches to another
+run: a new bridge (the next generation) to that run's agent; the old one's exclusive
+worker is cancelled, which closes its connection.
+
 The app never owns the training process.  Quitting leaves the run going and prints how
 to come back (``trainctl attach RUN_DIR``, or ``ssh://HOST/RUN_DIR`` when remote).
 """
@@ -28,11 +32,16 @@ class TrainctlApp(App[int]):
 
     def __init__(self, client_factory: Callable[[], ClientLike], *, title_hint: str = "",
                  attach_hint: str = "", clock: Callable[[], float] = time.time,
-                 bell: bool | None = None) -> None:
+                 bell: bool | None = None, runs: Any = None,
+                 run_key: tuple[str, str] | None = None) -> None:
         super().__init__()
         self.attach_hint = attach_hint
         self.exit_message = ""
-        self.dashboard = DashboardScreen(clock=clock, title_hint=title_hint)
+        self.runs = runs
+        self._left: list[Bridge] = []   # bridges switched away from: closed on exit
+        self.dashboard = DashboardScreen(clock=clock, title_hint=title_hint, runs=runs,
+                                         run_key=run_key)
+        self.dashboard.switch_run = self.switch_run
         self.dashboard.bell = _bell_wanted() if bell is None else bell
         self.bridge = Bridge(client_factory, self.dashboard)
         self.dashboard.command = self.bridge.command
@@ -47,7 +56,27 @@ class TrainctlApp(App[int]):
         self.bridge.start(self.dashboard)
 
     async def on_unmount(self) -> None:
-        await self.bridge.aclose()
+        for bridge in [*self._left, self.bridge]:
+            await bridge.aclose()
+
+    def switch_run(self, row: dict) -> None:
+        """Follow the run of ``row`` (a `trainctl ls` row) from now on."""
+        try:
+            factory = self.runs.client_factory(row)
+            hint = self.runs.attach_hint(row)
+        except Exception as e:  # noqa: BLE001 - a bad ssh destination...: said, nothing switched
+            self.dashboard.notify(f"cannot follow that run: {e}", severity="error")
+            return
+        old = self.bridge
+        self._left = [b for b in self._left if b._closing] + [old]
+        self.bridge = Bridge(factory, self.dashboard, gen=old.gen + 1)
+        self.dashboard.reset_run(self.bridge.gen, str(row.get("job") or ""),
+                                 (str(row.get("where") or "local"), str(row["run_dir"])))
+        self.dashboard.command = self.bridge.command
+        self.dashboard.bridge_restart = partial(self.bridge.start, self.dashboard)
+        self.attach_hint = hint
+        self.sub_title = str(row.get("job") or "")
+        self.bridge.start(self.dashboard)   # exclusive: the old bridge's worker is cancelled
 
     # ------------------------------------------------------------------ palette and quit
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
@@ -93,8 +122,12 @@ def _bell_wanted() -> bool:
 
 
 def run_dashboard(client_factory: Callable[[], ClientLike], attach_hint: str = "",
-                  title_hint: str = "") -> int:
-    """Run the dashboard in this terminal; returns the process exit code."""
-    app = TrainctlApp(client_factory, attach_hint=attach_hint, title_hint=title_hint)
+                  title_hint: str = "", runs: Any = None,
+                  run_key: tuple[str, str] | None = None) -> int:
+    """Run the dashboard in this terminal; returns the process exit code.  ``runs``: the
+    user's other runs (the picker, the attention count); ``run_key``: (where, run_dir) of
+    this one."""
+    app = TrainctlApp(client_factory, attach_hint=attach_hint, title_hint=title_hint,
+                      runs=runs, run_key=run_key)
     app.run()
     return app.return_code or 0

@@ -44,8 +44,9 @@ class Bridge:
 
     def __init__(self, client_factory: ClientFactory, target: MessagePump, *,
                  interval: float = 0.05, max_batch: int = 5000,
-                 backoff: tuple[float, float] = (0.5, 10.0)) -> None:
+                 backoff: tuple[float, float] = (0.5, 10.0), gen: int = 0) -> None:
         self._factory = client_factory
+        self.gen = gen     # tags every message: the dashboard drops those of a bridge it left
         self._target = target
         self._interval = interval
         self._max_batch = max_batch
@@ -99,7 +100,7 @@ class Bridge:
                     delay, attempts = self._backoff_min, 0
                 attempts += 1
                 await self._flush()
-                self._target.post_message(AgentDisconnected(reason, delay, attempts))
+                self._target.post_message(AgentDisconnected(reason, delay, attempts, self.gen))
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, self._backoff_max)
         finally:
@@ -114,7 +115,7 @@ class Bridge:
             except Exception as exc:  # noqa: BLE001 - refused, no socket, ssh failed...
                 return False, f"cannot connect: {exc or type(exc).__name__}"
             self._client = client
-            self._target.post_message(AgentConnected(dict(hello), self.next_seq))
+            self._target.post_message(AgentConnected(dict(hello), self.next_seq, self.gen))
             count = 0
             try:
                 async for event in client.events():
@@ -183,7 +184,7 @@ class Bridge:
                 lines = tuple(self._lines[-LOG_KEEP:]) if last else ()
                 dropped = self._dropped + max(0, len(self._lines) - LOG_KEEP) if last else 0
                 batch = EventBatch(tuple(events), self._tick if last else None, lines, dropped,
-                                   self._snapshot)
+                                   self._snapshot, self.gen)
                 self._snapshot = None
                 if last:
                     self._tick, self._lines, self._dropped = None, [], 0

@@ -22,6 +22,7 @@ class AgentConnected(Message, bubble=False):
 
     hello: dict[str, Any]
     since: int
+    gen: int = 0     # the bridge's generation: a message of a run switched away from is dropped
 
 
 @dataclass
@@ -31,6 +32,7 @@ class AgentDisconnected(Message, bubble=False):
     reason: str
     retry_in: float
     attempts: int = 1
+    gen: int = 0
 
 
 @dataclass
@@ -43,6 +45,7 @@ class EventBatch(Message, bubble=False):
     log_lines: tuple[str, ...] = ()
     dropped_lines: int = field(default=0)
     snapshot: ViewSnapshot | None = None
+    gen: int = 0
 
 
 @dataclass

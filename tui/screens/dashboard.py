@@ -3,6 +3,12 @@
 Bridge messages arrive here (:class:`EventBatch` and friends); the screen folds them into
 a :class:`RunModel` and sets each widget's ``info``.  Keys request changes from the agent
 through ``command`` (the bridge's); destructive ones ask first in a modal.
+
+With ``runs`` (the CLI's ``RunsSource``: every run of the user, blocking calls, made in
+threads here): `g` picks another run to follow (the app switches the bridge; messages of
+the bridge left are dropped by their ``gen``), the header counts the other runs that need
+attention (every ATTENTION_EVERY_S), and a Slurm run with no agent shows its queued job's
+state and reason (every SLURM_EVERY_S); `s` then scancels the job.
 """
 from __future__ import annotations
 
@@ -20,6 +26,7 @@ from textual.screen import Screen
 from textual.widgets import Footer
 from textual.worker import Worker, WorkerState
 
+from trainctl.engine.runs import attention_count
 from trainctl.engine.runview import RANGES
 from trainctl.engine.sanitize import sanitize
 from trainctl.engine.supervisor import FINAL_STATES
@@ -30,6 +37,7 @@ from trainctl.tui.screens.confirm import ConfirmScreen
 from trainctl.tui.screens.help import HelpScreen
 from trainctl.tui.screens.preset_editor import PresetEditorScreen
 from trainctl.tui.screens.preset_picker import PresetPicker
+from trainctl.tui.screens.run_picker import RunPicker
 from trainctl.tui.widgets.log_tail import LogTail
 from trainctl.tui.widgets.loss_chart import ChartData, LossChart
 from trainctl.tui.widgets.progress_panel import ProgressInfo, ProgressPanel
@@ -48,6 +56,8 @@ AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "d
 
 
 ALERT_RECENT_S = 5.0
+ATTENTION_EVERY_S = 5.0   # the other runs looked at (journals, squeue, ssh hosts) in a thread
+SLURM_EVERY_S = 2.0       # a Slurm run with no agent: its job's state and reason
 
 
 async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
@@ -73,6 +83,8 @@ class DashboardScreen(Screen[None]):
                 tooltip="The loss chart's range: the whole run, the last hour, the last epoch"),
         Binding("l", "toggle_log", "Log", id="toggle_log",
                 tooltip="Show or hide the trainer's raw output"),
+        Binding("g", "pick_run", "Runs…", id="pick_run",
+                tooltip="Every run of yours (here, on the ssh hosts, on Slurm): follow another"),
         Binding("question_mark", "help", "Help", key_display="?", id="help",
                 tooltip="Keys and what the run states mean"),
         Binding("q", "app.leave", "Quit", id="quit",
@@ -83,8 +95,16 @@ class DashboardScreen(Screen[None]):
     run_state: reactive[str] = reactive("STARTING", bindings=True)
     show_log: reactive[bool] = reactive(False)
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, title_hint: str = "") -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, title_hint: str = "",
+                 runs: Any = None, run_key: tuple[str, str] | None = None) -> None:
         super().__init__(id="dashboard")
+        self.runs = runs                  # RunsSource-like, or None: no picker, no count
+        self.run_key = run_key            # (where, run_dir) of the run on screen, when known
+        self.gen = 0                      # the bridge generation whose messages count
+        self.attention = 0                # other runs that need attention
+        self.queued: dict[str, Any] | None = None   # a Slurm run's waiting job, no agent
+        self.switch_run: Callable[[dict], object] | None = None   # the app's
+        self._busy: set[str] = set()      # background looks still going (a slow ssh host)
         self.clock = clock
         self.model = RunModel()
         self.model.job = title_hint
@@ -114,7 +134,91 @@ class DashboardScreen(Screen[None]):
 
     def on_mount(self) -> None:
         self.set_interval(1.0, self._push_clock)
+        if self.runs is not None:
+            self.set_interval(ATTENTION_EVERY_S, self._look_at_runs)
+            self.set_interval(SLURM_EVERY_S, self._look_at_slurm)
+            self.call_later(self._look_at_runs)
         self._push()
+
+    def reset_run(self, gen: int, title_hint: str, run_key: tuple[str, str] | None) -> None:
+        """Another run is followed from now on (bridge ``gen``): everything shown is its."""
+        self.gen, self.run_key, self.queued = gen, run_key, None
+        self.model = RunModel()
+        self.model.job = title_hint
+        self._connection, self._offline = "connecting…", False
+        self._chart_seen = self._warnings_seen = -1
+        self._alerts_since = self.clock() - ALERT_RECENT_S
+        self.connected = False
+        self.query_one(LogTail).replace_lines(())
+        self._push()
+        self.call_later(self._look_at_runs)
+
+    @property
+    def current_key(self) -> tuple[str, str] | None:
+        if self.run_key is not None:
+            return self.run_key
+        return ("local", self.model.run_dir) if self.model.run_dir else None
+
+    # ------------------------------------------------------------------ the other runs
+    def _look_at_runs(self) -> None:
+        if self.runs is not None and "runs" not in self._busy:
+            self._busy.add("runs")
+            self._count_attention(self.gen)
+
+    @work(thread=True, group="look-runs", exit_on_error=False)
+    def _count_attention(self, gen: int) -> None:
+        rows = None
+        try:
+            rows = self.runs.rows()
+        finally:
+            self.app.call_from_thread(self._took_rows, gen, rows)
+
+    def _took_rows(self, gen: int, rows: list[dict] | None) -> None:
+        self._busy.discard("runs")
+        if gen != self.gen or rows is None:
+            return
+        count = attention_count(rows, self.current_key)
+        if count != self.attention:
+            self.attention = count
+            self._push_header()
+
+    def _look_at_slurm(self) -> None:
+        key = self.current_key
+        if (self.runs is None or not self._offline or key is None or key[0] != "local"
+                or self.model.state in FINAL_STATES or "slurm" in self._busy):
+            if self.queued is not None and (not self._offline or self.model.state in FINAL_STATES):
+                self.queued = None
+                self._push_header()
+            return
+        self._busy.add("slurm")
+        self._slurm_job(self.gen, key[1])
+
+    @work(thread=True, group="look-slurm", exit_on_error=False)
+    def _slurm_job(self, gen: int, run_dir: str) -> None:
+        info: object = False
+        try:
+            info = self.runs.slurm_status(run_dir)
+        finally:
+            self.app.call_from_thread(self._took_slurm, gen, info)
+
+    def _took_slurm(self, gen: int, info: dict | None | bool) -> None:
+        self._busy.discard("slurm")
+        if gen != self.gen or not self._offline or info is False:
+            return
+        from trainctl.engine.slurm import ENDED
+        state = str((info or {}).get("state") or "").split(" ")[0]
+        self.queued = info if state and state not in ENDED else None
+        if self.queued is not None:
+            reason = self.queued.get("reason")
+            why = f" ({reason})" if reason not in (None, "", "None") else ""
+            self._connection = (f"Slurm job {self.queued['job']} {state}{why}: waiting for its "
+                                "agent")
+        elif info is not None and info.get("error"):
+            self._connection = f"no agent running; Slurm: {info['error']}"
+        else:
+            self._connection = "journal only: no agent running"
+        self.refresh_bindings()
+        self._push_header()
 
     @property
     def wide(self) -> bool:
@@ -130,14 +234,22 @@ class DashboardScreen(Screen[None]):
 
     # ------------------------------------------------------------------ bridge messages
     def on_agent_connected(self, message: AgentConnected) -> None:
+        if message.gen != self.gen:
+            return   # the run switched away from
         self.model.apply_hello(message.hello)
         # No agent: the run directory's journal answered (the run is over, or its agent died).
         self._offline = message.hello.get("live") is False
-        self._connection = "journal only: no agent running" if self._offline else "connected"
+        if not self._offline:
+            self.queued = None
+            self._connection = "connected"
+        elif self.queued is None:
+            self._connection = "journal only: no agent running"
         self.connected = not self._offline
         self._push()
 
     def on_agent_disconnected(self, message: AgentDisconnected) -> None:
+        if message.gen != self.gen:
+            return
         if self._offline:
             self.connected = False
             self._push_header()
@@ -149,6 +261,8 @@ class DashboardScreen(Screen[None]):
         self._push_header()
 
     def on_event_batch(self, message: EventBatch) -> None:
+        if message.gen != self.gen:
+            return
         model = self.model
         if message.snapshot is not None:
             self._take_snapshot(message.snapshot.view)
@@ -259,9 +373,12 @@ class DashboardScreen(Screen[None]):
 
     def _push_header(self) -> None:
         m = self.model
+        state = m.state
+        if self.queued is not None and state not in FINAL_STATES:
+            state = "PENDING"   # its job waits in Slurm's queue: no agent yet, not a hang
         self.query_one(RunHeader).info = HeaderInfo(
-            m.job, m.host, m.preset, m.state, m.attempt, m.auto_recover, self.connected,
-            self._connection, self.wide)
+            m.job, m.host, m.preset, state, m.attempt, m.auto_recover, self.connected,
+            self._connection, self.wide, self.attention)
 
     def _push_clock(self) -> None:
         """The parts that change with time alone: time in this epoch, time to ETA."""
@@ -300,6 +417,10 @@ class DashboardScreen(Screen[None]):
 
     # ------------------------------------------------------------------ keys
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        if action == "pick_run":
+            return self.runs is not None   # hidden without a runs source
+        if action == "stop" and self.queued is not None and not self.connected:
+            return self.run_state not in FINAL_STATES or None   # scancel the queued job
         if action in AGENT_ACTIONS and not self.connected:
             return None
         state = self.run_state
@@ -335,7 +456,12 @@ class DashboardScreen(Screen[None]):
                                f"checkpoint with preset {fb}.")
 
     def action_stop(self) -> None:
-        if self._allowed("stop"):
+        if self.queued is not None and not self.connected and self._allowed("stop"):
+            job = self.queued.get("job")
+            self._confirm_cancel(job, "Stop the run?",
+                                 f"Its Slurm job {job} waits in the queue: it is cancelled "
+                                 "(scancel) and the run ends STOPPED. The journal stays.")
+        elif self._allowed("stop"):
             self._confirm_then("stop", "Stop the run?",
                                "The trainer is killed and not restarted. The journal stays.")
 
@@ -349,6 +475,10 @@ class DashboardScreen(Screen[None]):
 
     def action_toggle_log(self) -> None:
         self.show_log = not self.show_log
+
+    def action_pick_run(self) -> None:
+        if self._allowed("pick_run"):
+            self._pick_run()
 
     def action_help(self) -> None:
         self.app.push_screen(HelpScreen(list(self.BINDINGS)))
@@ -373,6 +503,28 @@ class DashboardScreen(Screen[None]):
     async def _confirm_then(self, name: str, question: str, body: str) -> None:
         if await self.app.push_screen_wait(ConfirmScreen(question, body, yes=name.title())):
             await self._send(name, {})
+
+    @work(group="dialogs", exclusive=True, exit_on_error=False)
+    async def _pick_run(self) -> None:
+        row = await self.app.push_screen_wait(RunPicker(self.runs.rows, self.current_key))
+        if row is not None and self.switch_run is not None:
+            self.switch_run(row)
+
+    @work(group="dialogs", exclusive=True, exit_on_error=False)
+    async def _confirm_cancel(self, job: str, question: str, body: str) -> None:
+        if await self.app.push_screen_wait(ConfirmScreen(question, body, yes="Stop")):
+            self._cancel_queued(self.gen, self.current_key[1])
+
+    @work(thread=True, group="scancel", exit_on_error=False)
+    def _cancel_queued(self, gen: int, run_dir: str) -> None:
+        try:
+            job = self.runs.stop_queued(run_dir)
+        except Exception as e:  # noqa: BLE001 - UsageError, SlurmError: one line, shown
+            self.app.call_from_thread(self.notify, escape(sanitize(str(e))), title="stop failed",
+                                      severity="error", timeout=8)
+            return
+        self.app.call_from_thread(self.notify, f"Slurm job {job} cancelled: the run is STOPPED",
+                                  title="Stopped")
 
     @work(group="dialogs", exclusive=True, exit_on_error=False)
     async def _pick_preset(self) -> None:

@@ -1,4 +1,5 @@
-"""The top line: job, host, preset, run state, attempt, auto-recovery, connection."""
+"""The top line: job, host, preset, run state, attempt, auto-recovery, how many other runs
+need attention (hidden when none), connection."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -29,6 +30,7 @@ class HeaderInfo:
     connected: bool = False
     connection: str = "connecting…"
     wide: bool = True     # narrow (80 columns): the job name first, shorter labels after it
+    attention: int = 0    # other runs that need attention (engine/runs.py needs_attention)
 
 
 class RunHeader(Horizontal):
@@ -42,6 +44,7 @@ class RunHeader(Horizontal):
         yield Label("", id="hdr-state")
         yield Label("", id="hdr-attempt")
         yield Label("", id="hdr-auto")
+        yield Label("", id="hdr-attn")
         yield Label("", id="hdr-conn")
 
     def on_mount(self) -> None:
@@ -64,6 +67,11 @@ class RunHeader(Horizontal):
         label = "auto-recover" if info.wide else "auto"
         auto.update(f"{label} on" if info.auto_recover else f"{label} OFF")
         auto.set_class(not info.auto_recover, "-off")
+        attn = self.query_one("#hdr-attn", Label)
+        attn.display = info.attention > 0
+        n = info.attention
+        attn.update(f"{n} other run{'s' if n != 1 else ''} need{'s' if n == 1 else ''} attention (g)"
+                    if info.wide else f"{n} need{'s' if n == 1 else ''} attention")
         conn = self.query_one("#hdr-conn", Label)
         text = info.connection if info.wide else _short(info.connection)
         conn.update(("● " if info.connected else "○ ") + text)

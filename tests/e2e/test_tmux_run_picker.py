@@ -1,0 +1,109 @@
+"""The dashboard's run picker as a person uses it, in a real terminal: tmux runs `trainctl
+attach` on a real local run (its agent in tmux, a real PyTorch loop), `send-keys` types,
+`capture-pane` reads.  A real Slurm job waits in the queue (--begin an hour from now): `g`
+lists both runs, enter on the queued one switches the dashboard to it (PENDING with squeue's
+reason, no agent), `s` then `y` scancels it: nothing left in squeue, the run STOPPED."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import read_journal, wait_until
+from tests.helpers.slurm import cancel_all, queue_of, require_slurm, wait_queue_empty
+from tests.helpers.tmux_runs import TmuxRuns
+from trainctl.engine import tmux as tm
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120),
+              pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
+
+ROOT = Path(__file__).resolve().parents[2]
+LOOP = [sys.executable, str(ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"),
+        "--workers", "0", "--batch-time", "0.05", "--epochs", "1", "--batches", "2000"]
+PASSED_ENV = ("PATH", "HOME", "TRAINCTL_CACHE_DIR", "SLURM_CONF")
+QUEUED = "pick-queued"
+
+
+@pytest.fixture
+def runs(tmp_path):
+    require_slurm()
+    r = TmuxRuns(tmp_path)
+    try:
+        yield r
+    finally:
+        cancel_all(f"trainctl-{QUEUED}")
+        r.kill()
+
+
+def trainctl(runs: TmuxRuns, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "trainctl", *args], env={**os.environ, **runs.env},
+                          cwd=str(ROOT), capture_output=True, text=True, timeout=timeout,
+                          stdin=subprocess.DEVNULL)
+
+
+def screen(runs: TmuxRuns) -> str:
+    return runs.ui.capture("ui", lines=0)
+
+
+def key(runs: TmuxRuns, *keys: str) -> None:
+    subprocess.run(runs.ui.argv("send-keys", "-t", "=ui:", *keys), check=True, timeout=10)
+
+
+def shows(runs: TmuxRuns, *texts: str, timeout: float = 20, what: str = "") -> str:
+    try:
+        return wait_until(lambda: all(t in (s := screen(runs)) for t in texts) and s, timeout,
+                          0.1, what=what or f"{texts} on screen")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; the screen:\n{screen(runs)}") from None
+
+
+def test_pick_the_queued_slurm_run_and_s_cancels_it(runs, tmp_path):
+    local = trainctl(runs, "run", "--detach", "--name", "pick-local", "--", *LOOP)
+    assert local.returncode == 0, local.stderr
+    job = tmp_path / "queued.toml"
+    job.write_text(f'kind = "command"\nname = "{QUEUED}"\n'
+                   f'command = {json.dumps([sys.executable, "-c", "print(1)"])}\n'
+                   '[slurm]\ntime = "5:00"\noptions = ["--begin=now+3600"]\n')
+    queued = trainctl(runs, "run", str(job), "--detach")
+    assert queued.returncode == 0, queued.stderr
+    assert queue_of(f"trainctl-{QUEUED}")
+    local_dir, queued_dir = (next(d for d in runs.run_dirs() if d.name.startswith(n))
+                             for n in ("pick-local", QUEUED))
+
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+    env.update(runs.env, TERM="xterm-256color")
+    runs.ui.start_session("ui", ["env", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m",
+                                 "trainctl", "attach", str(local_dir)],
+                          cwd=str(ROOT), env=env, width=runs.width, height=runs.height)
+    shows(runs, "pick-local", "RUNNING", "● connected", what="the local run on the dashboard")
+
+    # g: the picker lists both runs (the one on screen marked ▶), the queued one with its reason
+    key(runs, "g")
+    text = shows(runs, "Follow which run?", "PENDING (BeginTime)", QUEUED, what="the picker's rows")
+    assert any("▶" in ln and "pick-local" in ln and "RUNNING" in ln for ln in text.splitlines()), text
+    assert any(QUEUED in ln and "slurm " in ln for ln in text.splitlines()), text
+    # typing narrows the list (other users' Slurm runs may be listed too): enter follows it
+    key(runs, "-l", QUEUED)
+    shows(runs, f"1 run matching “{QUEUED}”", timeout=10)
+    key(runs, "Enter")
+
+    # the dashboard follows the queued run: PENDING, squeue's reason, no agent
+    shows(runs, QUEUED, "PENDING", "(BeginTime): waiting for its agent", timeout=20,
+          what="the queued run on the dashboard")
+    assert "Follow which run?" not in screen(runs)
+    # s: stop asks first, y: scancel; the run ends STOPPED, nothing left in squeue
+    key(runs, "s")
+    shows(runs, "Stop the run?", "scancel", timeout=10)
+    key(runs, "y")
+    shows(runs, "STOPPED", timeout=30, what="STOPPED on the dashboard")
+    assert not wait_queue_empty(f"trainctl-{QUEUED}", 15)
+    last = [e for e in read_journal(queued_dir) if e.type == "state"][-1]
+    assert last.state == "STOPPED" and "cancelled before it ran" in last.reason, last
+    # the local run went on, untouched by the switch
+    from trainctl.engine.agent.adopt import agent_running
+    assert agent_running(local_dir)
+    assert not {"STOPPED", "FAILED"} & {e.state for e in read_journal(local_dir) if e.type == "state"}

@@ -1,0 +1,78 @@
+"""Every run of this user, as `trainctl ls` lists them and the dashboard's run picker offers
+them: this machine's (run directories, Slurm jobs) and those of the hosts in
+``<config>/hosts.toml`` over ssh; and how the dashboard reaches the one picked (a local or
+Slurm run through its socket, an ssh host's through `trainctl bridge` there), a queued
+Slurm job's status, and its scancel."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .cli_common import UsageError
+
+
+def ls_hosts() -> list[str]:
+    """The ssh destinations of ``<config>/hosts.toml`` (``hosts = ["gpu-box", ...]``)."""
+    import tomllib
+    from .engine.paths import config_dir
+    path = config_dir() / "hosts.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: {e}") from None
+    hosts = data.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
+    return hosts
+
+
+def all_rows(here: bool = False) -> list[dict]:
+    """`trainctl ls`'s rows (``--here``: this machine's only), newest first; an unreachable
+    host is a row with ``error``."""
+    from .engine.runs import run_dirs, summarize
+    rows = [dict(summarize(d), where="local") for d in run_dirs()]
+    if not here:
+        from .remote_cli import host_runs
+        for dest in ls_hosts():
+            rows += host_runs(dest)
+    rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    return rows
+
+
+class RunsSource:
+    """What the dashboard asks of the runs beyond the one it follows (its calls block:
+    the dashboard makes them in threads)."""
+
+    def rows(self) -> list[dict]:
+        try:
+            return all_rows()
+        except UsageError as e:   # a broken hosts.toml: this machine's runs, and why
+            return [*all_rows(here=True), {"where": "hosts.toml", "error": str(e), "started": None}]
+
+    def client_factory(self, row: dict):
+        """A fresh client for the run of ``row`` at each call."""
+        from .engine.client import local_client
+        where, run_dir = row.get("where", "local"), row["run_dir"]
+        if where == "local":
+            return lambda: local_client(run_dir)
+        from .remote_cli import _client_factory, _host
+        return _client_factory(_host(where), run_dir)
+
+    def attach_hint(self, row: dict) -> str:
+        import shlex
+        where, run_dir = row.get("where", "local"), row["run_dir"]
+        if where == "local":
+            return f"trainctl attach {shlex.quote(run_dir)}"
+        from .remote_cli import attach_hint, attach_url
+        return attach_hint(attach_url(where, run_dir))
+
+    def slurm_status(self, run_dir: str) -> dict | None:
+        """The Slurm run's current job ({job, state, reason, ...}); None for other runs."""
+        from .slurm_cli import slurm_status
+        return slurm_status(Path(run_dir))
+
+    def stop_queued(self, run_dir: str) -> str:
+        """scancel the run's queued job and end the run STOPPED: its job id (UsageError)."""
+        from .slurm_cli import cancel_waiting_job
+        return cancel_waiting_job(Path(run_dir))
