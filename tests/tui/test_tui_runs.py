@@ -187,3 +187,32 @@ async def test_a_queued_slurm_job_shows_pending_and_s_cancels_it(journal):
         await wait_for(pilot, lambda: app.dashboard.queued is None, what="no job waits", timeout=5)
         await pilot.pause()
         assert " STOPPED " in screen_text(app)
+
+
+async def test_a_queued_slurm_run_goes_live_by_itself_when_its_agent_answers():
+    """PENDING while the job waits (no agent: the journal only); once the job's agent
+    answers, the dashboard is connected to it without a key pressed."""
+    queued = FakeAgent(small_journal("sl")[:0], {"op": "hello", "live": False, "job": "sl-next",
+                                                 "run_dir": "/r/q", "state": "UNKNOWN"}, {})
+    runs = FakeRuns([], {"/r/q": queued})
+    runs.slurm["/r/q"] = {"job": "43", "jobs": ["43"], "state": "PENDING", "reason": "Priority"}
+    live = {"up": False}
+
+    def client():
+        return queued.client() if live["up"] else OfflineClient(queued)
+    app = TrainctlApp(client, runs=runs, run_key=("local", "/r/q"), clock=lambda: 200.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        await wait_for(pilot, lambda: "Slurm job 43 PENDING (Priority)" in screen_text(app),
+                       what="PENDING and why")
+        assert not app.dashboard.connected
+        for event in small_journal("sl"):             # the job started: its agent journals
+            queued.journal.append(event)
+        queued.hello = {**queued.hello, "live": True, "state": "RUNNING"}
+        runs.slurm["/r/q"] = {"job": "43", "jobs": ["43"], "state": "RUNNING", "reason": "None"}
+        live["up"] = True
+        await wait_for(pilot, lambda: app.dashboard.connected, what="connected by itself")
+        await wait_for(pilot, lambda: app.dashboard.model.last_seq == 2, what="its journal")
+        await pilot.pause()
+        assert app.dashboard.queued is None
+        text = screen_text(app)
+        assert "● connected" in text and " RUNNING " in text and "PENDING" not in text, text

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 
 from textual import work
@@ -31,6 +32,7 @@ from trainctl.engine.runview import RANGES
 from trainctl.engine.sanitize import sanitize
 from trainctl.engine.supervisor import FINAL_STATES
 
+from trainctl.tui.background import in_background
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
 from trainctl.tui.model import RunModel
 from trainctl.tui.screens.confirm import ConfirmScreen
@@ -163,17 +165,9 @@ class DashboardScreen(Screen[None]):
     def _look_at_runs(self) -> None:
         if self.runs is not None and "runs" not in self._busy:
             self._busy.add("runs")
-            self._count_attention(self.gen)
+            in_background(self.app, self.runs.rows, partial(self._took_rows, self.gen), "runs")
 
-    @work(thread=True, group="look-runs", exit_on_error=False)
-    def _count_attention(self, gen: int) -> None:
-        rows = None
-        try:
-            rows = self.runs.rows()
-        finally:
-            self.app.call_from_thread(self._took_rows, gen, rows)
-
-    def _took_rows(self, gen: int, rows: list[dict] | None) -> None:
+    def _took_rows(self, gen: int, rows: list[dict] | None, error: BaseException | None) -> None:
         self._busy.discard("runs")
         if gen != self.gen or rows is None:
             return
@@ -191,19 +185,12 @@ class DashboardScreen(Screen[None]):
                 self._push_header()
             return
         self._busy.add("slurm")
-        self._slurm_job(self.gen, key[1])
+        in_background(self.app, partial(self.runs.slurm_status, key[1]),
+                      partial(self._took_slurm, self.gen), "slurm")
 
-    @work(thread=True, group="look-slurm", exit_on_error=False)
-    def _slurm_job(self, gen: int, run_dir: str) -> None:
-        info: object = False
-        try:
-            info = self.runs.slurm_status(run_dir)
-        finally:
-            self.app.call_from_thread(self._took_slurm, gen, info)
-
-    def _took_slurm(self, gen: int, info: dict | None | bool) -> None:
+    def _took_slurm(self, gen: int, info: dict | None, error: BaseException | None) -> None:
         self._busy.discard("slurm")
-        if gen != self.gen or not self._offline or info is False:
+        if gen != self.gen or not self._offline or error is not None:
             return
         from trainctl.engine.slurm import ENDED
         state = str((info or {}).get("state") or "").split(" ")[0]

@@ -4,7 +4,8 @@ from __future__ import annotations
 from rich.table import Table
 from textual.app import ComposeResult
 from textual.binding import Binding
-from textual.containers import Vertical
+from textual.containers import VerticalScroll
+from textual.markup import escape
 from textual.screen import ModalScreen
 from textual.widgets import Static
 
@@ -15,6 +16,11 @@ STATES = (("RUNNING", "batches are coming"),
           ("FINISHED", "the trainer exited 0"),
           ("STOPPED", "stopped by the user (s, trainctl ctl stop, Ctrl-C)"),
           ("FAILED", "gave up: restart budget spent or a human must act"))
+OTHER_RUNS = ("g lists every run of yours (here, on the hosts of hosts.toml, in Slurm): type to "
+              "narrow, enter follows it here, escape goes back. The header's \"N other runs need "
+              "attention\" counts those stalled, failed, restarting, stopped by a fault, with "
+              "their agent gone, or late for their deadline. A Slurm run with no agent shows its "
+              "queued job (PENDING and why); s cancels it.")
 
 
 class HelpScreen(ModalScreen[None]):
@@ -34,9 +40,11 @@ class HelpScreen(ModalScreen[None]):
         states = Table.grid(padding=(0, 2))
         for name, meaning in STATES:
             states.add_row(f"[bold]{name}[/]", meaning)
-        with Vertical(id="help-dialog"):
+        with VerticalScroll(id="help-dialog"):
             yield Static("[b]Keys[/b]")
             yield Static(keys)
             yield Static("\n[b]Run states[/b]")
             yield Static(states)
+            yield Static("\n[b]Other runs[/b]")
+            yield Static(escape(OTHER_RUNS))
             yield Static("\n[dim]Quitting leaves the run going; `trainctl attach` comes back.[/]")

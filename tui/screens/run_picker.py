@@ -7,7 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from textual import work
 from textual.app import ComposeResult
 from textual.binding import Binding
 from textual.containers import Vertical
@@ -16,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from trainctl.engine.runs import COLUMNS, needs_attention, row_cells, row_key
+from trainctl.tui.background import in_background
 
 
 @dataclass(frozen=True)
@@ -77,21 +77,15 @@ class RunPicker(ModalScreen[dict | None]):
         table = self.query_one(DataTable)
         table.add_columns("", *COLUMNS)
         table.focus()
-        self._load()
+        in_background(self.app, self._gather, self._show, "picker")
 
-    @work(thread=True, group="runs", exclusive=True, exit_on_error=False)
-    def _load(self) -> None:
-        try:
-            rows = self._gather()
-        except Exception as e:  # noqa: BLE001 - shown, the picker stays usable (escape)
-            self.app.call_from_thread(self._failed, f"{type(e).__name__}: {e}")
+    def _show(self, listed: list[dict] | None, error: BaseException | None) -> None:
+        if not self.is_attached:
+            return   # cancelled meanwhile
+        if error is not None:   # shown; the picker stays usable (escape)
+            self.query_one("#runs-status", Label).update(
+                escape(f"cannot list the runs: {type(error).__name__}: {error}"))
             return
-        self.app.call_from_thread(self._show, rows)
-
-    def _failed(self, text: str) -> None:
-        self.query_one("#runs-status", Label).update(escape(f"cannot list the runs: {text}"))
-
-    def _show(self, listed: list[dict]) -> None:
         self._listed = listed
         self._fill()
 
