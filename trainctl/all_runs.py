@@ -27,28 +27,62 @@ def ls_hosts() -> list[str]:
     return hosts
 
 
-def all_rows(here: bool = False) -> list[dict]:
+def all_rows(here: bool = False, folds: dict | None = None,
+             hosts: list[dict] | None = None) -> list[dict]:
     """`trainctl ls`'s rows (``--here``: this machine's only), newest first; an unreachable
-    host is a row with ``error``."""
+    host is a row with ``error``.  ``folds``: summarize's journal folds, kept by a caller that
+    asks again; ``hosts``: the hosts' rows, already gathered."""
     from .engine.runs import run_dirs, summarize
-    rows = [dict(summarize(d), where="local") for d in run_dirs()]
+    rows = [dict(summarize(d, folds=folds), where="local") for d in run_dirs()]
     if not here:
-        from .remote_cli import host_runs
-        for dest in ls_hosts():
-            rows += host_runs(dest)
+        rows += host_rows() if hosts is None else hosts
     rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
     return rows
 
 
+def host_rows() -> list[dict]:
+    """The runs of every host in hosts.toml (over ssh; a row with ``error`` for one that
+    cannot be reached)."""
+    from .remote_cli import host_runs
+    return [row for dest in ls_hosts() for row in host_runs(dest)]
+
+
 class RunsSource:
     """What the dashboard asks of the runs beyond the one it follows (its calls block:
-    the dashboard makes them in threads)."""
+    the dashboard makes them in threads).  Journals are folded once, then only their new
+    lines (engine/runs.py JournalFold); the hosts' rows (an ssh round trip and a whole
+    `ls` there each) are asked again for the header's count every HOSTS_EVERY_S only."""
+
+    HOSTS_EVERY_S = 30.0
+
+    def __init__(self) -> None:
+        import threading
+        self._folds: dict = {}
+        self._hosts: tuple[float, list[dict]] | None = None
+        self._lock = threading.Lock()
 
     def rows(self) -> list[dict]:
+        """Every run, the hosts' asked now (the picker)."""
+        return self._rows(fresh=True)
+
+    def poll_rows(self) -> list[dict]:
+        """Every run, the hosts' as of the last HOSTS_EVERY_S (the header's count)."""
+        return self._rows(fresh=False)
+
+    def _rows(self, fresh: bool) -> list[dict]:
+        import time
         try:
-            return all_rows()
+            with self._lock:
+                kept = self._hosts
+            if fresh or kept is None or time.monotonic() - kept[0] > self.HOSTS_EVERY_S:
+                hosts = host_rows()
+                with self._lock:
+                    self._hosts = (time.monotonic(), hosts)
+            else:
+                hosts = kept[1]
         except UsageError as e:   # a broken hosts.toml: this machine's runs, and why
-            return [*all_rows(here=True), {"where": "hosts.toml", "error": str(e), "started": None}]
+            hosts = [{"where": "hosts.toml", "error": str(e), "started": None}]
+        return all_rows(folds=self._folds, hosts=hosts)
 
     def client_factory(self, row: dict):
         """A fresh client for the run of ``row`` at each call."""

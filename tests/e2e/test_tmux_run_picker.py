@@ -107,3 +107,6 @@ def test_pick_the_queued_slurm_run_and_s_cancels_it(runs, tmp_path):
     from trainctl.engine.agent.adopt import agent_running
     assert agent_running(local_dir)
     assert not {"STOPPED", "FAILED"} & {e.state for e in read_journal(local_dir) if e.type == "state"}
+    # leave: q, and the local run stopped as a person would (the teardown then has nothing to kill)
+    key(runs, "q")
+    assert trainctl(runs, "ctl", str(local_dir), "stop", timeout=30).returncode == 0

@@ -64,3 +64,36 @@ def test_row_cells_say_state_where_progress_eta_incident_on_one_line_each():
     assert row_cells(remote)[2] == "gpu-box:/runs/failed" and row_cells(remote)[4] == "-"
     down = {"where": "gpu-box", "error": "cannot list its runs: \x1b[31mno route", "started": None}
     assert row_cells(down)[0] == "?" and "\x1b" not in row_cells(down)[5]
+
+
+def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(tmp_path):
+    from trainctl.engine import events as E
+    from trainctl.engine.journal import Journal
+    from trainctl.engine.runs import JournalFold, summarize
+    path = tmp_path / "events.jsonl"
+    journal = Journal(path)
+    journal.append(E.Start(10.0, 1, 42, "A"))
+    journal.append(E.State(10.5, "RUNNING", "progress"))
+    journal.append(E.Progress(11.0, 1, 2, 3, 10, {"loss": 1.0}))
+    folds: dict[str, JournalFold] = {}
+    first = summarize(tmp_path, with_slurm=False, folds=folds)
+    assert first["state"] == "RUNNING" and first["progress"]["batch"] == 3 and first["started"] == 10.0
+    fold = folds[str(tmp_path)]
+    offset = fold.offset
+    assert offset == path.stat().st_size
+    journal.append(E.Progress(12.0, 1, 2, 4, 10, {"loss": 0.9}))
+    journal.append(E.Stall(13.0, "train", 60.0, "deadlock"))
+    journal.append(E.State(13.0, "STALLED", "no batch for 60 s"))
+    with open(path, "a") as f:
+        f.write('{"type": "state", "ts": 14')          # a line being written: not yet
+    again = summarize(tmp_path, with_slurm=False, folds=folds)
+    assert fold.offset > offset and again["state"] == "STALLED" and again["progress"]["batch"] == 4
+    assert again["incident"]["text"] == "stall in train: deadlock"
+    assert again == summarize(tmp_path, with_slurm=False)          # the same as a whole read
+    journal.close()
+    path.unlink()                                                 # a new journal: from its start
+    fresh = Journal(path)
+    fresh.append(E.State(20.0, "FAILED", "gave up"))
+    fresh.close()
+    last = summarize(tmp_path, with_slurm=False, folds=folds)
+    assert last["state"] == "FAILED" and last["progress"] is None and last["started"] == 20.0

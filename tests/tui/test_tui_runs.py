@@ -45,6 +45,8 @@ class FakeRuns:
         self.gate.wait(30)
         return list(self.listed)
 
+    poll_rows = rows
+
     def client_factory(self, row: dict):
         return self.agents[row["run_dir"]].client
 

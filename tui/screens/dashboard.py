@@ -165,7 +165,8 @@ class DashboardScreen(Screen[None]):
     def _look_at_runs(self) -> None:
         if self.runs is not None and "runs" not in self._busy:
             self._busy.add("runs")
-            in_background(self.app, self.runs.rows, partial(self._took_rows, self.gen), "runs")
+            in_background(self.app, self.runs.poll_rows, partial(self._took_rows, self.gen),
+                          "runs")
 
     def _took_rows(self, gen: int, rows: list[dict] | None, error: BaseException | None) -> None:
         self._busy.discard("runs")
