@@ -1,8 +1,10 @@
 """The dashboard's run picker as a person uses it, in a real terminal: tmux runs `trainctl
 attach` on a real local run (its agent in tmux, a real PyTorch loop), `send-keys` types,
-`capture-pane` reads.  A real Slurm job waits in the queue (--begin an hour from now): `g`
-lists both runs, enter on the queued one switches the dashboard to it (PENDING with squeue's
-reason, no agent), `s` then `y` scancels it: nothing left in squeue, the run STOPPED."""
+`capture-pane` reads.  A run on an ssh host (the loopback sshd box, named in hosts.toml) and a
+real Slurm job waiting in the queue (--begin an hour from now): `g` lists all three, typing
+narrows, enter switches the dashboard to the ssh run (its journal over ssh), then to the
+queued one (PENDING with squeue's reason, no agent); `s` then `y` scancels it: nothing left
+in squeue, the run STOPPED."""
 from __future__ import annotations
 
 import json
@@ -13,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import read_journal, wait_until
+from tests.e2e.conftest import PYTHON, read_journal, wait_until
+from tests.e2e.test_remote_run import box, start_remote  # noqa: F401  (the loopback ssh box)
 from tests.helpers.slurm import cancel_all, queue_of, require_slurm, wait_queue_empty
 from tests.helpers.tmux_runs import TmuxRuns
 from trainctl.engine import tmux as tm
@@ -61,7 +64,13 @@ def shows(runs: TmuxRuns, *texts: str, timeout: float = 20, what: str = "") -> s
         raise AssertionError(f"{e}; the screen:\n{screen(runs)}") from None
 
 
-def test_pick_the_queued_slurm_run_and_s_cancels_it(runs, tmp_path):
+def test_pick_an_ssh_run_then_the_queued_slurm_run_and_s_cancels_it(runs, box, tmp_path):
+    script = tmp_path / "pick_remote.py"
+    script.write_text("for i in range(1, 4):\n    print(f'step {i}/3 loss=0.5', flush=True)\n")
+    remote_dir = start_remote(box, None, [PYTHON, "-u", str(script)])
+    config = Path(runs.env["TRAINCTL_CONFIG_DIR"])
+    config.mkdir(parents=True, exist_ok=True)
+    (config / "hosts.toml").write_text(f'hosts = ["{box.dest}"]\n')
     local = trainctl(runs, "run", "--detach", "--name", "pick-local", "--", *LOOP)
     assert local.returncode == 0, local.stderr
     job = tmp_path / "queued.toml"
@@ -75,18 +84,30 @@ def test_pick_the_queued_slurm_run_and_s_cancels_it(runs, tmp_path):
                              for n in ("pick-local", QUEUED))
 
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-    env.update(runs.env, TERM="xterm-256color")
+    env.update(runs.env, **box.client_env, TERM="xterm-256color")
     runs.ui.start_session("ui", ["env", "-u", "COLUMNS", "-u", "LINES", sys.executable, "-m",
                                  "trainctl", "attach", str(local_dir)],
                           cwd=str(ROOT), env=env, width=runs.width, height=runs.height)
     shows(runs, "pick-local", "RUNNING", "● connected", what="the local run on the dashboard")
 
-    # g: the picker lists both runs (the one on screen marked ▶), the queued one with its reason
+    # g: the picker lists the three (the one on screen marked ▶), the queued one with its reason
     key(runs, "g")
-    text = shows(runs, "Follow which run?", "PENDING (BeginTime)", QUEUED, what="the picker's rows")
-    assert any("▶" in ln and "pick-local" in ln and "RUNNING" in ln for ln in text.splitlines()), text
-    assert any(QUEUED in ln and "slurm " in ln for ln in text.splitlines()), text
+    text = shows(runs, "Follow which run?", "PENDING (BeginTime)", QUEUED, f"{box.dest}:{remote_dir}",
+                 what="the picker's rows")
+    lines = text.splitlines()
+    assert any("▶" in ln and "pick-local" in ln and "RUNNING" in ln for ln in lines), text
+    assert any(QUEUED in ln and "slurm " in ln for ln in lines), text
+    assert any("pick_remote" in ln and "FINISHED" in ln and "3/" in ln for ln in lines), text
     # typing narrows the list (other users' Slurm runs may be listed too): enter follows it
+    key(runs, "-l", "pick_remote")
+    shows(runs, "1 run matching “pick_remote”", timeout=10)
+    key(runs, "Enter")
+    shows(runs, "pick_remote", " FINISHED ", "journal only", timeout=20,
+          what="the ssh run on the dashboard")
+    assert "Follow which run?" not in screen(runs) and "pick-local" not in screen(runs)
+
+    key(runs, "g")
+    shows(runs, "Follow which run?", QUEUED, what="the picker again")
     key(runs, "-l", QUEUED)
     shows(runs, f"1 run matching “{QUEUED}”", timeout=10)
     key(runs, "Enter")
