@@ -218,3 +218,25 @@ async def test_a_queued_slurm_run_goes_live_by_itself_when_its_agent_answers():
         assert app.dashboard.queued is None
         text = screen_text(app)
         assert "● connected" in text and " RUNNING " in text and "PENDING" not in text, text
+
+
+async def test_a_refused_scancel_is_said_and_the_job_still_shows_queued():
+    queued = FakeAgent([], {"op": "hello", "live": False, "job": "sl-queued", "run_dir": "/r/q",
+                            "state": "UNKNOWN"}, {})
+    runs = FakeRuns([], {"/r/q": queued})
+    runs.slurm["/r/q"] = {"job": "44", "jobs": ["44"], "state": "PENDING", "reason": "Priority"}
+
+    def refused(run_dir: str) -> str:
+        raise RuntimeError("scancel: error: Kill job error on job id 44: Access/permission denied")
+    runs.stop_queued = refused
+    notes: list[str] = []
+    app = TrainctlApp(offline(queued), runs=runs, run_key=("local", "/r/q"), clock=lambda: 200.0)
+    async with app.run_test(size=(160, 48)) as pilot:
+        app.dashboard.notify = lambda text, **kw: notes.append(text)
+        await wait_for(pilot, lambda: app.dashboard.queued is not None, what="the Slurm job")
+        await pilot.press("s")
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: any("permission denied" in n for n in notes), what="why")
+        assert app.dashboard.queued is not None and app.dashboard.check_action("stop", ()) is True
+        assert "scancel" not in app.dashboard._busy

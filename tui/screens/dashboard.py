@@ -426,7 +426,8 @@ class DashboardScreen(Screen[None]):
         """Palette commands skip the footer's greying: check again and say why not."""
         if self.check_action(action, ()):
             return True
-        why = "not connected to the agent" if not self.connected else f"the run is {self.run_state}"
+        why = ("no list of runs in this dashboard" if action == "pick_run" else
+               "not connected to the agent" if not self.connected else f"the run is {self.run_state}")
         self.notify(f"{action.replace('_', ' ')} is not available: {why}", severity="warning")
         return False
 
@@ -446,6 +447,9 @@ class DashboardScreen(Screen[None]):
     def action_stop(self) -> None:
         if self.queued is not None and not self.connected and self._allowed("stop"):
             job = self.queued.get("job")
+            if "scancel" in self._busy:
+                self.notify(f"Slurm job {job} is being cancelled", severity="warning")
+                return
             self._confirm_cancel(job, "Stop the run?",
                                  f"Its Slurm job {job} waits in the queue: it is cancelled "
                                  "(scancel) and the run ends STOPPED. The journal stays.")
@@ -501,18 +505,26 @@ class DashboardScreen(Screen[None]):
     @work(group="dialogs", exclusive=True, exit_on_error=False)
     async def _confirm_cancel(self, job: str, question: str, body: str) -> None:
         if await self.app.push_screen_wait(ConfirmScreen(question, body, yes="Stop")):
-            self._cancel_queued(self.gen, self.current_key[1])
+            self._busy.add("scancel")
+            self._cancel_queued(self.current_key[1])
 
     @work(thread=True, group="scancel", exit_on_error=False)
-    def _cancel_queued(self, gen: int, run_dir: str) -> None:
+    def _cancel_queued(self, run_dir: str) -> None:
+        """A Textual thread worker, not a daemon thread: quitting waits for the scancel and
+        the STOPPED it journals (up to 30 s)."""
         try:
-            job = self.runs.stop_queued(run_dir)
+            job, error = self.runs.stop_queued(run_dir), None
         except Exception as e:  # noqa: BLE001 - UsageError, SlurmError: one line, shown
-            self.app.call_from_thread(self.notify, escape(sanitize(str(e))), title="stop failed",
-                                      severity="error", timeout=8)
-            return
-        self.app.call_from_thread(self.notify, f"Slurm job {job} cancelled: the run is STOPPED",
-                                  title="Stopped")
+            job, error = None, e
+        self.app.call_from_thread(self._cancelled, job, error)
+
+    def _cancelled(self, job: str | None, error: BaseException | None) -> None:
+        self._busy.discard("scancel")
+        if error is not None:
+            self.notify(escape(sanitize(str(error))), title="stop failed", severity="error",
+                        timeout=8)
+        else:
+            self.notify(f"Slurm job {job} cancelled: the run is STOPPED", title="Stopped")
 
     @work(group="dialogs", exclusive=True, exit_on_error=False)
     async def _pick_preset(self) -> None:
