@@ -51,34 +51,10 @@ def run_slurm(args, run_dir: Path, job_id: str, runs=None) -> int:
         return follow_slurm(run_dir, args.json)
     from .engine.client import local_client
     from .tui.app import run_dashboard
-    if not _wait_for_agent(run_dir):
-        return follow_slurm(run_dir, False)   # it ended before an agent answered: say how
+    # The dashboard at once: while the job waits it shows PENDING and squeue's reason, and
+    # follows the job's agent when it answers (and each next job's).
     return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}",
                          runs=runs, run_key=("local", str(Path(run_dir).resolve())))
-
-
-def _wait_for_agent(run_dir: Path) -> bool:
-    """Until the job's agent answers, say what Slurm says of the job (PENDING and why).
-    False when the job is gone without one."""
-    from .engine import slurm
-    from .engine.agent.adopt import agent_running
-    last = None
-    while not agent_running(run_dir):
-        job = slurm.current_job(run_dir)
-        try:
-            info = slurm.job_info(job) if job else None
-        except slurm.SlurmError as e:
-            info, said = None, str(e)
-        else:
-            said = f"Slurm job {job} {info.state}" + (f" ({info.reason})" if info and info.reason
-                                                       not in ("", "None") else "") if info else ""
-        if info is None or info.ended:
-            return agent_running(run_dir)
-        if said != last:
-            note(said + ("; Ctrl-C leaves it queued" if info.state == "PENDING" else ""))
-            last = said
-        time.sleep(1.0)
-    return True
 
 
 def follow_slurm(run_dir: Path, as_json: bool) -> int:

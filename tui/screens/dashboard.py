@@ -203,6 +203,8 @@ class DashboardScreen(Screen[None]):
                                 "agent")
         elif info is not None and info.get("error"):
             self._connection = f"no agent running; Slurm: {info['error']}"
+        elif state and self.model.last_seq < 0:   # ended, and no agent ever wrote a line
+            self._connection = f"Slurm job {info['job']} {state} before its agent started"
         else:
             self._connection = "journal only: no agent running"
         self.refresh_bindings()
