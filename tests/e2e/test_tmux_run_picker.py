@@ -120,10 +120,15 @@ def test_pick_an_ssh_run_then_the_queued_slurm_run_and_s_cancels_it(runs, box, t
     key(runs, "s")
     shows(runs, "Stop the run?", "scancel", timeout=10)
     key(runs, "y")
-    shows(runs, "STOPPED", timeout=30, what="STOPPED on the dashboard")
+    try:
+        last = wait_until(lambda: (st := [e for e in read_journal(queued_dir) if e.type == "state"])
+                          and st[-1].state == "STOPPED" and st[-1], 40, 0.1, what="STOPPED journaled")
+    except TimeoutError as e:
+        raise AssertionError(f"{e}; the screen:\n{screen(runs)}") from None
+    assert "cancelled before it ran" in last.reason, last
     assert not wait_queue_empty(f"trainctl-{QUEUED}", 15)
-    last = [e for e in read_journal(queued_dir) if e.type == "state"][-1]
-    assert last.state == "STOPPED" and "cancelled before it ran" in last.reason, last
+    wait_until(lambda: " STOPPED " in (s := screen(runs)) and "Stop the run?" not in s, 10, 0.1,
+               what="STOPPED on the dashboard")
     # the local run went on, untouched by the switch
     from trainctl.engine.agent.adopt import agent_running
     assert agent_running(local_dir)
