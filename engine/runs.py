@@ -15,6 +15,7 @@ from .agent.adopt import agent_running
 from .journal import JournalReader, lines_from
 from .paths import runs_dir
 from .spec import RunSpec
+from .supervisor import FINAL_STATES
 
 KNOWN = "known-runs"
 MAX_KNOWN = 500
@@ -133,12 +134,14 @@ class JournalFold:
 
 
 def summarize(run_dir: Path, with_slurm: bool = True,
-              folds: dict[str, JournalFold] | None = None) -> dict:
+              folds: dict[str, JournalFold] | None = None, ended_slurm: bool = True) -> dict:
     """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state`` (and its
     ``reason``), ``live``, ``host``, ``started``, ``progress`` ({epoch, epochs, batch,
     batches}), ``eta`` (and the deadline's ``buffer_s``), ``incident`` ({ts, text}), and for a Slurm run ``slurm`` ({job, state, reason,
     partition}).  ``folds`` (run directory -> JournalFold), kept by a caller that asks
-    again (the dashboard, every few seconds): only the journal lines written since are read."""
+    again (the dashboard, every few seconds): only the journal lines written since are read.
+    ``ended_slurm=False``: no scontrol for a Slurm run whose journal has ended (its job's
+    state and partition left out), for a caller that asks every few seconds."""
     run_dir = Path(run_dir)
     out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
                  "live": False, "host": "", "started": None, "progress": None, "eta": None,
@@ -155,13 +158,15 @@ def summarize(run_dir: Path, with_slurm: bool = True,
     if with_slurm and slurm.read_jobs(run_dir):
         job = slurm.current_job(run_dir)
         sl: dict = {"job": job, "jobs": slurm.read_jobs(run_dir)}
-        try:
-            info = slurm.job_info(job)
-        except slurm.SlurmError as e:
-            info, sl["error"] = None, str(e)
+        info = None
+        if ended_slurm or out["state"] not in FINAL_STATES:
+            try:
+                info = slurm.job_info(job)
+            except slurm.SlurmError as e:
+                sl["error"] = str(e)
         if info is not None:
             sl.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node)
-            if info.state == "PENDING" and out["state"] not in ("FINISHED", "FAILED", "STOPPED"):
+            if info.state == "PENDING" and out["state"] not in FINAL_STATES:
                 out["state"] = "PENDING"
         out["slurm"] = sl
     return out

@@ -28,12 +28,14 @@ def ls_hosts() -> list[str]:
 
 
 def all_rows(here: bool = False, folds: dict | None = None,
-             hosts: list[dict] | None = None) -> list[dict]:
+             hosts: list[dict] | None = None, ended_slurm: bool = True) -> list[dict]:
     """`trainctl ls`'s rows (``--here``: this machine's only), newest first; an unreachable
     host is a row with ``error``.  ``folds``: summarize's journal folds, kept by a caller that
-    asks again; ``hosts``: the hosts' rows, already gathered."""
+    asks again; ``hosts``: the hosts' rows, already gathered; ``ended_slurm=False``: no
+    scontrol for the Slurm runs that have ended."""
     from .engine.runs import run_dirs, summarize
-    rows = [dict(summarize(d, folds=folds), where="local") for d in run_dirs()]
+    rows = [dict(summarize(d, folds=folds, ended_slurm=ended_slurm), where="local")
+            for d in run_dirs()]
     if not here:
         rows += host_rows() if hosts is None else hosts
     rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
@@ -82,7 +84,9 @@ class RunsSource:
                 hosts = kept[1]
         except UsageError as e:   # a broken hosts.toml: this machine's runs, and why
             hosts = [{"where": "hosts.toml", "error": str(e), "started": None}]
-        return all_rows(folds=self._folds, hosts=hosts)
+        # the count every 5 s asks Slurm only of the runs still going (a user with a
+        # hundred ended Slurm runs would cost slurmctld a hundred RPCs each time)
+        return all_rows(folds=self._folds, hosts=hosts, ended_slurm=fresh)
 
     def client_factory(self, row: dict):
         """A fresh client for the run of ``row`` at each call."""

@@ -97,3 +97,24 @@ def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(t
     fresh.close()
     last = summarize(tmp_path, with_slurm=False, folds=folds)
     assert last["state"] == "FAILED" and last["progress"] is None and last["started"] == 20.0
+
+
+def test_the_frequent_look_asks_slurm_only_of_the_runs_still_going(tmp_path, monkeypatch):
+    from trainctl.engine import events as E
+    from trainctl.engine import slurm
+    from trainctl.engine.journal import Journal
+    from trainctl.engine.runs import summarize
+    asked: list[str] = []
+    monkeypatch.setattr(slurm, "job_info", lambda job: asked.append(job))
+    for name, state, job in (("done", "FINISHED", "7"), ("going", "RUNNING", "8")):
+        run_dir = tmp_path / name
+        run_dir.mkdir()
+        slurm.add_job(run_dir, job)
+        journal = Journal(run_dir / "events.jsonl")
+        journal.append(E.State(1.0, state, ""))
+        journal.close()
+    done = summarize(tmp_path / "done", ended_slurm=False)
+    going = summarize(tmp_path / "going", ended_slurm=False)
+    assert asked == ["8"] and done["slurm"] == {"job": "7", "jobs": ["7"]} and going["slurm"]["job"] == "8"
+    summarize(tmp_path / "done")                                  # `ls`: every run's job
+    assert asked == ["8", "7"]
