@@ -29,7 +29,7 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
         cfg["warn"] = slurm.warn_seconds(cfg, limit)
         spec.slurm = cfg
         spec.save(RunFiles(run_dir).spec)
-        slurm.write_batch_script(run_dir, cfg.get("setup", ""))
+        slurm.write_batch_script(run_dir, cfg.get("setup", ""), cfg.get("nodes", 1))
         job_id = slurm.submit(slurm.sbatch_argv(cfg, run_dir, slurm.job_name(spec.job_name),
                                                 cfg["warn"]))
     except (slurm.SlurmError, ValueError) as e:
@@ -145,6 +145,24 @@ def slurm_status(run_dir: Path) -> dict | None:
     if info is not None:
         out.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node,
                    time_limit_s=info.time_limit_s)
+    return out
+
+
+def node_status(run_dir: Path) -> list[dict]:
+    """The other nodes of a Slurm run of several nodes, from their run directories
+    (``<run_dir>/node<N>``): ``{"node", "run_dir", "state", "attempt", "live", "ranks"}`` each;
+    [] for any other run."""
+    from .engine.agent.adopt import agent_running
+    from .engine.agent.commands import rank_status
+    from .engine.client import offline_hello, offline_view
+    from .engine.slurm_nodes import node_dirs
+    out = []
+    for rank, path in node_dirs(run_dir):
+        covered = offline_view(path)
+        hello, view = offline_hello(path, covered), covered.view
+        out.append({"node": rank, "run_dir": str(path), "state": hello.get("state"),
+                    "attempt": hello.get("attempt"), "live": agent_running(path),
+                    "ranks": rank_status(view.rank_rows(), view.stuck_ranks) if view.ranks else {}})
     return out
 
 
