@@ -115,7 +115,10 @@ def sbatch_argv(cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int |
     argv = ["sbatch", "--parsable", f"--job-name={job_name}",
             f"--output={run_dir}/slurm-%j.out", "--open-mode=append", f"--chdir={run_dir}",
             "--requeue"]
-    if warn_s:
+    if warn_s and int(cfg.get("nodes") or 1) <= 1:
+        # not for several nodes: the batch shell is srun there, which passes a signal on to
+        # every process of its step, trainers included (SIGUSR1 ends torchrun); each node's
+        # agent asks the save by its own timer, from the job's end time
         argv.append(f"--signal=B:USR1@{warn_s}")
     if dependency:
         argv += [f"--dependency=afterany:{dependency}", "--kill-on-invalid-dep=yes"]
@@ -190,8 +193,8 @@ def _squeue_time(value: str) -> int | None:
 def agent_line(run_dir: Path, nodes: int = 1) -> str:
     """The batch script's last line.  One node: the agent as the batch shell itself (exec):
     the warning signal (B:) reaches it, not the trainer.  Several: a rendezvous port free on
-    this, the first, node, then one agent per node through srun (exec: srun, the batch shell
-    now, passes the warning on to every agent); see engine/slurm_nodes.py."""
+    this, the first, node, then one agent per node through srun (no warning signal then: see
+    :func:`sbatch_argv`); see engine/slurm_nodes.py."""
     agent = (f"{shlex.quote(sys.executable)} -m trainctl agent "
              f"{shlex.quote(str(run_dir))} --slurm")
     if nodes <= 1:

@@ -68,6 +68,14 @@ def test_several_nodes_run_one_agent_per_node_through_srun(tmp_path):
     assert port.isdigit() and 0 < int(port) < 65536
 
 
+def test_several_nodes_ask_for_no_warning_signal(tmp_path):
+    """srun, their batch shell, would pass it on to the trainers: the agents time the save."""
+    one = slurm.sbatch_argv({"nodes": 1}, tmp_path, "trainctl-x", 30)
+    two = slurm.sbatch_argv({"nodes": 2}, tmp_path, "trainctl-x", 30)
+    assert "--signal=B:USR1@30" in one and "--nodes=2" in two
+    assert not [a for a in two if a.startswith("--signal")]
+
+
 def test_the_first_node_and_a_nodes_address():
     assert slurm_nodes.first_host("\nnode1\nnode2\n") == "node1"
     with pytest.raises(ValueError):
