@@ -117,7 +117,11 @@ def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
             out["warn"] = int(w)
     if "options" in table and (opts := p.str_list("slurm", "options", table["options"])) is not None:
         own = [o for o in opts if o.split("=", 1)[0] in OWN_OPTIONS]
-        if own:
+        nodes = [o for o in opts if o.split("=", 1)[0] in ("--nodes", "-N") or re.match(r"-N\d", o)]
+        if nodes:
+            p.add("slurm", "options", f"{show(nodes[0])}: give nodes = N instead (several nodes "
+                                      "run one agent each, for a torchrun job)")
+        elif own:
             p.add("slurm", "options", f"{show(own[0])} is set by trainctl itself (it needs it to "
                                       "follow and continue the run); remove it")
         elif any(not o.startswith("-") for o in opts):
