@@ -3,6 +3,7 @@ batch script's srun line, each node's place (rank, rendezvous endpoint on the fi
 address), the torchrun command of one node, the nodes' run directories and last states."""
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 from pathlib import Path
@@ -14,6 +15,7 @@ from trainctl.engine.config import ConfigError, load_job
 from trainctl.engine.journal import Journal
 from trainctl.engine import events as E
 from trainctl.engine.spec import RunSpec
+from trainctl.engine.supervisor import RunState
 from trainctl.engine.torchrun import across_nodes, layout
 
 SHOW_NODE = ("NodeName=node1 Arch=x86_64 CoresPerSocket=2 CPUAlloc=0 Gres=(null) NodeAddr=10.1.2.3 "
@@ -164,3 +166,74 @@ def test_a_nodes_last_state_is_read_from_its_journals_end(tmp_path):
     (tmp_path / "events.jsonl").write_text(json.dumps({"type": "state", "state": "PENDING", "ts": 5})
                                            + "\n{torn")
     assert slurm_nodes.last_state(tmp_path) == ("PENDING", 5.0)
+
+
+# ---------------------------------------------------------------- the nodes follow each other
+def node_part(tmp_path: Path, rank: int, monkeypatch, now: list[float]):
+    """A SlurmPart of node ``rank`` of a 2-node job (its own run directory, a real journal),
+    on a clock the test moves."""
+    import types
+    from trainctl.engine.agent import slurm_job
+    from trainctl.engine.agent.context import RunContext
+    monkeypatch.setattr(slurm_job, "NODE_WATCH_S", 0.01)
+    monkeypatch.setattr(slurm_job, "NODE_GRACE_S", 30.0)
+    monkeypatch.setenv("SLURM_JOB_ID", "77")
+    lead = tmp_path / "run"
+    place = slurm_nodes.NodePlace(rank, 2, "77", "10.0.0.1:1", "10.0.0.1", lead)
+    place.run_dir.mkdir(parents=True, exist_ok=True)
+    spec = RunSpec(job_name="big" if rank == 0 else "big-node1", kind="torchrun",
+                   command=["torchrun", "t.py"], slurm={"nodes": 2})
+    ctx = RunContext(place.run_dir, spec, lambda: now[0])
+    loop = types.SimpleNamespace(slurm_job=None, on_suspend=None)
+    return slurm_job.SlurmPart(ctx, loop, place), ctx
+
+
+def write_state(run_dir: Path, state: str, ts: float) -> None:
+    j = Journal(run_dir / "events.jsonl")
+    j.append(E.State(ts, state, "test"))
+    j.close()
+
+
+def test_a_node_stops_when_the_lead_ends_after_it_began(tmp_path, monkeypatch):
+    now = [100.0]
+    part, ctx = node_part(tmp_path, 1, monkeypatch, now)
+    write_state(tmp_path / "run", "STOPPED", 50.0)   # an earlier job's end: not this one's
+
+    async def go():
+        watch = asyncio.ensure_future(part._watch_nodes())
+        await asyncio.sleep(0.1)
+        assert not ctx.stop_requested.is_set()
+        write_state(tmp_path / "run", "PENDING", 101.0)
+        write_state(tmp_path / "run", "STOPPED", 102.0)
+        await asyncio.wait_for(watch, 5)
+    asyncio.run(go())
+    assert ctx.stop_requested.is_set()
+    assert ctx.stop_reason == "node 0 ended STOPPED: every node of Slurm job 77 stops"
+
+
+def test_the_lead_stops_when_a_node_gives_up_and_the_others_outwait_a_finish(tmp_path, monkeypatch):
+    now = [100.0]
+    lead, lead_ctx = node_part(tmp_path, 0, monkeypatch, now)
+    node, node_ctx = node_part(tmp_path, 1, monkeypatch, now)
+    (tmp_path / "run" / "node1" / "spec.json").write_text(json.dumps({"job_name": "big-node1",
+                                                                      "kind": "torchrun"}))
+    write_state(tmp_path / "run" / "node1", "FAILED", 101.0)
+    write_state(tmp_path / "run", "FINISHED", 101.0)
+
+    async def go():
+        await asyncio.wait_for(lead._watch_nodes(), 5)
+        watch = asyncio.ensure_future(node._watch_nodes())
+        await asyncio.sleep(0.1)
+        assert not node_ctx.stop_requested.is_set()   # the lead finished: its grace first
+        now[0] += 31
+        await asyncio.wait_for(watch, 5)
+    asyncio.run(go())
+    assert lead_ctx.stop_reason.startswith("node 1 ended FAILED")
+    assert node_ctx.stop_reason.startswith("the lead node finished the run 30 s ago")
+
+
+def test_only_the_lead_submits_the_next_job(tmp_path, monkeypatch):
+    part, ctx = node_part(tmp_path, 1, monkeypatch, [100.0])
+    ctx.sm.to(RunState.RUNNING)
+    assert asyncio.run(part.submit_next()) == 0   # no sbatch (none would answer here)
+    assert ctx.sm.state.value == "PENDING" and not slurm.read_jobs(tmp_path / "run")
