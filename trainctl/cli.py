@@ -798,7 +798,7 @@ def cmd_status(args) -> int:
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
     for node in status.get("nodes", ()):
-        print(f"node {node['node']}  {node.get('state') or '?'}   attempt {node.get('attempt', '?')}"
+        print(f"node {node['node']}  {node.get('state') or '?'}   attempt {node.get('attempt') or '?'}"
               f"   {'agent live' if node['live'] else 'agent not running'}   {node['run_dir']}")
     return code
 

@@ -189,8 +189,11 @@ def stop_waiting_job(run_dir: Path) -> int:
         if (info is None or info.ended) and not agent_running(run_dir):
             break
         time.sleep(0.3)
-    if not _run_ended(run_dir):   # its agent, if one had started, says STOPPED itself
-        journal = Journal(RunFiles(run_dir).events)
+    from .engine.slurm_nodes import node_dirs
+    for path in [run_dir, *(p for _, p in node_dirs(run_dir))]:   # and a job's other nodes
+        if _run_ended(path):   # its agent, if one had started, says STOPPED itself
+            continue
+        journal = Journal(RunFiles(path).events)
         try:
             journal.append(E.State(time.time(), RunState.STOPPED.value,
                                    f"stopped by the user: Slurm job {job} cancelled before it ran"))
