@@ -21,6 +21,7 @@ from .config.slurm import slurm_time_s
 
 BATCH_SCRIPT = "slurm-job.sh"
 JOBS_FILE = "slurm.json"
+PORT_ENV = "TRAINCTL_RDZV_PORT"   # a job of several nodes: its rendezvous port (the batch script's)
 QUERY_TIMEOUT_S = 20.0
 #: Job states that end a job (squeue/scontrol names).
 ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
@@ -114,7 +115,10 @@ def sbatch_argv(cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int |
     argv = ["sbatch", "--parsable", f"--job-name={job_name}",
             f"--output={run_dir}/slurm-%j.out", "--open-mode=append", f"--chdir={run_dir}",
             "--requeue"]
-    if warn_s:
+    if warn_s and int(cfg.get("nodes") or 1) <= 1:
+        # not for several nodes: the batch shell is srun there, which passes a signal on to
+        # every process of its step, trainers included (SIGUSR1 ends torchrun); each node's
+        # agent asks the save by its own timer, from the job's end time
         argv.append(f"--signal=B:USR1@{warn_s}")
     if dependency:
         argv += [f"--dependency=afterany:{dependency}", "--kill-on-invalid-dep=yes"]
@@ -186,14 +190,39 @@ def _squeue_time(value: str) -> int | None:
     return int(days or 0) * 86400 + parts[0] * 3600 + parts[1] * 60 + parts[2]
 
 
-def write_batch_script(run_dir: Path, setup: str = "") -> Path:
-    """``<run_dir>/slurm-job.sh``: the job's environment (``[slurm] setup``), then the agent
-    as the batch shell itself (exec): the warning signal (B:) reaches it, not the trainer."""
+def agent_line(run_dir: Path, nodes: int = 1) -> str:
+    """The batch script's last line.  One node: the agent as the batch shell itself (exec):
+    the warning signal (B:) reaches it, not the trainer.  Several: a rendezvous port free on
+    this, the first, node, then one agent per node through srun (no warning signal then: see
+    :func:`sbatch_argv`); see engine/slurm_nodes.py."""
+    agent = (f"{shlex.quote(sys.executable)} -m trainctl agent "
+             f"{shlex.quote(str(run_dir))} --slurm")
+    if nodes <= 1:
+        return f"exec {agent}\n"
+    free_port = ('import socket; s = socket.socket(); s.bind(("", 0)); '
+                 'print(s.getsockname()[1])')
+    return (f"export {PORT_ENV}=$({shlex.quote(sys.executable)} -c {shlex.quote(free_port)})\n"
+            f"exec {' '.join(srun_argv())} {agent}\n")
+
+
+def srun_argv() -> list[str]:
+    """srun of the agents of a job of several nodes: one task on each node of the job; a
+    task that ends does not end the others (each agent ends its own trainer in order, and
+    the nodes follow the lead's end through its journal); the job's --cpus-per-task again
+    (srun 22.05+ does not inherit it from sbatch)."""
+    return ["srun", "--nodes=$SLURM_JOB_NUM_NODES", "--ntasks=$SLURM_JOB_NUM_NODES",
+            "--ntasks-per-node=1", "--kill-on-bad-exit=0",
+            "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}"]
+
+
+def write_batch_script(run_dir: Path, setup: str = "", nodes: int = 1) -> Path:
+    """``<run_dir>/slurm-job.sh``: the job's environment (``[slurm] setup``), then its agents
+    (:func:`agent_line`)."""
     path = Path(run_dir) / BATCH_SCRIPT
-    python = shlex.quote(sys.executable)
-    text = ("#!/bin/bash\n# trainctl: the agent of this run, inside its Slurm allocation\n"
+    text = ("#!/bin/bash\n# trainctl: the agent" + ("s" if nodes > 1 else "")
+            + " of this run, inside its Slurm allocation\n"
             + (setup.rstrip() + "\n" if setup.strip() else "")
-            + f"exec {python} -m trainctl agent {shlex.quote(str(run_dir))} --slurm\n")
+            + agent_line(run_dir, nodes))
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.chmod(tmp, 0o700)

@@ -79,6 +79,14 @@ def supervised(argv: list[str] | tuple[str, ...], log_dir: str | Path) -> list[s
     start = launcher_end(argv)
     if start is None:
         return list(argv)
+    kept, script = _launcher_options_without(argv, start, _OWN)
+    return [*argv[:start], "--max-restarts", "0", "--redirects", "3", "--log-dir", str(log_dir),
+            *kept, *argv[script:]]
+
+
+def _launcher_options_without(argv, start: int, names: frozenset[str]) -> tuple[list[str], int]:
+    """The launcher's options in ``argv`` (from ``start``) less those in ``names`` (with
+    their values), and the index of the script."""
     _, script = options(argv)
     kept: list[str] = []
     i = start
@@ -86,7 +94,7 @@ def supervised(argv: list[str] | tuple[str, ...], log_dir: str | Path) -> list[s
         a = argv[i]
         name, eq, _ = a.partition("=")
         takes = not eq and name not in _FLAGS and a != "--"
-        if name in _OWN:
+        if name in names:
             i += 1 + (1 if takes else 0)
             continue
         kept.append(a)
@@ -94,8 +102,7 @@ def supervised(argv: list[str] | tuple[str, ...], log_dir: str | Path) -> list[s
             kept.append(argv[i + 1])
             i += 1
         i += 1
-    return [*argv[:start], "--max-restarts", "0", "--redirects", "3", "--log-dir", str(log_dir),
-            *kept, *argv[script:]]
+    return kept, script
 
 
 @dataclass(frozen=True)
@@ -175,3 +182,28 @@ def rendezvous_wait(argv: list[str] | tuple[str, ...]) -> str | None:
             return None
         return f"torchrun --nnodes {value}" if most > 1 else None
     return None
+
+
+#: the options :func:`across_nodes` sets (the command's own are dropped)
+_NODE_OPTIONS = frozenset({"--standalone", "--nnodes", "--node-rank", "--node_rank", "--rdzv-backend",
+                           "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id",
+                           "--rdzv_id", "--local-addr", "--local_addr", "--master-addr",
+                           "--master_addr", "--master-port", "--master_port"})
+
+
+def across_nodes(argv: list[str] | tuple[str, ...], nnodes: int, node_rank: int, endpoint: str,
+                 rdzv_id: str, local_addr: str | None = None) -> list[str]:
+    """A torchrun ``argv`` as one node of ``nnodes`` (a Slurm allocation's): its
+    ``--standalone``, node and rendezvous options replaced by ``--nnodes N --node-rank R
+    --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID`` and ``--local-addr`` (the
+    address the other nodes reach this one by; a node's name may not resolve).  Any other
+    command is returned as it is."""
+    start = launcher_end(argv)
+    if start is None:
+        return list(argv)
+    kept, script = _launcher_options_without(argv, start, _NODE_OPTIONS)
+    own = ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
+           "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    if local_addr:
+        own += ["--local-addr", local_addr]
+    return [*argv[:start], *own, *kept, *argv[script:]]

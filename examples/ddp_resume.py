@@ -16,8 +16,8 @@ draws the same order again).
 
 Test flags: ``--hang-rank R --hang-at E:B`` (1-based): the DataLoader worker of rank R that
 loads batch B of epoch E blocks forever (a real worker deadlock: rank R waits for the batch,
-the others wait for rank R in the next allreduce); ``--hang-if-env VAR``: instead of a rank, wherever VAR
-is set (one node of several); ``--hang-attempt N``: only in attempt N
+the others wait for rank R in the next allreduce); ``--hang-if-env VAR`` (or ``VAR=VALUE``): instead of a rank,
+wherever VAR is set (or is VALUE: ``SLURM_NODEID=1``, the second node of a Slurm job); ``--hang-attempt N``: only in attempt N
 (TRAINCTL_ATTEMPT).  Prints ``resume epoch=E batch=B workers=W`` at start and one
 ``epoch=E/EE batch=B/BB loss=X`` per batch.  The preset's DataLoader workers reach every
 rank through the environment (``TRAINCTL_WORKERS``).
@@ -70,9 +70,9 @@ def main(argv=None) -> int:
     p.add_argument("--hang-rank", type=int, default=1)
     p.add_argument("--hang-at", default="")
     p.add_argument("--hang-attempt", type=int, default=0)
-    p.add_argument("--hang-if-env", default="", metavar="VAR",
-                   help="hang only where VAR is set (one node of several: ranks are numbered "
-                        "by the rendezvous)")
+    p.add_argument("--hang-if-env", default="", metavar="VAR[=VALUE]",
+                   help="hang only where VAR is set, or is VALUE (one node of several: ranks "
+                        "are numbered by the rendezvous)")
     args = p.parse_args(argv)
 
     backend = "nccl" if torch.cuda.is_available() and os.environ.get("DDP_BACKEND") != "gloo" else "gloo"
@@ -106,8 +106,9 @@ def main(argv=None) -> int:
                                  kind=kind)  # said once per node (local rank 0, see report.py)
 
     hang_e, _, hang_b = args.hang_at.partition(":")
-    hanging = (bool(args.hang_at) and (rank == args.hang_rank if not args.hang_if_env
-                                       else bool(os.environ.get(args.hang_if_env)))
+    var, eq, value = args.hang_if_env.partition("=")
+    here = os.environ.get(var) == value if eq else bool(os.environ.get(var))
+    hanging = (bool(args.hang_at) and (rank == args.hang_rank if not args.hang_if_env else here)
                and (not args.hang_attempt or os.environ.get("TRAINCTL_ATTEMPT") == str(args.hang_attempt)))
     n = args.batches * args.batch_size * world
     while epoch <= args.epochs:

@@ -439,10 +439,10 @@ def _link_latest(run_dir: Path) -> None:
 
 def _run_agent(run_dir: Path, spec, as_json: bool,
                on_locked: Callable[[], None] | None = None, adopt: bool = False,
-               slurm: bool = False) -> int:
+               slurm: bool = False, node=None) -> int:
     from .engine.agent import Agent
     agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt,
-                  slurm=slurm)
+                  slurm=slurm, node=node)
     return asyncio.run(agent.run())
 
 
@@ -506,10 +506,37 @@ def cmd_agent(args) -> int:
     from .engine.spec import RunSpec
     files = RunFiles(args.run_dir)
     spec = RunSpec.load(files.spec)
+    node = None
+    if getattr(args, "slurm", False):
+        node, files, spec = _slurm_node(files, spec)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
     return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
-                      slurm=getattr(args, "slurm", False))
+                      slurm=getattr(args, "slurm", False), node=node)
+
+
+def _slurm_node(files, spec):
+    """A Slurm job of several nodes: this agent's place (engine/slurm_nodes.py); node N > 0
+    supervises in its own run directory, <run_dir>/node<N>; every node's torchrun joins the
+    job's rendezvous.  (None, files, spec) for a job of one node."""
+    from .engine import slurm, slurm_nodes
+    from .engine.paths import RunFiles
+    from .engine.torchrun import across_nodes, is_torchrun
+    try:
+        node = slurm_nodes.place(files.dir)
+        if node is None:
+            return None, files, spec
+        if not is_torchrun(spec.command):
+            raise UsageError(f"a Slurm job of {node.nnodes} nodes runs a torchrun command on each "
+                             "(kind = \"torchrun\"); this run's command is not one")
+        if not node.lead:
+            path, spec = slurm_nodes.prepare_node_dir(files.dir, node.node_rank)
+            files = RunFiles(path)
+    except (slurm.SlurmError, OSError, ValueError) as e:
+        raise UsageError(f"Slurm node {os.environ.get('SLURM_NODEID', '?')}: {e}") from None
+    spec.command = across_nodes(spec.command, node.nnodes, node.node_rank, node.endpoint,
+                                node.rdzv_id, node.local_addr)
+    return node, files, spec
 
 
 def _agent_alive(run_dir: Path) -> bool:
@@ -744,6 +771,15 @@ def cmd_status(args) -> int:
             status["slurm"] = sl
             if status.get("state") not in _FINAL and sl.get("state") == "PENDING":
                 status["state"] = "PENDING"
+    from .slurm_cli import node_status
+    nodes = node_status(run_dir)
+    if nodes:   # a Slurm job of several nodes: the others' agents, and their ranks in the run's
+        status["nodes"] = nodes
+        ranks = status.setdefault("ranks", {})
+        for node in nodes:
+            for r, row in node["ranks"].items():
+                ranks.setdefault(r, row)
+        status["ranks"] = dict(sorted(ranks.items(), key=lambda kv: int(kv[0])))
     if args.json:
         print(json.dumps(status, indent=2))
         return code
@@ -765,10 +801,16 @@ def cmd_status(args) -> int:
     else:
         print("        no projection yet")
     if status.get("ranks"):
-        print("ranks   " + " · ".join(
-            f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
-            + (" STUCK" if v.get("stuck") else "") for r, v in status["ranks"].items()))
+        print("ranks   " + _rank_rows(status["ranks"]))
+    for node in status.get("nodes", ()):
+        print(f"node {node['node']}  {node.get('state') or '?'}   attempt {node.get('attempt') or '?'}"
+              f"   {'agent live' if node['live'] else 'agent not running'}   {node['run_dir']}")
     return code
+
+
+def _rank_rows(ranks: dict) -> str:
+    return " · ".join(f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
+                      + (" STUCK" if v.get("stuck") else "") for r, v in ranks.items())
 
 
 def cmd_ls(args) -> int:

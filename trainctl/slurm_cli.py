@@ -29,7 +29,7 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
         cfg["warn"] = slurm.warn_seconds(cfg, limit)
         spec.slurm = cfg
         spec.save(RunFiles(run_dir).spec)
-        slurm.write_batch_script(run_dir, cfg.get("setup", ""))
+        slurm.write_batch_script(run_dir, cfg.get("setup", ""), cfg.get("nodes", 1))
         job_id = slurm.submit(slurm.sbatch_argv(cfg, run_dir, slurm.job_name(spec.job_name),
                                                 cfg["warn"]))
     except (slurm.SlurmError, ValueError) as e:
@@ -126,6 +126,24 @@ def slurm_status(run_dir: Path) -> dict | None:
     return out
 
 
+def node_status(run_dir: Path) -> list[dict]:
+    """The other nodes of a Slurm run of several nodes, from their run directories
+    (``<run_dir>/node<N>``): ``{"node", "run_dir", "state", "attempt", "live", "ranks"}`` each;
+    [] for any other run."""
+    from .engine.agent.adopt import agent_running
+    from .engine.agent.commands import rank_status
+    from .engine.client import offline_hello, offline_view
+    from .engine.slurm_nodes import node_dirs
+    out = []
+    for rank, path in node_dirs(run_dir):
+        covered = offline_view(path)
+        hello, view = offline_hello(path, covered), covered.view
+        out.append({"node": rank, "run_dir": str(path), "state": hello.get("state"),
+                    "attempt": hello.get("attempt"), "live": agent_running(path),
+                    "ranks": rank_status(view.rank_rows(), view.stuck_ranks) if view.ranks else {}})
+    return out
+
+
 def stop_waiting_job(run_dir: Path) -> int:
     """`ctl RUN stop` with no agent: scancel the run's queued job, end the run STOPPED."""
     print(json.dumps({"stopped": True, "slurm_job": cancel_waiting_job(run_dir)}))
@@ -160,8 +178,11 @@ def cancel_waiting_job(run_dir: Path) -> str:
         if (info is None or info.ended) and not agent_running(run_dir):
             break
         time.sleep(0.3)
-    if not _run_ended(run_dir):   # its agent, if one had started, says STOPPED itself
-        journal = Journal(RunFiles(run_dir).events)
+    from .engine.slurm_nodes import node_dirs
+    for path in [run_dir, *(p for _, p in node_dirs(run_dir))]:   # and a job's other nodes
+        if _run_ended(path):   # its agent, if one had started, says STOPPED itself
+            continue
+        journal = Journal(RunFiles(path).events)
         try:
             journal.append(E.State(time.time(), RunState.STOPPED.value,
                                    f"stopped by the user: Slurm job {job} cancelled before it ran"))

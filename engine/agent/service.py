@@ -36,7 +36,7 @@ class Agent:
                  clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
                  on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
                  kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True,
-                 slurm: bool = False):
+                 slurm: bool = False, node=None):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
         ``spawner``: how trainers are started (a fake one in tests; by default each
@@ -44,7 +44,8 @@ class Agent:
         whose agent died (its trainer, or its attempt loop, goes on).  ``subreaper``: become
         the child subreaper of orphans (off in tests that run an agent inside pytest).
         ``slurm``: this agent is a run's Slurm batch job (`agent --slurm`): it goes on with
-        the run an earlier job began, and continues it in a next job at the time limit."""
+        the run an earlier job began, and continues it in a next job at the time limit;
+        ``node``: its place in a job of several nodes (engine/slurm_nodes.NodePlace)."""
         self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
@@ -61,7 +62,7 @@ class Agent:
         self.slurm = None
         if slurm:
             from .slurm_job import SlurmPart
-            self.slurm = SlurmPart(ctx, self.loop)
+            self.slurm = SlurmPart(ctx, self.loop, node)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
         self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands,
@@ -208,12 +209,17 @@ class Agent:
         attempt loop was (it died in BACKOFF or STARTING: no trainer to adopt)."""
         ctx = self.ctx
         was = where_the_run_was(ctx.files.events)
-        if was.ended:
+        lead = await self.slurm.lead_goes_on() if self.slurm is not None and was.ended else None
+        if was.ended and lead is None:
             ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
             return exit_code(was.state)
         ctx.attempt, ctx.preset = was.attempt, was.preset or ctx.preset
         ctx.last_checkpoint, ctx.furthest = was.last_checkpoint, was.furthest
         ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
+        if lead is not None:   # a node of a Slurm job: its run is the lead's, which goes on
+            ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
+                     f"on (the lead is {lead}): from its last good checkpoint", "slurm.continue")
+            return await self.loop.run(resume=True)
         handle = self.spawner.adopt(was.attempt, ctx.files.log) if was.exited is None and was.attempt else None
         if handle is not None:
             handle.save_on_request = was.save_on_request

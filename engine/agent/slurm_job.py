@@ -10,6 +10,11 @@
 - At a SIGTERM from Slurm it asks Slurm why: a cancel by trainctl (``s`` on a pending run:
   the mark file) or by someone else (STOPPED, saying so), the time limit or a preemption
   (the next job is submitted, from the last good checkpoint).
+- In a job of several nodes (engine/slurm_nodes.py) each node's agent does all of the above
+  for its own ranks, but only the lead (node 0) submits the next job and writes slurm.json;
+  each watches the others' journals: a node that ends the run (the lead FAILED or STOPPED,
+  another node giving up or stopped) ends every node; the lead FINISHED ends the others
+  once they had :data:`NODE_GRACE_S` to finish themselves.
 """
 from __future__ import annotations
 
@@ -22,16 +27,23 @@ import time
 from .. import events as E
 from .. import slurm
 from ..journal import read_events
-from ..supervisor import RunState
+from ..supervisor import FINAL_STATES, RunState
+from .. import slurm_nodes
 from .attempt import AttemptLoop
 from .context import EndRequest, RunContext
 
 WHY_TIMEOUT_S = 10.0
+NODE_WATCH_S = 2.0     # how often a node reads the other nodes' journals
+NODE_GRACE_S = 30.0    # a node still running this long after the lead FINISHED is stopped
 
 
 class SlurmPart:
-    def __init__(self, ctx: RunContext, loop: AttemptLoop) -> None:
+    def __init__(self, ctx: RunContext, loop: AttemptLoop,
+                 node: slurm_nodes.NodePlace | None = None) -> None:
         self.ctx, self.attempts = ctx, loop
+        self.node = node                         # its place in a job of several nodes
+        self.lead_dir = node.lead_dir if node else ctx.files.dir   # the run's own directory
+        self.started = ctx.clock()
         self.job_id = os.environ.get("SLURM_JOB_ID") or None
         self.cfg = dict(ctx.spec.slurm or {})
         loop.slurm_job = self.job_id
@@ -68,6 +80,8 @@ class SlurmPart:
             if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
                 asyncio.get_running_loop().call_later(due, self.on_time_warning)
+        if self.node is not None:
+            self._describe_nodes()
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -75,6 +89,67 @@ class SlurmPart:
                 + (f"; the trainer is asked to save {warn} s before it, and the run goes on "
                    "in a next job" if warn and limit else ""))
         self.ctx.info(text, "slurm.job")
+
+    def _describe_nodes(self) -> None:
+        node, lead = self.node, self.lead_dir
+        if not node.lead:
+            others = f"the lead (node 0, which submits the next jobs) is {lead}"
+        elif node.nnodes == 2:
+            others = f"node 1 supervises its own in {lead}/node1"
+        else:
+            others = f"nodes 1-{node.nnodes - 1} supervise theirs in {lead}/node<N>"
+        self.ctx.info(f"node {node.node_rank} of {node.nnodes} ({node.local_addr}): its ranks "
+                      f"here; rendezvous {node.endpoint}, id {node.rdzv_id}; {others}",
+                      "slurm.nodes")
+        asyncio.ensure_future(self._watch_nodes())
+
+    async def _watch_nodes(self) -> None:
+        """Every :data:`NODE_WATCH_S`: the other nodes' last states since this agent began
+        (their journals, read off the loop); a run ended on one node ends it here (see the
+        module's doc)."""
+        ctx, aio = self.ctx, asyncio.get_running_loop()
+        finished_at: float | None = None
+        while not ctx.stop_requested.is_set():
+            await asyncio.sleep(NODE_WATCH_S)
+            if ctx.sm.state in (RunState.PENDING, *FINAL_STATES) or ctx.ending is not None:
+                return
+            states = await aio.run_in_executor(None, self._node_states)
+            why = None
+            for rank, state in states.items():
+                if state == "FINISHED" and rank == 0:
+                    finished_at = finished_at or ctx.clock()
+                    if ctx.clock() - finished_at >= NODE_GRACE_S:
+                        why = f"the lead node finished the run {NODE_GRACE_S:.0f} s ago"
+                elif state in ("FAILED", "STOPPED"):
+                    why = f"node {rank} ended {state}"
+            if why is not None:
+                ctx.stop_reason = f"{why}: every node of Slurm job {self.job_id} stops"
+                ctx.info(ctx.stop_reason, "slurm.nodes")
+                ctx.stop_requested.set()
+                ctx.interrupt.set(EndRequest.USER_STOP)
+                return
+
+    def _node_states(self, since: float | None = None) -> dict[int, str]:
+        """The other nodes' states written since ``since`` (default: this agent's start):
+        the lead's for a node, every node's for the lead."""
+        since = self.started if since is None else since
+        dirs = ([(0, self.lead_dir)] if not self.node.lead
+                else slurm_nodes.node_dirs(self.lead_dir))
+        out = {}
+        for rank, path in dirs:
+            last = slurm_nodes.last_state(path)
+            if last is not None and last[1] >= since:
+                out[rank] = last[0]
+        return out
+
+    async def lead_goes_on(self) -> str | None:
+        """A node whose own journal ended (STOPPED by a SIGTERM it could not explain, say)
+        goes on while the lead's run does: the lead's state then, else None."""
+        if self.node is None or self.node.lead:
+            return None
+        last = await asyncio.get_running_loop().run_in_executor(
+            None, slurm_nodes.last_state, self.lead_dir)
+        return last[0] if last is not None and last[0] not in FINAL_STATES else None
 
     def _deadline_in_jobs(self, info: slurm.JobInfo, limit: int) -> None:
         """The projection: this job's work ends ``warn`` s before its end; each next job
@@ -160,7 +235,9 @@ class SlurmPart:
             await asyncio.sleep(0.5)
             info = await self._ask()
         state = info.state.split()[0] if info else "?"
-        if info is not None and (info.restarts > self.restarts or state in (
+        if info is None and self.node is not None and not self.node.lead:
+            state = await self._lead_says(ctx.clock())
+        if state == "REQUEUED" or info is not None and (info.restarts > self.restarts or state in (
                 "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "NODE_FAIL")):
             ctx.info(f"Slurm requeues job {self.job_id} (a preemption, a node failure or `scontrol "
                      "requeue`): the run goes on when it starts again, from its last good "
@@ -178,16 +255,34 @@ class SlurmPart:
                      "next job from its last good checkpoint", "slurm.ended")
             ctx.suspend_requested.set()
             return
-        if self.job_id and slurm.cancel_was_ours(ctx.files.dir, self.job_id):
+        if self.job_id and slurm.cancel_was_ours(self.lead_dir, self.job_id):
             ctx.stop_reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
         elif state == "CANCELLED":
             ctx.stop_reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
                                "someone else, or an administrator)")
+        elif state in FINAL_STATES:   # a node's: the lead's end, which Slurm did not say
+            ctx.stop_reason = f"Slurm ends job {self.job_id}; its lead (node 0) ended {state}"
         else:
             ctx.stop_reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
                                "stopped")
         ctx.info(ctx.stop_reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
         ctx.stop_requested.set()
+
+    async def _lead_says(self, since: float) -> str:
+        """Slurm did not say why it ends this node's part of the job (seen in a requeue: the
+        job between two states): what the lead (which asked too) made of it, within
+        :data:`WHY_TIMEOUT_S` -- REQUEUED when the run goes on (PENDING), its final state when
+        it ends, else "?"."""
+        aio = asyncio.get_running_loop()
+        end = self.ctx.clock() + WHY_TIMEOUT_S
+        while self.ctx.clock() < end:
+            state = (await aio.run_in_executor(None, self._node_states, since - 1.0)).get(0)
+            if state == "PENDING":
+                return "REQUEUED"
+            if state in FINAL_STATES:
+                return state
+            await asyncio.sleep(0.5)
+        return "?"
 
     # ------------------------------------------------------------------ the next job
     async def submit_next(self) -> int:
@@ -198,6 +293,10 @@ class SlurmPart:
         if self.requeued:   # the same job starts again: nothing to submit
             ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
                                             "when it starts again")
+            return 0
+        if self.node is not None and not self.node.lead:   # the lead submits it, for every node
+            ctx.set_state(RunState.PENDING, f"node {self.node.node_rank} saved; the lead (node 0) "
+                                            "submits the next Slurm job, where this node goes on")
             return 0
         argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, slurm.job_name(ctx.spec.job_name),
                                  self.cfg.get("warn"), dependency=self.job_id)

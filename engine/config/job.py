@@ -18,7 +18,7 @@ from ..names import MAX_NAME, BadNameError, check_name
 from ..formats import PatternError, compile_user_pattern
 from .kinds import JOB_TABLES, JobTable
 from .preset import Preset
-from .slurm import job_slurm
+from .slurm import job_slurm, slurm_nodes_problems
 from .store import is_path_ref, load_preset
 from .validation import SAFE_NAME, ConfigError, Problems, choices, parse_toml, read_text, show
 
@@ -197,6 +197,8 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
     alerts = _job_alerts(p, tables["alerts"]) if tables.get("alerts") is not None else None
     slurm = job_slurm(p, tables["slurm"]) if tables.get("slurm") is not None else None
+    if slurm is not None:
+        slurm_nodes_problems(p, slurm, kind, tables.get("torchrun"))
     if slurm is not None and host is not None:
         p.add("slurm", None, "give [slurm] or [host], not both (run from the login node)")
 

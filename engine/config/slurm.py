@@ -55,6 +55,25 @@ def slurm_time_s(value: str | int) -> int | None:
     return total
 
 
+#: [torchrun] keys a job of several Slurm nodes may not set: trainctl sets them from the allocation
+NODE_KEYS = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+
+
+def slurm_nodes_problems(p: Problems, slurm: Mapping[str, Any], kind: str | None,
+                         torchrun: Mapping[str, Any] | None) -> None:
+    """``nodes > 1`` runs one agent per node, each a torchrun node of the job's rendezvous:
+    only a ``kind = "torchrun"`` job, whose nodes and rendezvous trainctl sets itself."""
+    nodes = slurm.get("nodes", 1)
+    if nodes > 1 and kind != "torchrun":
+        p.add("slurm", "nodes", f'{nodes} nodes run one torchrun node each: only for kind = '
+                                '"torchrun" (a command or Ultralytics job runs on one node)')
+    for key in NODE_KEYS if nodes > 1 else ("nnodes",):
+        value = (torchrun or {}).get(key)
+        if value is not None and (nodes > 1 or value != 1):
+            p.add("torchrun", key, "set by trainctl on Slurm (the nodes come from [slurm] nodes, "
+                                   "the rendezvous from the allocation); remove it")
+
+
 def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
     """``[slurm]``: partition, time, nodes, gpus, gres, cpus (per task), mem, warn (seconds
     before the time limit when the trainer is asked to save; default: from the limit),
@@ -78,11 +97,7 @@ def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
             except ValueError as e:
                 p.add("slurm", "time", str(e))
     if "nodes" in table and (n := p.int_("slurm", "nodes", table["nodes"], 1)) is not None:
-        if n > 1:
-            p.add("slurm", "nodes", "more than one node (torchrun across nodes) is not supported yet: "
-                                    "use nodes = 1")
-        else:
-            out["nodes"] = n
+        out["nodes"] = n
     if "cpus" in table and (c := p.int_("slurm", "cpus", table["cpus"], 1)) is not None:
         out["cpus"] = c
     if "gpus" in table:
@@ -102,7 +117,11 @@ def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
             out["warn"] = int(w)
     if "options" in table and (opts := p.str_list("slurm", "options", table["options"])) is not None:
         own = [o for o in opts if o.split("=", 1)[0] in OWN_OPTIONS]
-        if own:
+        nodes = [o for o in opts if o.split("=", 1)[0] in ("--nodes", "-N") or re.match(r"-N\d", o)]
+        if nodes:
+            p.add("slurm", "options", f"{show(nodes[0])}: give nodes = N instead (several nodes "
+                                      "run one agent each, for a torchrun job)")
+        elif own:
             p.add("slurm", "options", f"{show(own[0])} is set by trainctl itself (it needs it to "
                                       "follow and continue the run); remove it")
         elif any(not o.startswith("-") for o in opts):

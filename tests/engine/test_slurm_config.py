@@ -41,10 +41,12 @@ def test_a_slurm_table_is_read(tmp_path):
 
 @pytest.mark.parametrize("slurm, said", [
     ('time = "soon"', "[slurm] time: a Slurm time"),
-    ("nodes = 2", "[slurm] nodes: more than one node"),
+    ("nodes = 2", '[slurm] nodes: 2 nodes run one torchrun node each: only for kind = "torchrun"'),
     ('gpus = 2\ngres = "gpu:2"', "give gpus or gres, not both"),
     ('options = ["--signal=USR2@60"]', "set by trainctl itself"),
     ('options = ["qos=high"]', "one sbatch option"),
+    ('options = ["--nodes=2"]', "give nodes = N instead"),
+    ('options = ["-N2"]', "give nodes = N instead"),
     ('partition = "a b"', "must not contain spaces"),
     ("warn = 100000", "at most 65535"),
     ("color = 1", "[slurm] color"),
