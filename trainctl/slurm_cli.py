@@ -48,11 +48,11 @@ def run_slurm(args, run_dir: Path, job_id: str) -> int:
         return 0
     if args.headless or args.json:
         return follow_slurm(run_dir, args.json)
-    from .engine.client import local_client
+    from .engine.agent_where import client_for
     from .tui.app import run_dashboard
     if not _wait_for_agent(run_dir):
         return follow_slurm(run_dir, False)   # it ended before an agent answered: say how
-    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}")
+    return run_dashboard(lambda: client_for(run_dir), attach_hint=f"trainctl attach {run_dir}")
 
 
 def _wait_for_agent(run_dir: Path) -> bool:
@@ -81,9 +81,9 @@ def _wait_for_agent(run_dir: Path) -> bool:
 
 def follow_slurm(run_dir: Path, as_json: bool) -> int:
     """`--json`/`--headless` across the run's jobs, until it ends."""
-    from .engine.client import local_client
+    from .engine.agent_where import client_for
     from .engine.follow import follow
-    return asyncio.run(follow(lambda: local_client(run_dir), printer(as_json), note,
+    return asyncio.run(follow(lambda: client_for(run_dir), printer(as_json), note,
                               between_agents=_Between(run_dir)))
 
 

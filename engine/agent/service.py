@@ -17,6 +17,7 @@ from .. import events as E
 from ..joblock import JobBusy, JobLock
 from ..paths import make_private_dir
 from ..process import become_subreaper
+from ..agent_where import where_i_run
 from ..spec import RunSpec
 from ..supervisor import exit_code
 from .attempt import AttemptLoop
@@ -240,7 +241,8 @@ class Agent:
     def _write_info(self) -> None:
         info = {"pid": os.getpid(), "version": __version__, "job": self.spec.job_name,
                 "host": self.spec.host, "started": self.clock(),
-                "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", "")}
+                "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", ""),
+                **where_i_run()}   # node, hostname, boot id: clients elsewhere go over ssh
         tmp = self.files.info.with_suffix(".tmp")
         tmp.write_text(json.dumps(info))
         tmp.replace(self.files.info)

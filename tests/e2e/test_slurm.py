@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -98,13 +100,18 @@ def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slu
     print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}")
 
 
-def test_s_stops_a_running_job_with_nothing_left_in_the_queue(tmp_path, slurm_up):
-    job = slurm_job(tmp_path, "sl-stop", slurm_up, slurm='time = "5:00"',
+def a_long_detached_run(tmp_path: Path, name: str, names: list[str]) -> Path:
+    """A 5-minute Slurm job of 2000 batches, detached, once its progress shows: its run dir."""
+    job = slurm_job(tmp_path, name, names, slurm='time = "5:00"',
                     example=("--epochs", "1", "--batches", "2000", "--batch-time", "0.05", "--workers", "0"))
     res = run_trainctl(["run", str(job), "--detach"], timeout=30)
     assert res.returncode == 0, res.describe()
-    run_dir = res.run_dir
-    wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 60, what="progress")
+    wait_until(lambda: any(e.type == "progress" for e in read_journal(res.run_dir)), 60, what="progress")
+    return res.run_dir
+
+
+def test_s_stops_a_running_job_with_nothing_left_in_the_queue(tmp_path, slurm_up):
+    run_dir = a_long_detached_run(tmp_path, "sl-stop", slurm_up)
     r = run_trainctl(["ctl", str(run_dir), "stop"], timeout=30)
     assert r.returncode == 0, r.describe()
     wait_until(lambda: any(e.type == "state" and e.state == "STOPPED" for e in read_journal(run_dir)),
@@ -233,3 +240,42 @@ def test_a_requeued_job_goes_on_with_the_run(tmp_path, slurm_up):
     runs = attempts((res.run_dir / "train.log").read_text())
     assert len(runs) == 2 and runs[1][0][1] >= 10 and runs[-1][1] == (1, 60), runs
     assert [e.seq for e in res.events] == list(range(len(res.events)))
+
+
+def test_status_ctl_and_attach_reach_the_agent_on_its_node_over_ssh(tmp_path, slurm_up):
+    """The agent records its node; a client elsewhere goes over ssh to that node (`trainctl
+    bridge` there).  The test's nodes are this machine, so TRAINCTL_NODE_SSH=always takes the
+    ssh path, through a real sshd on loopback that an ssh config names node1 and node2;
+    an unreachable node is one line (exit 4)."""
+    from tests.helpers.sshd import LocalSshd
+    from trainctl.engine.remote import SshHost
+    run_dir = a_long_detached_run(tmp_path, "sl-ssh", slurm_up)
+    info = json.loads((run_dir / "agent.json").read_text())
+    assert info["node"] in ("node1", "node2") and info["boot_id"], info
+    xdg = Path(tempfile.mkdtemp(prefix="tcn-", dir="/tmp"))   # ssh's ControlPath: short
+    with LocalSshd(tmp_path) as sshd:
+        config = sshd.write_client_config(tmp_path / "nodes_ssh", alias="node1 node2")
+        env = {"TRAINCTL_NODE_SSH": "always", "TRAINCTL_SSH_CONFIG": str(config),
+               "XDG_RUNTIME_DIR": str(xdg)}
+        try:
+            st = run_trainctl(["status", str(run_dir), "--json"], timeout=60, env=env)
+            assert st.returncode == 0 and json.loads(st.stdout)["live"] is True, st.describe()
+            assert sshd.accepted_logins() >= 1 and "trainctl bridge" not in st.stderr
+            bad = sshd.write_client_config(tmp_path / "down_ssh", alias="node1 node2", port=1)
+            down = run_trainctl(["status", str(run_dir)], timeout=60,
+                                env={**env, "TRAINCTL_SSH_CONFIG": str(bad)})
+            lines = down.stderr.strip().splitlines()
+            assert down.returncode == 4 and len(lines) == 1, down.describe()
+            assert lines[0].startswith(f"trainctl: cannot reach the agent on node {info['node']} over ssh")
+            with start_trainctl(["attach", str(run_dir), "--json"], env=env) as att:
+                wait_until(lambda: '"type":"progress"' in att.stdout, 60, what="progress over ssh")
+                stop = run_trainctl(["ctl", str(run_dir), "stop"], timeout=60, env=env)
+                assert stop.returncode == 0, stop.describe()
+                got = att.wait(60)
+            states = [json.loads(ln) for ln in got.stdout.splitlines() if '"type":"state"' in ln]
+            assert got.returncode == 130 and states[-1]["state"] == "STOPPED", got.describe()
+        finally:
+            for node in ("node1", "node2"):
+                SshHost(node, ssh_config=config, control_dir=xdg / "trainctl-ssh").close()
+            shutil.rmtree(xdg, ignore_errors=True)
+    assert not wait_queue_empty("trainctl-sl-ssh", 20)
