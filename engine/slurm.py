@@ -46,6 +46,7 @@ class JobInfo:
     end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
     restarts: int = 0             # times Slurm requeued it (node failure, preemption, requeue)
     queued_s: float | None = None # how long it waited in the queue (start - submit)
+    preempt_ts: float | None = None  # when Slurm chose it for preemption (its grace runs)
 
     @property
     def ended(self) -> bool:
@@ -225,7 +226,18 @@ def job_info(job_id: str) -> JobInfo | None:
                    _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
                    fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")),
                    int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
-                   _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")))
+                   _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")),
+                   _timestamp(fields.get("PreemptTime", "")))
+
+
+def grace_time_s(partition: str) -> int:
+    """The partition's preemption GraceTime (seconds; 0: a preempted job is ended at once)."""
+    r = _run(["scontrol", "-o", "show", "partition", partition])
+    if r.returncode != 0:
+        raise _why(r, "scontrol")
+    fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
+    value = fields.get("GraceTime", "0")
+    return int(value) if value.isdigit() else 0
 
 
 def cancel(job_id: str) -> None:

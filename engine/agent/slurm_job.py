@@ -41,6 +41,8 @@ class SlurmPart:
         self.planned_end: float | None = None   # start + time limit, from Slurm at the start
         self.restarts = 0                        # Slurm's requeue count at the start
         self.requeued = False                    # Slurm requeues this job: no next job to submit
+        self.preempted = False                   # chosen for preemption: saved, awaiting the requeue
+        self._preempt_watch: asyncio.Task | None = None
         self._gaps: list[float] = []             # measured gaps between the run's jobs
         self._pending_ts: float | None = None
 
@@ -68,6 +70,8 @@ class SlurmPart:
             if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
                 asyncio.get_running_loop().call_later(due, self.on_time_warning)
+        if info is not None and info.partition:
+            await self._watch_preemption(info.partition)
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -103,6 +107,48 @@ class SlurmPart:
             self.ctx.projector.job_gap_s = statistics.median(self._gaps)
             self.ctx.projector.job_gap_measured = True
 
+    # ------------------------------------------------------------------ preemption
+    async def _watch_preemption(self, partition: str) -> None:
+        """A partition with a preemption GraceTime: Slurm sends nothing to a batch job when it
+        chooses it (SIGTERM comes at the grace's end, to every process at once), so the
+        agent looks every third of the grace (2 to 30 s) whether the job was chosen."""
+        try:
+            grace = await asyncio.get_running_loop().run_in_executor(
+                None, slurm.grace_time_s, partition)
+        except slurm.SlurmError:
+            return
+        if grace > 0:
+            period = max(2.0, min(30.0, grace / 3))
+            self._preempt_watch = asyncio.ensure_future(self._look_for_preemption(period, grace))
+
+    async def _look_for_preemption(self, period: float, grace: int) -> None:
+        ctx = self.ctx
+        while not (ctx.stop_requested.is_set() or ctx.suspend_requested.is_set()):
+            await asyncio.sleep(period)
+            info = await self._ask()
+            if info is None or info.preempt_ts is None or info.state.split()[0] != "RUNNING":
+                continue
+            self.preempted = True
+            end = info.end_ts or info.preempt_ts + grace
+            at = time.strftime("%H:%M:%S", time.localtime(end))
+            ctx.info(f"Slurm preempts job {self.job_id} (its partition's grace time: {grace} s, "
+                     f"until {at}): saving now; Slurm requeues the job and the run goes on there "
+                     "from this save", "slurm.preempted")
+            ctx.suspend_requested.set()
+            ctx.interrupt.set(EndRequest.SUSPEND)
+            return
+
+    async def _await_requeue(self) -> None:
+        """Preempted and saved: the job is requeued at the grace's end (a SIGTERM, whose why
+        is asked); this agent waits for it (exiting first would end the job, not requeue it)."""
+        info = await self._ask()
+        wait = (info.end_ts - self.ctx.clock() if info and info.end_ts else 0.0) + 30.0
+        deadline = self.ctx.clock() + max(30.0, wait)
+        while self._why is None and self.ctx.clock() < deadline:
+            await asyncio.sleep(0.5)
+        if self._why is not None:
+            await asyncio.wait({self._why}, timeout=WHY_TIMEOUT_S * 3)
+
     # ------------------------------------------------------------------ signals
     def on_time_warning(self) -> None:
         if self._warned is None:
@@ -118,6 +164,9 @@ class SlurmPart:
             info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
                 None, slurm.job_info, self.job_id), WHY_TIMEOUT_S) if self.job_id else None
         except (asyncio.TimeoutError, slurm.SlurmError):
+            info = None
+        if info is not None and info.preempt_ts is not None:   # preempt_send_user_signal
+            self.preempted = True   # Slurm requeues it: no next job, the save at once
             info = None
         wait = (info.end_ts - warn - ctx.clock()) if info and info.end_ts else 0.0
         if wait > 1:
@@ -195,6 +244,10 @@ class SlurmPart:
         ends cleanly).  A refusal ends the run FAILED, saying how to go on by hand."""
         ctx = self.ctx
         ctx.save_detector_state()
+        if self.preempted and not self.requeued:
+            await self._await_requeue()
+            if ctx.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
+                return self.attempts.stopped(ctx.stop_reason or "stopped")
         if self.requeued:   # the same job starts again: nothing to submit
             ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
                                             "when it starts again")

@@ -6,9 +6,11 @@ on a queued job; sbatch's refusals; an unreachable slurmctld; someone else's sca
 requeued job; `trainctl ls` with a local, an ssh and a Slurm run."""
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -19,7 +21,8 @@ import pytest
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, start_trainctl, wait_until
 from tests.e2e.test_example_midepoch import attempts
 from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
-from tests.helpers.slurm import cancel_all, queue_of, require_slurm, slurm_env, wait_queue_empty
+from tests.helpers.slurm import (cancel_all, job_field, lift_requeue_hold, queue_of, require_slurm,
+                                 scontrol, slurm_env, wait_node_only, wait_queue_empty)
 from trainctl.engine.slurm import read_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -226,12 +229,7 @@ def test_a_requeued_job_goes_on_with_the_run(tmp_path, slurm_up):
         env = slurm_env()
         subprocess.run(["scontrol", "requeue", job_id], check=True, env=env, timeout=15)
         tc.wait_event(lambda e: e.type == "state" and e.state == "PENDING", 30, "PENDING")
-        wait_until(lambda: subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=env,
-                                          capture_output=True, text=True, timeout=15
-                                          ).stdout.strip() == "PENDING BeginTime",
-                   30, interval=0.3, what="the job requeued")
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], env=env,
-                       check=True, capture_output=True, timeout=15)   # no two-minute hold
+        lift_requeue_hold(job_id)   # no two-minute hold
         res = tc.wait(120)
     assert res.returncode == 0, res.describe()
     starts = res.of_type("start")
@@ -279,3 +277,125 @@ def test_status_ctl_and_attach_reach_the_agent_on_its_node_over_ssh(tmp_path, sl
                 SshHost(node, ssh_config=config, control_dir=xdg / "trainctl-ssh").close()
             shutil.rmtree(xdg, ignore_errors=True)
     assert not wait_queue_empty("trainctl-sl-ssh", 20)
+
+
+def redone_at_boundaries(run_dir: Path) -> list[int]:
+    """Batches trained again at each restart (the furthest before, minus where it resumed)."""
+    runs = attempts((run_dir / "train.log").read_text())
+    return [furthest[1] - start[1] for (_, furthest), (start, _) in zip(runs, runs[1:])]
+
+
+def resumed_at(events) -> int:
+    """The seq of the run's second start (a big number before it)."""
+    starts = [e.seq for e in events if e.type == "start"]
+    return starts[1] if len(starts) > 1 else 10**9
+
+
+def test_a_preemption_saves_in_its_grace_time_and_the_requeued_job_goes_on(tmp_path, slurm_up):
+    """A job of the `urgent` partition (PriorityTier 10, PreemptMode REQUEUE) takes the
+    run's node.  With a grace time on the run's partition (set live here, put back after)
+    Slurm sends a batch job nothing until the grace's end: the agent sees the preemption
+    (scontrol's PreemptTime), saves at once, waits for the requeue (SIGTERM), and the
+    requeued job goes on from that save; one journal."""
+    before = dict(kv.split("=", 1) for kv in scontrol("-o", "show", "partition", "debug").split()
+                  if "=" in kv).get("GraceTime", "0")
+    scontrol("update", "PartitionName=debug", "GraceTime=9")
+    try:
+        job = slurm_job(tmp_path, "sl-preempt", slurm_up, slurm='time = "5:00"',
+                        example=("--epochs", "1", "--batches", "3000", "--batch-time", "0.03",
+                                 "--workers", "0", "--save-every", "0"))
+        with start_trainctl(["run", str(job), "--json"]) as tc:
+            tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 20, 60, "progress")
+            job_id = read_jobs(tc.run_dir)[0]
+            node = job_field(job_id, "NodeList")
+            wait_node_only(node, job_id)
+            cpus = dict(kv.split("=", 1) for kv in scontrol("-o", "show", "node", node).split()
+                        if "=" in kv)["CPUTot"]
+            urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-w", node, "-c", cpus,
+                                     "-J", "trainctl-sl-preempt-urgent", "-o", "/dev/null",
+                                     "--wrap", "sleep 1"], env=slurm_env(), capture_output=True,
+                                    text=True, timeout=15, check=True).stdout.strip()
+            slurm_up.append("sl-preempt-urgent")
+            tc.wait_event(lambda e: e.type == "info" and e.key == "slurm.preempted", 30, "preempted")
+            lift_requeue_hold(job_id, 40)
+            tc.wait_event(lambda e: e.type == "progress" and e.seq > resumed_at(tc.events()), 60,
+                          "progress after the requeue")
+            stop = run_trainctl(["ctl", str(tc.run_dir), "stop"], timeout=60)
+            assert stop.returncode == 0, stop.describe()
+            res = tc.wait(60)
+    finally:
+        scontrol("update", "PartitionName=debug", f"GraceTime={before}")
+    assert res.returncode == 130, res.describe()
+    assert urgent and [s.slurm_job for s in res.of_type("start")] == [job_id, job_id]
+    planned = [c for c in res.of_type("checkpoint") if c.kind == "planned"]
+    assert len(planned) == 1 and planned[0].ok and res.of_type("restart") == []
+    assert any(i.key == "slurm.requeued" for i in res.of_type("info"))
+    redone = redone_at_boundaries(res.run_dir)
+    assert len(redone) == 1 and 0 <= redone[0] <= 5, redone   # from the save, not the start
+    assert [e.seq for e in res.events] == list(range(len(res.events)))
+    print(f"preempted on {node}; batches redone: {redone}")
+
+
+def sinfo_state(node: str) -> str:
+    return subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True,
+                          text=True, timeout=15, env=slurm_env()).stdout.upper()
+
+
+def kill_the_job_like_a_dead_node(job_id: str, run_dir: Path) -> int:
+    """Everything of the job at once, without a signal it could answer: its slurmstepd, the
+    agent (the batch shell), the trainer and its workers (frozen first, then SIGKILL)."""
+    import psutil
+    procs: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter():
+        try:
+            if (" ".join(p.cmdline()).startswith(f"slurmstepd: [{job_id}.")
+                    or p.environ().get("TRAINCTL_RUN_DIR") == str(run_dir)):
+                procs[p.pid] = p
+                procs.update({c.pid: c for c in p.children(recursive=True)})
+        except (psutil.Error, OSError):
+            continue
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in procs.values():
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+    psutil.wait_procs(list(procs.values()), timeout=10)
+    return len(procs)
+
+
+def test_a_node_failure_requeues_and_the_run_goes_on_from_its_last_good_checkpoint(tmp_path, slurm_up):
+    """The node dies under the job: every process of it killed at once (slurmstepd, agent,
+    trainer: no signal, no save), then the node marked DOWN as slurmctld does when its
+    slurmd stops answering (a real slurmd is not stopped: the others share it).  Slurm
+    requeues the job (NODE_FAIL, --requeue); the node is resumed, the hold lifted, and the
+    job's next start adopts the run from its last good checkpoint; one journal."""
+    job = slurm_job(tmp_path, "sl-nodefail", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "3000", "--batch-time", "0.03",
+                             "--workers", "0", "--save-every", "25"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "checkpoint" and e.ok and (e.batch or 0) >= 50, 60, "saves")
+        job_id = read_jobs(tc.run_dir)[0]
+        node = job_field(job_id, "NodeList")
+        wait_node_only(node, job_id)
+        assert kill_the_job_like_a_dead_node(job_id, tc.run_dir) >= 3
+        scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=trainctl test: node failure")
+        try:
+            lift_requeue_hold(job_id, 40)
+        finally:   # its slurmd answers: Slurm returns it to service itself (ReturnToService=2)
+            if "DOWN" in sinfo_state(node):
+                scontrol("update", f"NodeName={node}", "State=RESUME")
+        tc.wait_event(lambda e: e.type == "progress" and e.seq > resumed_at(tc.events()), 60,
+                      "progress after the requeue")
+        stop = run_trainctl(["ctl", str(tc.run_dir), "stop"], timeout=60)
+        assert stop.returncode == 0, stop.describe()
+        res = tc.wait(60)
+    assert res.returncode == 130, res.describe()
+    starts = res.of_type("start")
+    assert [s.slurm_job for s in starts] == [job_id, job_id], starts
+    assert any(i.key == "slurm.continue" for i in res.of_type("info")), [(i.key, i.text) for i in res.of_type("info")][-4:]
+    saved = [c for c in res.of_type("checkpoint") if c.ok and c.seq < starts[1].seq]
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert runs[1][0][1] == saved[-1].batch, (runs, saved[-1])   # from the last good one
+    redone = redone_at_boundaries(res.run_dir)
+    assert len(redone) == 1 and 0 <= redone[0] <= 25 + 20, redone
+    assert [e.seq for e in res.events] == list(range(len(res.events)))
+    print(f"node {node} failed; batches redone: {redone}")
