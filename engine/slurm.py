@@ -202,15 +202,39 @@ def write_batch_script(run_dir: Path, setup: str = "") -> Path:
     return path
 
 
-def submit(argv: list[str]) -> str:
-    """Run sbatch; the job id.  SlurmError (one line) when Slurm refuses the job."""
-    r = _run(argv, timeout=60)
+def submit(argv: list[str], timeout: float = 60) -> str:
+    """Run sbatch; the job id.  SlurmError (one line) when Slurm refuses the job,
+    SlurmUnreachable when slurmctld does not answer (within ``timeout``)."""
+    r = _run(argv, timeout=timeout)
     if r.returncode != 0:
         raise _why(r, "sbatch refused the job")
     job_id = r.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch said {r.stdout.strip()[:200]!r}, not a job id")
     return job_id
+
+
+# ------------------------------------------------------------------ sbatch, retried
+SUBMIT_FIRST_WAIT_S = 5.0     # the first wait after an sbatch slurmctld did not answer
+SUBMIT_MAX_WAIT_S = 60.0      # the waits double up to this
+SUBMIT_MARGIN_S = 15.0        # no try this close to the job's end (Slurm ends the agent then)
+SUBMIT_TRIES_NO_END = 8       # a job without a known end: this many tries
+
+
+def submit_retry_wait(tries: int, now: float, end: float | None) -> float | None:
+    """How long to wait before the next sbatch after ``tries`` ones slurmctld did not
+    answer: doubling from SUBMIT_FIRST_WAIT_S up to SUBMIT_MAX_WAIT_S, never past the job's
+    ``end`` minus SUBMIT_MARGIN_S; None: no try is left."""
+    wait = min(SUBMIT_MAX_WAIT_S, SUBMIT_FIRST_WAIT_S * 2 ** max(0, tries - 1))
+    if end is None:
+        return wait if tries < SUBMIT_TRIES_NO_END else None
+    left = end - SUBMIT_MARGIN_S - now
+    return min(wait, left) if left >= 1.0 else None
+
+
+def submit_timeout(now: float, end: float | None) -> float:
+    """sbatch's own bound: a minute, less when the job ends sooner (at least 5 s)."""
+    return 60.0 if end is None else max(5.0, min(60.0, end - SUBMIT_MARGIN_S - now))
 
 
 def job_info(job_id: str) -> JobInfo | None:

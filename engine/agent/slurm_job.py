@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import statistics
 import time
@@ -56,6 +57,8 @@ class SlurmPart:
             self.ctx.info("started with --slurm outside a Slurm job (no SLURM_JOB_ID): no "
                           "time-limit warning will come", "slurm.job")
             return
+        if self.job_id not in slurm.read_jobs(self.ctx.files.dir):   # submitted by hand
+            slurm.add_job(self.ctx.files.dir, self.job_id)
         aio = asyncio.get_running_loop()
         try:
             info = await aio.run_in_executor(None, slurm.job_info, self.job_id)
@@ -106,6 +109,12 @@ class SlurmPart:
             self._pending_ts = None
             self.ctx.projector.job_gap_s = statistics.median(self._gaps)
             self.ctx.projector.job_gap_measured = True
+
+    def _say_retry(self, tries: int, error: str, wait: float) -> None:
+        end = (time.strftime(" (the job ends at %H:%M:%S)", time.localtime(self.planned_end))
+               if self.planned_end else "")
+        self.ctx.info(f"sbatch of the run's next job, try {tries}: {error}; trying again in "
+                      f"{wait:.0f} s{end}", "slurm.submit_retry")
 
     # ------------------------------------------------------------------ preemption
     async def _watch_preemption(self, partition: str) -> None:
@@ -241,7 +250,8 @@ class SlurmPart:
     # ------------------------------------------------------------------ the next job
     async def submit_next(self) -> int:
         """The run goes on in a next job, queued after this one: PENDING, exit 0 (this job
-        ends cleanly).  A refusal ends the run FAILED, saying how to go on by hand."""
+        ends cleanly).  An unreachable slurmctld is tried again until the job's end is near,
+        then the run stays PENDING saying the sbatch to run by hand; a refusal ends it FAILED."""
         ctx = self.ctx
         ctx.save_detector_state()
         if self.preempted and not self.requeued:
@@ -252,10 +262,18 @@ class SlurmPart:
             ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
                                             "when it starts again")
             return 0
-        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, slurm.job_name(ctx.spec.job_name),
-                                 self.cfg.get("warn"), dependency=self.job_id)
+        name = slurm.job_name(ctx.spec.job_name)
+        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn"),
+                                 dependency=self.job_id)
         try:
-            next_id = await asyncio.get_running_loop().run_in_executor(None, slurm.submit, argv)
+            next_id = await submit_retrying(argv, ctx.clock, self.planned_end, self._say_retry,
+                                            gave_up=lambda: self._why is not None)
+        except slurm.SlurmUnreachable as e:
+            by_hand = shlex.join(slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn")))
+            ctx.set_state(RunState.PENDING, (
+                f"no next Slurm job: {e}, until job {self.job_id} ended; nothing is lost (the run "
+                f"goes on from its last good checkpoint): submit its next job with `{by_hand}`"))
+            return 0
         except slurm.SlurmError as e:
             ctx.set_state(RunState.FAILED, f"could not submit the run's next Slurm job: {e}")
             return 1
@@ -264,3 +282,24 @@ class SlurmPart:
                  f"last good checkpoint", "slurm.next")
         ctx.set_state(RunState.PENDING, f"Slurm job {next_id} is queued; the run goes on there")
         return 0
+
+
+async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gave_up=lambda: False,
+                          submit=slurm.submit, sleep=asyncio.sleep) -> str:
+    """sbatch, tried again (bounded, with backoff: ``slurm.submit_retry_wait``) while
+    slurmctld does not answer, each failure said (``say(tries, error, wait)``).  The job id;
+    SlurmUnreachable once no try is left (the job's end is near, or ``gave_up()``: Slurm
+    ends the job); a refusal (SlurmError) at once."""
+    tries = 0
+    while True:
+        tries += 1
+        try:
+            return await asyncio.get_running_loop().run_in_executor(
+                None, submit, argv, slurm.submit_timeout(clock(), end))
+        except slurm.SlurmUnreachable as e:
+            wait = slurm.submit_retry_wait(tries, clock(), end)
+            if wait is None or gave_up():
+                raise slurm.SlurmUnreachable(f"slurmctld did not answer {tries} sbatch tries "
+                                             f"({e})") from None
+            say(tries, str(e), wait)
+            await sleep(wait)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import re
 import shutil
 import signal
@@ -299,7 +300,7 @@ def test_a_preemption_saves_in_its_grace_time_and_the_requeued_job_goes_on(tmp_p
     requeued job goes on from that save; one journal."""
     before = dict(kv.split("=", 1) for kv in scontrol("-o", "show", "partition", "debug").split()
                   if "=" in kv).get("GraceTime", "0")
-    scontrol("update", "PartitionName=debug", "GraceTime=9")
+    scontrol("update", "PartitionName=debug", "GraceTime=6")
     try:
         job = slurm_job(tmp_path, "sl-preempt", slurm_up, slurm='time = "5:00"',
                         example=("--epochs", "1", "--batches", "3000", "--batch-time", "0.03",
@@ -399,3 +400,33 @@ def test_a_node_failure_requeues_and_the_run_goes_on_from_its_last_good_checkpoi
     assert len(redone) == 1 and 0 <= redone[0] <= 25 + 20, redone
     assert [e.seq for e in res.events] == list(range(len(res.events)))
     print(f"node {node} failed; batches redone: {redone}")
+
+
+def test_a_job_goes_on_while_slurmctld_does_not_answer(tmp_path, slurm_up):
+    """slurmctld stopped (SIGSTOP, ~15 s, then SIGCONT: never killed, the others share it)
+    while the run's job runs: the agent needs it for nothing then, the training goes on."""
+    run_dir = a_long_detached_run(tmp_path, "sl-ctld", slurm_up)
+    pid = int((Path(slurm_env()["SLURM_CONF"]).parent / "slurmctld.pid").read_text())
+
+    def batch() -> int:
+        return max((e.batch or 0) for e in read_journal(run_dir) if e.type == "progress")
+    probe = None
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        before = batch()
+        probe = subprocess.Popen(["squeue", "-h"], env=slurm_env(), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        time.sleep(15)
+        during = batch()
+        assert probe.poll() != 0   # slurmctld really did not answer
+    finally:
+        os.kill(pid, signal.SIGCONT)
+        if probe is not None:
+            probe.kill()
+            probe.wait()
+    assert during - before >= 100, (before, during)   # 0.05 s batches: ~300 in 15 s
+    events = read_journal(run_dir)
+    assert not [e for e in events if e.type in ("stall", "error", "restart")], events
+    assert run_trainctl(["ctl", str(run_dir), "stop"], timeout=60).returncode == 0
+    wait_until(lambda: of_type(read_journal(run_dir), "state")[-1].state == "STOPPED", 30, what="STOPPED")
+    assert not wait_queue_empty("trainctl-sl-ctld", 20)
