@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -235,6 +236,25 @@ def submit_retry_wait(tries: int, now: float, end: float | None) -> float | None
 def submit_timeout(now: float, end: float | None) -> float:
     """sbatch's own bound: a minute, less when the job ends sooner (at least 5 s)."""
     return 60.0 if end is None else max(5.0, min(60.0, end - SUBMIT_MARGIN_S - now))
+
+
+def jobs_after(squeue_out: str, job_id: str) -> list[str]:
+    """The ids in squeue's ``%i|%E`` lines whose dependency is ``afterany`` on ``job_id``."""
+    out = []
+    for line in squeue_out.splitlines():
+        jid, _, dep = line.strip().partition("|")
+        if jid.isdigit() and re.search(rf"\bafterany:{re.escape(job_id)}(?![0-9])", dep):
+            out.append(jid)
+    return sorted(out, key=int)
+
+
+def queued_after(job_id: str, name: str) -> list[str]:
+    """The jobs named ``name`` queued after ``job_id``: a next job whose sbatch slurmctld
+    took but did not answer in time (so that a try again does not queue a second one)."""
+    r = _run(["squeue", "-h", "-n", name, "-o", "%i|%E"])
+    if r.returncode != 0:
+        raise _why(r, "squeue")
+    return jobs_after(r.stdout, job_id)
 
 
 def job_info(job_id: str) -> JobInfo | None:

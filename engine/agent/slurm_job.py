@@ -72,7 +72,7 @@ class SlurmPart:
             self._deadline_in_jobs(info, limit)
             if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
-                asyncio.get_running_loop().call_later(due, self.on_time_warning)
+                asyncio.get_running_loop().call_later(due, self.save_before_the_end)
         if info is not None and info.partition:
             await self._watch_preemption(info.partition)
         warn = self.cfg.get("warn")
@@ -163,6 +163,18 @@ class SlurmPart:
         if self._warned is None:
             self._warned = asyncio.ensure_future(self._save_near_the_end())
 
+    def save_before_the_end(self) -> None:
+        """The agent's own timer, ``warn`` s before the end read at the start: the save now,
+        without asking Slurm again (slurmctld may not answer just then; a warning that came
+        early may be waiting on scontrol)."""
+        ctx = self.ctx
+        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
+            return
+        ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
+                 "a next job", "slurm.time_limit")
+        ctx.suspend_requested.set()
+        ctx.interrupt.set(EndRequest.SUSPEND)
+
     async def _save_near_the_end(self) -> None:
         """Slurm's timer ticks every 30 s, so its warning comes early or late by up to that:
         the save is asked ``warn`` seconds before the job's end time (read from scontrol; the
@@ -185,12 +197,7 @@ class SlurmPart:
             stop = asyncio.ensure_future(ctx.stop_requested.wait())
             await asyncio.wait({stop}, timeout=wait)
             stop.cancel()
-        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
-            return
-        ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
-                 "a next job", "slurm.time_limit")
-        ctx.suspend_requested.set()
-        ctx.interrupt.set(EndRequest.SUSPEND)
+        self.save_before_the_end()
 
     def on_term(self) -> None:
         """Slurm ends the job (scancel, the time limit, a preemption): first hold every
@@ -266,8 +273,10 @@ class SlurmPart:
         argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn"),
                                  dependency=self.job_id)
         try:
-            next_id = await submit_retrying(argv, ctx.clock, self.planned_end, self._say_retry,
-                                            gave_up=lambda: self._why is not None)
+            next_id = await submit_retrying(
+                argv, ctx.clock, self.planned_end, self._say_retry,
+                gave_up=lambda: self._why is not None,
+                queued=(lambda: slurm.queued_after(self.job_id, name)) if self.job_id else None)
         except slurm.SlurmUnreachable as e:
             by_hand = shlex.join(slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn")))
             ctx.set_state(RunState.PENDING, (
@@ -285,16 +294,29 @@ class SlurmPart:
 
 
 async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gave_up=lambda: False,
-                          submit=slurm.submit, sleep=asyncio.sleep) -> str:
+                          submit=slurm.submit, sleep=asyncio.sleep, queued=None,
+                          cancel=slurm.cancel) -> str:
     """sbatch, tried again (bounded, with backoff: ``slurm.submit_retry_wait``) while
     slurmctld does not answer, each failure said (``say(tries, error, wait)``).  The job id;
     SlurmUnreachable once no try is left (the job's end is near, or ``gave_up()``: Slurm
-    ends the job); a refusal (SlurmError) at once."""
+    ends the job); a refusal (SlurmError) at once.  A try that timed out may still have
+    queued the job (slurmctld took it, then answered late): before each try again and
+    after one gets through, ``queued()`` (the jobs already queued after this one) is
+    asked; the first queued is the next job, any later one is cancelled."""
+    aio = asyncio.get_running_loop()
+
+    async def already() -> list[str]:
+        try:
+            return await aio.run_in_executor(None, queued) if queued is not None else []
+        except slurm.SlurmError:
+            return []
+
     tries = 0
     while True:
         tries += 1
+        found = await already() if tries > 1 else []
         try:
-            return await asyncio.get_running_loop().run_in_executor(
+            new = found[0] if found else await aio.run_in_executor(
                 None, submit, argv, slurm.submit_timeout(clock(), end))
         except slurm.SlurmUnreachable as e:
             wait = slurm.submit_retry_wait(tries, clock(), end)
@@ -303,3 +325,13 @@ async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gav
                                              f"({e})") from None
             say(tries, str(e), wait)
             await sleep(wait)
+            continue
+        if tries == 1:
+            return new
+        ids = sorted(set(await already()) | {new}, key=int)   # one next job: the first
+        for extra in ids[1:]:
+            try:
+                await aio.run_in_executor(None, cancel, extra)
+            except slurm.SlurmError:
+                pass
+        return ids[0]

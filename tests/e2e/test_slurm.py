@@ -22,8 +22,8 @@ import pytest
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, start_trainctl, wait_until
 from tests.e2e.test_example_midepoch import attempts
 from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
-from tests.helpers.slurm import (cancel_all, job_field, lift_requeue_hold, queue_of, require_slurm,
-                                 scontrol, slurm_env, wait_node_only, wait_queue_empty)
+from tests.helpers.slurm import (SlurmctldStopped, cancel_all, job_field, lift_requeue_hold, queue_of,
+                                 require_slurm, scontrol, slurm_env, wait_node_only, wait_queue_empty)
 from trainctl.engine.slurm import read_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -406,22 +406,18 @@ def test_a_job_goes_on_while_slurmctld_does_not_answer(tmp_path, slurm_up):
     """slurmctld stopped (SIGSTOP, ~15 s, then SIGCONT: never killed, the others share it)
     while the run's job runs: the agent needs it for nothing then, the training goes on."""
     run_dir = a_long_detached_run(tmp_path, "sl-ctld", slurm_up)
-    pid = int((Path(slurm_env()["SLURM_CONF"]).parent / "slurmctld.pid").read_text())
 
     def batch() -> int:
         return max((e.batch or 0) for e in read_journal(run_dir) if e.type == "progress")
-    probe = None
-    os.kill(pid, signal.SIGSTOP)
-    try:
+    with SlurmctldStopped(20):   # at most 20 s, even if this test dies meanwhile
         before = batch()
         probe = subprocess.Popen(["squeue", "-h"], env=slurm_env(), stdout=subprocess.DEVNULL,
                                  stderr=subprocess.DEVNULL)
-        time.sleep(15)
-        during = batch()
-        assert probe.poll() != 0   # slurmctld really did not answer
-    finally:
-        os.kill(pid, signal.SIGCONT)
-        if probe is not None:
+        try:
+            time.sleep(15)
+            during = batch()
+            assert probe.poll() != 0   # slurmctld really did not answer
+        finally:
             probe.kill()
             probe.wait()
     assert during - before >= 100, (before, during)   # 0.05 s batches: ~300 in 15 s

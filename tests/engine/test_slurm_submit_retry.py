@@ -75,3 +75,47 @@ def test_slurm_ending_the_job_stops_the_tries_and_a_refusal_is_not_retried():
     with pytest.raises(slurm.SlurmError, match="Invalid partition"):
         run(refused, end=1000.0)
     assert len(refused.calls) == 1 and refused.said == []
+
+
+def test_the_jobs_queued_after_this_one_are_read_from_squeue():
+    out = ("501|afterany:500(unfulfilled)\n502|(null)\n503|afterany:5000(unfulfilled)\n"
+           "499|afterany:500(unfulfilled),afterok:7\n")
+    assert slurm.jobs_after(out, "500") == ["499", "501"]
+    assert slurm.jobs_after("", "500") == []
+
+
+class LateSlurm(FakeSlurm):
+    """slurmctld takes the first sbatch but answers too late: the job is queued anyway."""
+
+    def __init__(self, seen_by_squeue: bool) -> None:
+        super().__init__(down=1)
+        self.queue, self.cancelled, self.seen = [], [], seen_by_squeue
+
+    def submit(self, argv, timeout):
+        self.queue.append(str(4242 + len(self.calls)))
+        return super().submit(argv, timeout)
+
+    def queued(self):
+        return list(self.queue) if self.seen else []
+
+    def cancel(self, job):
+        self.cancelled.append(job)
+
+
+def run_late(fake: LateSlurm):
+    return asyncio.run(submit_retrying(["sbatch"], lambda: fake.now, 1000.0, fake.say,
+                                       submit=fake.submit, sleep=fake.sleep,
+                                       queued=fake.queued, cancel=fake.cancel))
+
+
+def test_a_try_that_got_through_late_is_the_next_job_not_a_second_one():
+    fake = LateSlurm(seen_by_squeue=True)
+    assert run_late(fake) == "4242" and len(fake.calls) == 1 and fake.cancelled == []
+
+
+def test_a_second_job_queued_by_a_race_is_cancelled():
+    fake = LateSlurm(seen_by_squeue=False)   # squeue did not see it before the second try
+    got = asyncio.run(submit_retrying(
+        ["sbatch"], lambda: fake.now, 1000.0, fake.say, submit=fake.submit, sleep=fake.sleep,
+        queued=lambda: list(fake.queue) if len(fake.calls) > 1 else [], cancel=fake.cancel))
+    assert got == "4242" and fake.cancelled == ["4243"] and len(fake.calls) == 2

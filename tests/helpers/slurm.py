@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -129,3 +130,32 @@ def lift_requeue_hold(job_id: str, timeout: float = 30) -> None:
         if time.monotonic() > end:
             raise AssertionError(f"job {job_id} not requeued after {timeout} s: {r.stdout.strip()!r}")
         time.sleep(0.3)
+
+
+class SlurmctldStopped:
+    """slurmctld frozen (SIGSTOP) for at most ``seconds``, never killed: a watchdog of its own
+    session sends SIGCONT at the end even if the test dies meanwhile (the daemon is shared);
+    leaving the block sends it at once.
+
+        with SlurmctldStopped(18):
+            ...   # sbatch, squeue time out
+    """
+
+    def __init__(self, seconds: float) -> None:
+        conf = Path(slurm_env()["SLURM_CONF"])
+        self.pid = int((conf.parent / "slurmctld.pid").read_text())
+        self.seconds = seconds
+        self.watchdog: subprocess.Popen | None = None
+
+    def __enter__(self) -> "SlurmctldStopped":
+        self.watchdog = subprocess.Popen(
+            ["sh", "-c", f"sleep {self.seconds}; kill -CONT {self.pid}"],
+            start_new_session=True, stdin=subprocess.DEVNULL)
+        os.kill(self.pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()
