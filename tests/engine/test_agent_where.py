@@ -84,3 +84,21 @@ def test_an_unreachable_node_is_one_line(tmp_path, monkeypatch):
     text = str(e.value)
     assert "\n" not in text and text.startswith("cannot reach the agent on node gpu7 over ssh")
     assert "Connection refused" in text
+
+
+def test_a_client_never_adopts_a_slurm_run(tmp_path):
+    """A run between two attempts with no agent is adopted by a client's new agent, but not a
+    Slurm run's: its agent runs in its job, on a node whose agent.lock this machine may not see."""
+    from trainctl.engine import events as E
+    from trainctl.engine.agent.adopt import needs_adoption
+    from trainctl.engine.journal import Journal
+    from trainctl.engine.spec import RunSpec
+    run = tmp_path / "run"
+    run.mkdir()
+    RunSpec(job_name="t", kind="command", command=["true"]).save(run / "spec.json")
+    journal = Journal(run / "events.jsonl")
+    journal.append(E.State(1.0, "BACKOFF", "attempt 1 crashed"))
+    journal.close()
+    assert needs_adoption(run)
+    (run / "slurm.json").write_text('{"jobs": ["41"]}')
+    assert not needs_adoption(run)
