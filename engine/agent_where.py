@@ -43,7 +43,8 @@ def boot_id() -> str:
 
 def where_i_run() -> dict:
     """What an agent writes in agent.json about its machine."""
-    return {"node": os.environ.get("SLURMD_NODENAME", ""), "hostname": socket.gethostname(),
+    return {"node": os.environ.get("SLURMD_NODENAME", ""),
+            "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "hostname": socket.gethostname(),
             "boot_id": boot_id(), "trainctl": [sys.executable, "-m", "trainctl"]}
 
 

@@ -72,11 +72,20 @@ def _wait_for_agent(run_dir: Path) -> bool:
                                                        not in ("", "None") else "") if info else ""
         if info is None or info.ended:
             return agent_running(run_dir)
+        if info.state == "RUNNING" and _agent_began_in(run_dir, job):
+            return True   # on its node: its lock may not be seen from here (shared storage)
         if said != last:
             note(said + ("; Ctrl-C leaves it queued" if info.state == "PENDING" else ""))
             last = said
         time.sleep(1.0)
     return True
+
+
+def _agent_began_in(run_dir: Path, job: str) -> bool:
+    """The agent of ``job`` wrote agent.json and opened its socket."""
+    from .engine.agent_where import agent_info
+    from .engine.paths import RunFiles
+    return RunFiles(run_dir).sock.exists() and agent_info(run_dir).get("slurm_job") == job
 
 
 def follow_slurm(run_dir: Path, as_json: bool) -> int:
