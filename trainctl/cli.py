@@ -687,6 +687,10 @@ def cmd_ctl(args) -> int:
     try:
         reply = asyncio.run(_one_command(run_dir, args.command, **kw))
     except (AgentNotResponding, AgentUnreachable) as e:
+        from .slurm_cli import is_slurm_run, stop_waiting_job
+        if isinstance(e, AgentUnreachable) and args.command == "stop" and is_slurm_run(run_dir):
+            note(f"{e}; stopping the run through Slurm instead (scancel)")
+            return stop_waiting_job(run_dir)   # its agent gets SIGTERM: STOPPED by the user
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except AgentUnavailable as e:

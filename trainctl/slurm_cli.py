@@ -158,8 +158,10 @@ def slurm_status(run_dir: Path) -> dict | None:
 
 
 def stop_waiting_job(run_dir: Path) -> int:
-    """`ctl RUN stop` (and the dashboard's `s`) with no agent: scancel the run's queued job and
-    end the run STOPPED in its journal (no agent can write it: none runs)."""
+    """`ctl RUN stop` (and the dashboard's `s`) with no agent to ask (none runs, or its node
+    cannot be reached): scancel the run's job (marked as trainctl's: its agent, if one runs,
+    ends the run STOPPED by the user) and, when no agent wrote it, end the run STOPPED in its
+    journal."""
     from .engine import events as E
     from .engine import slurm
     from .engine.agent.adopt import agent_running

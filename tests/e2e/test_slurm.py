@@ -269,11 +269,17 @@ def test_status_ctl_and_attach_reach_the_agent_on_its_node_over_ssh(tmp_path, sl
             assert lines[0].startswith(f"trainctl: cannot reach the agent on node {info['node']} over ssh")
             with start_trainctl(["attach", str(run_dir), "--json"], env=env) as att:
                 wait_until(lambda: '"type":"progress"' in att.stdout, 60, what="progress over ssh")
-                stop = run_trainctl(["ctl", str(run_dir), "stop"], timeout=60, env=env)
-                assert stop.returncode == 0, stop.describe()
+                # the node unreachable for `ctl stop`: the run is stopped through Slurm
+                stop = run_trainctl(["ctl", str(run_dir), "stop"], timeout=60,
+                                    env={**env, "TRAINCTL_SSH_CONFIG": str(bad)})
+                assert stop.returncode == 0 and "stopping the run through Slurm" in stop.stderr, \
+                    stop.describe()
                 got = att.wait(60)
             states = [json.loads(ln) for ln in got.stdout.splitlines() if '"type":"state"' in ln]
             assert got.returncode == 130 and states[-1]["state"] == "STOPPED", got.describe()
+            assert "cancelled by trainctl" in states[-1]["reason"], states[-1]
+            stopped = [e for e in read_journal(run_dir) if e.type == "state" and e.state == "STOPPED"]
+            assert len(stopped) == 1, stopped   # the agent's, not a second one from the client
         finally:
             for node in ("node1", "node2"):
                 SshHost(node, ssh_config=config, control_dir=xdg / "trainctl-ssh").close()
