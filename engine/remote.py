@@ -500,6 +500,13 @@ class SshTransport:
         while line := await self.proc.stderr.readline():
             self._stderr.append(line.decode(errors="replace").rstrip("\n"))
 
+    async def wait_ended(self) -> None:
+        """Until ssh has exited and its stderr is read (after its stdout ended)."""
+        if self.proc is not None:
+            await self.proc.wait()
+        if self._stderr_task is not None:
+            await asyncio.shield(self._stderr_task)
+
     def stderr_text(self) -> str:
         """What the remote bridge (or ssh) printed on stderr: why a stream ended."""
         return "\n".join(self._stderr)

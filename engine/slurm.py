@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -47,6 +48,7 @@ class JobInfo:
     end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
     restarts: int = 0             # times Slurm requeued it (node failure, preemption, requeue)
     queued_s: float | None = None # how long it waited in the queue (start - submit)
+    preempt_ts: float | None = None  # when Slurm chose it for preemption (its grace runs)
 
     @property
     def ended(self) -> bool:
@@ -230,15 +232,58 @@ def write_batch_script(run_dir: Path, setup: str = "", nodes: int = 1) -> Path:
     return path
 
 
-def submit(argv: list[str]) -> str:
-    """Run sbatch; the job id.  SlurmError (one line) when Slurm refuses the job."""
-    r = _run(argv, timeout=60)
+def submit(argv: list[str], timeout: float = 60) -> str:
+    """Run sbatch; the job id.  SlurmError (one line) when Slurm refuses the job,
+    SlurmUnreachable when slurmctld does not answer (within ``timeout``)."""
+    r = _run(argv, timeout=timeout)
     if r.returncode != 0:
         raise _why(r, "sbatch refused the job")
     job_id = r.stdout.strip().split(";")[0]
     if not job_id.isdigit():
         raise SlurmError(f"sbatch said {r.stdout.strip()[:200]!r}, not a job id")
     return job_id
+
+
+# ------------------------------------------------------------------ sbatch, retried
+SUBMIT_FIRST_WAIT_S = 5.0     # the first wait after an sbatch slurmctld did not answer
+SUBMIT_MAX_WAIT_S = 60.0      # the waits double up to this
+SUBMIT_MARGIN_S = 15.0        # no try this close to the job's end (Slurm ends the agent then)
+SUBMIT_TRIES_NO_END = 8       # a job without a known end: this many tries
+
+
+def submit_retry_wait(tries: int, now: float, end: float | None) -> float | None:
+    """How long to wait before the next sbatch after ``tries`` ones slurmctld did not
+    answer: doubling from SUBMIT_FIRST_WAIT_S up to SUBMIT_MAX_WAIT_S, never past the job's
+    ``end`` minus SUBMIT_MARGIN_S; None: no try is left."""
+    wait = min(SUBMIT_MAX_WAIT_S, SUBMIT_FIRST_WAIT_S * 2 ** max(0, tries - 1))
+    if end is None:
+        return wait if tries < SUBMIT_TRIES_NO_END else None
+    left = end - SUBMIT_MARGIN_S - now
+    return min(wait, left) if left >= 1.0 else None
+
+
+def submit_timeout(now: float, end: float | None) -> float:
+    """sbatch's own bound: a minute, less when the job ends sooner (at least 5 s)."""
+    return 60.0 if end is None else max(5.0, min(60.0, end - SUBMIT_MARGIN_S - now))
+
+
+def jobs_after(squeue_out: str, job_id: str) -> list[str]:
+    """The ids in squeue's ``%i|%E`` lines whose dependency is ``afterany`` on ``job_id``."""
+    out = []
+    for line in squeue_out.splitlines():
+        jid, _, dep = line.strip().partition("|")
+        if jid.isdigit() and re.search(rf"\bafterany:{re.escape(job_id)}(?![0-9])", dep):
+            out.append(jid)
+    return sorted(out, key=int)
+
+
+def queued_after(job_id: str, name: str) -> list[str]:
+    """The jobs named ``name`` queued after ``job_id``: a next job whose sbatch slurmctld
+    took but did not answer in time (so that a try again does not queue a second one)."""
+    r = _run(["squeue", "-h", "-n", name, "-o", "%i|%E"])
+    if r.returncode != 0:
+        raise _why(r, "squeue")
+    return jobs_after(r.stdout, job_id)
 
 
 def job_info(job_id: str) -> JobInfo | None:
@@ -254,7 +299,18 @@ def job_info(job_id: str) -> JobInfo | None:
                    _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
                    fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")),
                    int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
-                   _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")))
+                   _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")),
+                   _timestamp(fields.get("PreemptTime", "")))
+
+
+def grace_time_s(partition: str) -> int:
+    """The partition's preemption GraceTime (seconds; 0: a preempted job is ended at once)."""
+    r = _run(["scontrol", "-o", "show", "partition", partition])
+    if r.returncode != 0:
+        raise _why(r, "scontrol")
+    fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
+    value = fields.get("GraceTime", "0")
+    return int(value) if value.isdigit() else 0
 
 
 def cancel(job_id: str) -> None:

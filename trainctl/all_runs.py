@@ -90,10 +90,10 @@ class RunsSource:
 
     def client_factory(self, row: dict):
         """A fresh client for the run of ``row`` at each call."""
-        from .engine.client import local_client
+        from .engine.agent_where import client_for
         where, run_dir = row.get("where", "local"), row["run_dir"]
-        if where == "local":
-            return lambda: local_client(run_dir)
+        if where == "local":   # a Slurm run's agent may be on another node: ssh to it
+            return lambda: client_for(run_dir)
         from .remote_cli import _client_factory, _host
         return _client_factory(_host(where), run_dir)
 

@@ -651,10 +651,10 @@ def _resolve_run_dir(ref: str | None) -> Path:
 
 
 def _attach_local(run_dir: Path) -> int:
-    from .engine.client import local_client
+    from .engine.agent_where import client_for
     from .tui.app import run_dashboard
     from .all_runs import RunsSource
-    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}",
+    return run_dashboard(lambda: client_for(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}",
                          runs=RunsSource(), run_key=("local", str(run_dir)))
 
 
@@ -671,9 +671,9 @@ def cmd_attach(args) -> int:
     run_dir = _resolve_run_dir(args.target)
     _adopt_if_orphaned(run_dir)
     if args.json or args.headless:
-        from .engine.client import local_client
+        from .engine.agent_where import client_for
         from .engine.follow import follow
-        return asyncio.run(follow(lambda: local_client(run_dir), printer(args.json), note,
+        return asyncio.run(follow(lambda: client_for(run_dir), printer(args.json), note,
                                   tail=args.tail, from_snapshot=args.from_snapshot))
     return _attach_local(run_dir)
 
@@ -693,8 +693,9 @@ def _adopt_if_orphaned(run_dir: Path) -> None:
 async def _one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
     """One command's reply; AgentUnavailable when no agent runs, AgentNotResponding when
     it does not answer the hello (a few seconds) or the command (``timeout``)."""
-    from .engine.client import COMMAND_TIMEOUT_S, local_client
-    client = local_client(run_dir)
+    from .engine.agent_where import client_for
+    from .engine.client import COMMAND_TIMEOUT_S
+    client = client_for(run_dir)
     try:
         await client.connect(since=10**12)
         return await client.command(name, timeout=timeout or COMMAND_TIMEOUT_S, **kw)
@@ -714,9 +715,14 @@ def cmd_ctl(args) -> int:
         args.command, kw = "switch_preset", {"preset": args.preset}
     if args.command == "auto_recover" and args.on is not None:
         kw["on"] = args.on
+    from .engine.agent_where import AgentUnreachable
     try:
         reply = asyncio.run(_one_command(run_dir, args.command, **kw))
-    except AgentNotResponding as e:
+    except (AgentNotResponding, AgentUnreachable) as e:
+        from .slurm_cli import is_slurm_run, stop_waiting_job
+        if isinstance(e, AgentUnreachable) and args.command == "stop" and is_slurm_run(run_dir):
+            note(f"{e}; stopping the run through Slurm instead (scancel)")
+            return stop_waiting_job(run_dir)   # its agent gets SIGTERM: STOPPED by the user
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except AgentUnavailable as e:
@@ -745,10 +751,12 @@ def cmd_status(args) -> int:
         status = reply.get("result") or {}
         status["live"] = True
     except (AgentUnavailable, OSError) as e:
+        from .engine.agent_where import AgentUnreachable
         agent = "agent not running"
-        if isinstance(e, AgentNotResponding):
+        if isinstance(e, (AgentNotResponding, AgentUnreachable)):
             print(f"trainctl: {e}", file=sys.stderr)
-            code, agent = e.exit_code, "agent not responding; from its journal"
+            code, agent = e.exit_code, ("agent not responding" if isinstance(
+                e, AgentNotResponding) else "agent's node not reachable") + "; from its journal"
         from .engine.client import offline_hello, offline_view
         covered = offline_view(run_dir)   # its snapshot, then the journal after it
         status = offline_hello(run_dir, covered)   # job, preset, attempt and state

@@ -49,19 +49,19 @@ def run_slurm(args, run_dir: Path, job_id: str, runs=None) -> int:
         return 0
     if args.headless or args.json:
         return follow_slurm(run_dir, args.json)
-    from .engine.client import local_client
+    from .engine.agent_where import client_for
     from .tui.app import run_dashboard
     # The dashboard at once: while the job waits it shows PENDING and squeue's reason, and
     # follows the job's agent when it answers (and each next job's).
-    return run_dashboard(lambda: local_client(run_dir), attach_hint=f"trainctl attach {run_dir}",
+    return run_dashboard(lambda: client_for(run_dir), attach_hint=f"trainctl attach {run_dir}",
                          runs=runs, run_key=("local", str(Path(run_dir).resolve())))
 
 
 def follow_slurm(run_dir: Path, as_json: bool) -> int:
     """`--json`/`--headless` across the run's jobs, until it ends."""
-    from .engine.client import local_client
+    from .engine.agent_where import client_for
     from .engine.follow import follow
-    return asyncio.run(follow(lambda: local_client(run_dir), printer(as_json), note,
+    return asyncio.run(follow(lambda: client_for(run_dir), printer(as_json), note,
                               between_agents=_Between(run_dir)))
 
 
@@ -151,10 +151,11 @@ def stop_waiting_job(run_dir: Path) -> int:
 
 
 def cancel_waiting_job(run_dir: Path) -> str:
-    """Stop a Slurm run whose job waits (`ctl RUN stop` and the dashboard's `s` with no
-    agent): scancel the run's current job and end the run STOPPED in its journal (no agent
-    can write it: none runs).  Blocks up to 30 s for the job to leave; its id.  UsageError
-    (one line) when no job of the run waits or scancel fails."""
+    """Stop a Slurm run with no agent to ask (none runs, or its node cannot be reached):
+    `ctl RUN stop` and the dashboard's `s`.  scancel the run's job (marked as trainctl's: its
+    agent, if one runs, ends the run STOPPED by the user) and, when no agent wrote it, end
+    the run STOPPED in its journal (and its other nodes').  Blocks up to 30 s for the job to
+    leave; its id.  UsageError (one line) when no job of the run waits or scancel fails."""
     from .engine import events as E
     from .engine import slurm
     from .engine.agent.adopt import agent_running

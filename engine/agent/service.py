@@ -17,6 +17,7 @@ from .. import events as E
 from ..joblock import JobBusy, JobLock
 from ..paths import make_private_dir
 from ..process import become_subreaper
+from ..agent_where import where_i_run
 from ..spec import RunSpec
 from ..supervisor import exit_code
 from .attempt import AttemptLoop
@@ -220,16 +221,26 @@ class Agent:
             ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
                      f"on (the lead is {lead}): from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
-        handle = self.spawner.adopt(was.attempt, ctx.files.log) if was.exited is None and was.attempt else None
+        requeued = self.slurm is not None and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+        handle = (self.spawner.adopt(was.attempt, ctx.files.log)
+                  if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
             handle.save_on_request = was.save_on_request
             ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
                      f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
                      "adopt")
             return await self.loop.run(adopted=handle)
-        if was.state == "PENDING":   # an earlier Slurm job saved and queued this one
-            ctx.info(f"Slurm job {self.slurm.job_id if self.slurm else '?'} goes on with the run "
-                     f"after attempt {was.attempt}, from its last good checkpoint", "slurm.continue")
+        if was.state == "PENDING" or (requeued and was.attempt):
+            # an earlier Slurm job saved and queued this one; or Slurm started this job again
+            # (its processes all gone: nothing to adopt) after its node died under it (no
+            # save, no end in the journal): not a crash of the trainer
+            if was.exited is None:
+                ctx.emit(E.Exit(ctx.clock(), None, None))
+            again = "" if was.state == "PENDING" else (
+                f" (Slurm started it again, restart {os.environ['SLURM_RESTART_COUNT']}: its node "
+                "failed under it, or it was requeued before a save)")
+            ctx.info(f"Slurm job {self.slurm.job_id if self.slurm else '?'}{again} goes on with the "
+                     f"run after attempt {was.attempt}, from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
         if was.attempt == 0:
             ctx.info(f"a new agent (pid {os.getpid()}) starts the run its agent never began", "adopt")
@@ -246,7 +257,8 @@ class Agent:
     def _write_info(self) -> None:
         info = {"pid": os.getpid(), "version": __version__, "job": self.spec.job_name,
                 "host": self.spec.host, "started": self.clock(),
-                "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", "")}
+                "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", ""),
+                **where_i_run()}   # node, hostname, boot id: clients elsewhere go over ssh
         tmp = self.files.info.with_suffix(".tmp")
         tmp.write_text(json.dumps(info))
         tmp.replace(self.files.info)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shlex
 import signal
 import statistics
 import time
@@ -53,6 +54,8 @@ class SlurmPart:
         self.planned_end: float | None = None   # start + time limit, from Slurm at the start
         self.restarts = 0                        # Slurm's requeue count at the start
         self.requeued = False                    # Slurm requeues this job: no next job to submit
+        self.preempted = False                   # chosen for preemption: saved, awaiting the requeue
+        self._preempt_watch: asyncio.Task | None = None
         self._gaps: list[float] = []             # measured gaps between the run's jobs
         self._pending_ts: float | None = None
 
@@ -66,6 +69,9 @@ class SlurmPart:
             self.ctx.info("started with --slurm outside a Slurm job (no SLURM_JOB_ID): no "
                           "time-limit warning will come", "slurm.job")
             return
+        lead = self.node is None or self.node.lead   # a follower node's dir has no slurm.json
+        if lead and self.job_id not in slurm.read_jobs(self.ctx.files.dir):   # submitted by hand
+            slurm.add_job(self.ctx.files.dir, self.job_id)
         aio = asyncio.get_running_loop()
         try:
             info = await aio.run_in_executor(None, slurm.job_info, self.job_id)
@@ -79,9 +85,11 @@ class SlurmPart:
             self._deadline_in_jobs(info, limit)
             if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
-                asyncio.get_running_loop().call_later(due, self.on_time_warning)
+                asyncio.get_running_loop().call_later(due, self.save_before_the_end)
         if self.node is not None:
             self._describe_nodes()
+        if info is not None and info.partition:
+            await self._watch_preemption(info.partition)
         warn = self.cfg.get("warn")
         text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
                 f"{info.partition if info else '?'}): time limit "
@@ -178,10 +186,70 @@ class SlurmPart:
             self.ctx.projector.job_gap_s = statistics.median(self._gaps)
             self.ctx.projector.job_gap_measured = True
 
+    def _say_retry(self, tries: int, error: str, wait: float) -> None:
+        end = (time.strftime(" (the job ends at %H:%M:%S)", time.localtime(self.planned_end))
+               if self.planned_end else "")
+        self.ctx.info(f"sbatch of the run's next job, try {tries}: {error}; trying again in "
+                      f"{wait:.0f} s{end}", "slurm.submit_retry")
+
+    # ------------------------------------------------------------------ preemption
+    async def _watch_preemption(self, partition: str) -> None:
+        """A partition with a preemption GraceTime: Slurm sends nothing to a batch job when it
+        chooses it (SIGTERM comes at the grace's end, to every process at once), so the
+        agent looks every third of the grace (2 to 30 s) whether the job was chosen."""
+        try:
+            grace = await asyncio.get_running_loop().run_in_executor(
+                None, slurm.grace_time_s, partition)
+        except slurm.SlurmError:
+            return
+        if grace > 0:
+            period = max(2.0, min(30.0, grace / 3))
+            self._preempt_watch = asyncio.ensure_future(self._look_for_preemption(period, grace))
+
+    async def _look_for_preemption(self, period: float, grace: int) -> None:
+        ctx = self.ctx
+        while not (ctx.stop_requested.is_set() or ctx.suspend_requested.is_set()):
+            await asyncio.sleep(period)
+            info = await self._ask()
+            if info is None or info.preempt_ts is None or info.state.split()[0] != "RUNNING":
+                continue
+            self.preempted = True
+            end = info.end_ts or info.preempt_ts + grace
+            at = time.strftime("%H:%M:%S", time.localtime(end))
+            ctx.info(f"Slurm preempts job {self.job_id} (its partition's grace time: {grace} s, "
+                     f"until {at}): saving now; Slurm requeues the job and the run goes on there "
+                     "from this save", "slurm.preempted")
+            ctx.suspend_requested.set()
+            ctx.interrupt.set(EndRequest.SUSPEND)
+            return
+
+    async def _await_requeue(self) -> None:
+        """Preempted and saved: the job is requeued at the grace's end (a SIGTERM, whose why
+        is asked); this agent waits for it (exiting first would end the job, not requeue it)."""
+        info = await self._ask()
+        wait = (info.end_ts - self.ctx.clock() if info and info.end_ts else 0.0) + 30.0
+        deadline = self.ctx.clock() + max(30.0, wait)
+        while self._why is None and self.ctx.clock() < deadline:
+            await asyncio.sleep(0.5)
+        if self._why is not None:
+            await asyncio.wait({self._why}, timeout=WHY_TIMEOUT_S * 3)
+
     # ------------------------------------------------------------------ signals
     def on_time_warning(self) -> None:
         if self._warned is None:
             self._warned = asyncio.ensure_future(self._save_near_the_end())
+
+    def save_before_the_end(self) -> None:
+        """The agent's own timer, ``warn`` s before the end read at the start: the save now,
+        without asking Slurm again (slurmctld may not answer just then; a warning that came
+        early may be waiting on scontrol)."""
+        ctx = self.ctx
+        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
+            return
+        ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
+                 "a next job", "slurm.time_limit")
+        ctx.suspend_requested.set()
+        ctx.interrupt.set(EndRequest.SUSPEND)
 
     async def _save_near_the_end(self) -> None:
         """Slurm's timer ticks every 30 s, so its warning comes early or late by up to that:
@@ -194,6 +262,9 @@ class SlurmPart:
                 None, slurm.job_info, self.job_id), WHY_TIMEOUT_S) if self.job_id else None
         except (asyncio.TimeoutError, slurm.SlurmError):
             info = None
+        if info is not None and info.preempt_ts is not None:   # preempt_send_user_signal
+            self.preempted = True   # Slurm requeues it: no next job, the save at once
+            info = None
         wait = (info.end_ts - warn - ctx.clock()) if info and info.end_ts else 0.0
         if wait > 1:
             at = time.strftime("%H:%M:%S", time.localtime(ctx.clock() + wait))
@@ -202,12 +273,7 @@ class SlurmPart:
             stop = asyncio.ensure_future(ctx.stop_requested.wait())
             await asyncio.wait({stop}, timeout=wait)
             stop.cancel()
-        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
-            return
-        ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
-                 "a next job", "slurm.time_limit")
-        ctx.suspend_requested.set()
-        ctx.interrupt.set(EndRequest.SUSPEND)
+        self.save_before_the_end()
 
     def on_term(self) -> None:
         """Slurm ends the job (scancel, the time limit, a preemption): first hold every
@@ -287,9 +353,14 @@ class SlurmPart:
     # ------------------------------------------------------------------ the next job
     async def submit_next(self) -> int:
         """The run goes on in a next job, queued after this one: PENDING, exit 0 (this job
-        ends cleanly).  A refusal ends the run FAILED, saying how to go on by hand."""
+        ends cleanly).  An unreachable slurmctld is tried again until the job's end is near,
+        then the run stays PENDING saying the sbatch to run by hand; a refusal ends it FAILED."""
         ctx = self.ctx
         ctx.save_detector_state()
+        if self.preempted and not self.requeued:
+            await self._await_requeue()
+            if ctx.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
+                return self.attempts.stopped(ctx.stop_reason or "stopped")
         if self.requeued:   # the same job starts again: nothing to submit
             ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
                                             "when it starts again")
@@ -298,10 +369,20 @@ class SlurmPart:
             ctx.set_state(RunState.PENDING, f"node {self.node.node_rank} saved; the lead (node 0) "
                                             "submits the next Slurm job, where this node goes on")
             return 0
-        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, slurm.job_name(ctx.spec.job_name),
-                                 self.cfg.get("warn"), dependency=self.job_id)
+        name = slurm.job_name(ctx.spec.job_name)
+        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn"),
+                                 dependency=self.job_id)
         try:
-            next_id = await asyncio.get_running_loop().run_in_executor(None, slurm.submit, argv)
+            next_id = await submit_retrying(
+                argv, ctx.clock, self.planned_end, self._say_retry,
+                gave_up=lambda: self._why is not None,
+                queued=(lambda: slurm.queued_after(self.job_id, name)) if self.job_id else None)
+        except slurm.SlurmUnreachable as e:
+            by_hand = shlex.join(slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn")))
+            ctx.set_state(RunState.PENDING, (
+                f"no next Slurm job: {e}, until job {self.job_id} ended; nothing is lost (the run "
+                f"goes on from its last good checkpoint): submit its next job with `{by_hand}`"))
+            return 0
         except slurm.SlurmError as e:
             ctx.set_state(RunState.FAILED, f"could not submit the run's next Slurm job: {e}")
             return 1
@@ -310,3 +391,47 @@ class SlurmPart:
                  f"last good checkpoint", "slurm.next")
         ctx.set_state(RunState.PENDING, f"Slurm job {next_id} is queued; the run goes on there")
         return 0
+
+
+async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gave_up=lambda: False,
+                          submit=slurm.submit, sleep=asyncio.sleep, queued=None,
+                          cancel=slurm.cancel) -> str:
+    """sbatch, tried again (bounded, with backoff: ``slurm.submit_retry_wait``) while
+    slurmctld does not answer, each failure said (``say(tries, error, wait)``).  The job id;
+    SlurmUnreachable once no try is left (the job's end is near, or ``gave_up()``: Slurm
+    ends the job); a refusal (SlurmError) at once.  A try that timed out may still have
+    queued the job (slurmctld took it, then answered late): before each try again and
+    after one gets through, ``queued()`` (the jobs already queued after this one) is
+    asked; the first queued is the next job, any later one is cancelled."""
+    aio = asyncio.get_running_loop()
+
+    async def already() -> list[str]:
+        try:
+            return await aio.run_in_executor(None, queued) if queued is not None else []
+        except slurm.SlurmError:
+            return []
+
+    tries = 0
+    while True:
+        tries += 1
+        found = await already() if tries > 1 else []
+        try:
+            new = found[0] if found else await aio.run_in_executor(
+                None, submit, argv, slurm.submit_timeout(clock(), end))
+        except slurm.SlurmUnreachable as e:
+            wait = slurm.submit_retry_wait(tries, clock(), end)
+            if wait is None or gave_up():
+                raise slurm.SlurmUnreachable(f"slurmctld did not answer {tries} sbatch tries "
+                                             f"({e})") from None
+            say(tries, str(e), wait)
+            await sleep(wait)
+            continue
+        if tries == 1:
+            return new
+        ids = sorted(set(await already()) | {new}, key=int)   # one next job: the first
+        for extra in ids[1:]:
+            try:
+                await aio.run_in_executor(None, cancel, extra)
+            except slurm.SlurmError:
+                pass
+        return ids[0]

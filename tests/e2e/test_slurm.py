@@ -6,9 +6,14 @@ on a queued job; sbatch's refusals; an unreachable slurmctld; someone else's sca
 requeued job; `trainctl ls` with a local, an ssh and a Slurm run."""
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import shutil
+import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -17,7 +22,8 @@ import pytest
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, start_trainctl, wait_until
 from tests.e2e.test_example_midepoch import attempts
 from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
-from tests.helpers.slurm import cancel_all, queue_of, require_slurm, slurm_env, wait_queue_empty
+from tests.helpers.slurm import (SlurmctldStopped, cancel_all, job_field, lift_requeue_hold, queue_of,
+                                 require_slurm, scontrol, slurm_env, wait_node_only, wait_queue_empty)
 from trainctl.engine.slurm import read_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
@@ -98,13 +104,18 @@ def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slu
     print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}")
 
 
-def test_s_stops_a_running_job_with_nothing_left_in_the_queue(tmp_path, slurm_up):
-    job = slurm_job(tmp_path, "sl-stop", slurm_up, slurm='time = "5:00"',
+def a_long_detached_run(tmp_path: Path, name: str, names: list[str]) -> Path:
+    """A 5-minute Slurm job of 2000 batches, detached, once its progress shows: its run dir."""
+    job = slurm_job(tmp_path, name, names, slurm='time = "5:00"',
                     example=("--epochs", "1", "--batches", "2000", "--batch-time", "0.05", "--workers", "0"))
     res = run_trainctl(["run", str(job), "--detach"], timeout=30)
     assert res.returncode == 0, res.describe()
-    run_dir = res.run_dir
-    wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 60, what="progress")
+    wait_until(lambda: any(e.type == "progress" for e in read_journal(res.run_dir)), 60, what="progress")
+    return res.run_dir
+
+
+def test_s_stops_a_running_job_with_nothing_left_in_the_queue(tmp_path, slurm_up):
+    run_dir = a_long_detached_run(tmp_path, "sl-stop", slurm_up)
     r = run_trainctl(["ctl", str(run_dir), "stop"], timeout=30)
     assert r.returncode == 0, r.describe()
     wait_until(lambda: any(e.type == "state" and e.state == "STOPPED" for e in read_journal(run_dir)),
@@ -219,12 +230,7 @@ def test_a_requeued_job_goes_on_with_the_run(tmp_path, slurm_up):
         env = slurm_env()
         subprocess.run(["scontrol", "requeue", job_id], check=True, env=env, timeout=15)
         tc.wait_event(lambda e: e.type == "state" and e.state == "PENDING", 30, "PENDING")
-        wait_until(lambda: subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], env=env,
-                                          capture_output=True, text=True, timeout=15
-                                          ).stdout.strip() == "PENDING BeginTime",
-                   30, interval=0.3, what="the job requeued")
-        subprocess.run(["scontrol", "update", f"jobid={job_id}", "StartTime=now"], env=env,
-                       check=True, capture_output=True, timeout=15)   # no two-minute hold
+        lift_requeue_hold(job_id)   # no two-minute hold
         res = tc.wait(120)
     assert res.returncode == 0, res.describe()
     starts = res.of_type("start")
@@ -233,3 +239,197 @@ def test_a_requeued_job_goes_on_with_the_run(tmp_path, slurm_up):
     runs = attempts((res.run_dir / "train.log").read_text())
     assert len(runs) == 2 and runs[1][0][1] >= 10 and runs[-1][1] == (1, 60), runs
     assert [e.seq for e in res.events] == list(range(len(res.events)))
+
+
+def test_status_ctl_and_attach_reach_the_agent_on_its_node_over_ssh(tmp_path, slurm_up):
+    """The agent records its node; a client elsewhere goes over ssh to that node (`trainctl
+    bridge` there).  The test's nodes are this machine, so TRAINCTL_NODE_SSH=always takes the
+    ssh path, through a real sshd on loopback that an ssh config names node1 and node2;
+    an unreachable node is one line (exit 4)."""
+    from tests.helpers.sshd import LocalSshd
+    from trainctl.engine.remote import SshHost
+    run_dir = a_long_detached_run(tmp_path, "sl-ssh", slurm_up)
+    info = json.loads((run_dir / "agent.json").read_text())
+    assert info["node"] in ("node1", "node2") and info["boot_id"], info
+    assert info["slurm_job"] == read_jobs(run_dir)[0] and info["trainctl"][1:] == ["-m", "trainctl"]
+    xdg = Path(tempfile.mkdtemp(prefix="tcn-", dir="/tmp"))   # ssh's ControlPath: short
+    with LocalSshd(tmp_path) as sshd:
+        config = sshd.write_client_config(tmp_path / "nodes_ssh", alias="node1 node2")
+        env = {"TRAINCTL_NODE_SSH": "always", "TRAINCTL_SSH_CONFIG": str(config),
+               "XDG_RUNTIME_DIR": str(xdg)}
+        try:
+            st = run_trainctl(["status", str(run_dir), "--json"], timeout=60, env=env)
+            assert st.returncode == 0 and json.loads(st.stdout)["live"] is True, st.describe()
+            assert sshd.accepted_logins() >= 1 and "trainctl bridge" not in st.stderr
+            bad = sshd.write_client_config(tmp_path / "down_ssh", alias="node1 node2", port=1)
+            down = run_trainctl(["status", str(run_dir)], timeout=60,
+                                env={**env, "TRAINCTL_SSH_CONFIG": str(bad)})
+            lines = down.stderr.strip().splitlines()
+            assert down.returncode == 4 and len(lines) == 1, down.describe()
+            assert lines[0].startswith(f"trainctl: cannot reach the agent on node {info['node']} over ssh")
+            with start_trainctl(["attach", str(run_dir), "--json"], env=env) as att:
+                wait_until(lambda: '"type":"progress"' in att.stdout, 60, what="progress over ssh")
+                # the node unreachable for `ctl stop`: the run is stopped through Slurm
+                stop = run_trainctl(["ctl", str(run_dir), "stop"], timeout=60,
+                                    env={**env, "TRAINCTL_SSH_CONFIG": str(bad)})
+                assert stop.returncode == 0 and "stopping the run through Slurm" in stop.stderr, \
+                    stop.describe()
+                got = att.wait(60)
+            states = [json.loads(ln) for ln in got.stdout.splitlines() if '"type":"state"' in ln]
+            assert got.returncode == 130 and states[-1]["state"] == "STOPPED", got.describe()
+            assert "cancelled by trainctl" in states[-1]["reason"], states[-1]
+            stopped = [e for e in read_journal(run_dir) if e.type == "state" and e.state == "STOPPED"]
+            assert len(stopped) == 1, stopped   # the agent's, not a second one from the client
+        finally:
+            for node in ("node1", "node2"):
+                SshHost(node, ssh_config=config, control_dir=xdg / "trainctl-ssh").close()
+            shutil.rmtree(xdg, ignore_errors=True)
+    assert not wait_queue_empty("trainctl-sl-ssh", 20)
+
+
+def redone_at_boundaries(run_dir: Path) -> list[int]:
+    """Batches trained again at each restart (the furthest before, minus where it resumed)."""
+    runs = attempts((run_dir / "train.log").read_text())
+    return [furthest[1] - start[1] for (_, furthest), (start, _) in zip(runs, runs[1:])]
+
+
+def resumed_at(events) -> int:
+    """The seq of the run's second start (a big number before it)."""
+    starts = [e.seq for e in events if e.type == "start"]
+    return starts[1] if len(starts) > 1 else 10**9
+
+
+def test_a_preemption_saves_in_its_grace_time_and_the_requeued_job_goes_on(tmp_path, slurm_up):
+    """A job of the `urgent` partition (PriorityTier 10, PreemptMode REQUEUE) takes the
+    run's node.  With a grace time on the run's partition (set live here, put back after)
+    Slurm sends a batch job nothing until the grace's end: the agent sees the preemption
+    (scontrol's PreemptTime), saves at once, waits for the requeue (SIGTERM), and the
+    requeued job goes on from that save; one journal."""
+    before = dict(kv.split("=", 1) for kv in scontrol("-o", "show", "partition", "debug").split()
+                  if "=" in kv).get("GraceTime", "0")
+    scontrol("update", "PartitionName=debug", "GraceTime=6")
+    try:
+        job = slurm_job(tmp_path, "sl-preempt", slurm_up, slurm='time = "5:00"',
+                        example=("--epochs", "1", "--batches", "3000", "--batch-time", "0.03",
+                                 "--workers", "0", "--save-every", "0"))
+        with start_trainctl(["run", str(job), "--json"]) as tc:
+            tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 20, 60, "progress")
+            job_id = read_jobs(tc.run_dir)[0]
+            node = job_field(job_id, "NodeList")
+            wait_node_only(node, job_id)
+            cpus = dict(kv.split("=", 1) for kv in scontrol("-o", "show", "node", node).split()
+                        if "=" in kv)["CPUTot"]
+            urgent = subprocess.run(["sbatch", "--parsable", "-p", "urgent", "-w", node, "-c", cpus,
+                                     "-J", "trainctl-sl-preempt-urgent", "-o", "/dev/null",
+                                     "--wrap", "sleep 1"], env=slurm_env(), capture_output=True,
+                                    text=True, timeout=15, check=True).stdout.strip()
+            slurm_up.append("sl-preempt-urgent")
+            tc.wait_event(lambda e: e.type == "info" and e.key == "slurm.preempted", 30, "preempted")
+            lift_requeue_hold(job_id, 40)
+            tc.wait_event(lambda e: e.type == "progress" and e.seq > resumed_at(tc.events()), 60,
+                          "progress after the requeue")
+            stop = run_trainctl(["ctl", str(tc.run_dir), "stop"], timeout=60)
+            assert stop.returncode == 0, stop.describe()
+            res = tc.wait(60)
+    finally:
+        scontrol("update", "PartitionName=debug", f"GraceTime={before}")
+    assert res.returncode == 130, res.describe()
+    assert urgent and [s.slurm_job for s in res.of_type("start")] == [job_id, job_id]
+    planned = [c for c in res.of_type("checkpoint") if c.kind == "planned"]
+    assert len(planned) == 1 and planned[0].ok and res.of_type("restart") == []
+    assert any(i.key == "slurm.requeued" for i in res.of_type("info"))
+    redone = redone_at_boundaries(res.run_dir)
+    assert len(redone) == 1 and 0 <= redone[0] <= 5, redone   # from the save, not the start
+    assert [e.seq for e in res.events] == list(range(len(res.events)))
+    print(f"preempted on {node}; batches redone: {redone}")
+
+
+def sinfo_state(node: str) -> str:
+    return subprocess.run(["sinfo", "-h", "-N", "-n", node, "-o", "%T"], capture_output=True,
+                          text=True, timeout=15, env=slurm_env()).stdout.upper()
+
+
+def kill_the_job_like_a_dead_node(job_id: str, run_dir: Path) -> int:
+    """Everything of the job at once, without a signal it could answer: its slurmstepd, the
+    agent (the batch shell), the trainer and its workers (frozen first, then SIGKILL)."""
+    import psutil
+    procs: dict[int, psutil.Process] = {}
+    for p in psutil.process_iter():
+        try:
+            if (" ".join(p.cmdline()).startswith(f"slurmstepd: [{job_id}.")
+                    or p.environ().get("TRAINCTL_RUN_DIR") == str(run_dir)):
+                procs[p.pid] = p
+                procs.update({c.pid: c for c in p.children(recursive=True)})
+        except (psutil.Error, OSError):
+            continue
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in procs.values():
+            with contextlib.suppress(psutil.Error):
+                p.send_signal(sig)
+    psutil.wait_procs(list(procs.values()), timeout=10)
+    return len(procs)
+
+
+def test_a_node_failure_requeues_and_the_run_goes_on_from_its_last_good_checkpoint(tmp_path, slurm_up):
+    """The node dies under the job: every process of it killed at once (slurmstepd, agent,
+    trainer: no signal, no save), then the node marked DOWN as slurmctld does when its
+    slurmd stops answering (a real slurmd is not stopped: the others share it).  Slurm
+    requeues the job (NODE_FAIL, --requeue); the node is resumed, the hold lifted, and the
+    job's next start adopts the run from its last good checkpoint; one journal."""
+    job = slurm_job(tmp_path, "sl-nodefail", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "3000", "--batch-time", "0.03",
+                             "--workers", "0", "--save-every", "25"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "checkpoint" and e.ok and (e.batch or 0) >= 50, 60, "saves")
+        job_id = read_jobs(tc.run_dir)[0]
+        node = job_field(job_id, "NodeList")
+        wait_node_only(node, job_id)
+        assert kill_the_job_like_a_dead_node(job_id, tc.run_dir) >= 3
+        scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=trainctl test: node failure")
+        try:
+            lift_requeue_hold(job_id, 40)
+        finally:   # its slurmd answers: Slurm returns it to service itself (ReturnToService=2)
+            if "DOWN" in sinfo_state(node):
+                scontrol("update", f"NodeName={node}", "State=RESUME")
+        tc.wait_event(lambda e: e.type == "progress" and e.seq > resumed_at(tc.events()), 60,
+                      "progress after the requeue")
+        stop = run_trainctl(["ctl", str(tc.run_dir), "stop"], timeout=60)
+        assert stop.returncode == 0, stop.describe()
+        res = tc.wait(60)
+    assert res.returncode == 130, res.describe()
+    starts = res.of_type("start")
+    assert [s.slurm_job for s in starts] == [job_id, job_id], starts
+    assert any(i.key == "slurm.continue" for i in res.of_type("info")), [(i.key, i.text) for i in res.of_type("info")][-4:]
+    saved = [c for c in res.of_type("checkpoint") if c.ok and c.seq < starts[1].seq]
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert runs[1][0][1] == saved[-1].batch, (runs, saved[-1])   # from the last good one
+    redone = redone_at_boundaries(res.run_dir)
+    assert len(redone) == 1 and 0 <= redone[0] <= 25 + 20, redone
+    assert [e.seq for e in res.events] == list(range(len(res.events)))
+    print(f"node {node} failed; batches redone: {redone}")
+
+
+def test_a_job_goes_on_while_slurmctld_does_not_answer(tmp_path, slurm_up):
+    """slurmctld stopped (SIGSTOP, ~15 s, then SIGCONT: never killed, the others share it)
+    while the run's job runs: the agent needs it for nothing then, the training goes on."""
+    run_dir = a_long_detached_run(tmp_path, "sl-ctld", slurm_up)
+
+    def batch() -> int:
+        return max((e.batch or 0) for e in read_journal(run_dir) if e.type == "progress")
+    with SlurmctldStopped(20):   # at most 20 s, even if this test dies meanwhile
+        before = batch()
+        probe = subprocess.Popen(["squeue", "-h"], env=slurm_env(), stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL)
+        try:
+            time.sleep(15)
+            during = batch()
+            assert probe.poll() != 0   # slurmctld really did not answer
+        finally:
+            probe.kill()
+            probe.wait()
+    assert during - before >= 100, (before, during)   # 0.05 s batches: ~300 in 15 s
+    events = read_journal(run_dir)
+    assert not [e for e in events if e.type in ("stall", "error", "restart")], events
+    assert run_trainctl(["ctl", str(run_dir), "stop"], timeout=60).returncode == 0
+    wait_until(lambda: of_type(read_journal(run_dir), "state")[-1].state == "STOPPED", 30, what="STOPPED")
+    assert not wait_queue_empty("trainctl-sl-ctld", 20)

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -88,3 +89,73 @@ def cancel_all(name: str) -> None:
     """scancel every job named ``name`` (test cleanup)."""
     subprocess.run(["scancel", "--quiet", "-n", name], capture_output=True, timeout=15,
                    env=slurm_env())
+
+
+def scontrol(*args: str) -> str:
+    r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=15,
+                       env=slurm_env(), check=True)
+    return r.stdout
+
+
+def job_field(job_id: str, field: str) -> str:
+    """One field of `scontrol show job` (NodeList, JobState, Restarts, ...)."""
+    out = scontrol("-o", "show", "job", job_id)
+    return dict(kv.split("=", 1) for kv in out.split() if "=" in kv).get(field, "")
+
+
+def wait_node_only(node: str, job_id: str, timeout: float = 60) -> None:
+    """Until ``job_id`` is the only job on ``node``: a preemption or a node failure made for
+    a test must not hit the jobs of others sharing the test Slurm."""
+    end = time.monotonic() + timeout
+    while True:
+        r = subprocess.run(["squeue", "-h", "-w", node, "-o", "%i"], capture_output=True,
+                           text=True, timeout=15, env=slurm_env())
+        others = [j for j in r.stdout.split() if j != job_id]
+        if not others:
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"{node} still runs other jobs {others} after {timeout} s")
+        time.sleep(0.5)
+
+
+def lift_requeue_hold(job_id: str, timeout: float = 30) -> None:
+    """Slurm holds a requeued job (BeginTime, two minutes): once it shows so, start it now."""
+    end = time.monotonic() + timeout
+    while True:
+        r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True,
+                           text=True, timeout=15, env=slurm_env())
+        if r.stdout.strip() == "PENDING BeginTime":
+            scontrol("update", f"jobid={job_id}", "StartTime=now")
+            return
+        if time.monotonic() > end:
+            raise AssertionError(f"job {job_id} not requeued after {timeout} s: {r.stdout.strip()!r}")
+        time.sleep(0.3)
+
+
+class SlurmctldStopped:
+    """slurmctld frozen (SIGSTOP) for at most ``seconds``, never killed: a watchdog of its own
+    session sends SIGCONT at the end even if the test dies meanwhile (the daemon is shared);
+    leaving the block sends it at once.
+
+        with SlurmctldStopped(18):
+            ...   # sbatch, squeue time out
+    """
+
+    def __init__(self, seconds: float) -> None:
+        conf = Path(slurm_env()["SLURM_CONF"])
+        self.pid = int((conf.parent / "slurmctld.pid").read_text())
+        self.seconds = seconds
+        self.watchdog: subprocess.Popen | None = None
+
+    def __enter__(self) -> "SlurmctldStopped":
+        self.watchdog = subprocess.Popen(
+            ["sh", "-c", f"sleep {self.seconds}; kill -CONT {self.pid}"],
+            start_new_session=True, stdin=subprocess.DEVNULL)
+        os.kill(self.pid, signal.SIGSTOP)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        os.kill(self.pid, signal.SIGCONT)
+        if self.watchdog is not None:
+            self.watchdog.kill()
+            self.watchdog.wait()

@@ -1,0 +1,104 @@
+"""Where a run's agent runs and how a client reaches it: the run directory's socket when the
+agent is on this machine, ssh to its Slurm node when it is not (engine/agent_where.py)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from trainctl.engine.agent_where import (AgentUnreachable, NodeTransport, ssh_destination,
+                                         transport_for, where_i_run)
+from trainctl.engine.client import AgentUnavailable, UnixTransport
+
+HERE = {"node": "", "hostname": "login1", "boot_id": "aaaa"}
+
+
+@pytest.mark.parametrize("agent, mode, dest", [
+    ({}, "auto", None),                                                  # an older agent.json
+    ({"hostname": "gpu7", "boot_id": "bbbb"}, "auto", None),             # no node: not Slurm's
+    ({"node": "gpu7", "hostname": "gpu7", "boot_id": "bbbb"}, "auto", "gpu7"),
+    ({"node": "node1", "hostname": "login1", "boot_id": "aaaa"}, "auto", None),   # same kernel
+    ({"node": "node1", "hostname": "login1", "boot_id": "cccc"}, "auto", "node1"),  # rebooted/other
+    ({"node": "gpu7", "hostname": "gpu7"}, "auto", "gpu7"),              # no boot id: hostnames
+    ({"node": "node1", "hostname": "login1"}, "auto", None),
+    ({"node": "node1", "hostname": "login1", "boot_id": "aaaa"}, "always", "node1"),
+    ({"node": "gpu7", "hostname": "gpu7", "boot_id": "bbbb"}, "never", None),
+    ({"hostname": "gpu7", "boot_id": "bbbb"}, "always", None),
+])
+def test_the_agent_is_reached_over_ssh_only_from_another_machine(agent, mode, dest):
+    assert ssh_destination(agent, HERE, mode) == dest
+
+
+def test_an_agent_says_where_it_runs(monkeypatch):
+    monkeypatch.setenv("SLURMD_NODENAME", "node2")
+    me = where_i_run()
+    assert me["node"] == "node2" and me["hostname"] and me["trainctl"][1:] == ["-m", "trainctl"]
+    assert ssh_destination(me, where_i_run()) is None   # this machine: its socket
+
+
+def run_dir_with(tmp_path: Path, info: dict, sock: bool) -> Path:
+    run = tmp_path / "run"
+    run.mkdir(parents=True)
+    (run / "agent.json").write_text(json.dumps(info))
+    if sock:
+        (run / "agent.sock").touch()
+    return run
+
+
+def test_the_transport_follows_agent_json(tmp_path, monkeypatch):
+    monkeypatch.delenv("TRAINCTL_NODE_SSH", raising=False)
+    elsewhere = {"node": "gpu7", "hostname": "gpu7", "boot_id": "not-this-one",
+                 "trainctl": ["/venv/bin/python", "-m", "trainctl"]}
+    run = run_dir_with(tmp_path, elsewhere, sock=True)
+    t = transport_for(run)
+    assert isinstance(t, NodeTransport) and t.node == "gpu7"
+    assert t.inner.remote_argv() == ["/venv/bin/python", "-m", "trainctl", "bridge", str(run)]
+    (run / "agent.sock").unlink()   # the agent ended (it removes its socket): the journal, here
+    assert isinstance(transport_for(run), UnixTransport)
+    here = run_dir_with(tmp_path / "b", {**where_i_run(), "node": "node1"}, sock=True)
+    assert isinstance(transport_for(here), UnixTransport)
+    monkeypatch.setenv("TRAINCTL_NODE_SSH", "always")
+    assert isinstance(transport_for(here), NodeTransport)
+
+
+def test_a_bad_setting_is_said_when_connecting(tmp_path, monkeypatch):
+    monkeypatch.setenv("TRAINCTL_NODE_SSH", "sometimes")
+    run = run_dir_with(tmp_path, {"node": "gpu7"}, sock=True)
+    with pytest.raises(AgentUnavailable, match="TRAINCTL_NODE_SSH='sometimes'"):
+        asyncio.run(transport_for(run).open())
+
+
+@pytest.mark.skipif(not shutil.which("ssh"), reason="no OpenSSH client")
+def test_an_unreachable_node_is_one_line(tmp_path, monkeypatch):
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu7\n  HostName 127.0.0.1\n  Port 1\n  BatchMode yes\n")
+    monkeypatch.setenv("TRAINCTL_SSH_CONFIG", str(config))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("TRAINCTL_NODE_SSH", raising=False)
+    run = run_dir_with(tmp_path, {"node": "gpu7", "boot_id": "not-this-one"}, sock=True)
+    with pytest.raises(AgentUnreachable) as e:
+        asyncio.run(transport_for(run).open())
+    text = str(e.value)
+    assert "\n" not in text and text.startswith("cannot reach the agent on node gpu7 over ssh")
+    assert "Connection refused" in text
+
+
+def test_a_client_never_adopts_a_slurm_run(tmp_path):
+    """A run between two attempts with no agent is adopted by a client's new agent, but not a
+    Slurm run's: its agent runs in its job, on a node whose agent.lock this machine may not see."""
+    from trainctl.engine import events as E
+    from trainctl.engine.agent.adopt import needs_adoption
+    from trainctl.engine.journal import Journal
+    from trainctl.engine.spec import RunSpec
+    run = tmp_path / "run"
+    run.mkdir()
+    RunSpec(job_name="t", kind="command", command=["true"]).save(run / "spec.json")
+    journal = Journal(run / "events.jsonl")
+    journal.append(E.State(1.0, "BACKOFF", "attempt 1 crashed"))
+    journal.close()
+    assert needs_adoption(run)
+    (run / "slurm.json").write_text('{"jobs": ["41"]}')
+    assert not needs_adoption(run)
