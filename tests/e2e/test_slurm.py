@@ -1,4 +1,4 @@
-"""trainctl on a real single-node Slurm (munged, slurmctld, slurmd started by .ci/slurm-up.sh;
+"""trainctl on a real Slurm (munged, slurmctld, two slurmds started by .ci/slurm-up.sh;
 skipped without it, a failure when TRAINCTL_REQUIRE_SLURM=1 as in CI): a supervised run in
 an allocation; a DataLoader hang caught and restarted inside the same job; a training longer
 than its 1-minute time limit going on across Slurm jobs from each save; `s` on a running and

@@ -1,4 +1,4 @@
-"""The real single-node Slurm that `.ci/slurm-up.sh` starts (munged, slurmctld, slurmd).
+"""The real Slurm that `.ci/slurm-up.sh` starts (munged, slurmctld, two slurmds: node1, node2).
 
     require_slurm()            # skips the test when no Slurm answers (fails in CI)
     jobs = queue_of(name)      # squeue's job ids for a job name
