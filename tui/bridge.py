@@ -23,6 +23,7 @@ from textual.worker import Worker
 
 from trainctl.engine.events import Event, Log, Tick
 from trainctl.engine.runview import ViewSnapshot
+from trainctl.engine.supervisor import FINAL_STATES
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, EventBatch
 from trainctl.tui.model import LOG_KEEP
 
@@ -39,6 +40,10 @@ class ClientLike(Protocol):
 ClientFactory = Callable[[], ClientLike]
 
 
+OFFLINE_RELOOK_S = 2.0   # a run with no agent: its journal read again this often at most
+_FINAL = frozenset(state.value for state in FINAL_STATES)
+
+
 class Bridge:
     """Follows one agent for ``target`` (a screen), posting batched messages to it."""
 
@@ -52,6 +57,7 @@ class Bridge:
         self._max_batch = max_batch
         self._backoff_min, self._backoff_max = backoff
         self._client: ClientLike | None = None
+        self._live, self._ended = True, False   # the last hello: an agent's, the run over
         self.next_seq = 0
         self._events: list[Event] = []
         self._snapshot: ViewSnapshot | None = None
@@ -96,8 +102,12 @@ class Bridge:
         try:
             while True:
                 was_connected, reason = await self._session()
-                if was_connected:
+                if was_connected and self._live:
                     delay, attempts = self._backoff_min, 0
+                elif was_connected:   # the journal only (no agent): look again, not every 0.5 s
+                    attempts = 0      # (each look reads the snapshot); an ended run, rarely
+                    cap = self._backoff_max if self._ended else OFFLINE_RELOOK_S
+                    delay = min(max(delay, self._backoff_min), cap)
                 attempts += 1
                 await self._flush()
                 self._target.post_message(AgentDisconnected(reason, delay, attempts, self.gen))
@@ -115,6 +125,8 @@ class Bridge:
             except Exception as exc:  # noqa: BLE001 - refused, no socket, ssh failed...
                 return False, f"cannot connect: {exc or type(exc).__name__}"
             self._client = client
+            self._live = hello.get("live", True) is not False
+            self._ended = hello.get("state") in _FINAL
             self._target.post_message(AgentConnected(dict(hello), self.next_seq, self.gen))
             count = 0
             try:

@@ -50,3 +50,56 @@ async def test_big_replay_is_batched_and_complete(presets):
         assert all(len(xs) <= 401 for _, xs, _ in data.series)
         assert data.series[0][1][-1] == N   # the last point is drawn
     print(f"replayed {N + 1} events in {elapsed:.2f} s ({len(batches)} messages)")
+
+
+class _Journal:
+    """A client of a run with no agent: its hello says so (``live`` false), its journal
+    is all there is, and the stream ends at once (as engine/client.py's offline replay)."""
+
+    def __init__(self, hello: dict, looks: list[float]) -> None:
+        self.hello, self.looks = hello, looks
+
+    async def connect(self, since: int = 0, snapshot: bool = False) -> dict:
+        import asyncio
+        self.looks.append(asyncio.get_running_loop().time())
+        return dict(self.hello)
+
+    async def events(self):
+        return
+        yield
+
+    async def close(self) -> None:
+        return None
+
+
+class _Target:
+    def __init__(self) -> None:
+        self.messages: list[Message] = []
+
+    def post_message(self, message: Message) -> bool:
+        self.messages.append(message)
+        return True
+
+
+@pytest.mark.parametrize("hello, cap", [
+    ({"live": True, "state": "RUNNING"}, 0.01),     # an agent that hangs up: again at once
+    ({"live": False, "state": "PENDING"}, 0.04),    # no agent (a queued Slurm job): every 0.04
+    ({"live": False, "state": "FINISHED"}, 0.16),   # the run is over: up to the backoff's max
+])
+async def test_a_run_without_agent_is_looked_at_again_less_often(monkeypatch, hello, cap):
+    """Each look of a run with no agent reads its snapshot (15 ms for a day-long run, on the
+    UI's loop): not every 0.5 s for ever, as after a live agent's hang-up."""
+    import asyncio
+
+    from trainctl.tui import bridge as bridge_mod
+    from trainctl.tui.messages import AgentDisconnected
+    monkeypatch.setattr(bridge_mod, "OFFLINE_RELOOK_S", 0.04)
+    looks: list[float] = []
+    target = _Target()
+    b = bridge_mod.Bridge(lambda: _Journal(hello, looks), target, backoff=(0.01, 0.16))
+    task = asyncio.ensure_future(b.follow())
+    await asyncio.sleep(1.2)
+    task.cancel()
+    delays = [m.retry_in for m in target.messages if isinstance(m, AgentDisconnected)]
+    assert len(delays) >= 6
+    assert max(delays[5:]) == pytest.approx(cap) and min(delays[5:]) == pytest.approx(cap)
