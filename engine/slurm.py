@@ -21,6 +21,9 @@ from typing import Any
 from .config.slurm import slurm_time_s
 
 BATCH_SCRIPT = "slurm-job.sh"
+AGENT_SCRIPT = "slurm-agent.sh"   # a node's agent, kept going (keeper_script)
+AGENT_RESTARTS = 5                # agents killed in a job that its keeper starts again
+RESTARTED_ENV = "TRAINCTL_AGENT_RESTARTED"   # "N:SIGNAL:PID": the agent before this one was killed
 JOBS_FILE = "slurm.json"
 PORT_ENV = "TRAINCTL_RDZV_PORT"   # a job of several nodes: its rendezvous port (the batch script's)
 QUERY_TIMEOUT_S = 20.0
@@ -193,18 +196,61 @@ def _squeue_time(value: str) -> int | None:
 
 
 def agent_line(run_dir: Path, nodes: int = 1) -> str:
-    """The batch script's last line.  One node: the agent as the batch shell itself (exec):
-    the warning signal (B:) reaches it, not the trainer.  Several: a rendezvous port free on
-    this, the first, node, then one agent per node through srun (no warning signal then: see
+    """The batch script's last line.  One node: the agent's keeper (:func:`keeper_script`)
+    as the batch shell itself (exec): the warning signal (B:) reaches it, and it passes it on
+    to the agent, not to the trainer.  Several: a rendezvous port free on this, the first,
+    node, then one keeper (and its agent) per node through srun (no warning signal then: see
     :func:`sbatch_argv`); see engine/slurm_nodes.py."""
-    agent = (f"{shlex.quote(sys.executable)} -m trainctl agent "
-             f"{shlex.quote(str(run_dir))} --slurm")
+    keeper = f"/bin/bash {shlex.quote(str(Path(run_dir) / AGENT_SCRIPT))}"
     if nodes <= 1:
-        return f"exec {agent}\n"
+        return f"exec {keeper}\n"
     free_port = ('import socket; s = socket.socket(); s.bind(("", 0)); '
                  'print(s.getsockname()[1])')
     return (f"export {PORT_ENV}=$({shlex.quote(sys.executable)} -c {shlex.quote(free_port)})\n"
-            f"exec {' '.join(srun_argv())} {agent}\n")
+            f"exec {' '.join(srun_argv())} {keeper}\n")
+
+
+def keeper_script(run_dir: Path, agent: str | None = None) -> str:
+    """``<run_dir>/slurm-agent.sh``: a node's agent, kept going inside the job.  An agent
+    killed (kill -9, the OOM killer, a crash of Python) would end the job's step, and Slurm
+    would kill the trainer with it, maybe while it writes a checkpoint; its keeper, a few
+    lines of bash that hold the step, starts it again at once instead (``AGENT_RESTARTS``
+    times at most in a job), and the new agent adopts the trainer, which went on meanwhile.
+    The agent's own ends (its exit codes, below 128, and 130: stopped) and a SIGTERM (Slurm
+    ends the job: every process of it gets one, the agent too) end the keeper too.  The
+    warning signal (USR1, to the batch shell only) is passed on to the agent."""
+    agent = agent or (f"{shlex.quote(sys.executable)} -m trainctl agent "
+                      f"{shlex.quote(str(run_dir))} --slurm")
+    return f"""#!/bin/bash
+# trainctl: this node's agent, kept going: one killed is started again and adopts the trainer
+pid=
+trap '[ -n "$pid" ] && kill -USR1 "$pid" 2>/dev/null' USR1
+trap 'term=1' TERM   # Slurm ends the job: it sends the agent its own SIGTERM
+term=0
+restarts=0
+adopt=
+while :; do
+    {agent} $adopt &
+    pid=$!
+    while :; do
+        wait "$pid"
+        rc=$?
+        # a signal to this shell ends the wait (above 128), not the agent: wait again
+        [ "$rc" -gt 128 ] && kill -0 "$pid" 2>/dev/null && continue
+        break
+    done
+    if [ "$rc" -le 128 ] || [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ] || [ "$term" = 1 ] \\
+            || [ "$restarts" -ge {AGENT_RESTARTS} ]; then
+        exit "$rc"
+    fi
+    restarts=$((restarts + 1))
+    echo "trainctl: the agent (pid $pid) was killed (signal $((rc - 128))); starting it again" \\
+         "($restarts of {AGENT_RESTARTS} in this job): it adopts the trainer" >&2
+    export {RESTARTED_ENV}="$restarts:$((rc - 128)):$pid"
+    adopt=--adopt   # the trainer's holder keeps the job lock: the new agent takes it over
+    sleep 1
+done
+"""
 
 
 def srun_argv() -> list[str]:
@@ -219,17 +265,22 @@ def srun_argv() -> list[str]:
 
 def write_batch_script(run_dir: Path, setup: str = "", nodes: int = 1) -> Path:
     """``<run_dir>/slurm-job.sh``: the job's environment (``[slurm] setup``), then its agents
-    (:func:`agent_line`)."""
+    (:func:`agent_line`), each kept by ``<run_dir>/slurm-agent.sh`` (:func:`keeper_script`)."""
     path = Path(run_dir) / BATCH_SCRIPT
     text = ("#!/bin/bash\n# trainctl: the agent" + ("s" if nodes > 1 else "")
             + " of this run, inside its Slurm allocation\n"
             + (setup.rstrip() + "\n" if setup.strip() else "")
             + agent_line(run_dir, nodes))
+    _write_script(Path(run_dir) / AGENT_SCRIPT, keeper_script(run_dir))
+    _write_script(path, text)
+    return path
+
+
+def _write_script(path: Path, text: str) -> None:
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
     os.chmod(tmp, 0o700)
     tmp.replace(path)
-    return path
 
 
 def submit(argv: list[str], timeout: float = 60) -> str:

@@ -221,7 +221,9 @@ class Agent:
             ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
                      f"on (the lead is {lead}): from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
-        requeued = self.slurm is not None and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0")
+        kept = self._killed_before() if self.slurm is not None else None
+        requeued = (self.slurm is not None and kept is None
+                    and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"))
         handle = (self.spawner.adopt(was.attempt, ctx.files.log)
                   if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
@@ -249,6 +251,25 @@ class Agent:
             ctx.emit(E.Exit(ctx.clock(), None, None))
         ctx.info(f"a new agent (pid {os.getpid()}) goes on after attempt {was.attempt}", "adopt")
         return await self.loop.run(outcome=was.outcome())
+
+    def _killed_before(self) -> str | None:
+        """In a Slurm job: the agent before this one in the same job was killed and its
+        keeper (slurm-agent.sh) started this one, which adopts its trainer: said, and how."""
+        from ..slurm import AGENT_RESTARTS, RESTARTED_ENV
+        value = os.environ.get(RESTARTED_ENV, "")
+        try:
+            count, sig, pid = (int(v) for v in value.split(":"))
+        except ValueError:
+            return None
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        said = (f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
+                f"this one ({count} of {AGENT_RESTARTS} in Slurm job {self.slurm.job_id if self.slurm else '?'})")
+        self.ctx.info(said + ": it adopts the trainer, which went on meanwhile (what killed it? "
+                      "dmesg says when it was the OOM killer)", "slurm.agent_killed")
+        return said
 
     def _on_signal(self) -> None:
         self.ctx.stop_requested.set()

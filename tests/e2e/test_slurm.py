@@ -433,3 +433,27 @@ def test_a_job_goes_on_while_slurmctld_does_not_answer(tmp_path, slurm_up):
     assert run_trainctl(["ctl", str(run_dir), "stop"], timeout=60).returncode == 0
     wait_until(lambda: of_type(read_journal(run_dir), "state")[-1].state == "STOPPED", 30, what="STOPPED")
     assert not wait_queue_empty("trainctl-sl-ctld", 20)
+
+
+def test_an_agent_killed_in_its_job_is_started_again_and_adopts_the_trainer(tmp_path, slurm_up):
+    """kill -9 of the agent inside its Slurm job (the OOM killer, say): its keeper
+    (slurm-agent.sh, holding the job's step) starts a new agent at once, which adopts the
+    trainer that went on meanwhile; no batch redone, one journal, the run finishes."""
+    job = slurm_job(tmp_path, "sl-kill9", slurm_up, slurm='time = "5:00"',
+                    example=("--epochs", "1", "--batches", "80", "--batch-time", "0.08", "--workers", "0",
+                             "--save-every", "20"))
+    with start_trainctl(["run", str(job), "--json"]) as tc:
+        tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 10, 90, "progress")
+        first = json.loads((tc.run_dir / "agent.json").read_text())["pid"]
+        os.kill(first, signal.SIGKILL)
+        res = tc.wait(120)
+    assert res.returncode == 0, res.describe()
+    assert len(res.of_type("start")) == 1   # the trainer was adopted, never started again
+    killed = [i for i in res.of_type("info") if i.key == "slurm.agent_killed"]
+    assert killed and f"(pid {first}) was killed (SIGKILL)" in killed[0].text, res.of_type("info")
+    assert json.loads((res.run_dir / "agent.json").read_text())["pid"] != first
+    runs = attempts((res.run_dir / "train.log").read_text())
+    assert len(runs) == 1 and runs[0][1] == (1, 80), runs
+    assert [e.seq for e in res.events] == list(range(len(res.events)))
+    assert of_type(res.events, "state")[-1].state == "FINISHED"
+    assert not wait_queue_empty("trainctl-sl-kill9", 15)

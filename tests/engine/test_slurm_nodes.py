@@ -50,7 +50,9 @@ def test_one_slurm_node_refuses_a_torchrun_of_several(tmp_path):
 
 def test_one_node_runs_the_agent_as_the_batch_shell(tmp_path):
     text = slurm.write_batch_script(tmp_path, "", 1).read_text()
-    assert text.splitlines()[-1].startswith("exec ") and "srun" not in text
+    assert text.splitlines()[-1] == f"exec /bin/bash {tmp_path}/slurm-agent.sh" and "srun" not in text
+    keeper = (tmp_path / "slurm-agent.sh").read_text()
+    assert f"-m trainctl agent {tmp_path} --slurm $adopt &" in keeper
 
 
 def test_several_nodes_run_one_agent_per_node_through_srun(tmp_path):
@@ -59,7 +61,7 @@ def test_several_nodes_run_one_agent_per_node_through_srun(tmp_path):
     assert lines[2] == "module load cuda"
     assert lines[3].startswith(f"export {slurm.PORT_ENV}=$(")
     last = lines[-1]
-    assert last.startswith("exec srun ") and last.endswith(f"-m trainctl agent {tmp_path} --slurm")
+    assert last.startswith("exec srun ") and last.endswith(f" /bin/bash {tmp_path}/slurm-agent.sh")
     for opt in ("--nodes=$SLURM_JOB_NUM_NODES", "--ntasks=$SLURM_JOB_NUM_NODES", "--ntasks-per-node=1",
                 "--kill-on-bad-exit=0", "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}"):
         assert opt in last.split()
@@ -237,3 +239,4 @@ def test_only_the_lead_submits_the_next_job(tmp_path, monkeypatch):
     ctx.sm.to(RunState.RUNNING)
     assert asyncio.run(part.submit_next()) == 0   # no sbatch (none would answer here)
     assert ctx.sm.state.value == "PENDING" and not slurm.read_jobs(tmp_path / "run")
+
