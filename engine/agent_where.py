@@ -15,6 +15,7 @@ view, or the tests, where the nodes are this machine), ``never`` (the socket onl
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import socket
@@ -82,7 +83,7 @@ class NodeTransport:
     """``ssh NODE trainctl bridge RUN_DIR`` (SshTransport), whose failures to reach the node
     are AgentUnreachable (one line), a ConnectionError as a missing socket is."""
 
-    def __init__(self, node: str, run_dir: Path, trainctl: list[str]) -> None:
+    def __init__(self, node: str, run_dir: Path, trainctl: list[str], job: str = "") -> None:
         from .remote import SshHost, SshTransport
         config = os.environ.get("TRAINCTL_SSH_CONFIG")
         try:
@@ -91,6 +92,7 @@ class NodeTransport:
         except ValueError as e:
             raise AgentUnreachable(f"the agent's node {node!r}: {e}") from None
         self.node, self.inner = node, SshTransport(host, str(run_dir))
+        self.run_dir, self.job = Path(run_dir), job   # the Slurm job its agent ran in
 
     def describe(self) -> str:
         return f"{self.inner.run_dir} on node {self.node} (over ssh)"
@@ -104,8 +106,24 @@ class NodeTransport:
         try:
             reader, writer = await self.inner.open()
         except RemoteError as e:
+            if await self._agent_gone():   # its node died under it, or its job ended
+                from .client import _offline_streams
+                return _offline_streams(self.run_dir)
             raise self._unreachable(" ".join(str(e).split())) from None
         return _Watched(reader, self), writer
+
+    async def _agent_gone(self) -> bool:
+        """ssh failed: is the agent gone with its job (a node failure leaves its socket
+        file on the shared storage; the job is requeued, PENDING, or ended)?  Then the
+        journal is all there is, read here.  Asked of Slurm off the caller's loop."""
+        from . import slurm
+        if not self.job or not RunFiles(self.run_dir).events.exists():
+            return False
+        try:
+            info = await asyncio.get_running_loop().run_in_executor(None, slurm.job_info, self.job)
+        except slurm.SlurmError:
+            return False   # Slurm does not say either: the node is what cannot be reached
+        return info is None or info.state.split()[0] not in ("RUNNING", "COMPLETING")
 
     def failed(self) -> AgentUnreachable | None:
         """Why ssh ended the stream, when ssh itself (or the remote trainctl) failed."""
@@ -150,7 +168,7 @@ def transport_for(run_dir: Path | str):
         return _Refused(e)
     if node is None:
         return UnixTransport(files.sock, journal_fallback=True)
-    return NodeTransport(node, files.dir, list(info.get("trainctl") or []))
+    return NodeTransport(node, files.dir, list(info.get("trainctl") or []), str(info.get("slurm_job") or ""))
 
 
 class _Refused:

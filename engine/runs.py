@@ -106,12 +106,15 @@ class JournalFold:
                 return {}
             if st.st_ino != self.ino or st.st_size < self.offset:
                 self._reset(st.st_ino)
-            for seq, line, end in lines_from(path, self.offset, self.seq):
-                self.offset, self.seq = end, seq + 1
-                try:
-                    self._take(self.reader.decode_at(line, seq))
-                except (ValueError, TypeError, KeyError):
-                    continue
+            try:
+                for seq, line, end in lines_from(path, self.offset, self.seq):
+                    self.offset, self.seq = end, seq + 1
+                    try:
+                        self._take(self.reader.decode_at(line, seq))
+                    except (ValueError, TypeError, KeyError):
+                        continue
+            except OSError:   # unreadable now (permissions, a stale NFS handle): what was read
+                pass
             return dict(self.out)
 
     def _take(self, ev: E.Event) -> None:
@@ -168,6 +171,10 @@ def summarize(run_dir: Path, with_slurm: bool = True,
             sl.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node)
             if info.state == "PENDING" and out["state"] not in FINAL_STATES:
                 out["state"] = "PENDING"
+            if info.state.split()[0] == "RUNNING" and not out["live"]:
+                # its agent runs on a node whose agent.lock this machine may not see
+                from .agent_where import agent_info
+                out["live"] = agent_info(run_dir).get("slurm_job") == job
         out["slurm"] = sl
     return out
 

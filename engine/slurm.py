@@ -237,6 +237,8 @@ while :; do
         rc=$?
         # a signal to this shell ends the wait (above 128), not the agent: wait again
         [ "$rc" -gt 128 ] && kill -0 "$pid" 2>/dev/null && continue
+        # the agent ended just as a signal came: bash kept its status (127: none left)
+        if [ "$rc" -gt 128 ]; then wait "$pid"; again=$?; [ "$again" -ne 127 ] && rc=$again; fi
         break
     done
     if [ "$rc" -le 128 ] || [ "$rc" -eq 130 ] || [ "$rc" -eq 143 ] || [ "$term" = 1 ] \\

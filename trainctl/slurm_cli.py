@@ -57,6 +57,14 @@ def run_slurm(args, run_dir: Path, job_id: str, runs=None) -> int:
                          runs=runs, run_key=("local", str(Path(run_dir).resolve())))
 
 
+def _agent_began_in(run_dir: Path, job: str) -> bool:
+    """An agent of ``job`` began in ``run_dir`` (its agent.json names the job and its socket
+    is there): it may still run, on a node this machine cannot reach or see the lock of."""
+    from .engine.agent_where import agent_info
+    from .engine.paths import RunFiles
+    return RunFiles(run_dir).sock.exists() and agent_info(run_dir).get("slurm_job") == job
+
+
 def follow_slurm(run_dir: Path, as_json: bool) -> int:
     """`--json`/`--headless` across the run's jobs, until it ends."""
     from .engine.agent_where import client_for
@@ -145,7 +153,7 @@ def node_status(run_dir: Path) -> list[dict]:
 
 
 def stop_waiting_job(run_dir: Path) -> int:
-    """`ctl RUN stop` with no agent: scancel the run's queued job, end the run STOPPED."""
+    """`ctl RUN stop` with no agent to ask: scancel the run's job (:func:`cancel_waiting_job`)."""
     print(json.dumps({"stopped": True, "slurm_job": cancel_waiting_job(run_dir)}))
     return 0
 
@@ -153,8 +161,8 @@ def stop_waiting_job(run_dir: Path) -> int:
 def cancel_waiting_job(run_dir: Path) -> str:
     """Stop a Slurm run with no agent to ask (none runs, or its node cannot be reached):
     `ctl RUN stop` and the dashboard's `s`.  scancel the run's job (marked as trainctl's: its
-    agent, if one runs, ends the run STOPPED by the user) and, when no agent wrote it, end
-    the run STOPPED in its journal (and its other nodes').  Blocks up to 30 s for the job to
+    agent, if one runs, ends the run STOPPED by the user) and, where no agent of the job
+    began, end the run STOPPED in its journal (and its other nodes').  Blocks up to 30 s for the job to
     leave; its id.  UsageError (one line) when no job of the run waits or scancel fails."""
     from .engine import events as E
     from .engine import slurm
@@ -165,6 +173,11 @@ def cancel_waiting_job(run_dir: Path) -> str:
     job = slurm.current_job(run_dir)
     if job is None or _run_ended(run_dir):
         raise UsageError(f"{run_dir}: no Slurm job of this run is waiting")
+    try:   # running: its agents (reached or not from here) say STOPPED themselves
+        before = slurm.job_info(job)
+        running = before is not None and before.state.split()[0] in ("RUNNING", "COMPLETING")
+    except slurm.SlurmError:
+        running = True   # Slurm does not say: a journal that may have a writer is left to it
     slurm.mark_cancel(run_dir, job)
     try:
         slurm.cancel(job)
@@ -181,8 +194,8 @@ def cancel_waiting_job(run_dir: Path) -> str:
         time.sleep(0.3)
     from .engine.slurm_nodes import node_dirs
     for path in [run_dir, *(p for _, p in node_dirs(run_dir))]:   # and a job's other nodes
-        if _run_ended(path):   # its agent, if one had started, says STOPPED itself
-            continue
+        if _run_ended(path) or (running and _agent_began_in(path, job)):
+            continue   # its agent says STOPPED itself: a journal has one writer
         journal = Journal(RunFiles(path).events)
         try:
             journal.append(E.State(time.time(), RunState.STOPPED.value,

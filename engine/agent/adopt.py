@@ -96,9 +96,11 @@ def needs_adoption(run_dir: Path) -> bool:
     run_dir = Path(run_dir)
     if not (run_dir / "spec.json").exists() or agent_running(run_dir):
         return False
-    if (run_dir / "slurm.json").exists():
+    if (run_dir / "slurm.json").exists() or (run_dir.name.startswith("node")
+                                             and (run_dir.parent / "slurm.json").exists()):
         # a Slurm run's agent is its job's (on a compute node, whose lock this machine may
-        # not see): the job's next start goes on with the run, never a client's agent here
+        # not see), and so is a node's of a job of several (RUN/node<N>): the job's next
+        # start goes on with the run, never a client's agent here
         return False
     if load_view(run_dir).view.state in FINAL_STATES:
         return False   # an ended run (the common case): its snapshot and the journal's tail say so

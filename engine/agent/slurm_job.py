@@ -34,6 +34,7 @@ from .attempt import AttemptLoop
 from .context import EndRequest, RunContext
 
 WHY_TIMEOUT_S = 10.0
+INFO_RETRY_S, INFO_RETRIES = 15.0, 40   # the job's time limit asked again for 10 min
 NODE_WATCH_S = 2.0     # how often a node reads the other nodes' journals
 NODE_GRACE_S = 30.0    # a node still running this long after the lead FINISHED is stopped
 
@@ -72,12 +73,35 @@ class SlurmPart:
         lead = self.node is None or self.node.lead   # a follower node's dir has no slurm.json
         if lead and self.job_id not in slurm.read_jobs(self.ctx.files.dir):   # submitted by hand
             slurm.add_job(self.ctx.files.dir, self.job_id)
+        if self.node is not None:   # the nodes watch each other whatever Slurm says
+            self._describe_nodes()
         aio = asyncio.get_running_loop()
         try:
             info = await aio.run_in_executor(None, slurm.job_info, self.job_id)
         except slurm.SlurmError as e:
-            self.ctx.info(f"Slurm job {self.job_id}: {e}", "slurm.job")
+            self.ctx.info(f"Slurm job {self.job_id}: {e}; asking again every "
+                          f"{INFO_RETRY_S:.0f} s for its time limit", "slurm.job")
+            asyncio.ensure_future(self._describe_later())
             return
+        await self._take_info(info)
+
+    async def _describe_later(self) -> None:
+        """slurmctld did not answer at the start: the job's end (the save before it) is
+        asked again in the background until it answers (the run goes on meanwhile)."""
+        ctx = self.ctx
+        for _ in range(INFO_RETRIES):
+            await asyncio.sleep(INFO_RETRY_S)
+            if ctx.stop_requested.is_set() or ctx.suspend_requested.is_set():
+                return
+            try:
+                info = await asyncio.get_running_loop().run_in_executor(
+                    None, slurm.job_info, self.job_id)
+            except slurm.SlurmError:
+                continue
+            await self._take_info(info)
+            return
+
+    async def _take_info(self, info: slurm.JobInfo | None) -> None:
         limit = info.time_limit_s if info else None
         self.planned_end = info.end_ts if info else None
         self.restarts = info.restarts if info else 0
@@ -86,8 +110,6 @@ class SlurmPart:
             if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
                 asyncio.get_running_loop().call_later(due, self.save_before_the_end)
-        if self.node is not None:
-            self._describe_nodes()
         if info is not None and info.partition:
             await self._watch_preemption(info.partition)
         warn = self.cfg.get("warn")

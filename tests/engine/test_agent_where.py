@@ -86,6 +86,44 @@ def test_an_unreachable_node_is_one_line(tmp_path, monkeypatch):
     assert "Connection refused" in text
 
 
+@pytest.mark.parametrize("state, offline", [(None, True), ("PENDING", True), ("CANCELLED", True),
+                                            ("RUNNING", False)])
+def test_a_dead_nodes_agent_leaves_the_journal_to_read_here(tmp_path, monkeypatch, state, offline):
+    """A node that died leaves its agent's socket file on the shared storage: ssh to it fails.
+    When Slurm says the agent's job no longer runs there (requeued: PENDING; ended; forgotten),
+    the journal is read here (the dashboard then shows the queued job); while it runs, the node
+    is what cannot be reached."""
+    from trainctl.engine import events as E
+    from trainctl.engine import slurm
+    from trainctl.engine.journal import Journal
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu7\n  HostName 127.0.0.1\n  Port 1\n  BatchMode yes\n")
+    monkeypatch.setenv("TRAINCTL_SSH_CONFIG", str(config))
+    monkeypatch.setenv("XDG_RUNTIME_DIR", str(tmp_path))
+    monkeypatch.delenv("TRAINCTL_NODE_SSH", raising=False)
+    asked: list[str] = []
+
+    def job_info(job):
+        asked.append(job)
+        return None if state is None else slurm.JobInfo(job, state)
+    monkeypatch.setattr(slurm, "job_info", job_info)
+    run = run_dir_with(tmp_path, {"node": "gpu7", "boot_id": "not-this-one", "slurm_job": "77"}, sock=True)
+    journal = Journal(run / "events.jsonl")
+    journal.append(E.State(1.0, "RUNNING", "progress"))
+    journal.close()
+    transport = transport_for(run)
+    if not offline:
+        with pytest.raises(AgentUnreachable):
+            asyncio.run(transport.open())
+    else:
+        async def hello() -> bytes:
+            reader, writer = await transport.open()
+            writer.write(b'{"op": "hello", "since": 0}\n')
+            return await reader.readline()
+        assert json.loads(asyncio.run(hello()))["live"] is False
+    assert asked == ["77"]
+
+
 def test_a_client_never_adopts_a_slurm_run(tmp_path):
     """A run between two attempts with no agent is adopted by a client's new agent, but not a
     Slurm run's: its agent runs in its job, on a node whose agent.lock this machine may not see."""
@@ -102,3 +140,12 @@ def test_a_client_never_adopts_a_slurm_run(tmp_path):
     assert needs_adoption(run)
     (run / "slurm.json").write_text('{"jobs": ["41"]}')
     assert not needs_adoption(run)
+    node = run / "node1"   # a node's directory of a job of several nodes: the job's too
+    node.mkdir()
+    RunSpec(job_name="t-node1", kind="command", command=["true"]).save(node / "spec.json")
+    journal = Journal(node / "events.jsonl")
+    journal.append(E.State(1.0, "BACKOFF", "attempt 1 crashed"))
+    journal.close()
+    assert not needs_adoption(node)
+    (run / "slurm.json").unlink()
+    assert needs_adoption(node)
