@@ -106,7 +106,7 @@ class SlurmPart:
         self.planned_end = info.end_ts if info else None
         self.restarts = info.restarts if info else 0
         if info is not None and limit and info.end_ts:
-            self._deadline_in_jobs(info, limit)
+            await self._deadline_in_jobs(info, limit)
             if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
                 asyncio.get_running_loop().call_later(due, self.save_before_the_end)
@@ -181,16 +181,25 @@ class SlurmPart:
             None, slurm_nodes.last_state, self.lead_dir)
         return last[0] if last is not None and last[0] not in FINAL_STATES else None
 
-    def _deadline_in_jobs(self, info: slurm.JobInfo, limit: int) -> None:
+    async def _deadline_in_jobs(self, info: slurm.JobInfo, limit: int) -> None:
         """The projection: this job's work ends ``warn`` s before its end; each next job
         gives limit - warn s of work after the gap measured between the run's jobs (a
-        PENDING state to the next job's first progress), else this job's own queue wait."""
+        PENDING state to the next job's first progress), else this job's own queue wait.
+        The gaps so far are read from the journal off the loop (a long run's is big)."""
         warn = float(self.cfg.get("warn") or 0)
-        try:
-            for ev in read_events(self.ctx.files.events):
-                self._gap_on(ev)
-        except OSError:
-            pass
+
+        def gaps_so_far() -> tuple[list[float], float | None]:
+            gaps, pending = [], None
+            try:
+                for ev in read_events(self.ctx.files.events):
+                    gap, pending = gap_step(ev, pending)
+                    if gap is not None:
+                        gaps.append(gap)
+            except OSError:
+                pass
+            return gaps, pending
+        gaps, self._pending_ts = await asyncio.get_running_loop().run_in_executor(None, gaps_so_far)
+        self._gaps = gaps + self._gaps
         proj = self.ctx.projector
         proj.job_end = info.end_ts - warn
         proj.job_span_s = max(1.0, limit - warn)
@@ -200,11 +209,9 @@ class SlurmPart:
 
     def _gap_on(self, ev: E.Event) -> None:
         """A gap between jobs: from a PENDING state to the next job's first progress."""
-        if isinstance(ev, E.State) and ev.state == "PENDING":
-            self._pending_ts = ev.ts
-        elif isinstance(ev, E.Progress) and self._pending_ts is not None:
-            self._gaps.append(ev.ts - self._pending_ts)
-            self._pending_ts = None
+        gap, self._pending_ts = gap_step(ev, self._pending_ts)
+        if gap is not None:
+            self._gaps.append(gap)
             self.ctx.projector.job_gap_s = statistics.median(self._gaps)
             self.ctx.projector.job_gap_measured = True
 
@@ -413,6 +420,16 @@ class SlurmPart:
                  f"last good checkpoint", "slurm.next")
         ctx.set_state(RunState.PENDING, f"Slurm job {next_id} is queued; the run goes on there")
         return 0
+
+
+def gap_step(ev: E.Event, pending: float | None) -> tuple[float | None, float | None]:
+    """One event of the gaps between a run's jobs (a PENDING state to the next job's first
+    progress): (a gap it closes or None, the PENDING time still open)."""
+    if isinstance(ev, E.State) and ev.state == "PENDING":
+        return None, ev.ts
+    if isinstance(ev, E.Progress) and pending is not None:
+        return ev.ts - pending, None
+    return None, pending
 
 
 async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gave_up=lambda: False,

@@ -88,3 +88,18 @@ def test_sbatch_refusals_read_as_one_line():
                                     "contact slurm controller (connect failure)\n")
     err = _why(r, "sbatch refused the job")
     assert isinstance(err, SlurmUnreachable) and "slurmctld is unreachable" in str(err)
+
+
+def test_the_gaps_between_a_runs_jobs_are_pending_to_the_next_progress():
+    from trainctl.engine import events as E
+    from trainctl.engine.agent.slurm_job import gap_step
+    evs = [E.Progress(1.0, 1, 1, 1, 9, {}), E.State(10.0, "PENDING", "next job"),
+           E.Info(12.0, "x"), E.Progress(40.0, 1, 1, 2, 9, {}), E.Progress(41.0, 1, 1, 3, 9, {}),
+           E.State(50.0, "PENDING", "next job"), E.Progress(55.0, 1, 1, 4, 9, {})]
+    gaps, pending = [], None
+    for ev in evs:
+        gap, pending = gap_step(ev, pending)
+        if gap is not None:
+            gaps.append(gap)
+    assert gaps == [30.0, 5.0] and pending is None
+    assert gap_step(E.State(60.0, "PENDING", ""), None) == (None, 60.0)
