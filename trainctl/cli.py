@@ -25,9 +25,10 @@ if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
 COMMANDS = ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "bridge", "agent", "alerts")
-EXIT_CODES_HELP = """exit codes:
+EXIT_CODES = """\
   0    the run finished (or the command did what it was asked)
-  1    the run failed; `ctl`: no agent is running for that run
+  1    the run failed; `ctl`: no agent is running for that run; `scan`: the log has a
+       fatal finding
   2    bad usage or configuration; `ctl`: the agent refused the command; `run --slurm`:
        sbatch refused the job, or slurmctld is unreachable (one line says which)
   3    `attach --json/--headless`: the agent is gone and its journal does not end the run
@@ -35,7 +36,12 @@ EXIT_CODES_HELP = """exit codes:
        ("agent not responding (pid N, stopped)": stopped or wedged)
   5    `run`, `agent`: the agent could not go on supervising (a part of it kept failing;
        the trainer was stopped, the reason is in the journal and <run_dir>/errors/)
-  130  the run was stopped by the user (s, `trainctl ctl RUN_DIR stop`, Ctrl-C)"""
+  130  the run was stopped by the user (s, `trainctl ctl RUN_DIR stop`, Ctrl-C)
+  141  the output's reader went away (`trainctl scan LOG | head`): ended quietly"""
+"""The one table of exit codes: `--help` shows it, README.md holds the same lines (tested)."""
+EXIT_CODES_HELP = "exit codes:\n" + EXIT_CODES
+HIDDEN_COMMANDS = ("bridge", "agent")
+"""Commands trainctl runs itself (over ssh, in tmux): not in `--help`."""
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -98,7 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
                                 epilog=EXIT_CODES_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"trainctl {__version__}")
-    sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
+    sub = p.add_subparsers(dest="cmd", parser_class=_Parser, title="commands",
+                           metavar="{" + ",".join(c for c in COMMANDS if c not in HIDDEN_COMMANDS) + "}")
     codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
     run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI",
                          **codes)
@@ -127,7 +134,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("presets", help="list, show, validate or edit presets")
     pr.add_argument("action", choices=("list", "show", "validate", "edit"))
     pr.add_argument("names", nargs="*")
-    sc = sub.add_parser("scan", help="postmortem of a saved training log")
+    sc = sub.add_parser("scan", help="postmortem of a saved training log (exit 1: a fatal finding)",
+                        **codes)
     sc.add_argument("logfile")
     sc.add_argument("--json", action="store_true")
     sc.add_argument("--explain", action="store_true",
@@ -146,9 +154,9 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("action", choices=("test",))
     al.add_argument("refs", nargs="*", metavar="NAME|URL",
                     help="default: every alert in alerts.toml")
-    br = sub.add_parser("bridge", help=argparse.SUPPRESS)
+    br = sub.add_parser("bridge")   # no help=: not listed (HIDDEN_COMMANDS)
     br.add_argument("run_dir")
-    ag = sub.add_parser("agent", help=argparse.SUPPRESS)
+    ag = sub.add_parser("agent")
     ag.add_argument("run_dir")
     ag.add_argument("--json", action="store_true")
     ag.add_argument("--adopt", action="store_true", help="take over a run whose agent died")
@@ -164,19 +172,33 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:i], argv[i + 1:]
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
-    args = build_parser().parse_args(_joined_values(argv))
-    args.command_argv = command
     try:
-        return HANDLERS[args.cmd](args)
+        try:
+            args = build_parser().parse_args(_joined_values(argv))
+        except SystemExit:   # --help, --version, a usage error: its text may meet a closed pipe
+            sys.stdout.flush()
+            raise
+        args.command_argv = command
+        code = HANDLERS[args.cmd](args)
+        sys.stdout.flush()   # a closed pipe is met here, never in the interpreter's exit
+        return code
     except UsageError as e:
         print(f"trainctl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:   # `trainctl scan LOG | head`: the reader left; end quietly
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()
         return 141   # as a shell reports a command killed by SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that left goes nowhere
+    (else Python's exit says "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 VALUE_OPTIONS = ("--resume-arg",)
@@ -938,7 +960,9 @@ def cmd_alerts(args) -> int:
                                    f"{label} reach you.")
         for r in results:
             ok_all &= bool(r["ok"])
-            print(f"{label}: {r['url']}: " + ("accepted" if r["ok"] else f"NOT accepted: {r['error']}"))
+            # a URL given is its own label (redacted alike): said once
+            who = r["url"] if r["url"] == label else f"{label}: {r['url']}"
+            print(f"{who}: " + ("accepted" if r["ok"] else f"NOT accepted: {r['error']}"))
     return 0 if ok_all else 1
 
 
@@ -950,19 +974,16 @@ def cmd_scan(args) -> int:
 
 
 def cmd_presets(args) -> int:
+    """list (a table: a broken preset is a row saying so), show, validate (every preset when
+    none is named), edit (a shipped preset: a copy in the user's config directory)."""
     from .engine.config import ConfigError, list_presets, load_preset
     if args.action == "list":
-        for path in list_presets():
-            try:
-                p = load_preset(path)
-                print(f"{p.name:12} {path}  {p.description}")
-            except ConfigError as e:
-                print(f"{path.stem:12} {path}  INVALID: {e}")
+        print(_presets_table(list_presets()))
         return 0
-    if not args.names:
+    if not args.names and args.action != "validate":
         raise UsageError(f"presets {args.action} needs a preset name or path")
     status = 0
-    for ref in args.names:
+    for ref in args.names or [str(p) for p in list_presets()]:
         try:
             p = load_preset(ref)
         except ConfigError as e:
@@ -975,23 +996,58 @@ def cmd_presets(args) -> int:
         elif args.action == "validate":
             print(f"{p.path}: ok")
         elif args.action == "edit":
-            editor = _editor_argv()
-            while True:
-                try:
-                    subprocess.call([*editor, str(p.path)])
-                except OSError as e:
-                    raise UsageError(f"cannot start the editor {editor[0]!r} ($VISUAL/$EDITOR "
-                                     f"= {shlex.join(editor)!r}): {e.strerror or e}") from None
-                try:
-                    load_preset(p.path)
-                    print(f"{p.path}: ok")
-                    break
-                except ConfigError as e:
-                    print(f"trainctl: {e}", file=sys.stderr)
-                    if input("edit again? [Y/n] ").strip().lower() == "n":
-                        status = 2
-                        break
+            status = max(status, _edit_preset(p))
     return status
+
+
+def _presets_table(paths: list[Path]) -> str:
+    """NAME, FILE, WHAT: one line each; an invalid preset's line says so and how to see why."""
+    from .engine.config import ConfigError, load_preset
+    from .engine.sanitize import sanitize_text
+    rows = [("NAME", "FILE", "WHAT")]
+    for path in paths:
+        try:
+            what = load_preset(path).description or "-"
+        except ConfigError as e:
+            problems = str(e).count("\n") + 1
+            what = (f"INVALID ({problems} problem{'s' if problems > 1 else ''}: "
+                    f"trainctl presets validate {shlex.quote(str(path))})")
+        rows.append((path.stem, str(path), " ".join(sanitize_text(what).split())))
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}" for r in rows)
+
+
+def _edit_preset(p) -> int:
+    """$EDITOR on the preset, again while it does not validate.  A preset shipped with
+    trainctl is never changed: the user's copy in <config dir>/presets is edited (made from
+    it when missing), and shadows it wherever the name is looked up."""
+    from .engine.config import ConfigError, is_shipped, load_preset, user_config_dir
+    path = Path(p.path)
+    if is_shipped(path):
+        copy = user_config_dir() / "presets" / path.name
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
+            note(f"{path.name} is shipped with trainctl: editing your copy {copy} "
+                 "(it takes the place of the shipped one)")
+        else:
+            note(f"{path.name} is shipped with trainctl: editing your copy {copy}")
+        path = copy
+    editor = _editor_argv()
+    while True:
+        try:
+            subprocess.call([*editor, str(path)])
+        except OSError as e:
+            raise UsageError(f"cannot start the editor {editor[0]!r} ($VISUAL/$EDITOR "
+                             f"= {shlex.join(editor)!r}): {e.strerror or e}") from None
+        try:
+            load_preset(path)
+            print(f"{path}: ok")
+            return 0
+        except ConfigError as e:
+            print(f"trainctl: {e}", file=sys.stderr)
+            if input("edit again? [Y/n] ").strip().lower() == "n":
+                return 2
 
 
 def _editor_argv() -> list[str]:
