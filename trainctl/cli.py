@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .engine.commands import CTL_COMMANDS
 from .engine.torchrun import is_torchrun
-from .cli_common import UsageError, note, printer, resolve_alerts, run_name
+from .cli_common import UsageError, note, printer, resolve_alerts, run_name, self_command
 
 if TYPE_CHECKING:
     from .engine.spec import RunSpec
@@ -100,6 +100,7 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .engine.demo import DEMO_EPOCHS
     p = _Parser(prog="trainctl", description="Keep a training run alive.",
                                 epilog=EXIT_CODES_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -113,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(run)
     demo = sub.add_parser("demo", help="a real tiny YOLO training on CPU, in the TUI")
     _run_options(demo)
-    demo.add_argument("--epochs", type=int, default=None)
+    demo.add_argument("--epochs", type=int, default=None, metavar="N",
+                      help=f"how many epochs (default {DEMO_EPOCHS}: a few minutes on 2 CPU cores)")
     att = sub.add_parser("attach", help="open the dashboard on a running agent", **codes)
     att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
     amode = att.add_mutually_exclusive_group()
@@ -501,23 +503,37 @@ def cmd_run(args) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
         return code
     try:
-        _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
+        where = _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
     except UsageError:
         if created and _never_began(run_dir):   # refused before it began: leave no trace
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     _link_latest(run_dir)
     if args.detach:
-        print(f"trainctl: run directory {run_dir}", flush=True)
+        print(f"trainctl: {where}\ntrainctl: run directory {run_dir}", flush=True)
         return 0
-    return _attach_local(run_dir)
+    code = _attach_local(run_dir)
+    if _agent_answers(run_dir):   # said after the dashboard: while it ran the line was hidden,
+        print(f"trainctl: {where}")   # and for a run that has ended it is no longer true
+    return code
+
+
+def _agent_answers(run_dir: Path) -> bool:
+    """Whether the run's agent still answers on its socket."""
+    from .engine.paths import RunFiles
+    return RunFiles(run_dir).sock.exists() and _agent_alive(run_dir)
 
 
 def cmd_demo(args) -> int:
-    from .engine.demo import make_demo_job
+    from .engine.demo import DEMO_EPOCHS, demo_length_text, make_demo_job
     from .engine.paths import cache_dir
+    if args.epochs is not None and args.epochs < 1:
+        raise UsageError(f"--epochs: must be 1 or more (got {args.epochs})")
     root = cache_dir() / "demo"
-    job = make_demo_job(root, **({"epochs": args.epochs} if args.epochs else {}))
+    epochs = args.epochs or DEMO_EPOCHS
+    if not (args.json or args.headless):   # the text lines say it themselves
+        note(demo_length_text(epochs))
+    job = make_demo_job(root, epochs=epochs)
     args.job = str(job)
     args.command_argv = []
     return cmd_run(args)
@@ -533,8 +549,27 @@ def cmd_agent(args) -> int:
         node, files, spec = _slurm_node(files, spec)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
-    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
+    code = _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
                       slurm=getattr(args, "slurm", False), node=node)
+    if code in RUN_ENDED_CODES:
+        _close_own_pane()
+    return code
+
+
+RUN_ENDED_CODES = (0, 1, 130)
+"""The agent's exit codes of a run that ended (FINISHED, FAILED, STOPPED): its journal says
+all; any other (refused, supervision lost) keeps its tmux pane for reading."""
+
+
+def _close_own_pane() -> None:
+    """The agent in tmux (`trainctl run`), its run ended: its pane goes with it, not kept
+    dead (remain-on-exit), so ended runs' sessions do not pile up."""
+    pane = os.environ.get("TMUX_PANE")
+    if not (os.environ.get("TRAINCTL_TMUX_SESSION") and os.environ.get("TMUX") and pane):
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError):   # $TMUX names the server
+        subprocess.run(["tmux", "set-option", "-w", "-t", pane, "remain-on-exit", "off"],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
 
 
 def _slurm_node(files, spec):
@@ -575,9 +610,10 @@ def _agent_alive(run_dir: Path) -> bool:
         s.close()
 
 
-def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = False) -> None:
+def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = False) -> str:
     """Start `trainctl agent RUN_DIR` so it outlives this terminal: in a tmux session named
-    after the job when tmux is there, else as a detached process (and say so)."""
+    after the job when tmux is there, else as a detached process.  Returns where it runs, in
+    words, for the caller to say (an adopting agent's is said here, on stderr)."""
     from .engine.paths import RunFiles
     files = RunFiles(run_dir)
     argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)] + (["--adopt"] if adopt else [])
@@ -590,8 +626,9 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
                                  env={"TRAINCTL_TMUX_SESSION": session})
         except tmux.TmuxError as e:
             raise UsageError(str(e)) from e
-        print(f"trainctl: agent running in tmux session {session} "
-              f"(`{' '.join(server.attach_argv(session))}` shows it)")
+        where = (f"the agent runs in tmux session {session} "
+                 f"(`{' '.join(server.attach_argv(session))}` shows it)")
+
         def gone() -> bool:   # remain-on-exit keeps a dead pane: look at its command
             return not server.session_alive(session)
 
@@ -609,11 +646,10 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=str(run_dir))
         why = "tmux not found" if use_tmux else "--no-tmux"
-        said_where = f"agent running detached ({why}); its output: {files.dir / 'agent.out'}"
+        where = f"the agent runs detached ({why}); its output: {files.dir / 'agent.out'}"
         if adopt:   # attach (--json too): stdout is the caller's, the news goes to stderr
-            note(said_where)
-        else:
-            print(f"trainctl: {said_where}")
+            note(where)
+
         def gone() -> bool:
             return proc.poll() is not None
 
@@ -626,12 +662,12 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
     next_check = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         if files.sock.exists() and _agent_alive(run_dir):
-            return
+            return where
         if time.monotonic() >= next_check:
             next_check += 0.5
             if gone() and not (files.sock.exists() and _agent_alive(run_dir)):
                 if not _never_began(run_dir):
-                    return   # it ran, and ended already (`-- true`): not a failure
+                    return where   # it ran, and ended already (`-- true`): not a failure
                 raise UsageError("the agent ended before it started the run: "
                                  + (said() or "it printed nothing"))
         time.sleep(0.1)
@@ -676,7 +712,8 @@ def _attach_local(run_dir: Path) -> int:
     from .engine.agent_where import client_for
     from .tui.app import run_dashboard
     from .all_runs import RunsSource
-    return run_dashboard(lambda: client_for(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}",
+    return run_dashboard(lambda: client_for(run_dir),
+                         attach_hint=f"{self_command()} attach {shlex.quote(str(run_dir))}",
                          runs=RunsSource(), run_key=("local", str(run_dir)))
 
 
