@@ -826,6 +826,7 @@ def cmd_status(args) -> int:
             status["projection"] = E.to_dict(view.projection)
         if view.progress is not None:
             status["progress"] = E.to_dict(view.progress)
+        status["save_dir"] = view.save_dir
         if view.ranks:
             from .engine.agent.commands import rank_status
             status["ranks"] = rank_status(view.rank_rows(), view.stuck_ranks)
@@ -867,6 +868,8 @@ def cmd_status(args) -> int:
             print(f"        {line}")
     else:
         print("        no projection yet")
+    if status.get("save_dir"):   # Ultralytics' save_dir: the weights, plots and results.csv
+        print(f"results {status['save_dir']}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
     for node in status.get("nodes", ()):

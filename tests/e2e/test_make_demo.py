@@ -72,4 +72,8 @@ def test_make_demo_is_minutes_long_and_a_stop_is_no_make_error(tmux_runs):
     assert "make-exit=0" in end, end
     assert "Error 130" not in end and "***" not in end, end
     assert ". " + str(VENV) + "/bin/activate" in end, end          # how to run trainctl next
+    mine = VENV / "bin" / "trainctl"
+    on_path = shutil.which("trainctl", path=env["PATH"])
+    typed = "trainctl" if on_path and os.path.samefile(on_path, mine) else str(mine)
+    assert f"{typed} attach {run_dir}" in end, end                # a come-back line that works
     assert "EPOCHS=N" in end and "--epochs N" in end, end            # how to change the length
