@@ -47,6 +47,8 @@ def test_make_demo_is_minutes_long_and_a_stop_is_no_make_error(tmux_runs):
     m = wait_until(lambda: BATCH.search(screen(runs)), 180, 0.2, what="the batch counter on screen")
     assert int(m.group(2)) == DEMO_EPOCHS, m.group(0)   # `make demo` gives the default length
     (run_dir,) = runs.run_dirs()
+    # Where Ultralytics writes the results: on the Progress panel's border (the job's runner)
+    wait_until(lambda: "results " in screen(runs), 60, 0.2, what="the results directory on screen")
 
     # Its length, from its own pace: the first batches (after the first few) and the epoch size.
     def pace():
