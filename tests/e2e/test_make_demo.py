@@ -1,8 +1,8 @@
 """Issue 28, item 3: `make demo` as a newcomer runs it, in a terminal (a private tmux server):
 the demo is long enough to try every key (its default length, measured from its first
 batches, not waited for), says how to make it shorter or longer, and stopping it from the
-dashboard (s, y, then q) ends `make` quietly: exit 0, no `Error 130`, and how to put
-`trainctl` on the PATH said at the end.
+dashboard (s, y, then q) ends `make` quietly: exit 0, no `Error 130`, the run said STOPPED
+(not "agent running"), and how to put `trainctl` on the PATH said at the end.
 
 `make` runs the Makefile's own demo target, with this test's virtual environment as VENV
 (`-o` its stamp: nothing is installed)."""
@@ -72,6 +72,8 @@ def test_make_demo_is_minutes_long_and_a_stop_is_no_make_error(tmux_runs):
     end = wait_until(lambda: "make-exit=" in (s := screen(runs, lines=200)) and s, 30, 0.2,
                      what="make to end")
     assert "make-exit=0" in end, end
+    assert "The run is STOPPED" in end, end                      # q on an ended run says so,
+    assert "agent running" not in end and "agent runs in" not in end, end   # not that it runs
     assert "Error 130" not in end and "***" not in end, end
     assert ". " + str(VENV) + "/bin/activate" in end, end          # how to run trainctl next
     mine = VENV / "bin" / "trainctl"
