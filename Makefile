@@ -16,8 +16,15 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+# `make demo EPOCHS=2` for a short one (default: a few minutes, long enough to try every key).
+# The dashboard's own ending is no error: q (exit 0) and q after a run you stopped (130)
+# end `make demo` quietly (a failed demo run, 1, is make's error); trainctl is not put on your PATH (README).
 demo: venv
-	$(VENV)/bin/trainctl demo
+	@$(VENV)/bin/trainctl demo $(if $(EPOCHS),--epochs $(EPOCHS)); code=$$?; \
+	echo; \
+	echo "make demo: trainctl is $(VENV)/bin/trainctl: \`. $(VENV)/bin/activate\` puts it on this shell's PATH"; \
+	echo "make demo: a shorter or longer demo: \`make demo EPOCHS=N\` (\`trainctl demo --epochs N\`)"; \
+	case $$code in 0|130) ;; *) exit $$code ;; esac
 
 test: venv
 	$(VENV)/bin/pytest

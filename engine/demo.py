@@ -16,7 +16,7 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["CLASSES", "DEMO_EPOCHS", "DEMO_TRAIN_IMAGES", "DEMO_VAL_IMAGES", "make_dataset", "make_demo_job"]
+__all__ = ["CLASSES", "DEMO_EPOCHS", "DEMO_EPOCH_S", "demo_length_text", "DEMO_TRAIN_IMAGES", "DEMO_VAL_IMAGES", "make_dataset", "make_demo_job"]
 
 CLASSES = ("red", "blue")
 _COLOURS = ((220, 40, 40), (40, 60, 220))
@@ -24,10 +24,13 @@ _STAMP = "trainctl-dataset.json"
 
 # Sized so that one epoch takes roughly 10-20 s on 2 CPU cores (120 batches of 4 at
 # imgsz 64, about 10 batches/s; preset A adds a few seconds per epoch to spawn its
-# workers): long enough to watch in the TUI, short enough to wait for.
+# workers); DEMO_EPOCHS of them make a demo of a few minutes, long enough to try every key
+# of the dashboard (`trainctl demo --epochs N` for another length).
 DEMO_TRAIN_IMAGES = 480
 DEMO_VAL_IMAGES = 16
-DEMO_EPOCHS = 4
+DEMO_EPOCHS = 18
+DEMO_EPOCH_S = (10, 20)
+"""What one demo epoch takes on 2 CPU cores, about (seconds): what `trainctl demo` says."""
 
 
 def _draw_image(rng, size: int):
@@ -161,6 +164,16 @@ def _write_if_changed(path: Path, text: str) -> None:
     with os.fdopen(fd, "w", encoding="utf-8") as f:
         f.write(text)
     os.replace(tmp, path)
+
+
+def demo_length_text(epochs: int) -> str:
+    """What the demo will take, and how to change it, in one line."""
+    lo, hi = (epochs * s for s in DEMO_EPOCH_S)
+    span = f"{lo // 60}-{-(-hi // 60)} minutes" if hi >= 120 else f"{lo}-{hi} s"
+    enough = ": long enough to try every key" if epochs >= DEMO_EPOCHS else ""
+    return (f"the demo trains {epochs} epoch{'s' if epochs != 1 else ''} (about {span} on 2 CPU "
+            f"cores){enough}; `trainctl demo --epochs N` (`make demo EPOCHS=N`) for a shorter or "
+            "longer one")
 
 
 def make_demo_job(root: Path, epochs: int = DEMO_EPOCHS) -> Path:

@@ -151,6 +151,22 @@ class Info(Event):
     key: str = ""
 
 
+RESULTS_KEY = "runner.results_dir"
+_RESULTS_TEXT = "results in "
+
+
+def results_info(ts: float, path: str) -> Info:
+    """Where the library writes the run's results (Ultralytics' ``save_dir``), as an info."""
+    return Info(ts, _RESULTS_TEXT + path, RESULTS_KEY)
+
+
+def results_path(e: Event) -> str | None:
+    """The results directory an info of :func:`results_info` names, else None."""
+    if isinstance(e, Info) and e.key == RESULTS_KEY and e.text.startswith(_RESULTS_TEXT):
+        return e.text[len(_RESULTS_TEXT):]
+    return None
+
+
 @dataclass(frozen=True)
 class Error(Event):
     """A part of the agent failed (``where``); supervision goes on.  ``traceback``: the

@@ -15,7 +15,7 @@ from .agent.adopt import agent_running
 from .journal import JournalReader, lines_from
 from .paths import runs_dir
 from .spec import RunSpec
-from .supervisor import FINAL_STATES
+from .supervisor import FINAL_STATES, USER_RESTART_REASON
 
 KNOWN = "known-runs"
 MAX_KNOWN = 500
@@ -130,7 +130,7 @@ class JournalFold:
             out["eta"], out["buffer_s"] = ev.eta, ev.buffer_s
         elif isinstance(ev, E.Stall):
             out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
-        elif isinstance(ev, E.Restart):
+        elif isinstance(ev, E.Restart) and ev.reason != USER_RESTART_REASON:   # a key press is none
             out["incident"] = {"ts": ev.ts, "text": f"restart: {ev.reason}"}
         elif isinstance(ev, E.Warning) and ev.severity in ("error", "fatal"):
             out["incident"] = {"ts": ev.ts, "text": f"{ev.id}: {ev.text}"}

@@ -176,6 +176,7 @@ class RunView:
         self.ranks: dict[int, RankRow] = {}   # torchrun: a row per rank (this attempt)
         self.lead_rank: int | None = None     # the lowest rank: its progress drives the chart
         self.stuck_ranks: tuple[int, ...] = ()   # the culprits of this attempt's stall
+        self.save_dir: str | None = None      # where the library writes its results (Ultralytics)
         self.last_seq = -1
         self.events_seen = 0
         self.version = 0            # any change
@@ -333,6 +334,9 @@ class RunView:
                        e.detail, e.ts)
 
     def _on_info(self, e: ev.Info) -> None:
+        if (path := ev.results_path(e)) is not None:   # shown as the run's, not a note
+            self.save_dir = path
+            return
         self.note(e.key or "trainctl.info", "info", e.text, "", e.ts)
 
     _handlers: dict[str, Any] = {
@@ -392,7 +396,7 @@ class RunView:
             "warnings": [asdict(w) for w in self.warnings.values()],
             "stall": event(self.stall), "projection": event(self.projection), "exit": event(self.exit),
             "ranks": [asdict(r) for r in self.rank_rows()], "lead_rank": self.lead_rank,
-            "stuck_ranks": list(self.stuck_ranks),
+            "stuck_ranks": list(self.stuck_ranks), "save_dir": self.save_dir,
             "last_seq": self.last_seq, "events_seen": self.events_seen,
         }
 
@@ -458,6 +462,7 @@ class RunView:
         self.stall = event(d["stall"], ev.Stall)
         self.projection = event(d["projection"], ev.Projection)
         self.exit = event(d["exit"], ev.Exit)
+        self.save_dir = opt(d.get("save_dir"))   # absent in snapshots from before it
         rows = [RankRow(int(r["rank"]), *(None if r[k] is None else (float if k in ("rate", "ts", "x") else int)(r[k])
                                           for k in ("epoch", "epochs", "batch", "batches", "rate", "ts", "x")))
                 for r in d.get("ranks", ())]

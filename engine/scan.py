@@ -352,14 +352,24 @@ def main_explain(path: str, as_json: bool, job: str | None = None) -> int:
                                   "text": e.text}, ensure_ascii=False))
             else:
                 print(format_explained(e))
+    except BrokenPipeError:
+        raise   # the reader of our output left (`| head`): the CLI ends quietly
     except OSError as e:
         print(f"trainctl scan: cannot read log file {path}: {e.strerror or e}", file=sys.stderr)
         return 2
     return 0
 
 
+def fatal_found(report: ScanReport, section: dict[str, Any] | None = None) -> bool:
+    """Whether the log (or the kernel log beside it) has a finding of severity fatal."""
+    kernel = [] if section is None else section.get("timeline") or section.get("kernel") or []
+    return (any(w.severity == "fatal" for w in report.warnings)
+            or any(f.get("severity") == "fatal" for f in kernel))
+
+
 def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
-    """``trainctl scan PATH [--json]``: print the report; 0 when read, 2 when unreadable."""
+    """``trainctl scan PATH [--json]``: print the report; 0 when read, 1 when it has a fatal
+    finding, 2 when unreadable."""
     p = Path(path)
     if not p.is_file():
         what = ("is a directory" if p.is_dir() else
@@ -394,7 +404,7 @@ def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
         print(format_report(report))
         if section is not None:
             print(format_kernel_section(section))
-    return 0
+    return 1 if fatal_found(report, section) else 0
 
 
 # ---------------------------------------------------------------------- kernel logs

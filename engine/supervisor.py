@@ -79,6 +79,10 @@ class OutcomeKind(str, enum.Enum):
     SUSPEND = "suspend"     # a Slurm job's time limit is near: saved, the run goes on in the next job
 
 
+USER_RESTART_REASON = "restart requested by the user"
+"""A restart's reason when the user asked for it (r, f, p, `ctl restart`): no incident."""
+
+
 @dataclass(frozen=True)
 class Outcome:
     """How an attempt ended (``kind``: an OutcomeKind; its value compares equal to the string)."""
@@ -136,7 +140,7 @@ class RecoveryPolicy:
         if outcome.kind == "user_restart":
             # The user's own restart is not charged to the automatic budget.
             self.no_progress_streak = 0
-            return Decision("restart", "restart requested by the user",
+            return Decision("restart", USER_RESTART_REASON,
                             outcome.requested_preset or current, 0.0)
         what = ("stalled" if outcome.kind == "stall"
                 else f"exited with code {outcome.returncode}")

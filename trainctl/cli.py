@@ -19,15 +19,16 @@ from typing import TYPE_CHECKING
 from . import __version__
 from .engine.commands import CTL_COMMANDS
 from .engine.torchrun import is_torchrun
-from .cli_common import UsageError, note, printer, resolve_alerts, run_name
+from .cli_common import UsageError, note, printer, resolve_alerts, run_name, self_command
 
 if TYPE_CHECKING:
     from .engine.spec import RunSpec
 
 COMMANDS = ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "bridge", "agent", "alerts")
-EXIT_CODES_HELP = """exit codes:
+EXIT_CODES = """\
   0    the run finished (or the command did what it was asked)
-  1    the run failed; `ctl`: no agent is running for that run
+  1    the run failed; `ctl`: no agent is running for that run; `scan`: the log has a
+       fatal finding
   2    bad usage or configuration; `ctl`: the agent refused the command; `run --slurm`:
        sbatch refused the job, or slurmctld is unreachable (one line says which)
   3    `attach --json/--headless`: the agent is gone and its journal does not end the run
@@ -35,7 +36,12 @@ EXIT_CODES_HELP = """exit codes:
        ("agent not responding (pid N, stopped)": stopped or wedged)
   5    `run`, `agent`: the agent could not go on supervising (a part of it kept failing;
        the trainer was stopped, the reason is in the journal and <run_dir>/errors/)
-  130  the run was stopped by the user (s, `trainctl ctl RUN_DIR stop`, Ctrl-C)"""
+  130  the run was stopped by the user (s, `trainctl ctl RUN_DIR stop`, Ctrl-C)
+  141  the output's reader went away (`trainctl scan LOG | head`): ended quietly"""
+"""The one table of exit codes: `--help` shows it, README.md holds the same lines (tested)."""
+EXIT_CODES_HELP = "exit codes:\n" + EXIT_CODES
+HIDDEN_COMMANDS = ("bridge", "agent")
+"""Commands trainctl runs itself (over ssh, in tmux): not in `--help`."""
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:
@@ -94,11 +100,13 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    from .engine.demo import DEMO_EPOCHS
     p = _Parser(prog="trainctl", description="Keep a training run alive.",
                                 epilog=EXIT_CODES_HELP,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--version", action="version", version=f"trainctl {__version__}")
-    sub = p.add_subparsers(dest="cmd", parser_class=_Parser)
+    sub = p.add_subparsers(dest="cmd", parser_class=_Parser, title="commands",
+                           metavar="{" + ",".join(c for c in COMMANDS if c not in HIDDEN_COMMANDS) + "}")
     codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
     run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI",
                          **codes)
@@ -106,7 +114,8 @@ def build_parser() -> argparse.ArgumentParser:
     _run_options(run)
     demo = sub.add_parser("demo", help="a real tiny YOLO training on CPU, in the TUI")
     _run_options(demo)
-    demo.add_argument("--epochs", type=int, default=None)
+    demo.add_argument("--epochs", type=int, default=None, metavar="N",
+                      help=f"how many epochs (default {DEMO_EPOCHS}: a few minutes on 2 CPU cores)")
     att = sub.add_parser("attach", help="open the dashboard on a running agent", **codes)
     att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
     amode = att.add_mutually_exclusive_group()
@@ -127,7 +136,8 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("presets", help="list, show, validate or edit presets")
     pr.add_argument("action", choices=("list", "show", "validate", "edit"))
     pr.add_argument("names", nargs="*")
-    sc = sub.add_parser("scan", help="postmortem of a saved training log")
+    sc = sub.add_parser("scan", help="postmortem of a saved training log (exit 1: a fatal finding)",
+                        **codes)
     sc.add_argument("logfile")
     sc.add_argument("--json", action="store_true")
     sc.add_argument("--explain", action="store_true",
@@ -146,9 +156,9 @@ def build_parser() -> argparse.ArgumentParser:
     al.add_argument("action", choices=("test",))
     al.add_argument("refs", nargs="*", metavar="NAME|URL",
                     help="default: every alert in alerts.toml")
-    br = sub.add_parser("bridge", help=argparse.SUPPRESS)
+    br = sub.add_parser("bridge")   # no help=: not listed (HIDDEN_COMMANDS)
     br.add_argument("run_dir")
-    ag = sub.add_parser("agent", help=argparse.SUPPRESS)
+    ag = sub.add_parser("agent")
     ag.add_argument("run_dir")
     ag.add_argument("--json", action="store_true")
     ag.add_argument("--adopt", action="store_true", help="take over a run whose agent died")
@@ -164,19 +174,33 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:i], argv[i + 1:]
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
-    args = build_parser().parse_args(_joined_values(argv))
-    args.command_argv = command
     try:
-        return HANDLERS[args.cmd](args)
+        try:
+            args = build_parser().parse_args(_joined_values(argv))
+        except SystemExit:   # --help, --version, a usage error: its text may meet a closed pipe
+            sys.stdout.flush()
+            raise
+        args.command_argv = command
+        code = HANDLERS[args.cmd](args)
+        sys.stdout.flush()   # a closed pipe is met here, never in the interpreter's exit
+        return code
     except UsageError as e:
         print(f"trainctl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:   # `trainctl scan LOG | head`: the reader left; end quietly
-        with contextlib.suppress(OSError):
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _quiet_stdout()
         return 141   # as a shell reports a command killed by SIGPIPE
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null: what is still buffered for a reader that left goes nowhere
+    (else Python's exit says "Exception ignored ... BrokenPipeError")."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
 
 
 VALUE_OPTIONS = ("--resume-arg",)
@@ -479,23 +503,37 @@ def cmd_run(args) -> int:
             shutil.rmtree(run_dir, ignore_errors=True)
         return code
     try:
-        _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
+        where = _start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
     except UsageError:
         if created and _never_began(run_dir):   # refused before it began: leave no trace
             shutil.rmtree(run_dir, ignore_errors=True)
         raise
     _link_latest(run_dir)
     if args.detach:
-        print(f"trainctl: run directory {run_dir}", flush=True)
+        print(f"trainctl: {where}\ntrainctl: run directory {run_dir}", flush=True)
         return 0
-    return _attach_local(run_dir)
+    code = _attach_local(run_dir)
+    if _agent_answers(run_dir):   # said after the dashboard: while it ran the line was hidden,
+        print(f"trainctl: {where}")   # and for a run that has ended it is no longer true
+    return code
+
+
+def _agent_answers(run_dir: Path) -> bool:
+    """Whether the run's agent still answers on its socket."""
+    from .engine.paths import RunFiles
+    return RunFiles(run_dir).sock.exists() and _agent_alive(run_dir)
 
 
 def cmd_demo(args) -> int:
-    from .engine.demo import make_demo_job
+    from .engine.demo import DEMO_EPOCHS, demo_length_text, make_demo_job
     from .engine.paths import cache_dir
+    if args.epochs is not None and args.epochs < 1:
+        raise UsageError(f"--epochs: must be 1 or more (got {args.epochs})")
     root = cache_dir() / "demo"
-    job = make_demo_job(root, **({"epochs": args.epochs} if args.epochs else {}))
+    epochs = args.epochs or DEMO_EPOCHS
+    if not (args.json or args.headless):   # the text lines say it themselves
+        note(demo_length_text(epochs))
+    job = make_demo_job(root, epochs=epochs)
     args.job = str(job)
     args.command_argv = []
     return cmd_run(args)
@@ -511,8 +549,27 @@ def cmd_agent(args) -> int:
         node, files, spec = _slurm_node(files, spec)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
-    return _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
+    code = _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
                       slurm=getattr(args, "slurm", False), node=node)
+    if code in RUN_ENDED_CODES:
+        _close_own_pane()
+    return code
+
+
+RUN_ENDED_CODES = (0, 1, 130)
+"""The agent's exit codes of a run that ended (FINISHED, FAILED, STOPPED): its journal says
+all; any other (refused, supervision lost) keeps its tmux pane for reading."""
+
+
+def _close_own_pane() -> None:
+    """The agent in tmux (`trainctl run`), its run ended: its pane goes with it, not kept
+    dead (remain-on-exit), so ended runs' sessions do not pile up."""
+    pane = os.environ.get("TMUX_PANE")
+    if not (os.environ.get("TRAINCTL_TMUX_SESSION") and os.environ.get("TMUX") and pane):
+        return
+    with contextlib.suppress(OSError, subprocess.SubprocessError):   # $TMUX names the server
+        subprocess.run(["tmux", "set-option", "-w", "-t", pane, "remain-on-exit", "off"],
+                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
 
 
 def _slurm_node(files, spec):
@@ -553,9 +610,10 @@ def _agent_alive(run_dir: Path) -> bool:
         s.close()
 
 
-def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = False) -> None:
+def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = False) -> str:
     """Start `trainctl agent RUN_DIR` so it outlives this terminal: in a tmux session named
-    after the job when tmux is there, else as a detached process (and say so)."""
+    after the job when tmux is there, else as a detached process.  Returns where it runs, in
+    words, for the caller to say (an adopting agent's is said here, on stderr)."""
     from .engine.paths import RunFiles
     files = RunFiles(run_dir)
     argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)] + (["--adopt"] if adopt else [])
@@ -568,8 +626,9 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
                                  env={"TRAINCTL_TMUX_SESSION": session})
         except tmux.TmuxError as e:
             raise UsageError(str(e)) from e
-        print(f"trainctl: agent running in tmux session {session} "
-              f"(`{' '.join(server.attach_argv(session))}` shows it)")
+        where = (f"the agent runs in tmux session {session} "
+                 f"(`{' '.join(server.attach_argv(session))}` shows it)")
+
         def gone() -> bool:   # remain-on-exit keeps a dead pane: look at its command
             return not server.session_alive(session)
 
@@ -587,11 +646,10 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
                                     stderr=subprocess.STDOUT, start_new_session=True,
                                     cwd=str(run_dir))
         why = "tmux not found" if use_tmux else "--no-tmux"
-        said_where = f"agent running detached ({why}); its output: {files.dir / 'agent.out'}"
+        where = f"the agent runs detached ({why}); its output: {files.dir / 'agent.out'}"
         if adopt:   # attach (--json too): stdout is the caller's, the news goes to stderr
-            note(said_where)
-        else:
-            print(f"trainctl: {said_where}")
+            note(where)
+
         def gone() -> bool:
             return proc.poll() is not None
 
@@ -604,12 +662,12 @@ def _start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fal
     next_check = time.monotonic() + 0.5
     while time.monotonic() < deadline:
         if files.sock.exists() and _agent_alive(run_dir):
-            return
+            return where
         if time.monotonic() >= next_check:
             next_check += 0.5
             if gone() and not (files.sock.exists() and _agent_alive(run_dir)):
                 if not _never_began(run_dir):
-                    return   # it ran, and ended already (`-- true`): not a failure
+                    return where   # it ran, and ended already (`-- true`): not a failure
                 raise UsageError("the agent ended before it started the run: "
                                  + (said() or "it printed nothing"))
         time.sleep(0.1)
@@ -654,7 +712,8 @@ def _attach_local(run_dir: Path) -> int:
     from .engine.agent_where import client_for
     from .tui.app import run_dashboard
     from .all_runs import RunsSource
-    return run_dashboard(lambda: client_for(run_dir), attach_hint=f"trainctl attach {shlex.quote(str(run_dir))}",
+    return run_dashboard(lambda: client_for(run_dir),
+                         attach_hint=f"{self_command()} attach {shlex.quote(str(run_dir))}",
                          runs=RunsSource(), run_key=("local", str(run_dir)))
 
 
@@ -767,6 +826,7 @@ def cmd_status(args) -> int:
             status["projection"] = E.to_dict(view.projection)
         if view.progress is not None:
             status["progress"] = E.to_dict(view.progress)
+        status["save_dir"] = view.save_dir
         if view.ranks:
             from .engine.agent.commands import rank_status
             status["ranks"] = rank_status(view.rank_rows(), view.stuck_ranks)
@@ -808,6 +868,8 @@ def cmd_status(args) -> int:
             print(f"        {line}")
     else:
         print("        no projection yet")
+    if status.get("save_dir"):   # Ultralytics' save_dir: the weights, plots and results.csv
+        print(f"results {status['save_dir']}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
     for node in status.get("nodes", ()):
@@ -938,7 +1000,9 @@ def cmd_alerts(args) -> int:
                                    f"{label} reach you.")
         for r in results:
             ok_all &= bool(r["ok"])
-            print(f"{label}: {r['url']}: " + ("accepted" if r["ok"] else f"NOT accepted: {r['error']}"))
+            # a URL given is its own label (redacted alike): said once
+            who = r["url"] if r["url"] == label else f"{label}: {r['url']}"
+            print(f"{who}: " + ("accepted" if r["ok"] else f"NOT accepted: {r['error']}"))
     return 0 if ok_all else 1
 
 
@@ -950,19 +1014,16 @@ def cmd_scan(args) -> int:
 
 
 def cmd_presets(args) -> int:
+    """list (a table: a broken preset is a row saying so), show, validate (every preset when
+    none is named), edit (a shipped preset: a copy in the user's config directory)."""
     from .engine.config import ConfigError, list_presets, load_preset
     if args.action == "list":
-        for path in list_presets():
-            try:
-                p = load_preset(path)
-                print(f"{p.name:12} {path}  {p.description}")
-            except ConfigError as e:
-                print(f"{path.stem:12} {path}  INVALID: {e}")
+        print(_presets_table(list_presets()))
         return 0
-    if not args.names:
+    if not args.names and args.action != "validate":
         raise UsageError(f"presets {args.action} needs a preset name or path")
     status = 0
-    for ref in args.names:
+    for ref in args.names or [str(p) for p in list_presets()]:
         try:
             p = load_preset(ref)
         except ConfigError as e:
@@ -975,23 +1036,58 @@ def cmd_presets(args) -> int:
         elif args.action == "validate":
             print(f"{p.path}: ok")
         elif args.action == "edit":
-            editor = _editor_argv()
-            while True:
-                try:
-                    subprocess.call([*editor, str(p.path)])
-                except OSError as e:
-                    raise UsageError(f"cannot start the editor {editor[0]!r} ($VISUAL/$EDITOR "
-                                     f"= {shlex.join(editor)!r}): {e.strerror or e}") from None
-                try:
-                    load_preset(p.path)
-                    print(f"{p.path}: ok")
-                    break
-                except ConfigError as e:
-                    print(f"trainctl: {e}", file=sys.stderr)
-                    if input("edit again? [Y/n] ").strip().lower() == "n":
-                        status = 2
-                        break
+            status = max(status, _edit_preset(p))
     return status
+
+
+def _presets_table(paths: list[Path]) -> str:
+    """NAME, FILE, WHAT: one line each; an invalid preset's line says so and how to see why."""
+    from .engine.config import ConfigError, load_preset
+    from .engine.sanitize import sanitize_text
+    rows = [("NAME", "FILE", "WHAT")]
+    for path in paths:
+        try:
+            what = load_preset(path).description or "-"
+        except ConfigError as e:
+            problems = str(e).count("\n") + 1
+            what = (f"INVALID ({problems} problem{'s' if problems > 1 else ''}: "
+                    f"trainctl presets validate {shlex.quote(str(path))})")
+        rows.append((path.stem, str(path), " ".join(sanitize_text(what).split())))
+    widths = [max(len(r[i]) for r in rows) for i in range(2)]
+    return "\n".join(f"{r[0].ljust(widths[0])}  {r[1].ljust(widths[1])}  {r[2]}" for r in rows)
+
+
+def _edit_preset(p) -> int:
+    """$EDITOR on the preset, again while it does not validate.  A preset shipped with
+    trainctl is never changed: the user's copy in <config dir>/presets is edited (made from
+    it when missing), and shadows it wherever the name is looked up."""
+    from .engine.config import ConfigError, is_shipped, load_preset, user_config_dir
+    path = Path(p.path)
+    if is_shipped(path):
+        copy = user_config_dir() / "presets" / path.name
+        if not copy.exists():
+            copy.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, copy)
+            note(f"{path.name} is shipped with trainctl: editing your copy {copy} "
+                 "(it takes the place of the shipped one)")
+        else:
+            note(f"{path.name} is shipped with trainctl: editing your copy {copy}")
+        path = copy
+    editor = _editor_argv()
+    while True:
+        try:
+            subprocess.call([*editor, str(path)])
+        except OSError as e:
+            raise UsageError(f"cannot start the editor {editor[0]!r} ($VISUAL/$EDITOR "
+                             f"= {shlex.join(editor)!r}): {e.strerror or e}") from None
+        try:
+            load_preset(path)
+            print(f"{path}: ok")
+            return 0
+        except ConfigError as e:
+            print(f"trainctl: {e}", file=sys.stderr)
+            if input("edit again? [Y/n] ").strip().lower() == "n":
+                return 2
 
 
 def _editor_argv() -> list[str]:

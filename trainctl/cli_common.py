@@ -3,7 +3,10 @@ name, and the lines printed for a followed run. Neither of them is imported here
 two do not import each other (cli.py hands `--host` runs to remote_cli.py)."""
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import shutil
 import sys
 from pathlib import Path
 
@@ -70,6 +73,22 @@ def printer(as_json: bool):
         if line is not None:
             print(line, flush=True)
     return emit
+
+
+def self_command() -> str:
+    """How to type this trainctl again: `trainctl` when that name on PATH is this one, else
+    its path (`.venv/bin/trainctl` run by `make demo` before the venv is activated)."""
+    argv0 = sys.argv[0] if sys.argv else ""
+    if Path(argv0).name != "trainctl":   # `python -m trainctl`: no script of ours to name
+        return "trainctl"
+    mine = Path(argv0).absolute()
+    found = shutil.which("trainctl")
+    try:
+        if found and os.path.samefile(found, mine):
+            return "trainctl"
+    except OSError:
+        pass
+    return shlex.quote(str(mine))
 
 
 def note(text: str) -> None:

@@ -93,7 +93,7 @@ class TrainctlApp(App[int]):
     def come_back_hint(self) -> str:
         """How to reattach: the hint the CLI gave, else the run directory from hello."""
         target = self.attach_hint or self.dashboard.model.run_dir
-        if target.startswith("trainctl "):
+        if target.split(" ", 1)[0].rstrip("'").endswith("trainctl"):   # `trainctl ...`, `/path/bin/trainctl ...`
             return target          # the CLI gave the whole command
         return f"trainctl attach {target}" if target else "trainctl attach"
 

@@ -30,3 +30,15 @@ def count(n: int | None) -> str:
 
 def percent(x: float | None) -> str:
     return "—" if x is None else f"{x:.0f}%"
+
+
+def path(p: str | None, width: int = 60) -> str:
+    """A path for a border: ``~`` for the home directory, the start cut (``…/runs/detect/train``)
+    past ``width`` characters."""
+    if not p:
+        return ""
+    import os
+    home = os.path.expanduser("~").rstrip("/")
+    if home and (p == home or p.startswith(home + "/")):
+        p = "~" + p[len(home):]
+    return p if len(p) <= width else "…" + p[-(width - 1):]

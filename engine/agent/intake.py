@@ -50,6 +50,7 @@ class Intake:
         self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}   # torchrun: a feed per rank file
         self.rank_progress: dict[int, E.Progress] = {}   # torchrun: each rank's last batch
         self.stuck_ranks: tuple[int, ...] = ()           # the culprits of this attempt's stall
+        self.save_dir: str | None = None   # where the library writes results (kept across attempts)
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -165,6 +166,8 @@ class Intake:
                 self.fatal_stop = f"bad configuration: {ev.text}"   # a restart cannot fix it
             if isinstance(ev, E.Info) and ev.key == SAVE_ON_REQUEST_KEY:
                 self.save_on_request = True
+            if (path := E.results_path(ev)) is not None:
+                self.save_dir = path
             if isinstance(ev, E.Info) and (name := attached_integration(ev.key)):
                 self.integration = name
                 self.integration_said = True

@@ -41,13 +41,22 @@ def preset_search_dirs(search_dirs: Sequence[Path] | None = None) -> list[Path]:
     dirs = [Path(d) for d in search_dirs or ()]
     dirs += [Path("presets"), user_config_dir() / "presets"]
     packaged = _packaged_presets_dir()
-    if packaged is not None:
-        dirs.append(packaged)
     unique: list[Path] = []
     for d in dirs:
-        if not any(_same_dir(d, u) for u in unique):
+        # The shipped ones come last, also from inside the checkout (`./presets` there is
+        # them): the user's copies (`trainctl presets edit`) shadow them.
+        if not any(_same_dir(d, u) for u in unique) and not (packaged and _same_dir(d, packaged)):
             unique.append(d)
+    if packaged is not None:
+        unique.append(packaged)
     return unique
+
+
+def is_shipped(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a preset shipped with trainctl (in its package: inside the
+    checkout for an editable install), which `presets edit` never changes."""
+    packaged = _packaged_presets_dir()
+    return packaged is not None and _same_dir(Path(path).parent, packaged)
 
 
 def _same_dir(a: Path, b: Path) -> bool:

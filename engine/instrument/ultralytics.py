@@ -15,6 +15,7 @@ built-in runner (engine/runners/ultralytics.py) gives a job file, through the sa
 from __future__ import annotations
 
 import functools
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -99,6 +100,7 @@ class TrainPlan:
         """The call's keywords under trainctl (``trainer`` included), or None: nothing to train."""
         s = self.session
         kwargs = self.arguments(kwargs)
+        place_results(model, kwargs, s.run_dir)
         keep_spawned_workers_out_of_main(s)
         install_loader(s.preset)   # idempotent: one subclass over Ultralytics' own loader
         if not self.resume(kwargs):
@@ -107,3 +109,48 @@ class TrainPlan:
                         trainer=trainer)
         kwargs.setdefault("trainer", trainer)
         return kwargs
+
+
+def place_results(model: Any, kwargs: dict[str, Any], run_dir: Path | None,
+                  cwd: Path | None = None) -> None:
+    """Where a script's results go when it names no absolute ``project``.  Ultralytics puts
+    them under its settings' ``runs_dir``, which it takes from the git checkout above its own
+    package: with a venv inside trainctl's checkout (`make demo`), that checkout.  When
+    ``runs_dir`` is inside such a checkout (trainctl's, or the one Ultralytics is installed
+    in), the project becomes ``<cwd>/runs/<task>[/<project>]``: the trainer's working
+    directory, where trainctl was started (what Ultralytics does outside a git checkout), or
+    the run directory when that is inside trainctl's checkout too.  A ``runs_dir`` the user
+    chose elsewhere (``yolo settings runs_dir=...``) is kept."""
+    project = kwargs.get("project")
+    if project and Path(str(project)).expanduser().is_absolute():
+        return
+    try:
+        from ultralytics.utils import SETTINGS
+        runs_dir = Path(SETTINGS["runs_dir"]).expanduser().resolve()
+    except Exception:   # noqa: BLE001 - no settings to read: choose ourselves
+        runs_dir = None
+    checkouts = code_checkouts()
+    if runs_dir is not None and not any(_within(runs_dir, c) for c in checkouts):
+        return
+    where = (cwd or Path.cwd()).resolve()
+    if run_dir is not None and checkouts and _within(where, checkouts[0]):
+        where = Path(run_dir)
+    base = where / "runs" / str(getattr(model, "task", None) or "detect")
+    kwargs["project"] = str(base / str(project)) if project else str(base)
+
+
+def _within(path: Path, tree: Path) -> bool:
+    return path == tree or tree in path.parents
+
+
+def code_checkouts() -> list[Path]:
+    """The git checkouts that hold trainctl's code (first) and Ultralytics' package, if any."""
+    out = []
+    for module_file in (__file__, sys.modules["ultralytics"].__file__ if "ultralytics" in sys.modules
+                        else None):
+        if module_file:
+            here = Path(module_file).resolve().parent   # through the run's folder of links
+            root = next((d for d in here.parents if (d / ".git").exists()), None)
+            if root is not None and root not in out:
+                out.append(root)
+    return out

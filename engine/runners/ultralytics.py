@@ -356,6 +356,8 @@ class Reporter:
         if self.workers is not None:
             trainer.args.workers = self.workers
         self.apply_threads()
+        if getattr(trainer, "save_dir", None):   # where the results go: the dashboard, `status`
+            self.sink.emit(E.results_info(self.clock(), str(trainer.save_dir)))
 
     def on_pretrain_routine_end(self, trainer: Any) -> None:
         self.apply_threads()

@@ -344,3 +344,15 @@ def _kill_trainctl_runs():
 @pytest.fixture
 def python() -> str:
     return PYTHON
+
+
+@pytest.fixture
+def tmux_runs(tmp_path):
+    """Runs whose agents live in a private tmux server, and a second one for a terminal
+    (tests/helpers/tmux_runs.py); nothing of them is left after the test."""
+    from tests.helpers.tmux_runs import TmuxRuns
+    r = TmuxRuns(tmp_path)
+    try:
+        yield r
+    finally:
+        r.kill()

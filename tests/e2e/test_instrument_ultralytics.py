@@ -6,6 +6,7 @@ under B with 0 workers, resumed from that checkpoint.  A plain PyTorch script ru
 way is left as it is: the same output, byte for byte, and no trainctl module in it."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -16,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.conftest import run_trainctl, start_trainctl
+from tests.e2e.conftest import ROOT, run_trainctl, start_trainctl
 from tests.e2e.test_recovery_ultralytics import of, spawn_workers
 from tests.helpers.hangs import SCRIPTS, wait_until
 from trainctl.engine.demo import make_dataset
@@ -52,9 +53,11 @@ def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_worke
     pytest.importorskip("ultralytics")
     data = make_dataset(cache_dir() / "instrument-e2e", n_train=80, n_val=4)   # 20 batches an epoch
     script = SCRIPTS / "plain_yolo.py"
+    # No project in the script, started from inside trainctl's checkout (cwd ROOT), whose venv
+    # Ultralytics takes its runs_dir from: the results go to the run directory (issue 28).
     tc = start_trainctl(["run", "--json", "--preset", "A", "--fallback", "B", "--stall-timeout", "10",
                          "--run-dir", str(tmp_path / "run"), "--",
-                         sys.executable, str(script), str(data), str(EPOCHS), str(tmp_path / "runs")])
+                         sys.executable, str(script), str(data), str(EPOCHS), "-"], cwd=ROOT)
     try:
         pid = tc.wait_event("start", 30).pid
         workers = stop_workers_in_epoch_2(tmp_path / "run", pid)
@@ -90,6 +93,16 @@ def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_worke
     assert [c.epoch for c in of(events, "checkpoint") if c.ok and c.kind == "epoch"][-1] == EPOCHS
     assert (res.run_dir / "checkpoints" / GOOD_NAME).is_file()
     assert "script: training returned" in (res.run_dir / "train.log").read_text()
+    # Where the results went (Ultralytics' save_dir): said each attempt, the same place, never
+    # inside trainctl's checkout; `status` shows it.
+    save_dir = str(res.run_dir.resolve() / "runs" / "detect" / "plain")
+    assert [e.text for e in of(events, "info") if e.key == "runner.results_dir"] == \
+        [f"results in {save_dir}"] * 2
+    assert (Path(save_dir) / "weights" / "last.pt").is_file()
+    assert not Path(save_dir).resolve().is_relative_to(ROOT)
+    status = run_trainctl(["status", "--json", str(res.run_dir)], 30)
+    assert json.loads(status.stdout)["save_dir"] == save_dir, status.describe()
+    assert f"results {save_dir}" in run_trainctl(["status", str(res.run_dir)], 30).stdout
 
 
 @pytest.mark.timeout(120)

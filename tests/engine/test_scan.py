@@ -125,6 +125,18 @@ def test_main_scan(tmp_path, capsys):
     assert "is a directory" in capsys.readouterr().err
 
 
+def test_scan_exits_1_on_a_fatal_finding_and_0_without(tmp_path, capsys):
+    """Issue 28: a log with a fatal finding is not a clean scan (scripts test the exit code)."""
+    log = tmp_path / "train.log"
+    log.write_text("epoch 1/2 batch 1/10 loss=0.5\n")
+    assert main_scan(str(log), as_json=False) == 0
+    log.write_text("epoch 1/2 batch 1/10 loss=0.5\n"
+                   "RuntimeError: CUDA error: an illegal memory access was encountered\n")
+    for as_json in (False, True):
+        assert main_scan(str(log), as_json) == 1
+    assert "fatal" in capsys.readouterr().out
+
+
 def test_scan_output_carries_no_escape_sequence(tmp_path, capsys):
     """Issue 14: malformed sequences, ESC c, ESC ( 0, C1 and SO/SI passed into scan's output."""
     import re
@@ -194,7 +206,7 @@ def test_kernel_log_is_interleaved_with_a_timed_trainer_log(tmp_path):
     log = ("2025-02-25 19:15:10 INFO epoch 1 step 10 loss 0.5\n"
            "2025-02-25 19:15:18 ERROR RuntimeError: CUDA error: an illegal memory access was encountered\n")
     rc, section, text = _scan_kernel(tmp_path, log, KERNEL_T)
-    assert rc == 0 and section["interleaved"] is True
+    assert rc == 1 and section["interleaved"] is True   # the illegal memory access is fatal
     order = [(f["source"], f["id"]) for f in section["timeline"]]
     assert order[0] == ("kernel", "kernel.amdgpu.vm_page_fault"), order   # 19:15:16 before 19:15:18
     assert order[1][0] == "trainer"

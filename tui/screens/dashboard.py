@@ -32,6 +32,7 @@ from trainctl.engine.runview import RANGES
 from trainctl.engine.sanitize import sanitize
 from trainctl.engine.supervisor import FINAL_STATES
 
+from trainctl.tui import fmt
 from trainctl.tui.background import in_background
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
 from trainctl.tui.model import RunModel
@@ -332,6 +333,10 @@ class DashboardScreen(Screen[None]):
         self.run_state = model.state
         self._push_header()
         self._push_clock()
+        # where Ultralytics writes the results (save_dir): on the progress panel's lower border
+        panel = self.query_one(ProgressPanel)
+        panel.border_subtitle = escape(f"results {fmt.path(model.save_dir, max(12, panel.size.width - 14))}"
+                                       ) if model.save_dir else ""
         tick = model.tick
         stall = model.stall
         ended = model.state if model.state in FINAL_STATES else None
