@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..held import FileTail, HeldTrainer, HolderLost, read_status
 from ..holder import status_path
+from ..paths import write_private
 from ..torchrun import Layout, layout, rank_files
 from .spawner import TreeOps, split_lines
 
@@ -219,9 +220,7 @@ def read_offsets(run_dir: Path) -> dict:
 def save_offsets(run_dir: Path, offsets: dict) -> None:
     """Where a new agent reads on (atomically; a full disk keeps the last ones)."""
     path = Path(run_dir) / OFFSETS_FILE
-    tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(offsets))
-        tmp.replace(path)
+        write_private(path, json.dumps(offsets))
     except OSError:
         pass
