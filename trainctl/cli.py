@@ -166,9 +166,10 @@ def main(argv: list[str] | None = None) -> int:
         argv = ["run", *argv]
     args = build_parser().parse_args(_joined_values(argv))
     args.command_argv = command
+    from .engine.paths import UnsafePathError
     try:
         return HANDLERS[args.cmd](args)
-    except UsageError as e:
+    except (UsageError, UnsafePathError) as e:   # a file not the user's, met anywhere: one line
         print(f"trainctl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
