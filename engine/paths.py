@@ -182,6 +182,10 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
 MAX_LINK_HOPS = 40
 
 
+def _absolute(path: Path) -> Path:
+    return path if path.is_absolute() else Path.cwd() / path
+
+
 def _trusted_uid(uid: int) -> bool:
     """Files and directories trainctl acts on are the user's own, or root's."""
     return uid == os.geteuid() or uid == 0
@@ -194,7 +198,7 @@ def _walk(path: Path, create: bool) -> Path:
     ours in it).  The last component is not checked (the caller does, its own way).  With
     ``create``: missing directories above it are made, 0700.  The real path of the parent
     is returned.  :class:`UnsafePathError` says which directory or link is not trusted."""
-    path = Path(os.path.abspath(path))
+    path = _absolute(Path(path))   # not normalised: '..' after a link is the kernel's
     todo = list(path.parts[1:-1])
     cur, hops = Path("/"), 0
     _check_parent_dir(cur, os.lstat(cur))
@@ -263,7 +267,7 @@ def trusted_run_dir(path: Path | str) -> Path:
     snapshot; reach or stop its agent): it and every directory above it are the user's or
     root's and not writable by others.  Returns its real path; :class:`UnsafePathError`
     (one line: which directory, and why) otherwise."""
-    path = Path(os.path.abspath(Path(path).expanduser()))
+    path = _absolute(Path(path).expanduser())
     parent = check_trusted_parents(path)
     real = parent / path.name
     for _ in range(MAX_LINK_HOPS):   # the run directory itself may be a link of ours (latest)
@@ -276,7 +280,7 @@ def trusted_run_dir(path: Path | str) -> Path:
         if not _trusted_uid(st.st_uid):
             raise UnsafePathError(f"{real}: a symbolic link of uid {st.st_uid} (not you nor "
                                   "root); trainctl does not follow another user's link")
-        real = Path(os.path.abspath(real.parent / os.readlink(real)))
+        real = real.parent / os.readlink(real)
         real = check_trusted_parents(real) / real.name
     _check_own_dir(real)
     return real

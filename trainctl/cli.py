@@ -377,7 +377,7 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
     (a truncated one is never chosen).  One of a format that cannot be checked is used,
     saying so."""
     from .engine.journal import read_events
-    from .engine.paths import RunFiles
+    from .engine.paths import RunFiles, UnsafePathError, trusted_run_dir
     from .engine.runners.checkpoint import inspect_checkpoint, pick_resume_checkpoint
     from .engine.runners.verify import checkpoint_dir_kinds, first_loadable, verify_path
     from .engine.spec import RunSpec
@@ -394,6 +394,10 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
 
     files = RunFiles(path)
     if path.is_dir() and files.events.exists():
+        try:   # its journal names the checkpoint to resume from: only a run of the user's
+            trusted_run_dir(path)
+        except UnsafePathError as e:
+            raise UsageError(f"--resume-from {ref}: {e}") from None
         candidates = [ev.path for ev in read_events(files.events)
                       if ev.type == "checkpoint" and ev.ok and ev.path]
         if kind == "ultralytics":
@@ -872,9 +876,14 @@ def cmd_bridge(args) -> int:
     """Relay stdin/stdout to the agent's socket (what `ssh HOST trainctl bridge DIR` runs).
     The agent's hello must come within HELLO_TIMEOUT_S: else the bridge answers the client
     with a failed hello (``"ok": false``, ``"error": "agent not responding (pid N, stopped)
-    ..."``) and exits 4."""
+    ..."``) and exits 4.  A run directory not the user's own: one line, exit 2, no relay."""
     from .engine.client import HELLO_TIMEOUT_S, UnixTransport
-    from .engine.paths import RunFiles
+    from .engine.paths import RunFiles, UnsafePathError, trusted_run_dir
+    try:
+        trusted_run_dir(args.run_dir)
+    except UnsafePathError as e:
+        print(f"trainctl bridge: {e}; not relaying", file=sys.stderr)
+        return 2
     sock = RunFiles(args.run_dir).sock
 
     def not_responding(what: str) -> int:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from ..held import FileTail, HeldTrainer, HolderLost, read_status
 from ..holder import status_path
-from ..paths import write_private
+from ..paths import read_private, write_private
 from ..torchrun import Layout, layout, rank_files
 from .spawner import TreeOps, split_lines
 
@@ -211,7 +211,7 @@ def _layout_from(saved) -> Layout | None:
 
 def read_offsets(run_dir: Path) -> dict:
     try:
-        data = json.loads((Path(run_dir) / OFFSETS_FILE).read_text())
+        data = json.loads(read_private(Path(run_dir) / OFFSETS_FILE))   # the user's own file
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

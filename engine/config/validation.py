@@ -109,7 +109,7 @@ class Problems:
 
     def add(self, section: str | None, key: str | None, message: str) -> None:
         line = _find_line(self.text, section, key)
-        section, key = (_CONTROL.sub(lambda m: repr(m.group())[1:-1], x) if x else x
+        section, key = (_UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], x) if x else x
                         for x in (section, key))   # a message never carries a control character
         self.items.append(ConfigError(self.file, _label(section, key), message, line))
 
@@ -123,8 +123,8 @@ class Problems:
 
     def controls(self, data: Any, sec: str | None = None, key: str | None = None) -> None:
         """Record every string (a key or a value, at any depth) holding NUL or another
-        control character: an environment or argv cannot carry a NUL, and a terminal obeys
-        escapes.  A tab, and a newline in ``description``, are fine."""
+        control character (:data:`_CONTROL`): an environment or argv cannot carry a NUL, and
+        a terminal obeys escapes."""
         if isinstance(data, Mapping):
             for k, v in data.items():
                 here_sec, here_key = (k, None) if sec is None and isinstance(v, Mapping) else \
@@ -138,7 +138,7 @@ class Problems:
             for i, v in enumerate(data):
                 self.controls(v, sec, f"{key}[{i}]" if key else f"[{i}]")
         elif isinstance(data, str):
-            bad = _control_char(data, newline_ok=key == "description")
+            bad = _control_char(data)
             if bad:
                 self.add(sec, key, f"holds a control character ({bad}): not allowed in a value")
 
@@ -212,15 +212,16 @@ class Problems:
                 self.add(sec, name, f"unknown key; allowed keys: {allowed}{hint}")
 
 
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f\u2028\u2029]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters (NUL, ESC, CR, C1...): a tab and a newline are text (a multi-line
+description or environment value is passed on literally)."""
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")   # escaped in a message
 
 
-def _control_char(text: str, newline_ok: bool = False) -> str | None:
-    """The first control character of ``text`` as U+XXXX (a tab is fine), or None."""
-    for m in _CONTROL.finditer(text):
-        if not (newline_ok and m.group() == "\n"):
-            return f"U+{ord(m.group()):04X}"
-    return None
+def _control_char(text: str) -> str | None:
+    """The first control character of ``text`` as U+XXXX, or None."""
+    m = _CONTROL.search(text)
+    return f"U+{ord(m.group()):04X}" if m else None
 
 
 def parse_toml(text: str, file: str) -> dict[str, Any]:

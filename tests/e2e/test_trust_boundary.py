@@ -70,14 +70,16 @@ def planted_run(where: Path, marker: Path) -> Path:
 
 
 def test_another_users_run_directory_is_never_followed(env, tmp_path):
-    """status, attach and ctl stop on a directory another user owns: one line, exit 2, no
-    ssh run (let alone the command agent.json names), no scancel of the job id slurm.json
-    names; ls lists it as unreadable beside the user's own runs."""
+    """status, attach, ctl stop, bridge and --resume-from on a directory another user owns:
+    one line, exit 2, no ssh run (let alone the command agent.json names), no scancel of the
+    job id slurm.json names; ls lists it as unreadable beside the user's own runs."""
     uid = other_uid()
     theirs = tmp_path / "theirs"
     run = planted_run(theirs, tmp_path / "PWNED")
     give(theirs, uid)
-    for args in (["status", str(run)], ["attach", "--json", str(run)], ["ctl", str(run), "stop"]):
+    for args in (["status", str(run)], ["attach", "--json", str(run)], ["ctl", str(run), "stop"],
+                 ["bridge", str(run)],   # what ssh runs on a node: no relay to their socket
+                 ["run", "--json", "--resume-from", str(run), "--resume-arg=--r", "--", "true"]):
         r = run_trainctl(args, timeout=60, env=env)
         one_line_refusal(r, f"owned by uid {uid}")
     assert calls(tmp_path) == "" and not (tmp_path / "PWNED").exists()

@@ -129,8 +129,9 @@ def test_a_saved_spec_loads_back_and_a_bad_file_is_a_spec_error(tmp_path):
 def test_control_characters_anywhere_in_a_preset_are_refused_by_name():
     problems = [p.describe() for p in preset_problems(
         'description = "two\\nlines are fine"\nargs = ["--a\\u001b[31m"]\n'
-        '[env]\nFOO = "a\\u0000b"\nTAB = "a\\tb"\n', "p.toml")]
+        '[env]\nFOO = "a\\u0000b"\nTAB = "a\\tb"\nPEM = "line1\\nline2"\nCR = "a\\rb"\n', "p.toml")]
     assert sorted(problems) == [
+        "p.toml: [env] CR: holds a control character (U+000D): not allowed in a value",
         "p.toml: [env] FOO: holds a control character (U+0000): not allowed in a value",
         "p.toml: args[0]: holds a control character (U+001B): not allowed in a value"]
 
