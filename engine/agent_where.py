@@ -1,12 +1,17 @@
 """Where a run's agent runs, and how a client reaches it from here.
 
 The agent records in agent.json where it runs (``where_i_run``): its Slurm node name, its
-hostname, the kernel's boot id (what says "this machine": a Unix socket can be connected
-from the same kernel only), and the command of its own trainctl.  A client (attach, status,
+hostname and the kernel's boot id (what says "this machine": a Unix socket can be connected
+from the same kernel only).  A client (attach, status,
 ctl, `run --slurm`'s follow, the dashboard: all through ``client_for``) connects to the run
 directory's agent.sock when the agent is on this machine, and goes over ssh to the agent's
 node (``ssh NODE trainctl bridge RUN_DIR``, the transport of `--host` runs) when it runs on
 another one: the run directory is on shared storage, its socket is not reachable from here.
+
+Nothing read from a run directory is ever run: the trainctl that ssh starts on the node is
+this installation's own (``TRAINCTL_REMOTE_TRAINCTL``, the user's setting, else this very
+Python's ``-m trainctl``: a cluster's nodes share its software), and a run directory is
+used only when it and the directories above it are the user's (:func:`trusted_run_dir`).
 
 ``TRAINCTL_NODE_SSH``: ``auto`` (the default: ssh when the agent's machine is not this one),
 ``always`` (ssh whenever the agent has a node name: a cluster whose nodes share this kernel's
@@ -23,7 +28,7 @@ import sys
 from pathlib import Path
 
 from .client import AgentClient, AgentUnavailable, UnixTransport
-from .paths import RunFiles
+from .paths import RunFiles, UnsafePathError, read_private, trusted_run_dir
 
 BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 MODES = ("auto", "always", "never")
@@ -33,6 +38,13 @@ class AgentUnreachable(AgentUnavailable):
     """The agent runs on another node and ssh cannot reach it; ``str()`` is one line."""
 
     exit_code = 4
+
+
+class UntrustedRun(AgentUnavailable):
+    """The run directory (or a directory above it) is not the user's own: nothing in it is
+    read or acted on; ``str()`` says which and why."""
+
+    exit_code = 2
 
 
 def boot_id() -> str:
@@ -46,7 +58,15 @@ def where_i_run() -> dict:
     """What an agent writes in agent.json about its machine."""
     return {"node": os.environ.get("SLURMD_NODENAME", ""),
             "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "hostname": socket.gethostname(),
-            "boot_id": boot_id(), "trainctl": [sys.executable, "-m", "trainctl"]}
+            "boot_id": boot_id()}
+
+
+def own_trainctl() -> tuple[str, ...]:
+    """The trainctl command ssh runs on an agent's node: the user's setting
+    (``TRAINCTL_REMOTE_TRAINCTL``), else this installation's; never one read from a run
+    directory (another user may have written it)."""
+    setting = os.environ.get("TRAINCTL_REMOTE_TRAINCTL", "").strip()
+    return (setting,) if setting else (sys.executable, "-m", "trainctl")
 
 
 def ssh_destination(agent: dict, here: dict, mode: str = "auto") -> str | None:
@@ -72,8 +92,9 @@ def mode() -> str:
 
 
 def agent_info(run_dir: Path | str) -> dict:
+    """The run's agent.json ({} when it cannot be read, or is not the user's own file)."""
     try:
-        info = json.loads(RunFiles(run_dir).info.read_text())
+        info = json.loads(read_private(RunFiles(run_dir).info))
         return info if isinstance(info, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -83,12 +104,12 @@ class NodeTransport:
     """``ssh NODE trainctl bridge RUN_DIR`` (SshTransport), whose failures to reach the node
     are AgentUnreachable (one line), a ConnectionError as a missing socket is."""
 
-    def __init__(self, node: str, run_dir: Path, trainctl: list[str], job: str = "") -> None:
+    def __init__(self, node: str, run_dir: Path, job: str = "") -> None:
         from .remote import SshHost, SshTransport
         config = os.environ.get("TRAINCTL_SSH_CONFIG")
         try:
             host = SshHost(node, ssh_config=Path(config) if config else None,
-                           remote_trainctl=tuple(trainctl) or ("trainctl",))
+                           remote_trainctl=own_trainctl())
         except ValueError as e:
             raise AgentUnreachable(f"the agent's node {node!r}: {e}") from None
         self.node, self.inner = node, SshTransport(host, str(run_dir))
@@ -159,7 +180,12 @@ class _Watched:
 
 def transport_for(run_dir: Path | str):
     """The run's agent socket here, or ssh to its node when it runs on another machine
-    (its socket still there: an agent that ended removed it, and the journal is read here)."""
+    (its socket still there: an agent that ended removed it, and the journal is read here).
+    A run directory that is not the user's own is refused: nothing in it is followed."""
+    try:
+        trusted_run_dir(run_dir)
+    except UnsafePathError as e:
+        return _Refused(UntrustedRun(str(e)))
     files = RunFiles(run_dir)
     info = agent_info(files.dir)
     try:
@@ -168,7 +194,7 @@ def transport_for(run_dir: Path | str):
         return _Refused(e)
     if node is None:
         return UnixTransport(files.sock, journal_fallback=True)
-    return NodeTransport(node, files.dir, list(info.get("trainctl") or []), str(info.get("slurm_job") or ""))
+    return NodeTransport(node, files.dir, str(info.get("slurm_job") or ""))
 
 
 class _Refused:

@@ -15,7 +15,7 @@ import psutil
 from . import events as E
 from .journal import journal_lines, read_events, wire_lines_from
 from .snapshot import Covered, load_view
-from .paths import RunFiles
+from .paths import RunFiles, read_private
 from .runview import ViewSnapshot
 
 
@@ -49,7 +49,7 @@ def agent_process(run_dir: Path | str) -> str:
     is gone", or "no agent.json".  A pid whose process began after the agent wrote
     agent.json is another process that got the number: gone too."""
     try:
-        info = json.loads(RunFiles(run_dir).info.read_text())
+        info = json.loads(read_private(RunFiles(run_dir).info))
         pid = int(info["pid"])
     except (OSError, ValueError, KeyError, TypeError):
         return "no agent.json"

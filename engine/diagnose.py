@@ -452,7 +452,7 @@ def _pyspy_error(text: str, rc: int) -> str:
 def _write(stacks_dir: Path, tag: str, pid: int, dumps: list[_Dump], diagnosis: str, detail: str,
            snapshot: bool = False, ranks: dict[int, int] | None = None) -> Path:
     stacks_dir = Path(stacks_dir)
-    stacks_dir.mkdir(parents=True, exist_ok=True)
+    stacks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)   # in the run directory: private
     kind = "snapshot" if snapshot else "stall"
     name = f"{kind}-{tag}-{pid}.txt" if tag else f"{kind}-{pid}.txt"
     path = stacks_dir / re.sub(r"[^A-Za-z0-9._-]", "_", name)

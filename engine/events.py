@@ -252,6 +252,79 @@ def from_dict(d: dict[str, Any]) -> Event:
     return cls(**kw)
 
 
+class EventError(ValueError):
+    """An event that does not fit its schema; ``str()`` names the type and field."""
+
+
+def _is_num(v: Any) -> bool:
+    return type(v) in (int, float)
+
+
+def _opt(check):
+    return lambda v: v is None or check(v)
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int
+
+
+def _is_str(v: Any) -> bool:
+    return isinstance(v, str)
+
+
+def _tuple_of(check):
+    return lambda v: isinstance(v, tuple) and all(check(x) for x in v)
+
+
+def _is_dict(v: Any) -> bool:
+    return isinstance(v, dict) and all(isinstance(k, str) for k in v)
+
+
+_SCHEMA: dict[str, tuple[Any, str]] = {   # a field's annotation -> (check, what it must be)
+    "float": (_is_num, "a number"),
+    "int": (_is_int, "an integer"),
+    "str": (_is_str, "a string"),
+    "bool": (lambda v: type(v) is bool, "true or false"),
+    "float | None": (_opt(_is_num), "a number or null"),
+    "int | None": (_opt(_is_int), "an integer or null"),
+    "str | None": (_opt(_is_str), "a string or null"),
+    "dict[str, float]": (lambda v: _is_dict(v) and all(_is_num(x) for x in v.values()),
+                         "an object of numbers"),
+    "dict[str, Any] | None": (_opt(_is_dict), "an object or null"),
+    "tuple[str, ...]": (_tuple_of(_is_str), "a list of strings"),
+    "tuple[int, ...]": (_tuple_of(_is_int), "a list of integers"),
+    "tuple[dict[str, Any], ...]": (_tuple_of(_is_dict), "a list of objects"),
+}
+
+
+def check(event: Event) -> Event:
+    """``event`` when each of its fields has its schema's type (the table above), else
+    EventError naming the first field that does not: what comes from outside the agent
+    (the trainer's side channel) is checked one event at a time."""
+    for f in dataclasses.fields(event):
+        if f.name == "seq":
+            continue
+        ok, what = _SCHEMA[f.type]
+        value = getattr(event, f.name)
+        if not ok(value):
+            shown = json.dumps(_clean(value), default=str)
+            raise EventError(f"{event.type}.{f.name} must be {what} (got "
+                             f"{shown if len(shown) <= 40 else shown[:37] + '...'})")
+    return event
+
+
+def decode_checked(line: str | bytes) -> Event:
+    """:func:`decode` and :func:`check`: ValueError (EventError among them) for a line that
+    is not one whole, well-typed event."""
+    d = json.loads(line)
+    if not isinstance(d, dict):
+        raise EventError("not a JSON object")
+    try:
+        return check(from_dict(d))
+    except TypeError as e:   # a field missing, or one it does not know how to take
+        raise EventError(f"{d.get('type')}: {e}") from None
+
+
 def encode(event: Event) -> str:
     return json.dumps(to_dict(event), separators=(",", ":"), ensure_ascii=False)
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field
+from typing import Any
 
 NUM = r"[-+]?(?:nan|inf(?:inity)?|\d++(?:\.\d*+)?(?:[eE][-+]?\d++)?|\.\d++(?:[eE][-+]?\d++)?)"
 
@@ -319,9 +320,11 @@ class PatternError(ValueError):
 @dataclass(frozen=True)
 class UserPattern:
     """A job's ``[progress]`` pattern, compiled: named groups epoch/epochs/batch/batches and
-    the loss groups (``losses`` named in the job, or any group named ``loss`` or ``loss_*``)."""
+    the loss groups (``losses`` named in the job, or any group named ``loss`` or ``loss_*``).
+    Compiled by RE2 (:func:`linear_regex`): a match takes time linear in the line, whatever
+    the pattern, so no pattern can freeze the agent's supervision."""
 
-    regex: re.Pattern
+    regex: Any   # an re2 pattern: search() and groupdict() as re's
     losses: tuple[str, ...]
 
     def read(self, line: str) -> Reading | None:
@@ -343,12 +346,36 @@ class UserPattern:
         return Reading("user", losses=losses, **pos)
 
 
+def linear_regex(pattern: str) -> Any:
+    """Compile a user's pattern with RE2 (google-re2): matching in linear time (no
+    backtracking: a pattern such as ``(a+)+$`` costs what any other does).  RE2 has no
+    backreferences nor lookaround; such a pattern is a :class:`PatternError` that says so."""
+    try:
+        import re2
+    except ImportError:   # a dependency of trainctl: only a broken installation lacks it
+        raise PatternError("[progress] patterns need the google-re2 package (pip install "
+                           "google-re2): it matches in linear time") from None
+    options = re2.Options()
+    options.log_errors = False   # the error is ours to say, in one line
+    try:
+        return re2.compile(pattern, options=options)
+    except re2.error as exc:
+        why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) \
+            else str(exc)
+        raise PatternError(f"not a regular expression RE2 takes: {why} (trainctl matches "
+                           "[progress] patterns in linear time: no backreferences, no lookaround)") \
+            from None
+
+
 def compile_user_pattern(pattern: str, losses: tuple[str, ...] | list[str] = ()) -> UserPattern:
     """Compile a ``[progress]`` pattern; :class:`PatternError` says what is wrong."""
     try:
-        rx = re.compile(pattern)
+        re.compile(pattern)   # Python's own message for a pattern that is wrong in any engine
     except re.error as exc:
         raise PatternError(f"not a valid regular expression: {exc}") from None
+    except RecursionError:
+        raise PatternError("not a valid regular expression: nested too deeply") from None
+    rx = linear_regex(pattern)
     groups = tuple(rx.groupindex)
     named_losses = tuple(losses)
     unknown_losses = [n for n in named_losses if n not in groups]

@@ -5,6 +5,7 @@ the queue (their working directory is their run directory).  Each is summed up f
 files: state, job, where, progress, ETA, last incident."""
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from pathlib import Path
@@ -13,11 +14,14 @@ from . import events as E
 from . import slurm
 from .agent.adopt import agent_running
 from .journal import JournalReader, lines_from
-from .paths import runs_dir
+from .paths import make_private_dir, open_private, runs_dir, trusted_run_dir
 from .spec import RunSpec
 from .supervisor import FINAL_STATES, USER_RESTART_REASON
 
 KNOWN = "known-runs"
+UNREADABLE = "UNREADABLE"
+"""The state `ls` shows for a run directory it does not read: not the user's own, or its
+spec.json is not a run spec (the reason says which)."""
 MAX_KNOWN = 500
 
 
@@ -28,10 +32,13 @@ def register_run(run_dir: Path) -> None:
     if "\n" in line:
         return
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        make_private_dir(path.parent)   # others see no job name nor path of ours
         old = [p for p in _read_known(path) if p != line]
         tmp = path.with_name(f".{KNOWN}.{os.getpid()}.tmp")
-        tmp.write_text("\n".join([*old[-(MAX_KNOWN - 1):], line]) + "\n")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
+            f.write("\n".join([*old[-(MAX_KNOWN - 1):], line]) + "\n")
         tmp.replace(path)
     except OSError:
         pass
@@ -149,12 +156,16 @@ def summarize(run_dir: Path, with_slurm: bool = True,
     out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
                  "live": False, "host": "", "started": None, "progress": None, "eta": None,
                  "incident": None, "reason": "", "buffer_s": None}
-    try:
+    try:   # another user's directory, or a spec that is not one: listed, never read further
+        trusted_run_dir(run_dir)
         spec = RunSpec.load(run_dir / "spec.json")
         out.update(job=spec.job_name, host=spec.host,
                    started=(run_dir / "spec.json").stat().st_mtime)   # a queued run's: submitted
-    except (OSError, ValueError, TypeError):
-        pass
+    except FileNotFoundError:
+        pass   # its journal alone says what it is
+    except (OSError, ValueError) as e:
+        return {**out, "state": UNREADABLE, "reason": " ".join(str(e).split()),
+                "incident": {"ts": None, "text": f"unreadable: {' '.join(str(e).split())}"}}
     fold = folds.setdefault(str(run_dir), JournalFold()) if folds is not None else JournalFold()
     out.update(fold.advance(run_dir / "events.jsonl"))
     out["live"] = agent_running(run_dir)
@@ -251,6 +262,7 @@ def row_cells(row: dict) -> tuple[str, ...]:
         if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
             eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
         inc = r.get("incident") or {}
-        incident = (time.strftime("%H:%M ", time.localtime(inc["ts"])) + inc["text"])[:60] if inc else "-"
+        stamp = time.strftime("%H:%M ", time.localtime(inc["ts"])) if inc.get("ts") else ""
+        incident = (stamp + inc["text"])[:60 if stamp else 120] if inc else "-"
         cells = (state, r["job"], where, prog, eta, incident)
     return tuple(sanitize_text(str(c)).replace("\n", " ") for c in cells)

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from .config.slurm import slurm_time_s
+from .paths import read_private, write_private
 
 BATCH_SCRIPT = "slurm-job.sh"
 AGENT_SCRIPT = "slurm-agent.sh"   # a node's agent, kept going (keeper_script)
@@ -279,10 +280,7 @@ def write_batch_script(run_dir: Path, setup: str = "", nodes: int = 1) -> Path:
 
 
 def _write_script(path: Path, text: str) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(text)
-    os.chmod(tmp, 0o700)
-    tmp.replace(path)
+    write_private(path, text, 0o700)
 
 
 def submit(argv: list[str], timeout: float = 60) -> str:
@@ -375,7 +373,7 @@ def cancel(job_id: str) -> None:
 # ------------------------------------------------------------------ slurm.json
 def read_jobs(run_dir: Path) -> list[str]:
     try:
-        data = json.loads((Path(run_dir) / JOBS_FILE).read_text())
+        data = json.loads(read_private(Path(run_dir) / JOBS_FILE))   # the user's own file
         return [str(j) for j in data.get("jobs", [])]
     except (OSError, ValueError, AttributeError):
         return []
@@ -385,10 +383,7 @@ def add_job(run_dir: Path, job_id: str) -> None:
     jobs = read_jobs(run_dir)
     if job_id not in jobs:
         jobs.append(job_id)
-    path = Path(run_dir) / JOBS_FILE
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"jobs": jobs}))
-    tmp.replace(path)
+    write_private(Path(run_dir) / JOBS_FILE, json.dumps({"jobs": jobs}))
 
 
 def current_job(run_dir: Path) -> str | None:
@@ -402,7 +397,7 @@ CANCEL_MARK = "slurm-cancel"
 def mark_cancel(run_dir: Path, job_id: str) -> None:
     """Before trainctl itself scancels a job: its agent then knows the cancel was the user's
     stop through trainctl, not someone else's scancel."""
-    (Path(run_dir) / CANCEL_MARK).write_text(job_id)
+    write_private(Path(run_dir) / CANCEL_MARK, job_id)
 
 
 def cancel_was_ours(run_dir: Path, job_id: str) -> bool:

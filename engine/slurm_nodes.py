@@ -18,12 +18,11 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import slurm
-from .paths import RunFiles, make_private_dir
+from .paths import RunFiles, copy_private, make_private_dir
 from .spec import RunSpec
 
 PORT_ENV = slurm.PORT_ENV
@@ -130,9 +129,9 @@ def prepare_node_dir(lead_dir: Path, rank: int) -> tuple[Path, RunSpec]:
     make_private_dir(files.presets)
     for p in lead.presets.glob("*.toml"):
         if not (files.presets / p.name).exists():
-            shutil.copyfile(p, files.presets / p.name)
+            copy_private(p, files.presets / p.name)
     if lead.job.is_file() and not files.job.exists():
-        shutil.copyfile(lead.job, files.job)
+        copy_private(lead.job, files.job)
     spec.save(files.spec)
     return path, spec
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from .journal import JournalReader, lines_from
+from .paths import open_private
 from .runview import RunView
 
 SNAPSHOT_FORMAT = 1
@@ -99,7 +100,7 @@ def read_snapshot(run_dir: Path | str) -> Covered | None:
     """The run's snapshot when it is whole and covers the journal there now, else None."""
     run_dir = Path(run_dir)
     try:
-        fd = os.open(snapshot_path(run_dir), os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        fd = open_private(snapshot_path(run_dir), os.O_RDONLY)   # the user's, not a link
     except OSError:
         return None
     try:

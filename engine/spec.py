@@ -40,12 +40,66 @@ class RunSpec:
     slurm: dict | None = None                  # the job's [slurm] (`trainctl run --slurm`)
 
     def save(self, path: Path) -> None:
-        tmp = Path(str(path) + ".tmp")
-        tmp.write_text(json.dumps(asdict(self), indent=2))
-        tmp.replace(path)
+        from .paths import write_private
+        write_private(path, json.dumps(asdict(self), indent=2))
 
     @classmethod
     def load(cls, path: Path) -> "RunSpec":
-        data = json.loads(Path(path).read_text())
-        known = set(cls.__dataclass_fields__)
-        return cls(**{k: v for k, v in data.items() if k in known})
+        """Read a run's spec.json: the user's own file (not a link, not writable by others),
+        a JSON object whose fields have their types.  SpecError (a ValueError; one line:
+        which field, what it must be) otherwise; OSError when it cannot be read."""
+        from .paths import read_private
+        return cls.from_dict(_decode(read_private(path), path), path)
+
+    @classmethod
+    def from_dict(cls, data: object, where: object = "spec.json") -> "RunSpec":
+        if not isinstance(data, dict):
+            raise SpecError(f"{where}: not a run spec (a JSON object), got {type(data).__name__}")
+        fields = cls.__dataclass_fields__
+        for k, v in data.items():
+            if k in fields and not _CHECKS[fields[k].type](v):
+                raise SpecError(f"{where}: {k}: must be {_WHAT[fields[k].type]} (got {_short(v)})")
+        missing = [k for k in ("job_name", "kind") if k not in data]
+        if missing:
+            raise SpecError(f"{where}: {', '.join(missing)}: missing")
+        return cls(**{k: v for k, v in data.items() if k in fields})
+
+
+class SpecError(ValueError):
+    """A spec.json that is not a run spec; ``str()`` is one line."""
+
+
+def _decode(text: str, where: object) -> object:
+    try:
+        return json.loads(text)
+    except ValueError as e:
+        raise SpecError(f"{where}: not JSON ({e})") from None
+
+
+def _short(v: object) -> str:
+    text = json.dumps(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def _num(v: object) -> bool:
+    return type(v) in (int, float)
+
+
+def _strs(v: object) -> bool:
+    return isinstance(v, list) and all(isinstance(x, str) for x in v)
+
+
+_CHECKS = {
+    "str": lambda v: isinstance(v, str),
+    "str | None": lambda v: v is None or isinstance(v, str),
+    "list[str]": _strs,
+    "dict[str, float]": lambda v: isinstance(v, dict) and all(_num(x) for x in v.values()),
+    "int": lambda v: type(v) is int,
+    "bool": lambda v: type(v) is bool,
+    "float": _num,
+    "float | None": lambda v: v is None or _num(v),
+    "dict | None": lambda v: v is None or isinstance(v, dict),
+}
+_WHAT = {"str": "a string", "str | None": "a string or null", "list[str]": "a list of strings",
+         "dict[str, float]": "an object of numbers", "int": "an integer", "bool": "true or false",
+         "float": "a number", "float | None": "a number or null", "dict | None": "an object or null"}

@@ -174,6 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         argv, command = argv[:i], argv[i + 1:]
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
+    from .engine.paths import UnsafePathError
     try:
         try:
             args = build_parser().parse_args(_joined_values(argv))
@@ -184,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
         code = HANDLERS[args.cmd](args)
         sys.stdout.flush()   # a closed pipe is met here, never in the interpreter's exit
         return code
-    except UsageError as e:
+    except (UsageError, UnsafePathError) as e:   # a file not the user's, met anywhere: one line
         print(f"trainctl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -226,8 +227,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     """Check the run's inputs, make its directory, write its spec: (run dir, spec, whether
     the directory is new: made here, so ours to remove if the run is refused)."""
     from .engine.config import ConfigError, list_presets, load_job, load_preset, parse_deadline
-    from .engine.paths import (RunFiles, UnsafePathError, check_run_dir, create_run_dir,
-                               make_private_dir, new_run_dir)
+    from .engine.paths import (RunFiles, UnsafePathError, check_run_dir, copy_private,
+                               create_run_dir, make_private_dir, new_run_dir)
     from .engine.spec import RunSpec
 
     try:
@@ -255,6 +256,8 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
                         ("--silence-floor", args.silence_floor)):
         if value is not None and not (0 < value < math.inf):
             raise UsageError(f"{flag}: must be a finite number of seconds > 0 (got {value})")
+    if not (0 <= args.rescue_wait < math.inf):   # 0: no rescue save
+        raise UsageError(f"--rescue-wait: must be a finite number of seconds >= 0 (got {args.rescue_wait})")
     if job is None or job.kind in ("command", "torchrun"):
         _check_command(list(job.command) if job else list(args.command_argv), job_dir,
                        (preset.child_env() if preset else {}).get("PATH"))
@@ -271,60 +274,67 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     running = holder(name)
     if running is not None:   # checked before anything is written; the agent checks again
         raise UsageError(str(JobBusy(name, running)))
+    made: list[Path] = []   # the directory made here for this run: removed if it is refused
     try:
-        if run_dir_ref:
-            # Not resolved: a symlink is refused, never followed to someone's directory.
-            run_dir = Path(os.path.abspath(Path(run_dir_ref).expanduser()))
-            if os.path.lexists(run_dir):   # reused only when it is safe to (never chmodded)
-                check_run_dir(run_dir)
-                if RunFiles(run_dir).sock.exists() and _agent_alive(run_dir):
-                    raise UsageError(f"{run_dir}: an agent is already running there "
-                                     f"(trainctl attach {run_dir})")
+        try:
+            if run_dir_ref:
+                # Not resolved: a symlink is refused, never followed to someone's directory.
+                run_dir = Path(os.path.abspath(Path(run_dir_ref).expanduser()))
+                if os.path.lexists(run_dir):   # reused only when it is safe to (never chmodded)
+                    check_run_dir(run_dir)
+                    if RunFiles(run_dir).sock.exists() and _agent_alive(run_dir):
+                        raise UsageError(f"{run_dir}: an agent is already running there "
+                                         f"(trainctl attach {run_dir})")
+                else:
+                    made.append(create_run_dir(run_dir))
             else:
-                create_run_dir(run_dir)
-        else:
-            run_dir = new_run_dir(name)   # made here: two runs started at once never share one
-        files = RunFiles(run_dir)
-        make_private_dir(files.presets)
-    except UnsafePathError as e:
-        raise UsageError(f"--run-dir: {e}" if run_dir_ref else str(e)) from None
-    # The run keeps its own copy of every preset it may switch to: the editor edits these.
-    for path in list_presets(search):
-        dst = files.presets / path.name
-        if not dst.exists():
-            shutil.copyfile(path, dst)
-    for p in (preset, fallback):
-        if p is not None and p.path is not None:
-            shutil.copyfile(p.path, files.presets / f"{p.name}.toml")
-    stall = dict(job.stall) if job else {}
-    if args.stall_timeout is not None:
-        stall["train_timeout"] = args.stall_timeout
-    if args.startup_idle is not None:
-        stall["startup_idle"] = args.startup_idle
-    if args.silence_floor is not None:
-        stall["silence_floor"] = args.silence_floor
-    if job is not None:
-        shutil.copyfile(job.path, files.job)
-    spec = RunSpec(
-        job_name=name, kind=kind,
-        command=command,
-        job_file=str(job.path.resolve()) if job and job.kind == "ultralytics" else None,
-        preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
-        resume_args=resume_args, resume_from=resume_from,
-        stall=stall, max_restarts=args.max_restarts if args.max_restarts is not None
-        else (job.max_restarts if job else 3),
-        auto_recover=not args.no_auto_recover, deadline=deadline,
-        cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
-        currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
-        rescue_wait_s=max(0.0, args.rescue_wait),
-        progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh,
-        instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
-        checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
-        slurm=(dict(job.slurm or {}) if job else {}) if getattr(args, "slurm", False)
-        or (job is not None and job.slurm is not None) else None)
-    spec.save(files.spec)
-    _write_alerts(args, job, files.dir, name, spec.host)
-    return run_dir, spec, not run_dir_ref
+                run_dir = new_run_dir(name)   # made here: two runs started at once never share one
+                made.append(run_dir)
+            files = RunFiles(run_dir)
+            make_private_dir(files.presets)
+        except UnsafePathError as e:
+            raise UsageError(f"--run-dir: {e}" if run_dir_ref else str(e)) from None
+        # The run keeps its own copy of every preset it may switch to: the editor edits these.
+        for path in list_presets(search):
+            dst = files.presets / path.name
+            if not dst.exists():
+                copy_private(path, dst)
+        for p in (preset, fallback):
+            if p is not None and p.path is not None:
+                copy_private(p.path, files.presets / f"{p.name}.toml")
+        stall = dict(job.stall) if job else {}
+        if args.stall_timeout is not None:
+            stall["train_timeout"] = args.stall_timeout
+        if args.startup_idle is not None:
+            stall["startup_idle"] = args.startup_idle
+        if args.silence_floor is not None:
+            stall["silence_floor"] = args.silence_floor
+        if job is not None:
+            copy_private(job.path, files.job)
+        spec = RunSpec(
+            job_name=name, kind=kind,
+            command=command,
+            job_file=str(job.path.resolve()) if job and job.kind == "ultralytics" else None,
+            preset=preset.name if preset else None, fallback=fallback.name if fallback else None,
+            resume_args=resume_args, resume_from=resume_from,
+            stall=stall, max_restarts=args.max_restarts if args.max_restarts is not None
+            else (job.max_restarts if job else 3),
+            auto_recover=not args.no_auto_recover, deadline=deadline,
+            cost_per_hour=job.cost_per_hour if job else None, budget=job.budget if job else None,
+            currency=job.currency if job else "$", host=os.uname().nodename, cwd=str(job_dir),
+            rescue_wait_s=max(0.0, args.rescue_wait),
+            progress=job.progress if job else None, setup=args.setup or "", remote=args.via_ssh,
+            instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
+            checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
+            slurm=(dict(job.slurm or {}) if job else {}) if getattr(args, "slurm", False)
+            or (job is not None and job.slurm is not None) else None)
+        spec.save(files.spec)
+        _write_alerts(args, job, files.dir, name, spec.host)
+        return run_dir, spec, not run_dir_ref
+    except BaseException:
+        for path in made:   # a refused run leaves nothing behind
+            shutil.rmtree(path, ignore_errors=True)
+        raise
 
 
 def _write_alerts(args, job, run_dir: Path, name: str, host: str) -> None:
@@ -391,7 +401,7 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
     (a truncated one is never chosen).  One of a format that cannot be checked is used,
     saying so."""
     from .engine.journal import read_events
-    from .engine.paths import RunFiles
+    from .engine.paths import RunFiles, UnsafePathError, trusted_run_dir
     from .engine.runners.checkpoint import inspect_checkpoint, pick_resume_checkpoint
     from .engine.runners.verify import checkpoint_dir_kinds, first_loadable, verify_path
     from .engine.spec import RunSpec
@@ -408,6 +418,10 @@ def _resume_from(ref: str, kind: str, resume_args: list[str]) -> str:
 
     files = RunFiles(path)
     if path.is_dir() and files.events.exists():
+        try:   # its journal names the checkpoint to resume from: only a run of the user's
+            trusted_run_dir(path)
+        except UnsafePathError as e:
+            raise UsageError(f"--resume-from {ref}: {e}") from None
         candidates = [ev.path for ev in read_events(files.events)
                       if ev.type == "checkpoint" and ev.ok and ev.path]
         if kind == "ultralytics":
@@ -541,9 +555,13 @@ def cmd_demo(args) -> int:
 
 def cmd_agent(args) -> int:
     from .engine.paths import RunFiles
+    from .engine.paths import UnsafePathError, trusted_run_dir
     from .engine.spec import RunSpec
-    files = RunFiles(args.run_dir)
-    spec = RunSpec.load(files.spec)
+    try:   # the agent runs what spec.json says: only from a directory of the user's own
+        files = RunFiles(trusted_run_dir(args.run_dir))
+        spec = RunSpec.load(files.spec)
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{args.run_dir}: {e}") from None
     node = None
     if getattr(args, "slurm", False):
         node, files, spec = _slurm_node(files, spec)
@@ -695,14 +713,20 @@ def _last_lines(text: str) -> str:
 
 # ---------------------------------------------------------------------- attach / ctl / status
 def _resolve_run_dir(ref: str | None) -> Path:
-    from .engine.paths import latest_link
+    """The run directory a command acts on: it and every directory above it must be the
+    user's (or root's) and not writable by others; else one line says why (UsageError) and
+    nothing in it is read, run or stopped."""
+    from .engine.paths import UnsafePathError, latest_link, trusted_run_dir
     if ref:
         path = Path(ref).expanduser()
     else:
         path = latest_link()
         if not path.exists():
             raise UsageError(f"no run given and no latest run at {path}")
-    path = path.resolve()
+    try:
+        path = trusted_run_dir(path)
+    except UnsafePathError as e:
+        raise UsageError(f"{e}; not acting on it") from None
     if not (path / "events.jsonl").exists() and not (path / "spec.json").exists():
         raise UsageError(f"{path}: not a trainctl run directory (no events.jsonl)")
     return path
@@ -744,8 +768,11 @@ def _adopt_if_orphaned(run_dir: Path) -> None:
     from .engine.spec import RunSpec
     if not needs_adoption(run_dir):
         return
+    try:
+        spec = RunSpec.load(run_dir / "spec.json")
+    except (OSError, ValueError) as e:
+        raise UsageError(f"cannot adopt the run: {e}") from None
     note(f"the agent of {run_dir} is gone while its run goes on: starting a new agent to adopt it")
-    spec = RunSpec.load(run_dir / "spec.json")
     _start_detached_agent(run_dir, spec, use_tmux=False, adopt=True)
 
 
@@ -774,9 +801,12 @@ def cmd_ctl(args) -> int:
         args.command, kw = "switch_preset", {"preset": args.preset}
     if args.command == "auto_recover" and args.on is not None:
         kw["on"] = args.on
-    from .engine.agent_where import AgentUnreachable
+    from .engine.agent_where import AgentUnreachable, UntrustedRun
     try:
         reply = asyncio.run(_one_command(run_dir, args.command, **kw))
+    except UntrustedRun as e:   # never a scancel of a job id read from such a directory
+        print(f"trainctl: {e}", file=sys.stderr)
+        return e.exit_code
     except (AgentNotResponding, AgentUnreachable) as e:
         from .slurm_cli import is_slurm_run, stop_waiting_job
         if isinstance(e, AgentUnreachable) and args.command == "stop" and is_slurm_run(run_dir):
@@ -908,9 +938,14 @@ def cmd_bridge(args) -> int:
     """Relay stdin/stdout to the agent's socket (what `ssh HOST trainctl bridge DIR` runs).
     The agent's hello must come within HELLO_TIMEOUT_S: else the bridge answers the client
     with a failed hello (``"ok": false``, ``"error": "agent not responding (pid N, stopped)
-    ..."``) and exits 4."""
+    ..."``) and exits 4.  A run directory not the user's own: one line, exit 2, no relay."""
     from .engine.client import HELLO_TIMEOUT_S, UnixTransport
-    from .engine.paths import RunFiles
+    from .engine.paths import RunFiles, UnsafePathError, trusted_run_dir
+    try:
+        trusted_run_dir(args.run_dir)
+    except UnsafePathError as e:
+        print(f"trainctl bridge: {e}; not relaying", file=sys.stderr)
+        return 2
     sock = RunFiles(args.run_dir).sock
 
     def not_responding(what: str) -> int:

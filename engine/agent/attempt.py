@@ -368,7 +368,10 @@ class AttemptLoop:
 
     async def read_side(self, trainer: Trainer) -> None:
         async for line in trainer.side_lines():
-            self.intake.on_side_line(line)
+            try:
+                self.intake.on_side_line(line)
+            except Exception as e:   # a bug meeting one line: said, and the next lines read
+                self.report("side_channel", e)
 
     def report_log_loss(self, trainer: Trainer, final: bool = False) -> None:
         """One warning when train.log starts losing lines; the count at the attempt's end."""

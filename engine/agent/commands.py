@@ -1,11 +1,10 @@
 """The agent's command handlers, one per name in the registry (engine/commands.py)."""
 from __future__ import annotations
 
-import os
-
 from .. import events as E
 from ..commands import COMMANDS, CommandError, check_request
 from ..config import ConfigError, load_preset, preset_problems
+from ..paths import write_private
 from ..supervisor import FINAL_STATES, RunState
 from .context import EndRequest, RunContext
 
@@ -117,9 +116,7 @@ class CommandHandlers:
         problems = preset_problems(text, str(path))
         if problems:
             raise ValueError("; ".join(str(p) for p in problems))
-        tmp = path.with_suffix(".toml.tmp")
-        tmp.write_text(text)
-        os.replace(tmp, path)
+        write_private(path, text)
         ctx.projector.expected_rates = ctx.expected_rates()
         ctx.info(f"preset {pname} saved to {path}", "preset_saved")
         return {"name": pname, "path": str(path)}

@@ -12,7 +12,7 @@ from pathlib import Path
 from .. import events as E
 from ..config import ConfigError, load_preset
 from ..journal import Journal
-from ..paths import RunFiles, config_dir
+from ..paths import RunFiles, config_dir, write_private
 from ..projection import Projector, RateHistory
 from ..signatures import Catalog, WarningMatcher
 from ..spec import RunSpec
@@ -141,8 +141,6 @@ class RunContext:
     def save_detector_state(self) -> None:
         path = self.files.dir / "detector.json"
         try:
-            tmp = path.with_suffix(".tmp")
-            tmp.write_text(json.dumps(self.detector.state_dict()))
-            tmp.replace(path)
+            write_private(path, json.dumps(self.detector.state_dict()))
         except (OSError, TypeError, ValueError):
             pass

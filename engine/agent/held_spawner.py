@@ -18,6 +18,7 @@ from pathlib import Path
 
 from ..held import FileTail, HeldTrainer, HolderLost, read_status
 from ..holder import status_path
+from ..paths import read_private, write_private
 from ..torchrun import Layout, layout, rank_files
 from .spawner import TreeOps, split_lines
 
@@ -210,7 +211,7 @@ def _layout_from(saved) -> Layout | None:
 
 def read_offsets(run_dir: Path) -> dict:
     try:
-        data = json.loads((Path(run_dir) / OFFSETS_FILE).read_text())
+        data = json.loads(read_private(Path(run_dir) / OFFSETS_FILE))   # the user's own file
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}
@@ -219,9 +220,7 @@ def read_offsets(run_dir: Path) -> dict:
 def save_offsets(run_dir: Path, offsets: dict) -> None:
     """Where a new agent reads on (atomically; a full disk keeps the last ones)."""
     path = Path(run_dir) / OFFSETS_FILE
-    tmp = path.with_suffix(".tmp")
     try:
-        tmp.write_text(json.dumps(offsets))
-        tmp.replace(path)
+        write_private(path, json.dumps(offsets))
     except OSError:
         pass

@@ -21,6 +21,7 @@ OUTPUT_TAIL = 60   # lines kept to find the trainer's last exception
 NONE_ATTACHED_TEXT = ("no integration attached (the script imported none of ultralytics, "
                       "transformers, lightning, or its integration refused): console parsing")
 NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
+BAD_SIDE_NAMED = 5   # side-channel events refused that are named each; then every 100th
 
 
 class Intake:
@@ -39,6 +40,7 @@ class Intake:
         self.replay_until: tuple[int, int] | None = None   # adopted: progress up to here is known
         self.save_on_request = False  # the trainer declared it (info runner.save_on_request)
         self.checkpoints = 0          # checkpoint events of this attempt (ok or not)
+        self.bad_side_events = 0      # side-channel lines refused (not an event of its schema)
         self.last_checkpoint: E.Checkpoint | None = None
         self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
         self.last_log_flush = 0.0
@@ -140,9 +142,16 @@ class Intake:
 
     # ------------------------------------------------------------------ side channel
     def on_side_line(self, line: bytes) -> None:
+        """One line of the trainer's side channel: an event checked against its schema on
+        its own; one that does not fit is counted and named (the first few, then every
+        hundredth), and the lines after it are read as usual."""
         try:
-            ev = E.decode(line)
-        except (ValueError, TypeError, KeyError):
+            ev = E.decode_checked(line)
+        except ValueError as e:
+            self.bad_side_events += 1
+            n = self.bad_side_events
+            if n <= BAD_SIDE_NAMED or n % 100 == 0:
+                self.ctx.info(f"side channel: event refused ({n} so far): {e}", "side.bad_event")
             return
         now = self.ctx.clock()
         ev = dataclasses.replace(ev, ts=now)   # one time base for detector and journal

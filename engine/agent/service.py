@@ -15,7 +15,7 @@ from pathlib import Path
 from ... import __version__
 from .. import events as E
 from ..joblock import JobBusy, JobLock
-from ..paths import make_private_dir
+from ..paths import make_private_dir, write_private
 from ..process import become_subreaper
 from ..agent_where import where_i_run
 from ..spec import RunSpec
@@ -280,9 +280,7 @@ class Agent:
                 "host": self.spec.host, "started": self.clock(),
                 "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", ""),
                 **where_i_run()}   # node, hostname, boot id: clients elsewhere go over ssh
-        tmp = self.files.info.with_suffix(".tmp")
-        tmp.write_text(json.dumps(info))
-        tmp.replace(self.files.info)
+        write_private(self.files.info, json.dumps(info))
 
     def _start_kernel_log(self):
         if not self.kernel_log:

@@ -155,6 +155,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     kinds = tuple(JOB_TABLES)
     sections = (*(t.section for t in JOB_TABLES.values() if t.section), *_SHARED_SECTIONS)
     p.unknown(None, data, ("name", "kind", "description", *_kind_keys(), *_SHARED_KEYS), sections)
+    p.controls(data)
     tables = {sec: p.table(sec, data[sec]) for sec in sections if sec in data}
     name = _job_name(p, data, path)
 

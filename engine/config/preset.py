@@ -180,6 +180,7 @@ def _string_table(p: Problems, sec: str, table: Mapping[str, Any]) -> dict[str, 
 def _validate_preset(data: Mapping[str, Any], p: Problems, name: str,
                      path: Path | None) -> Preset:
     p.unknown(None, data, _PRESET_KEYS, _PRESET_SECTIONS)
+    p.controls(data)
     tables = {sec: p.table(sec, data[sec]) for sec in _PRESET_SECTIONS if sec in data}
     dataloader = _preset_dataloader(p, tables["dataloader"]) if tables.get("dataloader") else DataLoaderCfg()
     threads = _preset_threads(p, tables["threads"]) if tables.get("threads") else ThreadsCfg()

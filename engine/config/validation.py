@@ -109,6 +109,8 @@ class Problems:
 
     def add(self, section: str | None, key: str | None, message: str) -> None:
         line = _find_line(self.text, section, key)
+        section, key = (_UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], x) if x else x
+                        for x in (section, key))   # a message never carries a control character
         self.items.append(ConfigError(self.file, _label(section, key), message, line))
 
     def sorted(self) -> list[ConfigError]:
@@ -118,6 +120,27 @@ class Problems:
     def raise_if_any(self) -> None:
         if self.items:
             raise ConfigError.joined(self.sorted())
+
+    def controls(self, data: Any, sec: str | None = None, key: str | None = None) -> None:
+        """Record every string (a key or a value, at any depth) holding NUL or another
+        control character (:data:`_CONTROL`): an environment or argv cannot carry a NUL, and
+        a terminal obeys escapes."""
+        if isinstance(data, Mapping):
+            for k, v in data.items():
+                here_sec, here_key = (k, None) if sec is None and isinstance(v, Mapping) else \
+                    (sec, k if key is None else f"{key}.{k}")
+                bad = _control_char(str(k))
+                if bad:
+                    self.add(sec, str(k), f"the name holds a control character ({bad})")
+                    continue
+                self.controls(v, here_sec, here_key)
+        elif isinstance(data, list):
+            for i, v in enumerate(data):
+                self.controls(v, sec, f"{key}[{i}]" if key else f"[{i}]")
+        elif isinstance(data, str):
+            bad = _control_char(data)
+            if bad:
+                self.add(sec, key, f"holds a control character ({bad}): not allowed in a value")
 
     # Checkers: each returns the value, or None after recording a problem.
     def int_(self, sec: str | None, key: str, value: Any, minimum: int) -> int | None:
@@ -187,6 +210,18 @@ class Problems:
                 if sections:
                     allowed += "; sections: " + ", ".join(f"[{s}]" for s in sections)
                 self.add(sec, name, f"unknown key; allowed keys: {allowed}{hint}")
+
+
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
+"""Control characters (NUL, ESC, CR, C1...): a tab and a newline are text (a multi-line
+description or environment value is passed on literally)."""
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")   # escaped in a message
+
+
+def _control_char(text: str) -> str | None:
+    """The first control character of ``text`` as U+XXXX, or None."""
+    m = _CONTROL.search(text)
+    return f"U+{ord(m.group()):04X}" if m else None
 
 
 def parse_toml(text: str, file: str) -> dict[str, Any]:

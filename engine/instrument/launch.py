@@ -81,16 +81,16 @@ def build_lib(dest: Path) -> tuple[Path, Path]:
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest))
     try:
         root = tmp / "lib" / "trainctl"
-        root.parent.mkdir()
+        root.parent.mkdir(mode=0o700)
         if (pkg / "engine").resolve() == engine:
             _link(pkg, root)
         else:
-            root.mkdir()
+            root.mkdir(mode=0o700)
             for entry in pkg.iterdir():
                 if entry.name != "engine" and entry.name != "__pycache__":
                     _link(entry, root / entry.name)
             _link(engine, root / "engine")
-        (tmp / "fallback").mkdir()
+        (tmp / "fallback").mkdir(mode=0o700)
         for name in FALLBACK:
             try:
                 module = importlib.import_module(name)

@@ -255,7 +255,7 @@ def copy_and_verify(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
     """
     t0 = time.perf_counter()
     src, dst_dir = Path(src), Path(dst_dir)
-    dst_dir.mkdir(parents=True, exist_ok=True)
+    dst_dir.mkdir(mode=0o700, parents=True, exist_ok=True)   # the run's checkpoints: private
     fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=dst_dir)
     tmp = Path(tmp_name)
     try:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -35,7 +36,7 @@ def test_the_agent_is_reached_over_ssh_only_from_another_machine(agent, mode, de
 def test_an_agent_says_where_it_runs(monkeypatch):
     monkeypatch.setenv("SLURMD_NODENAME", "node2")
     me = where_i_run()
-    assert me["node"] == "node2" and me["hostname"] and me["trainctl"][1:] == ["-m", "trainctl"]
+    assert me["node"] == "node2" and me["hostname"] and "trainctl" not in me   # no command to follow
     assert ssh_destination(me, where_i_run()) is None   # this machine: its socket
 
 
@@ -53,9 +54,13 @@ def test_the_transport_follows_agent_json(tmp_path, monkeypatch):
     elsewhere = {"node": "gpu7", "hostname": "gpu7", "boot_id": "not-this-one",
                  "trainctl": ["/venv/bin/python", "-m", "trainctl"]}
     run = run_dir_with(tmp_path, elsewhere, sock=True)
+    monkeypatch.delenv("TRAINCTL_REMOTE_TRAINCTL", raising=False)
     t = transport_for(run)
     assert isinstance(t, NodeTransport) and t.node == "gpu7"
-    assert t.inner.remote_argv() == ["/venv/bin/python", "-m", "trainctl", "bridge", str(run)]
+    # the trainctl ssh runs is this installation's, never the one agent.json names
+    assert t.inner.remote_argv() == [sys.executable, "-m", "trainctl", "bridge", str(run)]
+    monkeypatch.setenv("TRAINCTL_REMOTE_TRAINCTL", "/opt/tc/bin/trainctl")   # the user's setting
+    assert transport_for(run).inner.remote_argv() == ["/opt/tc/bin/trainctl", "bridge", str(run)]
     (run / "agent.sock").unlink()   # the agent ended (it removes its socket): the journal, here
     assert isinstance(transport_for(run), UnixTransport)
     here = run_dir_with(tmp_path / "b", {**where_i_run(), "node": "node1"}, sock=True)
