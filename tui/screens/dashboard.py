@@ -378,10 +378,14 @@ class DashboardScreen(Screen[None]):
         if m.epoch_started is not None:
             end = now if m.state in LIVE_STATES and self.connected else m.last_progress_ts
             in_epoch = max(0.0, (end or now) - m.epoch_started)
-        rate = p.rate if p and p.rate is not None else (m.projection.rate if m.projection else None)
+        proj = m.projection
+        if p and p.rate is not None:   # the trainer's own figure: measured
+            rate, source, whose = p.rate, "measured", None
+        else:
+            rate, source, whose = (proj.rate, proj.rate_source, proj.preset) if proj else (None, None, None)
         self.query_one(ProgressPanel).info = ProgressInfo(
             p.epoch if p else None, p.epochs if p else None, p.batch if p else None,
-            p.batches if p else None, rate, in_epoch, m.phase)
+            p.batches if p else None, rate, in_epoch, m.phase, source, whose, self.wide)
         ended = m.state if m.state in FINAL_STATES else None
         self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
 
