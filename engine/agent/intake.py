@@ -125,7 +125,7 @@ class Intake:
         ctx.detector.on_output(now)
         if not ctx.detector.watching_silence:
             return
-        if not self.silence_said:
+        if not self.silence_said and self.integration is None:   # an integration reports batches
             self.silence_said = True
             ctx.info(NO_FORMAT_TEXT, "no_progress_format")
         if self.stalled and ctx.sm.state == RunState.STALLED:   # it speaks again
