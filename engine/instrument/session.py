@@ -54,13 +54,15 @@ class TrainerSession:
         self.sink.emit(E.Info(time.time(), text, key))
 
     def warn_overridden(self, library: str, changed: Mapping[str, tuple[Any, ...]],
-                        also: Mapping[str, tuple[Any, ...]] | None = None, also_in: str = "") -> None:
+                        also: Mapping[str, tuple[Any, ...]] | None = None, also_in: str = "",
+                        sets: str = "") -> None:
         """The one warning (id ``trainctl.preset_overrides``) saying, in words, every change
         the preset makes to the script's own call: ``changed`` = key -> (the script's value,
         the preset's[, where the first came from when the script did not pass it, e.g.
         "Ultralytics' default"]); ``also`` the same for what it sets elsewhere
-        (``also_in``: "Ultralytics' DataLoaders")."""
-        if not changed and not also:
+        (``also_in``: "Ultralytics' DataLoaders"); ``sets``: what it sets in the process
+        whatever the script had (threads, environment)."""
+        if not changed and not also and not sets:
             return
         name = self.preset.name if self.preset is not None else "?"
         parts = []
@@ -68,8 +70,11 @@ class TrainerSession:
             parts.append(f"the script's {library}: {said_changes(changed)}")
         if also:
             parts.append(f"{also_in}: {said_changes(also)}")
-        self.sink.emit(E.Warning(time.time(), "trainctl.preset_overrides", "warning",
-                                 f"preset {name} changes " + "; and ".join(parts),
+        said = [f"changes {'; and '.join(parts)}"] if parts else []
+        if sets:
+            said.append(f"sets {sets}")
+        text = f"preset {name} " + "; and ".join(said)
+        self.sink.emit(E.Warning(time.time(), "trainctl.preset_overrides", "warning", text,
                                  f"Under trainctl the preset wins: `trainctl presets edit {name}` "
                                  "changes what it sets.", source="trainctl"))
 

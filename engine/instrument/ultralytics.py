@@ -77,7 +77,7 @@ class TrainPlan:
             elif k in defaults and defaults[k][0] != v:
                 changed[k] = (defaults[k][0], v, defaults[k][1])
         self.session.warn_overridden("model.train()", changed, _loader_changes(self.session.preset),
-                                     "Ultralytics' DataLoaders")
+                                     "Ultralytics' DataLoaders", _process_settings(self.session.preset))
         return {**kwargs, **preset_args}
 
     def resume(self, kwargs: dict[str, Any]) -> bool:
@@ -154,3 +154,17 @@ def _loader_changes(preset: Any) -> dict[str, tuple[Any, ...]]:
         if mp.get_sharing_strategy() != strategy:
             out["sharing_strategy"] = (mp.get_sharing_strategy(), strategy)
     return out
+
+
+def _process_settings(preset: Any) -> str:
+    """What the preset sets in the training process whatever the script had: its threads
+    and its environment ('OMP_NUM_THREADS=2, torch threads 2, MIOPEN_USER_DB_PATH=/tmp/m')."""
+    if preset is None:
+        return ""
+    parts = []
+    if preset.threads.omp_num_threads is not None:
+        parts.append(f"OMP_NUM_THREADS={preset.threads.omp_num_threads}")
+    if preset.threads.torch_num_threads is not None:
+        parts.append(f"torch threads {preset.threads.torch_num_threads}")
+    parts += [f"{k}={v}" for k, v in preset.env.items()]
+    return ", ".join(parts)
