@@ -60,6 +60,9 @@ BRIDGE_RESTART_S = 2.0   # after an internal error in the bridge
 NARROW_BELOW = 120   # columns: below this the panels use their compact layout
 AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "dump_stacks",
                  "toggle_auto")
+KEY_WORDS = {"toggle_auto": "auto-recovery", "dump_stacks": "stack dump", "pick_preset": "preset switch",
+             "edit_preset": "preset edit", "show_stacks": "last stack dump", "pick_run": "run list",
+             "dismiss_warning": "dismiss", "find_in_log": "find", "find_next": "next match"}
 ENDED_HIDDEN = ("restart", "fallback", "pick_preset", "stop", "dump_stacks", "toggle_auto")
 
 
@@ -532,11 +535,13 @@ class DashboardScreen(Screen[None]):
         if action == "dismiss_warning":
             if self.show_log:
                 return "the log view is open (l closes it)"
-            return None if self.query_one(WarningsPanel).rows else "no warning to dismiss"
+            panels = self.query(WarningsPanel)
+            return None if panels and panels.first().rows else "no warning to dismiss"
         if action in ("find_in_log", "find_next"):
             if not self.show_log:
                 return "open the log view first (l)"
-            if action == "find_next" and not self.query_one(LogTail).query_text:
+            logs = self.query(LogTail)
+            if action == "find_next" and not (logs and logs.first().query_text):
                 return "nothing to find yet (/)"
             return None
         if action == "stop" and self.queued is not None and not self.connected:
@@ -558,7 +563,8 @@ class DashboardScreen(Screen[None]):
         why = self.why_not(action)
         if why is None:
             return True
-        self.notify(escape(f"{action.replace('_', ' ')} cannot act: {why}"), severity="warning",
+        self.notify(escape(f"{KEY_WORDS.get(action, action.replace('_', ' '))} cannot act: {why}"),
+                    severity="warning",
                     timeout=8)
         return False
 
