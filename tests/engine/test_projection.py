@@ -488,7 +488,7 @@ def test_headless_lines_for_a_projection_say_eta_with_time_left_or_the_end():
     live = E.Projection(T0, eta=T0 + 5400, deadline=T0 + 9000, buffer_s=3600, rate=2.4,
                         cost_so_far=1.0, cost_at_eta=3.0)
     line = format_event(live)
-    assert " ETA    " in line and "(in 1 h 30 m at 2.4 it/s), buffer +1 h" in line, line
+    assert " ETA    " in line and "(in 1 h 30 m at 2.40 it/s), buffer +1 h" in line, line
     end = E.Projection(T0 + 60, eta=T0 + 60, deadline=None, buffer_s=None, rate=2.4,
                        cost_so_far=1.25, cost_at_eta=1.25, finished=True)
     line = format_event(end)
