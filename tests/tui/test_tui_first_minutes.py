@@ -174,3 +174,18 @@ async def test_restart_says_what_it_will_do_to_this_run(make_app, agent):
             await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
             m.warnings.pop(SAVE_ON_REQUEST_KEY, None)
         assert agent.commands == []
+
+
+@pytest.mark.parametrize("rows", [6, 8, 19, 21, 34])
+def test_chart_y_labels_fall_on_evenly_spaced_rows(rows):
+    """plotext puts each label on the row its value rounds to: labels a fixed number of
+    rows apart need values a fixed step apart with (rows - 1) a multiple of the gaps."""
+    from trainctl.tui.widgets.loss_chart import even_ticks
+    ticks = even_ticks(1.08, 3.57, rows)
+    values = [v for v, _ in ticks]
+    gaps = len(ticks) - 1
+    assert (rows - 1) % gaps == 0 and 1 <= (rows - 1) // gaps <= 5, (rows, gaps)
+    on_rows = [round((v - 1.08) / (3.57 - 1.08) * (rows - 1)) for v in values]
+    assert len({b - a for a, b in zip(on_rows, on_rows[1:])}) == 1, on_rows
+    assert values[0] == 1.08 and values[-1] == pytest.approx(3.57)
+    assert len({len(label.split(".")[-1]) for _, label in ticks}) == 1   # one number of decimals
