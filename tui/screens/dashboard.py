@@ -121,9 +121,10 @@ class DashboardScreen(Screen[None]):
         Binding("q", "app.leave", "Quit", id="quit",
                 tooltip="Leave the dashboard; the run goes on"),
         Binding("r", "restart", "Restart", id="restart",
-                tooltip="Kill the trainer and resume from the last good checkpoint"),
+                tooltip="Restart the trainer: saved first where it can, else from the last good "
+                        "checkpoint, else from the start (the confirmation says which)"),
         Binding("f", "fallback", "Fallback", id="fallback",
-                tooltip="Restart with the job's fallback preset (the safe one)"),
+                tooltip="Restart with the job's fallback preset (the safe one), the same way as r"),
         Binding("p", "pick_preset", "Preset…", id="pick_preset",
                 tooltip="Pick a preset and restart with it"),
         Binding("e", "edit_preset", "Edit", id="edit_preset",
