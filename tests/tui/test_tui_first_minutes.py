@@ -189,3 +189,28 @@ def test_chart_y_labels_fall_on_evenly_spaced_rows(rows):
     assert len({b - a for a, b in zip(on_rows, on_rows[1:])}) == 1, on_rows
     assert values[0] == 1.08 and values[-1] == pytest.approx(3.57)
     assert len({len(label.split(".")[-1]) for _, label in ticks}) == 1   # one number of decimals
+
+
+async def test_a_declared_rate_is_said_on_the_dashboard_until_one_is_measured(make_app, agent, journal):
+    """Batch 1 of a new attempt under preset A: the rate on screen is A's declared figure,
+    and both panels say so; the next projection's measured rate goes without words."""
+    from trainctl.tui.widgets.progress_panel import ProgressPanel
+    app = make_app()
+    async with app.run_test(size=(120, 40)) as pilot:
+        await replayed(pilot, agent)
+        t = journal[-1].ts
+        agent.append(ev.Progress(t + 1, 1, 3, 1, 300, {"box_loss": 1.0}))   # no rate of its own
+        agent.append(ev.Projection(t + 1, eta=t + 400, deadline=None, buffer_s=None, rate=2.4,
+                                   cost_so_far=None, cost_at_eta=None, rate_source="declared", preset="A"))
+        panel = app.dashboard.query_one(ProgressPanel)
+        await wait_for(pilot, lambda: panel.info.rate == 2.4, what="the declared rate")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "2.40 it/s (declared by preset A, not measured yet)" in text, text
+        assert "at 2.40 it/s (declared" in text, text          # the Deadline panel too
+        agent.append(ev.Projection(t + 3, eta=t + 30, deadline=None, buffer_s=None, rate=14.3,
+                                   cost_so_far=None, cost_at_eta=None, rate_source="measured", preset="A"))
+        await wait_for(pilot, lambda: panel.info.rate == 14.3, what="the measured rate")
+        await pilot.pause()
+        text = screen_text(app)
+        assert "14.30 it/s ·" in text and "declared" not in text, text
