@@ -120,6 +120,9 @@ class Projection(Event):
     checkpoint: dict[str, Any] | None = None  # the last good one: ts, epoch, batch, kind, lose
                                               # (batches a restart now would redo)
     redone: tuple[int, ...] = ()  # batches redone per restart (resume point vs furthest before)
+    rate_source: str | None = None   # where `rate` comes from: measured (this run), history
+                                     # (earlier runs), declared (the preset's expected_rate)
+    preset: str | None = None        # the preset `rate` is of
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from . import events as E
-from .projection import format_money, humanize_duration, signed_duration
+from .projection import format_money, humanize_duration, rate_phrase, signed_duration
 from .sanitize import sanitize_text
 
 
@@ -84,7 +84,8 @@ def _format(ev: E.Event) -> str | None:
             cost = f", cost {format_money(ev.cost_so_far)}" if ev.cost_so_far is not None else ""
             if ev.finished:
                 return f"{t} END    {time.strftime('%a %d %b %H:%M:%S', time.localtime(ev.eta))}{buf}{cost}"
-            rate = f" at {ev.rate:.3g} it/s" if ev.rate else ""
+            said = rate_phrase(ev.rate, ev.rate_source, ev.preset)
+            rate = f" at {said}" if said else ""
             return (f"{t} ETA    {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))} "
                     f"(in {humanize_duration(max(0.0, ev.eta - ev.ts))}{rate}){buf}")
     return None

@@ -218,6 +218,7 @@ class Projector:
         self.job = job or DEFAULT_JOB
         self._meter = RateMeter(window_s)
         self._measured: dict[str | None, float] = {}
+        self._run_rate: float | None = None          # the last rate this run measured, any preset
         self._history_ts: float | None = None
         # time
         self._first_ts: float | None = None
@@ -368,6 +369,9 @@ class Projector:
 
     def _end_attempt(self, ts: float) -> None:
         self._remember(ts, force=True)
+        est = self._meter.estimate()
+        if est is not None and est.rate > 0:
+            self._run_rate = est.rate
         self._meter.cut()
         self._chain = False
 
@@ -406,7 +410,7 @@ class Projector:
         est = self._meter.estimate()
         if est is None or est.records < MIN_RECORDS or est.rate <= 0:
             return
-        self._measured[self.preset] = est.rate
+        self._measured[self.preset] = self._run_rate = est.rate
         if self.history is not None and (force or self._history_ts is None
                                          or ts - self._history_ts >= HISTORY_EVERY_S):
             self._history_ts = ts
@@ -415,28 +419,38 @@ class Projector:
     # ------------------------------------------------------------------ rates
     def rate_for(self, preset: str | None) -> tuple[float | None, str]:
         """The best known rate of a preset other than the running attempt's own data:
-        measured in this run, then the history, then the declared ``expected_rate``."""
+        measured in this run, then in earlier runs of the job (``history``), then the
+        declared ``expected_rate`` (a figure from elsewhere: a prior, never "measured")."""
         if preset in self._measured:
             return self._measured[preset], "measured"
         if self.history is not None:
             r = self.history.rate(self.job, preset or DEFAULT_JOB)
             if r is not None:
-                return r, "measured"
+                return r, "history"
         declared = self.expected_rates.get(preset) if preset is not None else None
         if declared is not None and declared > 0:
             return float(declared), "declared"
         return None, "unknown"
 
-    def _current_rate(self) -> tuple[float | None, float | None, float | None]:
+    def _current_rate(self) -> tuple[float | None, float | None, float | None, str | None]:
+        """(rate, low, high, source) of the running preset: its own rate once it has
+        ``MIN_RECORDS`` intervals; before that what this run or earlier runs measured of the
+        preset, then the attempt's first intervals, and only with none of those the
+        preset's declared rate.  A finished run reports what it measured, never a declared
+        figure."""
         est = self._meter.estimate()
         if est is not None and est.records >= MIN_RECORDS and est.rate > 0:
-            return est.rate, est.low, est.high
-        known, _ = self.rate_for(self.preset)
-        if known is not None:
-            return known, None, None
+            return est.rate, est.low, est.high, "measured"
+        known, source = self.rate_for(self.preset)
+        if known is not None and source != "declared":
+            return known, None, None, source
         if est is not None and est.rate > 0:
-            return est.rate, None, None
-        return None, None, None
+            return est.rate, None, None, "measured"
+        if self._finished_ts is not None:
+            return (self._run_rate, None, None, "measured") if self._run_rate else (None, None, None, None)
+        if known is not None:
+            return known, None, None, "declared"
+        return None, None, None, None
 
     def basis(self) -> tuple[bool, bool]:
         """What a projection can stand on now: (total work known, own rate measured).
@@ -495,7 +509,7 @@ class Projector:
         if self._first_ts is None:
             return None
         self._remember(now)
-        rate, low, high = self._current_rate()
+        rate, low, high, source = self._current_rate()
         total, batches = self._total(), self._batches
         end = self._finished_ts if self._finished_ts is not None else now
         eta = eta_low = eta_high = None
@@ -511,12 +525,13 @@ class Projector:
             if low and high and low > 0:
                 eta_high = self._in_jobs(now, self._eta(now, low, g, total, batches, startup, in_progress))
                 eta_low = self._in_jobs(now, self._eta(now, high, g, total, batches, startup, in_progress))
-            what_if = self._what_if(now, total, batches)
+            what_if = self._what_if(now, total, batches, rate if source != "declared" else None)
         buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
         return Projection(now, eta, self.deadline, buffer_s, rate, self._cost(end),
                           self._cost(eta), eta_low, eta_high, self.budget, what_if,
                           self._lost(now, rate), finished=self._finished_ts is not None,
-                          checkpoint=self._checkpoint_view(), redone=tuple(self._redone))
+                          checkpoint=self._checkpoint_view(), redone=tuple(self._redone),
+                          rate_source=source if rate else None, preset=self.preset)
 
     def _in_jobs(self, now: float, eta: float) -> float:
         gap = self.job_gap_s
@@ -524,18 +539,32 @@ class Projector:
             gap += statistics.median(self._startups)
         return across_jobs(now, eta, self.job_end, self.job_span_s, gap)
 
-    def _what_if(self, now: float, total: int, batches: int) -> tuple[dict[str, Any], ...]:
-        """Each other known preset, switched to now: a restart from the last checkpoint."""
+    def _what_if(self, now: float, total: int, batches: int,
+                 own: float | None) -> tuple[dict[str, Any], ...]:
+        """Each other known preset, switched to now: a restart from the last checkpoint.
+
+        A declared rate is a figure from another machine: once the running preset has a
+        rate of its own here (``own``), another preset's declared rate is used only as a
+        ratio to the running preset's declared one (``scaled``: 2.1 declared against A's
+        2.4, with A measured at 14.3 here, gives 12.5); with no declared rate of the running
+        preset to scale by, the declared figure stays ``declared`` (and every line that
+        shows it says so: it compares a figure from elsewhere with a measurement here)."""
         names = {p for p in self.expected_rates} | {p for p in self._measured if p is not None}
         names.discard(self.preset)
         g_now = self._last[1] if self._last is not None else 0
         resume = min(self._resume_position(), g_now) if self._resume_g is None else self._resume_g
         startup = statistics.median(self._startups) if self._startups else 0.0
+        mine = self.expected_rates.get(self.preset) if self.preset is not None else None
         out = []
         for name in sorted(names):
             rate, source = self.rate_for(name)
             item: dict[str, Any] = {"preset": name, "rate": rate, "source": source, "eta": None,
                                     "buffer_s": None, "cost_at_eta": None}
+            if source == "declared" and own is not None:
+                item["declared"] = rate
+                if mine:
+                    rate = rate * own / mine
+                    item.update(rate=rate, source="scaled", against=self.preset)
             if rate is not None:
                 eta = self._eta(now, rate, resume, total, batches, startup, False)
                 item.update(eta=eta, cost_at_eta=self._cost(eta),
@@ -611,6 +640,15 @@ def _best_alternative(p: Projection, key: str) -> dict[str, Any] | None:
     return min(items, key=lambda w: w[key]) if items else None
 
 
+def _guessed(w: dict[str, Any]) -> str:
+    """Words for a what-if that stands on a declared rate, not one measured here."""
+    if w.get("source") == "declared":
+        return " (at its declared rate, not measured here)"
+    if w.get("source") == "scaled":
+        return f" (its declared rate scaled to {w.get('against')}'s measured one)"
+    return ""
+
+
 def _deadline_warning(p: Projection, now: float) -> WarningEvent:
     band = ""
     if p.eta_low is not None and p.eta_high is not None:
@@ -620,8 +658,9 @@ def _deadline_warning(p: Projection, now: float) -> WarningEvent:
             f"{format_when(p.deadline, now)} (buffer {signed_duration(p.buffer_s)})")
     best = _best_alternative(p, "eta")
     if best is not None and best["buffer_s"] is not None and best["buffer_s"] > 0:
+        guess = _guessed(best)
         text += (f"; {best['preset']} would finish {format_when(best['eta'], now)} with "
-                 f"{humanize_duration(best['buffer_s'])} to spare")
+                 f"{humanize_duration(best['buffer_s'])} to spare{guess}")
         advice = f"Switch to preset {best['preset']}, or move the deadline."
     else:
         advice = "No known preset finishes in time: move the deadline or speed the run up."
@@ -633,7 +672,7 @@ def _budget_warning(p: Projection, now: float, cost: float) -> WarningEvent:
             f"(spent {format_money(p.cost_so_far)}, ETA {format_when(p.eta, now)})")
     best = _best_alternative(p, "cost_at_eta")
     if best is not None and best["cost_at_eta"] <= p.budget:
-        text += f"; {best['preset']} would cost {format_money(best['cost_at_eta'])}"
+        text += f"; {best['preset']} would cost {format_money(best['cost_at_eta'])}{_guessed(best)}"
         advice = f"Switch to preset {best['preset']}, or raise the budget."
     else:
         advice = "No known preset stays within the budget: raise it or speed the run up."
@@ -691,10 +730,35 @@ def eta_phrase(p: Projection, now: float) -> str:
     return f"{'finished' if p.finished else 'ETA'} {format_when(p.eta, now)} ({rel})"
 
 
+RATE_WORDS = {"measured": "", "history": "measured in earlier runs", "declared": "declared"}
+
+
+def rate_phrase(rate: float | None, source: str | None, preset: str | None = None,
+                compact: bool = False) -> str:
+    """'14.30 it/s', '2.40 it/s (declared by preset A, not measured yet)', '2.10 it/s
+    (measured in earlier runs)'; '' without a rate.  Only a rate this run measured goes
+    without words."""
+    if not rate:
+        return ""
+    text = f"{rate:.2f} it/s"
+    if source == "declared":
+        if compact:
+            return text + " (declared)"
+        by = f" by preset {preset}" if preset else ""
+        return text + f" (declared{by}, not measured yet)"
+    words = RATE_WORDS.get(source or "measured", "")
+    if words and not compact:
+        text += f" ({words})"
+    elif words:
+        text += " (earlier runs)"
+    return text
+
+
 def format_projection(p: Projection, now: float, currency: str = "$") -> list[str]:
     """Human lines for `trainctl status` and the TUI (colouring is the TUI's job)."""
     lines = []
-    rate = f" at {p.rate:.2f} it/s" if p.rate else ""
+    said = rate_phrase(p.rate, p.rate_source, p.preset)
+    rate = f" at {said}" if said else ""
     if p.eta is None:
         lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown")
                      + rate)
@@ -750,11 +814,21 @@ def checkpoint_phrase(c: dict[str, Any], now: float, compact: bool = False) -> s
 
 
 def format_what_if(w: dict[str, Any], now: float, currency: str = "$") -> str:
-    """'B (measured 2.1 it/s): ETA Nov 26 03:00, buffer +3 d 21 h, cost $412'."""
+    """'B (measured 2.1 it/s): ETA Nov 26 03:00, buffer +3 d 21 h, cost $412'; a declared
+    rate says so, and a scaled one what it was scaled from."""
     name = w.get("preset", "?")
     if w.get("rate") is None:
         return f"{name} (rate unknown): no ETA"
-    head = f"{name} ({w.get('source', '?')} {w['rate']:.3g} it/s)"
+    source = w.get("source", "?")
+    if source == "scaled":
+        head = (f"{name} (~{w['rate']:.3g} it/s: declared {w['declared']:.3g}, scaled to "
+                f"{w.get('against') or '?'}'s measured)")
+    elif source == "declared":
+        head = f"{name} (declared {w['rate']:.3g} it/s, not measured here)"
+    elif source == "history":
+        head = f"{name} (measured {w['rate']:.3g} it/s in earlier runs)"
+    else:
+        head = f"{name} ({source} {w['rate']:.3g} it/s)"
     parts = [f"ETA {format_when(w.get('eta'), now)}" if w.get("eta") is not None else "no ETA"]
     if w.get("buffer_s") is not None:
         parts.append(f"buffer {signed_duration(w['buffer_s'])}")

@@ -28,6 +28,13 @@ def count(n: int | None) -> str:
     return "?" if n is None else f"{n:,}"
 
 
+def home_path(path: str) -> str:
+    """A path with the home directory as ``~``."""
+    import os
+    home = os.path.expanduser("~").rstrip("/")
+    return "~" + path[len(home):] if home and (path == home or path.startswith(home + "/")) else path
+
+
 def percent(x: float | None) -> str:
     return "—" if x is None else f"{x:.0f}%"
 

@@ -63,3 +63,7 @@ class CommandDone(Message, bubble=False):
     @property
     def error(self) -> str:
         return str(self.reply.get("error") or "unknown error")
+
+    @property
+    def result(self) -> Any:
+        return self.reply.get("result")

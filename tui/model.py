@@ -16,7 +16,8 @@ from trainctl.engine.sanitize import sanitize
 
 __all__ = ["CHART_POINTS", "LOG_KEEP", "RankRow", "RunModel", "Series", "WarningRow"]
 
-LOG_KEEP = 500          # raw log lines kept for the log tail
+LOG_KEEP = 5000         # raw log lines kept for the log view (its scroll-back)
+NOTE_PREFIX = "· trainctl: "   # trainctl's own notes, as lines of the log view
 
 
 class RunModel(RunView):
@@ -26,6 +27,7 @@ class RunModel(RunView):
         super().__init__()
         self.tick: ev.Tick | None = None
         self.log: deque[str] = deque(maxlen=LOG_KEEP)
+        self.notes: list[str] = []
 
     def apply_tick(self, tick: ev.Tick) -> None:
         self.tick = tick
@@ -33,6 +35,21 @@ class RunModel(RunView):
         if tick.phase:
             self.phase = tick.phase
         self.version += 1
+
+    def _on_info_noted(self, e: ev.Info) -> None:
+        """trainctl's own notes are no warnings: the log view shows them among the trainer's
+        lines (``NOTE_PREFIX``); the view keeps them too (``status``, the snapshot)."""
+        RunView._on_info(self, e)
+        line = NOTE_PREFIX + sanitize(e.text)
+        self.log.append(line)
+        self.notes.append(line)
+
+    _handlers = {**RunView._handlers, "info": _on_info_noted}
+
+    def take_notes(self) -> tuple[str, ...]:
+        """The notes since the last call (the screen appends them to a shown log view)."""
+        out, self.notes = tuple(self.notes), []
+        return out
 
     def apply_log(self, lines: tuple[str, ...]) -> tuple[str, ...]:
         """Keep the raw log lines (sanitised); returns them as kept, for the log view."""

@@ -42,7 +42,7 @@ class Field:
 
 FIELDS: tuple[Field, ...] = (
     Field(None, "description", "text", "one line shown in preset lists"),
-    Field(None, "expected_rate", "float", "batches/s expected, for what-ifs"),
+    Field(None, "expected_rate", "float", "declared batches/s: used until measured"),
     Field("dataloader", "workers", "int", "DataLoader worker processes (0: none)"),
     Field("dataloader", "persistent_workers", "bool", "keep workers between epochs"),
     Field("dataloader", "prefetch_factor", "int", "batches queued per worker"),

@@ -22,6 +22,7 @@ NONE_ATTACHED_TEXT = ("no integration attached (the script imported none of ultr
                       "transformers, lightning, or its integration refused): console parsing")
 NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
 BAD_SIDE_NAMED = 5   # side-channel events refused that are named each; then every 100th
+SAY_FORMAT_AFTER_S = 2.0   # an instrumented run: time for the integration's "attached" to come
 
 
 class Intake:
@@ -45,6 +46,7 @@ class Intake:
         self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
         self.last_log_flush = 0.0
         self.silence_said = False     # "no progress format recognised" said (once a run)
+        self.silence_seen: float | None = None   # output with no format known, not said yet
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)   # this attempt's last lines
         self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
         self.integration: str | None = None   # the zero-code integration that attached
@@ -128,12 +130,28 @@ class Intake:
         ctx.detector.on_output(now)
         if not ctx.detector.watching_silence:
             return
-        if not self.silence_said:
-            self.silence_said = True
-            ctx.info(NO_FORMAT_TEXT, "no_progress_format")
+        if not self.silence_said and self.integration is None and self.silence_seen is None:
+            self.silence_seen = now   # said once no integration attached (say_unknown_format)
+        self.say_unknown_format(now)
         if self.stalled and ctx.sm.state == RunState.STALLED:   # it speaks again
             self.stalled = False
             ctx.set_state(RunState.RUNNING, "output again")
+
+    def say_unknown_format(self, now: float) -> None:
+        """"No progress format recognised", once a run, only when no integration reports
+        batches: in a zero-code run the integration's "attached" comes on the side channel,
+        read at other moments than the console, so it is given ``SAY_FORMAT_AFTER_S`` to
+        come before the run is said to have none (never both)."""
+        if self.silence_said or self.silence_seen is None:
+            return
+        if self.integration is not None or self.structured:
+            self.silence_seen = None
+            return
+        if self.ctx.instrumented and now - self.silence_seen < SAY_FORMAT_AFTER_S:
+            return
+        self.silence_said = True
+        self.silence_seen = None
+        self.ctx.info(NO_FORMAT_TEXT, "no_progress_format")
 
     def on_kernel_line(self, line: str) -> None:
         warning = self.ctx.matcher.feed(line, self.ctx.clock(), "kernel")

@@ -36,6 +36,7 @@ class Watcher:
     async def step(self, now: float) -> None:
         ctx, intake = self.ctx, self.intake
         intake.flush_progress(now)
+        intake.say_unknown_format(now)
         intake.flush_logs_if_due()   # lines that came with the trainer's last write
         verdict = ctx.detector.check(now)
         if verdict is not None and not intake.stalled:

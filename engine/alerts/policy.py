@@ -234,6 +234,8 @@ class AlertPolicy:
             line = f"ended {_clock(p.eta, now)}"
         elif p.eta is not None:
             line = f"ETA {_clock(p.eta, now)}"
+            if p.rate_source == "declared":   # a figure from elsewhere: nothing measured yet
+                line += f" (at preset {p.preset or '?'}'s declared rate, not measured yet)"
         else:
             return "ETA unknown yet" + (f"; deadline {_clock(p.deadline, now)}" if p.deadline else "")
         if p.deadline is not None:

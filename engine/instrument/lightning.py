@@ -141,7 +141,7 @@ def apply_preset(model: Any, train: Any, val: Any, datamodule: Any, session: Any
             for dl in _loaders(loaders):
                 found = True
                 changed.update(set_loader(dl, settings))
-    session.warn_overridden("the script's DataLoader", changed)
+    session.warn_overridden("DataLoader", changed)
     if owner is None and train is not None and not found:
         warn_not_applied(session, "lightning", sorted(settings), "the training loaders are not torch DataLoaders")
 
@@ -180,7 +180,7 @@ def _wrap_maker(owner: Any, name: str, settings: dict[str, Any], session: Any) -
             for dl in _loaders(out):
                 changed.update(set_loader(dl, settings))
             if name == "train_dataloader":
-                session.warn_overridden(f"the script's {name}()", changed)
+                session.warn_overridden(f"{name}()", changed)
         except Exception as e:   # noqa: BLE001
             report.report_info(f"lightning integration: preset not applied to {name}() ({e})", "instrument.failed")
         return out

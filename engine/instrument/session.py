@@ -53,17 +53,39 @@ class TrainerSession:
     def info(self, text: str, key: str) -> None:
         self.sink.emit(E.Info(time.time(), text, key))
 
-    def warn_overridden(self, library: str, changed: Mapping[str, tuple[Any, Any]]) -> None:
-        """The warning (id ``trainctl.preset_overrides``) naming what the preset replaced in
-        the script's own call: ``changed`` = key -> (the script's value, the preset's)."""
-        if not changed:
+    def warn_overridden(self, library: str, changed: Mapping[str, tuple[Any, ...]],
+                        also: Mapping[str, tuple[Any, ...]] | None = None, also_in: str = "",
+                        sets: str = "") -> None:
+        """The one warning (id ``trainctl.preset_overrides``) saying, in words, every change
+        the preset makes to the script's own call: ``changed`` = key -> (the script's value,
+        the preset's[, where the first came from when the script did not pass it, e.g.
+        "Ultralytics' default"]); ``also`` the same for what it sets elsewhere
+        (``also_in``: "Ultralytics' DataLoaders"); ``sets``: what it sets in the process
+        whatever the script had (threads, environment)."""
+        if not changed and not also and not sets:
             return
         name = self.preset.name if self.preset is not None else "?"
-        shown = ", ".join(f"{k}={old!r} -> {new!r}" for k, (old, new) in changed.items())
-        self.sink.emit(E.Warning(time.time(), "trainctl.preset_overrides", "warning",
-                                 f"preset {name} overrides what the script passed to {library}: {shown}",
-                                 "Under trainctl the preset wins; edit the preset to change these.",
-                                 source="trainctl"))
+        parts = []
+        if changed:
+            parts.append(f"the script's {library}: {said_changes(changed)}")
+        if also:
+            parts.append(f"{also_in}: {said_changes(also)}")
+        said = [f"changes {'; and '.join(parts)}"] if parts else []
+        if sets:
+            said.append(f"sets {sets}")
+        text = f"preset {name} " + "; and ".join(said)
+        self.sink.emit(E.Warning(time.time(), "trainctl.preset_overrides", "warning", text,
+                                 f"Under trainctl the preset wins: `trainctl presets edit {name}` "
+                                 "changes what it sets.", source="trainctl"))
+
+
+def said_changes(changed: Mapping[str, tuple[Any, ...]]) -> str:
+    """'workers 2 -> 0, val True (Ultralytics' default) -> False'."""
+    out = []
+    for key, (old, new, *whence) in changed.items():
+        where = f" ({whence[0]})" if whence and whence[0] else ""
+        out.append(f"{key} {old!r}{where} -> {new!r}")
+    return ", ".join(out)
 
 
 def script_is_guarded(source: str) -> bool:

@@ -160,7 +160,7 @@ def apply_preset(args: Any, settings: dict[str, Any], session: Any) -> dict[str,
         if hasattr(args, attr) and getattr(args, attr) != value:
             changed[attr] = (getattr(args, attr), value)
             setattr(args, attr, value)
-    session.warn_overridden("the Trainer's TrainingArguments", changed)
+    session.warn_overridden("TrainingArguments", changed)
     apply_sharing_strategy(settings)
     warn_not_applied(session, "transformers", [k for k in settings if k not in _FIELDS and k != "sharing_strategy"],
                      "TrainingArguments has no such setting")

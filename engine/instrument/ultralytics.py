@@ -63,11 +63,22 @@ class TrainPlan:
         self.version = version
         self.resume_from = session.resume_from   # for the first call only
 
-    def arguments(self, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The script's keywords with the preset's over them (the changes warned about)."""
+    def arguments(self, kwargs: dict[str, Any], model: Any = None) -> dict[str, Any]:
+        """The script's keywords with the preset's over them.  One warning says every change:
+        each key the preset sets, beside what the script passed or, where it passed none,
+        what the model or Ultralytics would have used; and the DataLoader settings that
+        reach Ultralytics' own loaders, beside Ultralytics' own."""
         preset_args = preset_train_args(self.session.preset)
-        changed = {k: (kwargs[k], v) for k, v in preset_args.items() if k in kwargs and kwargs[k] != v}
-        self.session.warn_overridden("model.train()", changed)
+        changed: dict[str, tuple[Any, ...]] = {}
+        defaults = _train_defaults(model)
+        for k, v in preset_args.items():
+            if k in kwargs:
+                if kwargs[k] != v:
+                    changed[k] = (kwargs[k], v)
+            elif k in defaults and defaults[k][0] != v:
+                changed[k] = (defaults[k][0], v, defaults[k][1])
+        self.session.warn_overridden("model.train()", changed, _loader_changes(self.session.preset),
+                                     "Ultralytics' DataLoaders", _process_settings(self.session.preset))
         return {**kwargs, **preset_args}
 
     def resume(self, kwargs: dict[str, Any]) -> bool:
@@ -99,7 +110,7 @@ class TrainPlan:
     def prepare(self, model: Any, trainer: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
         """The call's keywords under trainctl (``trainer`` included), or None: nothing to train."""
         s = self.session
-        kwargs = self.arguments(kwargs)
+        kwargs = self.arguments(kwargs, model)
         place_results(model, kwargs, s.run_dir)
         keep_spawned_workers_out_of_main(s)
         install_loader(s.preset)   # idempotent: one subclass over Ultralytics' own loader
@@ -154,3 +165,53 @@ def code_checkouts() -> list[Path]:
             if root is not None and root not in out:
                 out.append(root)
     return out
+
+
+def _train_defaults(model: Any) -> dict[str, tuple[Any, str]]:
+    """What ``model.train()`` uses for a key the script did not pass: the model's own
+    overrides, else Ultralytics' defaults (``key -> (value, whose)``)."""
+    out: dict[str, tuple[Any, str]] = {}
+    try:
+        from ultralytics.cfg import DEFAULT_CFG_DICT
+        out.update({k: (v, "Ultralytics' default") for k, v in DEFAULT_CFG_DICT.items()})
+    except Exception:   # noqa: BLE001 - an Ultralytics without it: only what the script passed
+        pass
+    overrides = getattr(model, "overrides", None)
+    if isinstance(overrides, dict):
+        out.update({k: (v, "the model's") for k, v in overrides.items() if k in out})
+    return out
+
+
+def _loader_changes(preset: Any) -> dict[str, tuple[Any, ...]]:
+    """The preset's DataLoader settings that Ultralytics does not expose, beside what its
+    loaders use without trainctl (a training loader with workers)."""
+    import multiprocessing
+
+    from ..runners.ultralytics import loader_overrides
+    if preset is None:
+        return {}
+    own: dict[str, Any] = {"persistent_workers": False, "prefetch_factor": 4,
+                           "multiprocessing_context": multiprocessing.get_start_method(allow_none=True)
+                           or multiprocessing.get_all_start_methods()[0]}
+    out: dict[str, tuple[Any, ...]] = {k: (own.get(k), v) for k, v in loader_overrides(preset).items()
+                                       if own.get(k) != v}
+    strategy = preset.dataloader.sharing_strategy
+    if strategy:
+        import torch.multiprocessing as mp
+        if mp.get_sharing_strategy() != strategy:
+            out["sharing_strategy"] = (mp.get_sharing_strategy(), strategy)
+    return out
+
+
+def _process_settings(preset: Any) -> str:
+    """What the preset sets in the training process whatever the script had: its threads
+    and its environment ('OMP_NUM_THREADS=2, torch threads 2, MIOPEN_USER_DB_PATH=/tmp/m')."""
+    if preset is None:
+        return ""
+    parts = []
+    if preset.threads.omp_num_threads is not None:
+        parts.append(f"OMP_NUM_THREADS={preset.threads.omp_num_threads}")
+    if preset.threads.torch_num_threads is not None:
+        parts.append(f"torch threads {preset.threads.torch_num_threads}")
+    parts += [f"{k}={v}" for k, v in preset.env.items()]
+    return ", ".join(parts)

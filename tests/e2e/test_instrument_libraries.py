@@ -103,7 +103,7 @@ def check_common(events: list[E.Event], integration: str) -> tuple[list[E.Event]
     assert restart.preset == "B" and restart.resume_from, restart
     # B's workers = 0 replaced the script's num_workers=2, and said so.
     [overrides] = [w for w in of(two, "warning") if w.id == "trainctl.preset_overrides"]
-    assert "num_workers=2 -> 0" in overrides.text, overrides
+    assert "num_workers 2 -> 0" in overrides.text, overrides
     assert of(events, "state")[-1].state == "FINISHED"
     return one, two
 

@@ -84,8 +84,16 @@ def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_worke
     infos = {e.key: e.text for e in of(two, "info")}
     assert infos["runner.resume"].startswith(f"resuming from {rescue[0].path}"), infos
     assert infos["runner.preset"].startswith("preset B: 0 DataLoader workers"), infos
-    overrides = [w.text for w in of(two, "warning") if w.id == "trainctl.preset_overrides"]
-    assert overrides and "workers=2 -> 0" in overrides[0], overrides
+    # Every change each preset made to the script's call is said once, beside the script's
+    # value or, for a key it did not pass, Ultralytics' own.
+    one = [e for e in events if e.ts < starts[1].ts]
+    [a_said] = [w.text for w in of(one, "warning") if w.id == "trainctl.preset_overrides"]
+    assert a_said.startswith("preset A changes Ultralytics' DataLoaders: prefetch_factor 4 -> 2, "), a_said
+    assert "-> 'spawn'" in a_said and "val" not in a_said, a_said   # A keeps validation
+    assert a_said.endswith("; and sets OMP_NUM_THREADS=2, torch threads 2"), a_said
+    [b_said] = [w.text for w in of(two, "warning") if w.id == "trainctl.preset_overrides"]
+    assert b_said == ("preset B changes the script's model.train(): workers 2 -> 0; "
+                      "and sets OMP_NUM_THREADS=2"), b_said
     progress = of(two, "progress")
     assert (progress[0].epoch, progress[0].batch) == (2, rescue[0].batch + 1), progress[0]   # nothing redone
     assert (progress[-1].epoch, progress[-1].batch) == (EPOCHS, 20)

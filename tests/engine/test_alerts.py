@@ -41,9 +41,18 @@ def test_a_stall_and_what_trainctl_did_are_one_message_naming_the_job():
     assert ("stalled in train at epoch 2 batch 311 after 30 s without progress: deadlock, "
             "DataLoader worker") in a.body
     assert "restarted under preset B from the checkpoint of 2 m ago" in a.body
-    assert "before the deadline" in a.body and "ETA" in a.body
+    assert "before the deadline" in a.body and "ETA" in a.body and "declared" not in a.body
     assert "look: trainctl attach /runs/x" in a.body
     assert set(a.kinds) == {"stall", "fallback"}
+
+
+def test_an_eta_on_a_declared_rate_says_so():
+    p = policy()
+    p.feed(E.Projection(900.0, eta=900.0 + 3600, deadline=900.0 + 7200, buffer_s=3600, rate=2.1,
+                        cost_so_far=None, cost_at_eta=None, rate_source="declared", preset="B"), 900.0)
+    stall_incident(p, 1000.0)
+    [a] = p.due(1004.5)
+    assert "(at preset B's declared rate, not measured yet), 60 m before the deadline" in a.body, a.body
 
 
 def test_a_stall_waits_a_bounded_time_for_what_follows():

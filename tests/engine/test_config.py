@@ -48,7 +48,7 @@ def test_preset_a_carries_solution_a():
                                                 multiprocessing_context="spawn",
                                                 sharing_strategy="file_system")
     assert a.threads == config.ThreadsCfg(omp_num_threads=2, torch_num_threads=2)
-    assert a.train == {"val": False}
+    assert a.train == {}   # validation stays on
     assert a.description and a.expected_rate == 2.4
 
 
@@ -57,7 +57,7 @@ def test_preset_b_carries_solution_b():
     assert b.dataloader.workers == 0
     assert b.dataloader.prefetch_factor is None and b.dataloader.multiprocessing_context is None
     assert b.threads.omp_num_threads == 2
-    assert b.train == {"val": False}
+    assert b.train == {}
     assert b.description
 
 
@@ -290,7 +290,7 @@ def test_update_keeps_comments_and_order(tmp_path):
     assert path.read_text() == old, "update only returns the text"
     assert "workers = 0                        # down from 4" in new
     assert "prefetch_factor" not in new and "multiprocessing_context" not in new
-    assert "# Preset A" in new and "# one hang came at validation" in new
+    assert "# Preset A" in new and "Validation stays on" in new
     assert config.preset_problems(new, path) == []
     diff = config.diff_text(old, new, path)
     assert diff.startswith(f"--- {path} (saved)\n+++ {path} (edited)\n")

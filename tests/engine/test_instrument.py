@@ -241,6 +241,7 @@ def test_once_an_integration_attached_the_restart_resumes_through_it(tmp_path):
 
 # ---------------------------------------------------------------------- the Ultralytics plan
 def test_the_preset_replaces_the_script_s_keywords_and_the_warning_names_them(tmp_path):
+    import dataclasses
     from trainctl.engine.config import load_preset
     from trainctl.engine.instrument.session import TrainerSession
     from trainctl.engine.instrument.ultralytics import TrainPlan
@@ -250,13 +251,26 @@ def test_the_preset_replaces_the_script_s_keywords_and_the_warning_names_them(tm
     try:
         session = TrainerSession(EventSink(fd), None, 1, load_preset("B"), None, 600.0)
         plan = TrainPlan(session, "8.4.190")
-        assert plan.arguments({"workers": 2, "epochs": 3, "val": False}) == {"workers": 0, "epochs": 3, "val": False}
-        assert plan.arguments({"epochs": 3}) == {"workers": 0, "epochs": 3, "val": False}   # nothing replaced
+        assert plan.arguments({"workers": 2, "epochs": 3}) == {"workers": 0, "epochs": 3}
+        assert plan.arguments({"workers": 0, "epochs": 3}) == {"workers": 0, "epochs": 3}   # no key replaced
+        # A key the script did not pass is said too, beside what Ultralytics would have used.
+        no_val = dataclasses.replace(load_preset("B"), train={"val": False})
+        TrainPlan(TrainerSession(EventSink(fd), None, 1, no_val, None, 600.0), "8.4.190").arguments({"workers": 0})
+        # Preset A's DataLoader settings reach Ultralytics' loaders: said beside its own.
+        TrainPlan(TrainerSession(EventSink(fd), None, 1, load_preset("A"), None, 600.0),
+                  "8.4.190").arguments({"workers": 2})
     finally:
         os.close(fd)
     said = [E.decode(line) for line in side.read_text().splitlines()]
-    assert [(w.id, w.text) for w in said] == [
-        ("trainctl.preset_overrides", "preset B overrides what the script passed to model.train(): workers=2 -> 0")]
+    assert [w.id for w in said] == ["trainctl.preset_overrides"] * 4
+    assert said[0].text == ("preset B changes the script's model.train(): workers 2 -> 0; "
+                            "and sets OMP_NUM_THREADS=2")
+    assert said.pop(1).text == "preset B sets OMP_NUM_THREADS=2"   # its threads, all the same
+    assert said[1].text == ("preset B changes the script's model.train(): val True (Ultralytics' default) "
+                            "-> False; and sets OMP_NUM_THREADS=2")
+    assert said[2].text.startswith("preset A changes Ultralytics' DataLoaders: prefetch_factor 4 -> 2, "
+                                   "multiprocessing_context ")
+    assert "-> 'spawn'" in said[2].text and "presets edit A" in said[2].advice
 
 
 def test_a_command_job_may_turn_instrumentation_off_and_set_mid_epoch_saves(tmp_path):

@@ -80,7 +80,7 @@ def test_the_preset_goes_onto_trainingarguments_and_says_what_it_overrode(tmp_pa
     T.apply_preset(args, {"workers": 2, "multiprocessing_context": "spawn"}, s)
     events = said(side)
     over = [e for e in events if e.id == "trainctl.preset_overrides"][0]
-    assert "dataloader_num_workers=4 -> 0" in over.text
+    assert "dataloader_num_workers 4 -> 0" in over.text
     [lost] = [e for e in events if e.id == "trainctl.preset_not_applied"]
     assert "multiprocessing_context" in lost.text   # the Trainer has no such argument
 

@@ -69,3 +69,36 @@ def test_a_signature_without_before_progress_stays_fatal_after_progress(tmp_path
     assert taken.fatal_stop is None   # suggest_preset, not stop: no fatal stop either way
     taken.on_output(b"RuntimeError: CUDA error: device-side assert triggered\n")
     assert taken.fatal_stop is not None and taken.fatal_stop.startswith("rt.device_assert: ")
+
+
+def _unknown_output(taken: Intake, now: list[float], lines: int) -> None:
+    for i in range(lines):   # bursts a second apart, in no format trainctl knows
+        now[0] += 1.0
+        taken.on_output(f"step {i} of something\n".encode())
+
+
+def _said(taken: Intake) -> list[str]:
+    return [ev.key for ev in read_events(taken.ctx.files.events)
+            if isinstance(ev, E.Info) and ev.key == "no_progress_format"]
+
+
+@pytest.mark.parametrize("attaches", [True, False])
+def test_no_progress_format_is_not_said_where_an_integration_attaches(tmp_path, attaches):
+    """Zero-code: the integration's "attached" comes on the side channel, read at other
+    moments than the console; the run is not also said to have no progress format."""
+    now = [1000.0]
+    ctx = RunContext(tmp_path, RunSpec("t", "command", ["python", "train.py"]), lambda: now[0])
+    ctx.instrumented = True
+    taken = Intake(ctx)
+    taken.begin(now[0])
+    _unknown_output(taken, now, 6)
+    assert ctx.detector.watching_silence and _said(taken) == []   # not yet: 2 s for the side channel
+    if attaches:
+        now[0] += 0.5
+        taken.on_side_line(E.encode(E.Info(now[0], "integration attached: ultralytics 8.4.190",
+                                           "instrument.attached.ultralytics")).encode())
+    for _ in range(6):
+        now[0] += 0.5
+        taken.say_unknown_format(now[0])   # the watch loop, every 0.5 s
+    _unknown_output(taken, now, 3)
+    assert _said(taken) == ([] if attaches else ["no_progress_format"])

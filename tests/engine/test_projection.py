@@ -64,7 +64,8 @@ def test_seeds_a_versus_b_arithmetic():
     assert p.budget == 500.0 and p.lost_s == 0.0
 
     (b,) = p.what_if                                          # every OTHER known preset
-    assert (b["preset"], b["rate"], b["source"]) == ("B", 2.1, "declared")
+    # A measured at its declared 2.4: B's declared 2.1 scaled by 2.4 / 2.4
+    assert (b["preset"], b["rate"], b["source"], b["declared"]) == ("B", 2.1, "scaled", 2.1)
     eta_b = t_last + startup + TOTAL / 2.1                    # restart now, from batch 0
     assert b["eta"] == pytest.approx(eta_b, abs=1e-3)
     assert local_day(b["eta"]) == (11, 26)                    # "Complete: Nov 26"
@@ -77,7 +78,7 @@ def test_seeds_a_versus_b_arithmetic():
     assert lines[1] == f"deadline Nov 30 00:00: buffer +{humanize_duration(DEADLINE - eta_a)}"
     assert lines[2] == f"cost $0.29 so far, ${(eta_a - T0) / 3600 * 1.57:,.0f} at ETA; budget $500 " \
                        f"(${500 - (eta_a - T0) / 3600 * 1.57:,.0f} to spare)"
-    assert lines[-1].startswith("B (declared 2.1 it/s): ETA Nov 26 ")
+    assert lines[-1].startswith("B (~2.1 it/s: declared 2.1, scaled to A's measured): ETA Nov 26 ")
     assert f"buffer +{humanize_duration(DEADLINE - eta_b)}" in lines[-1]
 
 
@@ -232,9 +233,9 @@ def test_what_if_prefers_measured_over_declared(tmp_path):
     pj.on_event(E.Start(T0, 1, 1, "A"))
     t, _ = feed_steady(pj, T0, 1, 24, 2.4, 10)
     items = {w["preset"]: w for w in pj.project(t).what_if}
-    assert (items["B"]["rate"], items["B"]["source"]) == (2.05, "measured")
-    assert (items["C"]["rate"], items["C"]["source"]) == (3.0, "declared")
-    assert format_what_if(items["B"], t).startswith("B (measured 2.05 it/s): ETA ")
+    assert (items["B"]["rate"], items["B"]["source"]) == (2.05, "history")
+    assert (items["C"]["rate"], items["C"]["source"]) == (pytest.approx(3.0), "scaled")
+    assert format_what_if(items["B"], t).startswith("B (measured 2.05 it/s in earlier runs): ETA ")
 
 
 def test_measured_in_this_run_beats_history_and_is_recorded(tmp_path):
@@ -327,6 +328,7 @@ def test_at_risk_once_not_every_tick_and_rearmed_after_clearly_safe():
     assert [w.id for w in warnings] == ["deadline.at_risk"]
     assert " is after the deadline " in warnings[0].text
     assert "; B would finish " in warnings[0].text and "to spare" in warnings[0].text
+    assert warnings[0].text.endswith("(at its declared rate, not measured here)")
     assert "preset B" in warnings[0].advice and warnings[0].source == "trainctl"
     pj.deadline = late + 5 * 86400                             # safe, but not for long...
     assert all(pj.at_risk(t + 30 * i) is None for i in range(1, 10))
@@ -486,7 +488,7 @@ def test_headless_lines_for_a_projection_say_eta_with_time_left_or_the_end():
     live = E.Projection(T0, eta=T0 + 5400, deadline=T0 + 9000, buffer_s=3600, rate=2.4,
                         cost_so_far=1.0, cost_at_eta=3.0)
     line = format_event(live)
-    assert " ETA    " in line and "(in 1 h 30 m at 2.4 it/s), buffer +1 h" in line, line
+    assert " ETA    " in line and "(in 1 h 30 m at 2.40 it/s), buffer +1 h" in line, line
     end = E.Projection(T0 + 60, eta=T0 + 60, deadline=None, buffer_s=None, rate=2.4,
                        cost_so_far=1.25, cost_at_eta=1.25, finished=True)
     line = format_event(end)
@@ -517,3 +519,44 @@ def test_the_projector_counts_the_jobs_a_slurm_run_still_needs():
     assert limited == pytest.approx(free + 2 * 15.0, abs=0.5)   # 60 s after job_end: two more jobs
     p.job_gap_measured = False   # a queue wait alone: each job's start (here 1 s) is added
     assert p.project(10.0).eta == pytest.approx(free + 2 * 16.0, abs=0.5)
+
+
+# ---------------------------------------------------------------------------- measured before declared
+def test_a_declared_rate_is_said_and_gives_way_to_the_first_measured_batches():
+    """Batch 1: nothing measured, the preset's declared 2.4 it/s, said as declared; two
+    intervals later the run's own 14 it/s (not 2.4); a what-if on B's declared 2.1 is
+    scaled to A's measured rate, so the slower preset never looks faster."""
+    pj = Projector(deadline=DEADLINE, preset="A", expected_rates={"A": 2.4, "B": 2.1})
+    pj.on_event(E.Start(T0, 1, 100, "A"))
+    pj.on_event(E.Progress(T0 + 5, 1, 3, 1, 1000))
+    p = pj.project(T0 + 5)
+    assert (p.rate, p.rate_source, p.preset) == (2.4, "declared", "A")
+    assert "2.40 it/s (declared by preset A, not measured yet)" in format_projection(p, T0 + 5)[0]
+    (b,) = p.what_if
+    assert (b["source"], b["rate"]) == ("declared", 2.1)     # both declared: comparable
+    for i in range(1, 3):
+        pj.on_event(E.Progress(T0 + 5 + i, 1, 3, 1 + 14 * i, 1000))
+    p = pj.project(T0 + 7)
+    assert (p.rate, p.rate_source) == (pytest.approx(14.0), "measured")
+    assert format_projection(p, T0 + 7)[0].endswith("at 14.00 it/s")
+    (b,) = p.what_if
+    assert b["source"] == "scaled" and b["rate"] == pytest.approx(2.1 / 2.4 * 14.0)
+    assert b["eta"] > p.eta                                    # slower is later, as measured
+
+
+def test_a_finished_run_reports_what_it_measured_not_a_declared_rate():
+    """A ran at 14 it/s, fell back to B for a few batches (too few to trust), finished:
+    the end says 14 it/s measured, not B's declared 2.1 (`trainctl status` after a run)."""
+    pj = Projector(preset="A", expected_rates={"A": 2.4, "B": 2.1})
+    pj.on_event(E.Start(T0, 1, 1, "A"))
+    t, b = feed_steady(pj, T0 + 2, 1, 10, 14.0, 20, every_s=1.0, batches=600, epochs=1)
+    pj.on_event(E.Stall(t + 30, "train", 30, "deadlock"))
+    pj.on_event(E.Exit(t + 31, -9, "SIGKILL"))
+    pj.on_event(E.Restart(t + 32, 2, "stall", "B", None))
+    pj.on_event(E.Start(t + 33, 2, 2, "B"))
+    pj.on_event(E.Progress(t + 35, 1, 1, 600, 600))
+    pj.on_event(E.Phase(t + 36, "finished"))
+    pj.on_event(E.Exit(t + 37, 0))
+    p = pj.project(t + 100)
+    assert p.finished and p.rate == pytest.approx(14.0) and p.rate_source == "measured"
+    assert "2.10" not in format_projection(p, t + 100)[0]

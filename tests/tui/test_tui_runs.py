@@ -95,6 +95,19 @@ def test_picker_rows_mark_the_run_on_screen_and_those_that_need_attention():
     assert got[0].current and got[0].key == HERE
 
 
+def test_picker_rows_tell_two_demo_runs_apart(monkeypatch, tmp_path):
+    """Two runs of one job under the default runs folder: each is shown by its directory's
+    name (the time it began), not by a long common prefix cut to 'demo-2026…'."""
+    monkeypatch.setenv("TRAINCTL_RUNS_DIR", str(tmp_path / "runs"))
+    rows = [ls_row(str(tmp_path / "runs" / "demo-20261127-125959"), "FINISHED", job="demo"),
+            ls_row(str(tmp_path / "runs" / "demo-20261127-131502"), "RUNNING", job="demo"),
+            ls_row(str(tmp_path / "elsewhere" / "demo-x"), "STOPPED", job="demo")]
+    got = picker_rows(rows, None)
+    assert [r.cells[3] for r in got] == ["demo-20261127-125959", "demo-20261127-131502",
+                                         str(tmp_path / "elsewhere" / "demo-x")]
+    assert [r.key for r in got] == [("local", r["run_dir"]) for r in rows]
+
+
 async def test_the_header_counts_other_runs_that_need_attention_without_waiting(make_app, agent):
     rows = [ls_row(HERE[1], "STALLED", job="yolo-rocm"),      # the one on screen: not counted
             ls_row("/r/b", "STALLED"), ls_row("/r/c", "FAILED", reason="budget spent"),

@@ -11,10 +11,16 @@ from textual.widgets import Input, TextArea
 from tui_helpers import replayed, shown, tick, wait_for
 
 from trainctl.engine.events import Log
+from trainctl.tui.model import NOTE_PREFIX
 from trainctl.tui.screens.preset_editor import PresetEditorScreen
 from trainctl.tui.widgets.loss_chart import LossChart
 
 pytestmark = pytest.mark.timeout(60)
+
+
+def trainer_lines(lines) -> int:
+    """The trainer's lines among the log view's (trainctl's notes are there too)."""
+    return sum(1 for line in lines if not line.startswith(NOTE_PREFIX))
 
 
 def settle(agent, journal, *keys: str, editor: bool = False,  # noqa: ANN001, ANN201
@@ -26,7 +32,7 @@ def settle(agent, journal, *keys: str, editor: bool = False,  # noqa: ANN001, AN
         if log:
             agent.emit(Log(journal[-1].ts + 1, lines=log))
         await wait_for(pilot, lambda: app.dashboard.model.tick is not None
-                       and len(app.dashboard.model.log) == len(log), what="tick and log")
+                       and trainer_lines(app.dashboard.model.log) == len(log), what="tick and log")
         app.dashboard.query_one(LossChart).flush()
         for key in keys:
             await pilot.press(key)

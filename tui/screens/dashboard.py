@@ -12,6 +12,7 @@ state and reason (every SLURM_EVERY_S); `s` then scancels the job.
 """
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Awaitable, Callable
 from functools import partial
@@ -24,9 +25,11 @@ from textual.binding import Binding
 from textual.containers import Horizontal
 from textual.reactive import reactive
 from textual.screen import Screen
-from textual.widgets import Footer
+from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
+from trainctl.engine.projection import checkpoint_phrase
+from trainctl.engine.report import SAVE_ON_REQUEST_KEY
 from trainctl.engine.runs import attention_count
 from trainctl.engine.runview import RANGES
 from trainctl.engine.sanitize import sanitize
@@ -41,6 +44,7 @@ from trainctl.tui.screens.help import HelpScreen
 from trainctl.tui.screens.preset_editor import PresetEditorScreen
 from trainctl.tui.screens.preset_picker import PresetPicker
 from trainctl.tui.screens.run_picker import RunPicker
+from trainctl.tui.screens.stacks import StacksScreen
 from trainctl.tui.widgets.log_tail import LogTail
 from trainctl.tui.widgets.loss_chart import ChartData, LossChart
 from trainctl.tui.widgets.progress_panel import ProgressInfo, ProgressPanel
@@ -56,6 +60,49 @@ BRIDGE_RESTART_S = 2.0   # after an internal error in the bridge
 NARROW_BELOW = 120   # columns: below this the panels use their compact layout
 AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "dump_stacks",
                  "toggle_auto")
+KEY_WORDS = {"toggle_auto": "auto-recovery", "dump_stacks": "stack dump", "pick_preset": "preset switch",
+             "edit_preset": "preset edit", "show_stacks": "last stack dump", "pick_run": "run list",
+             "dismiss_warning": "dismiss", "find_in_log": "find", "find_next": "next match"}
+ENDED_HIDDEN = ("restart", "fallback", "pick_preset", "stop", "dump_stacks", "toggle_auto")
+
+
+COMMAND_WORDS = {"restart": "restart", "fallback": "fallback", "switch_preset": "preset switch",
+                 "stop": "stop", "auto_recover": "auto-recovery", "dump_stacks": "stack dump",
+                 "write_preset": "preset save", "set_next_preset": "next preset",
+                 "list_presets": "preset list", "read_preset": "preset read"}
+
+
+def outcome(name: str, args: dict[str, Any], result: Any) -> str:
+    """What a command the agent accepted did, in words (the toast after a key)."""
+    r = result if isinstance(result, dict) else {}
+    if name == "auto_recover":
+        on = r.get("auto_recover", args.get("on"))
+        return ("auto-recovery on: stalls and crashes restart the trainer" if on else
+                "auto-recovery off: a stall is diagnosed and left for you")
+    if name == "dump_stacks":
+        if not r.get("stacks"):
+            return f"no stacks written: {r.get('detail') or 'py-spy gave none'}"
+        return f"stacks written to {r['stacks']} ({r.get('diagnosis', '?')}); k opens them"
+    if name in ("restart", "fallback", "switch_preset"):
+        preset = r.get("preset") or args.get("preset")
+        with_ = f" with preset {preset}" if preset else ""
+        return (f"restarting the trainer{with_}" if r.get("restart") == "now" else
+                f"the next attempt starts{with_}")
+    if name == "stop":
+        return "stopping: the trainer is killed and not restarted"
+    if name == "write_preset":
+        return f"preset {r.get('name', '?')} saved to {r.get('path', '?')}"
+    if name == "set_next_preset":
+        return f"the next restart uses preset {r.get('next_preset', '?')}"
+    return f"{COMMAND_WORDS.get(name, name)}: done"
+
+
+STACKS_SAID = re.compile(r"stacks dumped to (.+?) \(")   # the agent's note after `d`
+
+
+def continue_command(run_dir: str) -> str:
+    """How to go on from a run that ended: a new run from its last good checkpoint."""
+    return f"trainctl run JOB --resume-from {fmt.home_path(run_dir) or 'RUN_DIR'}"
 
 
 ALERT_RECENT_S = 5.0
@@ -69,10 +116,15 @@ async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
 
 class DashboardScreen(Screen[None]):
     BINDINGS = [
+        Binding("question_mark", "help", "Help", key_display="?", id="help",
+                tooltip="Keys and what the run states mean"),
+        Binding("q", "app.leave", "Quit", id="quit",
+                tooltip="Leave the dashboard; the run goes on"),
         Binding("r", "restart", "Restart", id="restart",
-                tooltip="Kill the trainer and resume from the last good checkpoint"),
+                tooltip="Restart the trainer: saved first where it can, else from the last good "
+                        "checkpoint, else from the start (the confirmation says which)"),
         Binding("f", "fallback", "Fallback", id="fallback",
-                tooltip="Restart with the job's fallback preset (the safe one)"),
+                tooltip="Restart with the job's fallback preset (the safe one), the same way as r"),
         Binding("p", "pick_preset", "Preset…", id="pick_preset",
                 tooltip="Pick a preset and restart with it"),
         Binding("e", "edit_preset", "Edit", id="edit_preset",
@@ -88,10 +140,14 @@ class DashboardScreen(Screen[None]):
                 tooltip="Show or hide the trainer's raw output"),
         Binding("g", "pick_run", "Runs…", id="pick_run",
                 tooltip="Every run of yours (here, on the ssh hosts, on Slurm): follow another"),
-        Binding("question_mark", "help", "Help", key_display="?", id="help",
-                tooltip="Keys and what the run states mean"),
-        Binding("q", "app.leave", "Quit", id="quit",
-                tooltip="Leave the dashboard; the run goes on"),
+        Binding("k", "show_stacks", "Last stacks", id="show_stacks",
+                tooltip="Open the last stack dump (a stall's, or the one d wrote)"),
+        Binding("x", "dismiss_warning", "Dismiss", id="dismiss_warning",
+                tooltip="Dismiss the highlighted warning until it happens again"),
+        Binding("slash", "find_in_log", "Find", key_display="/", id="find_in_log",
+                tooltip="In the log view: find text in the trainer's output"),
+        Binding("n", "find_next", "Next", id="find_next", show=False,
+                tooltip="In the log view: the next match further back"),
     ]
 
     connected: reactive[bool] = reactive(False, bindings=True)
@@ -118,6 +174,7 @@ class DashboardScreen(Screen[None]):
         self._chart_seen = -1
         self.chart_range = RANGES[0]
         self._warnings_seen = -1
+        self._dumped: tuple[float, str] | None = None   # (when, path) of the dump `d` wrote
         self.bell = True                          # ring the terminal bell on a stall or failure
         self._alerts_since = clock() - ALERT_RECENT_S   # a replayed journal's old stalls stay quiet
 
@@ -130,6 +187,8 @@ class DashboardScreen(Screen[None]):
             yield LossChart(id="chart", classes="panel")
             yield WarningsPanel(id="warnings", classes="panel")
         yield LogTail(id="log", classes="panel")
+        yield Input(placeholder="find in the output (enter: newest match; n: the next one back; "
+                    "escape: close)", id="log-search")
         with Horizontal(id="bottom"):
             yield ProjectionPanel(id="projection", classes="panel")
             yield ResourcesPanel(id="resources", classes="panel")
@@ -303,13 +362,18 @@ class DashboardScreen(Screen[None]):
 
     def on_command_done(self, message: CommandDone) -> None:
         if not message.ok:
-            self.notify(escape(sanitize(str(message.error))), title=f"{message.name} failed",
+            self.notify(escape(sanitize(str(message.error))),
+                        title=f"{COMMAND_WORDS.get(message.name, message.name)} failed",
                         severity="error", timeout=8)
             return
         if message.name == "auto_recover":
             self.model.auto_recover = bool(message.args.get("on"))
             self._push_header()
-        self.notify(f"{message.name}: done", title="Agent")
+        if message.name == "dump_stacks" and (message.result or {}).get("stacks"):
+            self._dumped = (self.clock(), str(message.result["stacks"]))
+            self.refresh_bindings()
+        self.notify(escape(sanitize(outcome(message.name, message.args, message.result))),
+                    title=COMMAND_WORDS.get(message.name, message.name).capitalize(), timeout=8)
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place this screen's worker failures land (bridge, commands, dialogs):
@@ -347,7 +411,7 @@ class DashboardScreen(Screen[None]):
             diagnosis=stall.diagnosis if stall else None, stall_phase=stall.phase if stall else None,
             stall_idle_s=stall.idle_s if stall else None, detail=stall.detail if stall else "",
             stacks=self._short_path(stall.stacks) if stall else None, wide=self.wide,
-            ended=ended)
+            ended=ended, go_on=continue_command(model.run_dir) if ended else "")
         self.query_one(ResourcesPanel).info = ResourcesInfo(
             tick.processes if tick else (), tick.gpu if tick else None, tick is not None,
             self.wide, ended, model.rank_rows(),
@@ -358,6 +422,10 @@ class DashboardScreen(Screen[None]):
         if model.warnings_version != self._warnings_seen:
             self._warnings_seen = model.warnings_version
             self.query_one(WarningsPanel).show_rows(model.warning_rows())
+            self.refresh_bindings()
+        notes = model.take_notes()
+        if notes and self.show_log:
+            self.query_one(LogTail).append_lines(notes)
 
     def _short_path(self, path: str | None) -> str | None:
         """A path inside the run directory, relative to it."""
@@ -383,10 +451,14 @@ class DashboardScreen(Screen[None]):
         if m.epoch_started is not None:
             end = now if m.state in LIVE_STATES and self.connected else m.last_progress_ts
             in_epoch = max(0.0, (end or now) - m.epoch_started)
-        rate = p.rate if p and p.rate is not None else (m.projection.rate if m.projection else None)
+        proj = m.projection
+        if p and p.rate is not None:   # the trainer's own figure: measured
+            rate, source, whose = p.rate, "measured", None
+        else:
+            rate, source, whose = (proj.rate, proj.rate_source, proj.preset) if proj else (None, None, None)
         self.query_one(ProgressPanel).info = ProgressInfo(
             p.epoch if p else None, p.epochs if p else None, p.batch if p else None,
-            p.batches if p else None, rate, in_epoch, m.phase)
+            p.batches if p else None, rate, in_epoch, m.phase, source, whose, self.wide)
         ended = m.state if m.state in FINAL_STATES else None
         self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
 
@@ -402,54 +474,147 @@ class DashboardScreen(Screen[None]):
         self._push()
 
     def watch_show_log(self, show: bool) -> None:
-        """The log tail takes the place of the chart and warnings (no restyle, no chart
-        redraw at a new size: toggling stays cheap while the trainer floods output)."""
+        """The log view takes the place of the chart and warnings (no restyle, no chart
+        redraw at a new size: toggling stays cheap while the trainer floods output); it
+        takes the focus, so the arrows scroll it back."""
         log = self.query_one(LogTail)
         if show:
             log.replace_lines(self.model.log)
+            self.model.take_notes()   # in model.log already
         log.display = show
         self.query_one("#middle").display = not show
+        if show:
+            log.focus()
+        else:
+            self._close_search()
+            self.set_focus(None)
+        self.refresh_bindings()
+
+    def action_find_in_log(self) -> None:
+        if self._allowed("find_in_log"):
+            search = self.query_one("#log-search", Input)
+            search.display = True
+            search.focus()
+
+    def action_find_next(self) -> None:
+        if self._allowed("find_next"):
+            log = self.query_one(LogTail)
+            log.find(log.query_text, again=True)
+
+    def on_input_submitted(self, event: Input.Submitted) -> None:
+        if event.input.id != "log-search":
+            return
+        event.stop()
+        log = self.query_one(LogTail)
+        if event.value.strip():
+            log.find(event.value.strip())
+        self._close_search()
+        self.refresh_bindings()
+
+    def _close_search(self) -> None:
+        search = self.query_one("#log-search", Input)
+        if search.display:
+            search.display = False
+            if self.show_log:
+                self.query_one(LogTail).focus()
 
     # ------------------------------------------------------------------ keys
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
-        if action == "pick_run":
-            return self.runs is not None   # hidden without a runs source
-        if action == "stop" and self.queued is not None and not self.connected:
-            return self.run_state not in FINAL_STATES or None   # scancel the queued job
-        if action in AGENT_ACTIONS and not self.connected:
-            return None
+        """True: the key acts; False: hidden (it cannot act on a run that ended); None:
+        shown greyed (not now).  A key pressed that cannot act says why (``on_key``)."""
+        if self.why_not(action) is None:
+            return True
+        if action in ("pick_run", "show_stacks", "dismiss_warning", "find_in_log", "find_next"):
+            return False   # nothing to act on: not worth a place in the footer
+        return False if self.run_state in FINAL_STATES and action in ENDED_HIDDEN else None
+
+    def why_not(self, action: str) -> str | None:
+        """Why a key cannot act now, in words; None when it can."""
         state = self.run_state
-        if action in ("restart", "fallback", "pick_preset") and state in FINAL_STATES:
+        ended = (f"the run is {state}. To go on from its last checkpoint: "
+                 f"{continue_command(self.model.run_dir)}")
+        if action == "pick_run":
+            return None if self.runs is not None else "no list of runs in this dashboard"
+        if action == "show_stacks":
+            return None if self.last_stacks() else "no stack dump yet (d writes one)"
+        if action == "dismiss_warning":
+            if self.show_log:
+                return "the log view is open (l closes it)"
+            panels = self.query(WarningsPanel)
+            return None if panels and panels.first().rows else "no warning to dismiss"
+        if action in ("find_in_log", "find_next"):
+            if not self.show_log:
+                return "open the log view first (l)"
+            logs = self.query(LogTail)
+            if action == "find_next" and not (logs and logs.first().query_text):
+                return "nothing to find yet (/)"
             return None
+        if action == "stop" and self.queued is not None and not self.connected:
+            return None if state not in FINAL_STATES else ended   # scancel the queued job
+        if action in AGENT_ACTIONS and state in FINAL_STATES and action != "edit_preset":
+            return ended
+        if action in AGENT_ACTIONS and not self.connected:
+            return "not connected to the agent" + (f" ({self._connection})" if self._connection else "")
         if action == "fallback" and not self.model.fallback:
-            return None
-        if action == "stop" and (state in FINAL_STATES or state == "STOPPING"):
-            return None
+            return "this run has no fallback preset (--fallback, or `fallback` in the job)"
+        if action == "stop" and state == "STOPPING":
+            return "the run is already stopping"
         if action == "dump_stacks" and state not in LIVE_STATES:
-            return None
-        return True
+            return f"no trainer to dump: the run is {state}"
+        return None
 
     def _allowed(self, action: str) -> bool:
         """Palette commands skip the footer's greying: check again and say why not."""
-        if self.check_action(action, ()):
+        why = self.why_not(action)
+        if why is None:
             return True
-        why = ("no list of runs in this dashboard" if action == "pick_run" else
-               "not connected to the agent" if not self.connected else f"the run is {self.run_state}")
-        self.notify(f"{action.replace('_', ' ')} is not available: {why}", severity="warning")
+        self.notify(escape(f"{KEY_WORDS.get(action, action.replace('_', ' '))} cannot act: {why}"),
+                    severity="warning",
+                    timeout=8)
         return False
+
+    def on_key(self, event) -> None:
+        """A key of a binding that cannot act now (hidden or greyed) says why, not nothing."""
+        search = self.query_one("#log-search", Input)
+        if self.focused is search:
+            if event.key == "escape":
+                event.stop()
+                self._close_search()
+            return
+        for binding in self.BINDINGS:
+            if event.key in binding.key.split(",") and self.why_not(binding.action) is not None:
+                event.stop()
+                self._allowed(binding.action)
+                return
 
     def action_restart(self) -> None:
         if self._allowed("restart"):
             self._confirm_then("restart", "Restart the trainer now?",
-                               f"It is killed and resumed from the last good checkpoint with "
-                               f"preset {self.model.preset or '?'}.")
+                               self.restart_words(self.model.preset or "?"))
 
     def action_fallback(self) -> None:
         if self._allowed("fallback"):
             fb = self.model.fallback
-            self._confirm_then("fallback", f"Fall back to preset {fb}?",
-                               f"The trainer is killed and resumed from the last good "
-                               f"checkpoint with preset {fb}.")
+            self._confirm_then("fallback", f"Fall back to preset {fb}?", self.restart_words(fb))
+
+    def restart_words(self, preset: str) -> str:
+        """What a restart does to this run, as it stands: a trainer that saves on request
+        saves first; else it resumes from the last good checkpoint, or with none yet,
+        starts over."""
+        m = self.model
+        ckpt = m.projection.checkpoint if m.projection is not None else None
+        saves = SAVE_ON_REQUEST_KEY in m.warnings
+        if saves:
+            after = (f" If that save fails, it resumes from the last good checkpoint "
+                     f"({checkpoint_phrase(ckpt, self.clock())})." if ckpt else
+                     " If that save fails, there is no checkpoint yet: it starts over.")
+            return (f"The trainer saves now, is killed and resumed from that save with preset "
+                    f"{preset}.{after}")
+        if ckpt:
+            return (f"The trainer is killed and resumed with preset {preset} from the last good "
+                    f"checkpoint: {checkpoint_phrase(ckpt, self.clock())}.")
+        return (f"There is no checkpoint yet: the trainer is killed and starts over from the "
+                f"beginning with preset {preset}.")
 
     def action_stop(self) -> None:
         if self.queued is not None and not self.connected and self._allowed("stop"):
@@ -474,6 +639,39 @@ class DashboardScreen(Screen[None]):
 
     def action_toggle_log(self) -> None:
         self.show_log = not self.show_log
+
+    def last_stacks(self) -> str | None:
+        """The newest stack dump: the last stall's, or one `d` wrote (said in the journal)."""
+        m = self.model
+        found: list[tuple[float, str]] = []
+        if m.stall is not None and m.stall.stacks:
+            found.append((m.stall.ts, m.stall.stacks))
+        said = m.warnings.get("stacks")
+        if said is not None:
+            match = STACKS_SAID.match(said.text)
+            if match:
+                found.append((said.ts, match.group(1)))
+        if self._dumped is not None:
+            found.append(self._dumped)
+        return max(found)[1] if found else None
+
+    def action_show_stacks(self) -> None:
+        if not self._allowed("show_stacks"):
+            return
+        path = self.last_stacks()
+        where = self.current_key[0] if self.current_key else "local"
+        if where != "local":
+            self.notify(escape(f"the last stack dump is on {where}: {path}"), timeout=10)
+            return
+        self.app.push_screen(StacksScreen(path))
+
+    def action_dismiss_warning(self) -> None:
+        if self._allowed("dismiss_warning"):
+            row = self.query_one(WarningsPanel).dismiss_selected()
+            if row is not None:
+                self.notify(escape(f"dismissed until it happens again: {row.text.splitlines()[0]}"),
+                            timeout=4)
+            self.refresh_bindings()
 
     def action_pick_run(self) -> None:
         if self._allowed("pick_run"):

@@ -15,6 +15,7 @@ from textual.screen import ModalScreen
 from textual.widgets import DataTable, Label
 
 from trainctl.engine.runs import COLUMNS, needs_attention, row_cells, row_key
+from trainctl.tui import fmt
 from trainctl.tui.background import in_background
 
 
@@ -46,8 +47,22 @@ def picker_rows(rows: list[dict], current: tuple[str, str] | None,
             continue
         why = needs_attention(r)
         mark = "▶" if key == current else "!" if why else " "
-        out.append(PickerRow(key, (mark, *row_cells(r)), key == current, why, r))
+        cells = list(row_cells(r))
+        if not r.get("error") and not r.get("slurm") and r.get("where", "local") == "local":
+            cells[2] = short_run_dir(str(r["run_dir"]))
+        out.append(PickerRow(key, (mark, *cells), key == current, why, r))
     return out
+
+
+def short_run_dir(run_dir: str, root: str | None = None) -> str:
+    """A local run directory as the picker shows it: its name alone under the default
+    runs folder (``demo-20261127-130501``: the part that tells runs apart is not cut off
+    by a long common prefix), else the path with ``~`` for the home directory."""
+    from trainctl.engine.paths import runs_dir
+    base = (root or str(runs_dir())).rstrip("/")
+    if run_dir.startswith(base + "/") and "/" not in run_dir[len(base) + 1:].rstrip("/"):
+        return run_dir[len(base) + 1:].rstrip("/")
+    return fmt.home_path(run_dir)
 
 
 class RunPicker(ModalScreen[dict | None]):

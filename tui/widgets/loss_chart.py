@@ -12,6 +12,7 @@ from textual_plotext import PlotextPlot
 MIN_INTERVAL = 0.5   # seconds between two redraws
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "white")
 SPAN_LABELS = {"run": "", "hour": " (last hour)", "epoch": " (this epoch)"}
+PLOT_BELOW = 2       # rows under the plot: the x tick labels and the x label
 
 
 @dataclass(frozen=True)
@@ -81,6 +82,14 @@ class LossChart(PlotextPlot):
                 plt.plot(list(xs), list(ys), marker="braille", color=COLORS[index % len(COLORS)])
         for x, _label in data.restarts:
             plt.vline(x, "red")
+        ys = [y for _, xs, series_ys in data.series if xs for y in series_ys]
+        if ys:
+            lo, hi = min(ys), max(ys)
+            if hi - lo < 1e-12:
+                lo, hi = lo - 0.5, hi + 0.5
+            ticks = even_ticks(lo, hi, self.size.height - PLOT_BELOW)
+            plt.ylim(lo, hi)
+            plt.yticks([v for v, _ in ticks], [label for _, label in ticks])
         # The legend goes in the border: plotext draws its own over the curves.
         self._shown = data
         self.border_title = legend(data, short=self.size.width < 60)
@@ -89,6 +98,21 @@ class LossChart(PlotextPlot):
         else:
             plt.title("")
         self.refresh()
+
+
+def even_ticks(lo: float, hi: float, rows: int) -> list[tuple[float, str]]:
+    """Y labels that fall on evenly spaced rows of a ``rows``-high plot (plotext rounds each
+    tick to a row: evenly spaced values alone land 2 or 3 rows apart, and one can vanish),
+    about every 3 rows, all with the same number of decimals."""
+    import math
+    span = rows - 1
+    if span < 1:
+        return [(hi, f"{hi:.3g}")]
+    steps = [d for d in range(1, span + 1) if span % d == 0]
+    d = min(steps, key=lambda d: (abs(span / d - 3), -d))   # n - 1 gaps of span / d rows
+    step = (hi - lo) / d
+    decimals = max(0, min(6, 1 - math.floor(math.log10(step)))) if step > 0 else 2
+    return [(lo + step * k, f"{lo + step * k:.{decimals}f}") for k in range(d + 1)]
 
 
 def legend(data: ChartData, short: bool = False) -> str:

@@ -8,6 +8,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Label, ProgressBar
 
+from trainctl.engine.projection import rate_phrase
 from trainctl.tui import fmt
 
 
@@ -20,6 +21,9 @@ class ProgressInfo:
     rate: float | None = None
     in_epoch_s: float | None = None
     phase: str | None = None
+    rate_source: str | None = None   # measured (default), history, declared (a preset's figure)
+    preset: str | None = None        # whose declared rate
+    wide: bool = True
 
 
 class ProgressPanel(Vertical):
@@ -48,6 +52,6 @@ class ProgressPanel(Vertical):
         bar = self.query_one(ProgressBar)
         if info.batches:
             bar.update(total=info.batches, progress=info.batch or 0)
-        speed = "—" if info.rate is None else f"{info.rate:.2f} it/s"
+        speed = rate_phrase(info.rate, info.rate_source, info.preset, compact=not info.wide) or "—"
         in_epoch = f"{fmt.duration(info.in_epoch_s)} in this epoch"
         self.query_one("#progress-speed", Label).update(f"{speed} · {in_epoch}")

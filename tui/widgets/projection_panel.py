@@ -8,7 +8,8 @@ from textual.widgets import Static
 
 from trainctl.engine.events import Projection
 from trainctl.engine.projection import (checkpoint_phrase, eta_phrase, format_money, format_projection,
-                                        format_what_if, format_when, signed_duration)
+                                        format_what_if, format_when, rate_phrase,
+                                        signed_duration)
 
 
 @dataclass(frozen=True)
@@ -22,6 +23,8 @@ class ProjectionInfo:
 def _compact_lines(p: Projection, now: float) -> list[str]:
     """The same facts as ``format_projection`` in lines of at most ~36 columns."""
     lines = [eta_phrase(p, now) if p.eta is not None else "ETA unknown"]
+    if p.rate_source in ("declared", "history") and p.rate:
+        lines[0] += f" at {rate_phrase(p.rate, p.rate_source, p.preset, compact=True)}"
     if p.deadline is not None:
         lines.append(f"deadline {format_when(p.deadline, now)}: {signed_duration(p.buffer_s)}")
     if p.cost_so_far is not None:
@@ -34,7 +37,8 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
         lines.append(checkpoint_phrase(p.checkpoint, now, compact=True))
     for w in p.what_if:
         buffer = f" {signed_duration(w['buffer_s'])}" if w.get("buffer_s") is not None else ""
-        lines.append(f"{w.get('preset', '?')}: ETA {format_when(w.get('eta'), now)}{buffer}")
+        guess = {"declared": " (declared)", "scaled": " (~declared)"}.get(w.get("source"), "")
+        lines.append(f"{w.get('preset', '?')}{guess}: ETA {format_when(w.get('eta'), now)}{buffer}")
     return lines
 
 

@@ -55,7 +55,15 @@ class RunHeader(Horizontal):
             return
         where = f"{info.job}@{info.host}" if info.job and info.host else info.job or info.host
         job = f"trainctl · {where}" if where and info.wide else where or "trainctl"
-        self.query_one("#hdr-job", Label).update(escape(job))
+        label = self.query_one("#hdr-job", Label)
+        label.update(escape(job))
+        # The job's name is what tells runs apart: the labels after it give way first (the
+        # connection shrinks, then what does not fit is cut at the right edge).
+        if info.wide:
+            label.styles.min_width = min(len(job) + 2, 64)
+        else:   # the name, then room for the ellipsis of "@host"
+            name = info.job or where or "trainctl"
+            label.styles.min_width = min(len(name) + (3 if len(name) < len(job) else 2), 40)
         self.query_one("#hdr-preset", Label).update(escape(f"preset {sanitize(info.preset or '?')}"))
         state = self.query_one("#hdr-state", Label)
         state.update(escape(f" {STATE_LABELS.get(info.state, info.state)} "))

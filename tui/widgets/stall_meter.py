@@ -25,6 +25,7 @@ class StallInfo:
     stacks: str | None = None
     wide: bool = True
     ended: str | None = None    # a final state: nothing left to watch
+    go_on: str = ""             # how to go on from a run that ended (a command)
 
 
 class StallMeter(Static):
@@ -44,14 +45,17 @@ class StallMeter(Static):
             fraction = None
         self.set_class(fraction is not None and 0.5 <= fraction < 1.0, "-warn")
         self.set_class(info.stalled or (fraction is not None and fraction >= 1.0), "-alarm")
+        self.set_class(bool(info.ended), "-ended")
         self.update(self.render_info(info, fraction))
 
     @staticmethod
     def render_info(info: StallInfo, fraction: float | None) -> Text:
-        text = Text(no_wrap=True, overflow="ellipsis")
+        text = Text(no_wrap=not info.ended, overflow="ellipsis")
         phase = info.phase or "—"
         if info.ended:
             text.append(f"run {info.ended}: nothing left to watch", style="dim")
+            if info.go_on:
+                text.append(f"\nto go on: {info.go_on}")
         elif info.idle_s is None:
             text.append(f"{phase}: no reading yet\n")
         elif info.threshold_s:
