@@ -26,6 +26,7 @@ REQUEST_MAX = 1 << 20          # bytes in one request line
 CLIENT_BACKLOG_MAX = 8 << 20   # bytes waiting for one client
 SEND_TIMEOUT_S = 10.0          # a client that takes no bytes for this long is dropped
 REPLAY_CHUNK = 2000
+ACCEPT_BACKLOG = 1024          # clients connecting in one instant (the kernel caps it at somaxconn)
 
 
 class _Client:
@@ -85,7 +86,8 @@ class ClientServer:
             sock.unlink()
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(sock), limit=REQUEST_MAX)
+            self._server = await asyncio.start_unix_server(self._serve, path=str(sock), limit=REQUEST_MAX,
+                                                          backlog=ACCEPT_BACKLOG)
         finally:
             os.umask(old)
         os.chmod(sock, 0o600)
