@@ -216,9 +216,11 @@ class FileTail:
     appended, polling every ``poll_s`` (one stat and at most one read of ``chunk`` bytes per
     poll; a full read is followed by the next one after one turn of the event loop: a
     trainer that writes faster than the agent parses never keeps the agent's clients
-    waiting more than a chunk's parse, about 40 ms for 256 KiB). The file may not exist yet; a file replaced (new
-    inode) or truncated is read again from its start. ``offset`` is where the next read
-    starts. It stops after :meth:`close`, or, once :meth:`until_eof_after`'s event is set,
+    waiting more than a chunk's parse, about 40 ms for 256 KiB). The file may not exist
+    yet; one deleted is read on through the descriptor held (its writer may go on writing
+    it); one replaced (new inode) or truncated is read again from its start, unless the new
+    file is a copy of what was read (the holder's, of a deleted train.log): read on.
+    ``offset`` is where the next read starts. It stops after :meth:`close`, or, once :meth:`until_eof_after`'s event is set,
     at the first end of file seen after that (the writer is gone: read what is left)."""
 
     def __init__(self, path: Path | str, offset: int = 0, *, poll_s: float = 0.1,
@@ -243,21 +245,50 @@ class FileTail:
         try:
             st = os.stat(self.path)
         except OSError:
+            st = None
+        if self._fd is not None and (st is None or st.st_ino != self._ino):
+            # Deleted or replaced: first what the file we hold still has (its writer may
+            # hold it too, and go on writing: then it is followed as long as it has no name).
+            size = os.fstat(self._fd).st_size
+            if size > self.offset:
+                return self._pread(size)
+            if st is None:
+                return b"", True
+            if not self._copy_of_ours(st.st_size):
+                self.offset = 0   # another file: from its start
+            os.close(self._fd)
+            self._fd = None
+        if st is None:
             return b"", True
-        if self._fd is None or st.st_ino != self._ino:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd, self.offset = None, 0   # replaced: the new file from its start
+        if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             self._ino = os.fstat(self._fd).st_ino
         if st.st_size < self.offset:
             self.offset = 0   # truncated
-        want = min(self.chunk, st.st_size - self.offset)
+        return self._pread(st.st_size)
+
+    def _pread(self, size: int) -> tuple[bytes, bool]:
+        want = min(self.chunk, size - self.offset)
         if want <= 0:
             return b"", True
         data = os.pread(self._fd, want, self.offset)
         self.offset += len(data)
         return data, len(data) < self.chunk
+
+    def _copy_of_ours(self, size: int) -> bool:
+        """The file now at the path begins with what we read (the holder's copy of a deleted
+        train.log, engine/holder.copy_out): read on at our offset, nothing read twice."""
+        if self.offset == 0 or size < self.offset:
+            return False
+        n = min(self.offset, 4096)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return os.pread(fd, n, self.offset - n) == os.pread(self._fd, n, self.offset - n)
+        finally:
+            os.close(fd)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()

@@ -13,6 +13,11 @@ come to it as the subreaper), reaps, writes the final status and exits 0.
 
 SIGTERM is forwarded to the trainer's process group; SIGHUP, SIGINT and SIGPIPE are ignored.
 
+The run directory deleted under it (``rm -rf RUN`` by mistake): every :data:`STATUS_EVERY_S`
+it looks whether its status file or train.log is gone (no link left), and makes them again
+(the directory too, 0700): the status file rewritten, train.log a copy of what it held
+(:func:`copy_out`), appended to from there.  The trainer never notices.
+
 ``--alert-file F`` (the run's 0600 alerts.json): every :data:`AGENT_CHECK_S` while the trainer
 lives, the holder looks whether the agent named in agent.json still lives (pid and start
 time; an adopting agent rewrites the file).  Gone twice in a row after it was seen alive:
@@ -64,6 +69,37 @@ def fit_status(status: dict, size: int = STATUS_SIZE) -> bytes:
         if len(data) < size:
             return data.ljust(size - 1) + b"\n"
     raise ValueError("status does not fit")   # numbers only: cannot happen
+
+
+def copy_out(fd: int, path: str) -> int:
+    """The file ``fd`` holds, deleted meanwhile: its bytes copied to a new ``path`` (0600,
+    written beside it, then renamed into place).  Returns the new file's fd (O_RDWR|O_APPEND).
+    The caller writes only through the returned fd from then on, so nothing is lost."""
+    tmp = f"{path}.remade-{os.getpid()}"
+    new = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                  | os.O_CLOEXEC, 0o600)
+    try:
+        offset = 0
+        while chunk := os.pread(fd, CHUNK, offset):
+            offset += len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(new, view):]
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(new)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return new
+
+
+def deleted(fd: int | None) -> bool:
+    """The file ``fd`` holds has no name left (its directory or itself was deleted)."""
+    try:
+        return fd is not None and os.fstat(fd).st_nlink == 0
+    except OSError:
+        return False
 
 
 class AgentWatch:
@@ -121,11 +157,9 @@ class Holder:
     def __init__(self, run_dir: str, attempt: int, argv: list[str], log_path: str,
                  lock_fd: int | None, alert_file: str | None = None) -> None:
         self.argv, self.log_path, self.lock_fd = argv, log_path, lock_fd
+        self.run_dir, self.status_file = run_dir, status_path(run_dir, attempt)
         self.watch = AgentWatch(run_dir, alert_file) if alert_file else None
-        self.status_fd = os.open(status_path(run_dir, attempt),
-                                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.ftruncate(self.status_fd, 0)
-        os.pwrite(self.status_fd, b" " * STATUS_SIZE, 0)   # the room for every later write
+        self.status_fd = self.open_status()
         me = psutil.Process()
         self.st: dict = {"holder_pid": me.pid, "holder_start": me.create_time(), "pid": None,
                          "pid_start": None, "attempt": attempt, "argv": argv, "started": None,
@@ -141,6 +175,36 @@ class Holder:
         self.write_status()
 
     # ------------------------------------------------------------------ status and log
+    def open_status(self) -> int:
+        fd = os.open(self.status_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b" " * STATUS_SIZE, 0)   # the room for every later write
+        return fd
+
+    def remake_files(self) -> None:
+        """The status file and train.log made again where they were deleted (see above);
+        best effort: a failure now is tried again at the next status write."""
+        status_gone, log_gone = deleted(self.status_fd), deleted(self.log_fd)
+        if not (status_gone or log_gone):
+            return
+        try:
+            for d in (self.run_dir, os.path.dirname(self.log_path)):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o700)
+            if log_gone:
+                new = copy_out(self.log_fd, self.log_path)
+                os.close(self.log_fd)
+                self.log_fd = new
+            if status_gone:
+                new = self.open_status()
+                os.close(self.status_fd)
+                self.status_fd = new
+                self.dirty = True
+            print("holder: the run directory's files were deleted: made again", file=sys.stderr,
+                  flush=True)
+        except OSError as e:
+            print(f"holder: cannot make the deleted files again: {e}", file=sys.stderr, flush=True)
+
     def write_status(self) -> None:
         try:
             os.pwrite(self.status_fd, fit_status(self.st), 0)
@@ -154,7 +218,7 @@ class Holder:
         done = 0
         try:
             if self.log_fd is None:
-                self.log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                self.log_fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT
                                       | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             while done < len(data):
                 done += os.write(self.log_fd, data[done:])
@@ -267,8 +331,10 @@ class Holder:
             if 0 < self.read_pipe() < READ_BURST:
                 time.sleep(READ_PAUSE_S)   # the pipe (1 MiB) holds what comes meanwhile
         self.reap()
-        if self.dirty and time.monotonic() - self.written_at >= STATUS_EVERY_S:
-            self.write_status()
+        if time.monotonic() - self.written_at >= STATUS_EVERY_S:
+            self.remake_files()
+            if self.dirty:
+                self.write_status()
 
     def run(self) -> int:
         wake_r, wake_w = os.pipe()
@@ -299,6 +365,7 @@ class Holder:
         if self.pipe_r is not None:
             os.close(self.pipe_r)
         self.reap()
+        self.remake_files()
         self.write_status()
         if left := self.signal_tree(0):
             with contextlib.suppress(OSError):

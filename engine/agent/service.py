@@ -31,6 +31,8 @@ from .held_spawner import HeldSpawner
 from .spawner import PipeSpawner, Spawner
 from .tasks import ErrorReporter
 
+KEEP_S = 1.0   # how often the agent looks whether its run directory or socket were deleted
+
 
 class Agent:
     def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
@@ -74,6 +76,8 @@ class Agent:
         if printer is not None:
             ctx.bus.printers.append(PrinterSink(printer))
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._agent_lock: int | None = None
+        self._more_locks: list[int] = []   # agent.lock made again in a re-made run directory
         self.alerts = _alert_sink(ctx, self._alert_warning)
         if self.alerts is not None:
             ctx.bus.printers.append(self.alerts)
@@ -137,7 +141,7 @@ class Agent:
         except OSError as e:   # UnsafePathError: not ours, or open to others
             print(f"trainctl: {e}", file=sys.stderr, flush=True)
             return 2
-        agent_lock = _agent_lock(ctx.files.dir)
+        agent_lock = self._agent_lock = _agent_lock(ctx.files.dir)
         if agent_lock is None:
             print(f"trainctl: another agent supervises {ctx.files.dir}", file=sys.stderr, flush=True)
             return 2
@@ -157,6 +161,7 @@ class Agent:
             ctx.info(f"alerts to {', '.join(self.alerts.about)} on {', '.join(self.alerts.on)}", "alerts")
         if self.serve:
             await self.server.start()
+        keeper = asyncio.ensure_future(self._keep_run_dir())
         kernel = self._start_kernel_log()
         if ctx.gpu_probe is None:
             from ..probes import detect_gpu_probe
@@ -171,6 +176,7 @@ class Agent:
                 return await self._take_over()
             return await self.loop.run()
         finally:
+            keeper.cancel()
             if kernel is not None:
                 kernel.stop()
             if self.serve:
@@ -183,6 +189,39 @@ class Agent:
             ctx.journal.close()
             self.lock.release()
             os.close(agent_lock)
+            for fd in self._more_locks:
+                os.close(fd)
+
+    async def _keep_run_dir(self) -> None:
+        """Every KEEP_S: the run directory deleted by mistake (``rm -rf``) is made again with
+        what this agent holds (journal, spec, agent.json, agent.lock, socket) while the
+        holder makes its own files again (engine/holder.py), and the training goes on; a
+        socket file deleted alone is made again too, so clients reach the agent."""
+        while True:
+            await asyncio.sleep(KEEP_S)
+            try:
+                if self._remake_run_dir():
+                    self.ctx.info(f"the run directory {self.files.dir} was deleted while the run went on: "
+                                  "made again from what the agent holds (the journal whole, spec, "
+                                  "agent.json); the trainer goes on", "run_dir.remade")
+                if self.serve and await self.server.keep_listening():
+                    self.ctx.info(f"the agent's socket {self.files.sock} was deleted: listening on a new one",
+                                  "socket.remade")
+            except Exception as e:   # noqa: BLE001 - said, tried again at the next turn
+                self.report("keep_run_dir", e)
+
+    def _remake_run_dir(self) -> bool:
+        files = self.files
+        if files.dir.is_dir() and not self.ctx.journal.remake():
+            return False
+        make_private_dir(files.dir)
+        self.ctx.journal.remake()
+        if not files.spec.exists():
+            self.spec.save(files.spec)
+        self._write_info()
+        if (fd := _agent_lock(files.dir)) is not None:   # one agent per directory, still
+            self._more_locks.append(fd)
+        return True
 
     async def _prime_snapshots(self) -> None:
         """The view of the journal so far (an adopting agent's, an older run's), then the
