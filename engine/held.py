@@ -65,6 +65,24 @@ def _same_process(pid: int | None, start: float | None) -> psutil.Process | None
         return None
 
 
+def last_status(run_dir: Path | str) -> dict | None:
+    """The status file of the run's last attempt (the highest ``trainer-<N>.json``), or None."""
+    attempts = [int(n) for p in Path(run_dir).glob("trainer-*.json")
+                if (n := p.name[len("trainer-"):-len(".json")]).isdigit()]
+    return read_status(_status_path(str(run_dir), max(attempts))) if attempts else None
+
+
+def live_trainer(run_dir: Path | str) -> dict | None:
+    """The last attempt's status while its trainer lives (the same process: pid and start
+    time), whoever watches it, or None.  ``holder_alive`` is added: False for a trainer whose
+    agent and holder were both killed (it runs on unsupervised)."""
+    st = last_status(run_dir)
+    if not st or st.get("returncode") is not None or \
+            _same_process(st.get("pid"), st.get("pid_start")) is None:
+        return None
+    return {**st, "holder_alive": _same_process(st.get("holder_pid"), st.get("holder_start")) is not None}
+
+
 class HeldTrainer:
     """A trainer under its holder. ``pid`` is the trainer's (its process group and session
     too), ``holder_pid`` the holder's."""
@@ -81,18 +99,20 @@ class HeldTrainer:
     @classmethod
     async def start(cls, argv: list[str], env: dict[str, str] | None, cwd: Path | str | None,
                     run_dir: Path | str, attempt: int, lock_fd: int | None = None,
-                    *, log: Path | str | None = None) -> HeldTrainer:
+                    *, log: Path | str | None = None, adopt: bool = False) -> HeldTrainer:
         """Start ``argv`` under a new holder; return once the trainer runs. OSError when it
         cannot be started (its message says why), TimeoutError if the holder does not say
-        within START_TIMEOUT_S."""
+        within START_TIMEOUT_S.  ``adopt``: no ``argv``; a new holder for the trainer of
+        ``attempt`` whose holder was killed (holder.py --adopt)."""
         run_dir = Path(run_dir)
         path = Path(_status_path(str(run_dir), attempt))
-        try:
-            path.unlink()   # a status file of an earlier try must not be taken for this one
-        except FileNotFoundError:
-            pass
+        if not adopt:
+            try:
+                path.unlink()   # a status file of an earlier try must not be taken for this one
+            except FileNotFoundError:
+                pass
         cmd = [sys.executable, "-I", "-m", "trainctl.engine.holder", "--run-dir", str(run_dir),
-               "--attempt", str(attempt)]
+               "--attempt", str(attempt)] + (["--adopt"] if adopt else [])
         if lock_fd is not None:
             cmd += ["--lock-fd", str(lock_fd)]
         if log is not None:
@@ -102,7 +122,7 @@ class HeldTrainer:
         out = os.open(run_dir / "holder.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *cmd, "--", *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                *cmd, *([] if adopt else ["--", *argv]), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
                 env=env, cwd=cwd, start_new_session=True,
                 pass_fds=(lock_fd,) if lock_fd is not None else ())
         finally:
@@ -114,7 +134,7 @@ class HeldTrainer:
                 await proc.wait()
                 raise OSError(f"cannot start {argv[0] if argv else '(empty command)'}: "
                               f"{st['spawn_error']}")
-            if st and st.get("pid"):
+            if st and st.get("pid") and st.get("holder_pid") == proc.pid:
                 return cls(run_dir, attempt, st, proc)
             if proc.returncode is not None:
                 raise OSError(f"the holder exited ({proc.returncode}) before starting the "
@@ -154,7 +174,11 @@ class HeldTrainer:
             await self._proc.wait()
         else:
             await self._wait_holder_gone()
-        rc = self.status().get("returncode")
+        st = self.status()
+        rc = st.get("returncode")
+        if st.get("exit_unknown"):   # an adopted trainer (not the holder's child) has ended
+            raise HolderLost(f"trainer {self.pid} ended; its exit status is unknown (its first "
+                             "holder was killed: no process left that could read it)")
         if rc is None:
             while self.alive():   # orphaned by the holder's death: wait it out, unreaped
                 await asyncio.sleep(POLL_S)

@@ -92,7 +92,7 @@ def agent_running(run_dir: Path) -> bool:
 def needs_adoption(run_dir: Path) -> bool:
     """True for a run whose agent is gone while the run is not over: its trainer lives on
     (under its holder), or its agent died between attempts (BACKOFF, STARTING)."""
-    from ..held import HeldTrainer
+    from ..held import HeldTrainer, live_trainer
     run_dir = Path(run_dir)
     if not (run_dir / "spec.json").exists() or agent_running(run_dir):
         return False
@@ -109,4 +109,6 @@ def needs_adoption(run_dir: Path) -> bool:
         return False
     if was.attempt and was.exited is None and HeldTrainer.adopt(run_dir, was.attempt) is not None:
         return True
+    if was.exited is None and (st := live_trainer(run_dir)) is not None and st.get("attempt") == was.attempt:
+        return True   # its holder was killed too: the trainer runs on unsupervised
     return was.state in ("BACKOFF", "STARTING")

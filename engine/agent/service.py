@@ -267,6 +267,15 @@ class Agent:
                   if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
             handle.save_on_request = was.save_on_request
+            if getattr(handle, "orphan", False):
+                try:
+                    await self.spawner.rehold(handle)
+                    ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
+                             "its holder killed too: a new holder reads its output again", "adopt.rehold")
+                except OSError as e:
+                    ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
+                             f"its holder killed too, and no new holder could start ({e}): it is watched "
+                             "by its pid, its output no longer read", "adopt.rehold")
             ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
                      f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
                      "adopt")
@@ -289,6 +298,8 @@ class Agent:
         if was.exited is None:   # started but no trainer to be found: it is gone
             ctx.emit(E.Exit(ctx.clock(), None, None))
         ctx.info(f"a new agent (pid {os.getpid()}) goes on after attempt {was.attempt}", "adopt")
+        if was.exited is not None and was.restart is not None:   # it died in its back-off
+            return await self.loop.run(restart=was.restart)
         return await self.loop.run(outcome=was.outcome())
 
     def _killed_before(self) -> str | None:
