@@ -13,6 +13,10 @@ another:
 
 The trainer's achieved rate is train.log's growth over the window; the agent's backlog is
 how far its intake offset (intake.json) trails train.log at the end of the window.
+
+trainctl runs from a scratch directory, so PYTHONPATH may name another tree's `trainctl`
+(an older commit's, as links: see tests/engine/test_import_hygiene.py) for a before/after
+on the same machine; the holder (`python -I`) is always this venv's.
 """
 from __future__ import annotations
 
@@ -73,7 +77,7 @@ def one_rate(rate: float, seconds: float, probes: int) -> None:
         env = {**os.environ, "XDG_DATA_HOME": str(tmp / "data"), "XDG_CONFIG_HOME": str(tmp / "cfg")}
         agent = subprocess.Popen([PY, "-m", "trainctl", "run", "--json", "--no-tmux", "--run-dir", str(run_dir),
                                   "--name", f"flood{int(rate)}", "--", PY, str(FLOOD), str(rate), str(seconds)],
-                                 cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                 cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                                  start_new_session=True)
         try:
             log = run_dir / "train.log"
@@ -90,7 +94,7 @@ def one_rate(rate: float, seconds: float, probes: int) -> None:
                 hellos.append(h)
                 replies.append(r)
                 c0 = time.monotonic()
-                p = subprocess.run([PY, "-m", "trainctl", "status", "--json", str(run_dir)], cwd=ROOT,
+                p = subprocess.run([PY, "-m", "trainctl", "status", "--json", str(run_dir)], cwd=tmp,
                                    env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
                 cli.append(time.monotonic() - c0)
                 codes.append(p.returncode)
