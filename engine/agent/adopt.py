@@ -74,19 +74,8 @@ def where_the_run_was(journal: Path) -> Where:
 
 def agent_running(run_dir: Path) -> bool:
     """An agent holds this run (alive, even if stopped): its flock on agent.lock is held."""
-    import fcntl
-    import os
-    try:
-        fd = os.open(Path(run_dir) / "agent.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    from ..client import agent_holds
+    return agent_holds(run_dir)
 
 
 def needs_adoption(run_dir: Path) -> bool:
