@@ -65,6 +65,9 @@ class AttemptLoop:
         # job is submitted); returns the agent's exit code.  None: a plain stop.
         self.on_suspend = None
         self.slurm_job: str | None = None   # journaled in each start event
+        # Before each start: the run directory made again if it was deleted (the agent's
+        # keeper looks every second; an attempt may start sooner).  None: not looked at.
+        self.before_start: Callable[[], object] | None = None
 
     # ------------------------------------------------------------------ the loop
     async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None,
@@ -319,6 +322,11 @@ class AttemptLoop:
     async def start(self, preset: str | None, resume_from: str | None) -> Trainer | Outcome:
         """A new trainer (its start event journaled), or the outcome of failing to start one."""
         ctx = self.ctx
+        if self.before_start is not None:
+            try:
+                self.before_start()
+            except Exception as e:   # noqa: BLE001 - the start says what is missing, if anything
+                self.report("before_start", e)
         try:
             argv, env = self.command(preset, resume_from)
         except ConfigError as e:

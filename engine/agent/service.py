@@ -62,6 +62,7 @@ class Agent:
             spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
+        self.loop.before_start = self._say_remade
         self.slurm = None
         if slurm:
             from .slurm_job import SlurmPart
@@ -78,6 +79,7 @@ class Agent:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._agent_lock: int | None = None
         self._more_locks: list[int] = []   # agent.lock made again in a re-made run directory
+        self._kept: dict[str, bytes] = {}  # the run's own small files, to make them again
         self.alerts = _alert_sink(ctx, self._alert_warning)
         if self.alerts is not None:
             ctx.bus.printers.append(self.alerts)
@@ -155,13 +157,16 @@ class Agent:
                 return 2
         if self.on_locked is not None:
             self.on_locked()
+        self._kept = _small_files(ctx.files.dir)
         priming = asyncio.ensure_future(self._prime_snapshots())
         self._write_info()
         if self.alerts is not None:
             ctx.info(f"alerts to {', '.join(self.alerts.about)} on {', '.join(self.alerts.on)}", "alerts")
         if self.serve:
             await self.server.start()
-        keeper = asyncio.ensure_future(self._keep_run_dir())
+        # (not in an agent without a socket: tests on a virtual-time loop, where a timer
+        # every second would make time race ahead while an executor job runs)
+        keeper = asyncio.ensure_future(self._keep_run_dir()) if self.serve else None
         kernel = self._start_kernel_log()
         if ctx.gpu_probe is None:
             from ..probes import detect_gpu_probe
@@ -176,7 +181,8 @@ class Agent:
                 return await self._take_over()
             return await self.loop.run()
         finally:
-            keeper.cancel()
+            if keeper is not None:
+                keeper.cancel()
             if kernel is not None:
                 kernel.stop()
             if self.serve:
@@ -200,15 +206,18 @@ class Agent:
         while True:
             await asyncio.sleep(KEEP_S)
             try:
-                if self._remake_run_dir():
-                    self.ctx.info(f"the run directory {self.files.dir} was deleted while the run went on: "
-                                  "made again from what the agent holds (the journal whole, spec, "
-                                  "agent.json); the trainer goes on", "run_dir.remade")
+                self._say_remade()
                 if self.serve and await self.server.keep_listening():
                     self.ctx.info(f"the agent's socket {self.files.sock} was deleted: listening on a new one",
                                   "socket.remade")
             except Exception as e:   # noqa: BLE001 - said, tried again at the next turn
                 self.report("keep_run_dir", e)
+
+    def _say_remade(self) -> None:
+        if self._remake_run_dir():
+            self.ctx.info(f"the run directory {self.files.dir} was deleted while the run went on: "
+                          "made again from what the agent holds (the journal whole, spec, "
+                          "agent.json); the trainer goes on", "run_dir.remade")
 
     def _remake_run_dir(self) -> bool:
         files = self.files
@@ -218,6 +227,13 @@ class Agent:
         self.ctx.journal.remake()
         if not files.spec.exists():
             self.spec.save(files.spec)
+        for rel, data in self._kept.items():   # presets, alerts.json: as they were
+            path = files.dir / rel
+            if not path.exists():
+                make_private_dir(path.parent)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
         self._write_info()
         if (fd := _agent_lock(files.dir)) is not None:   # one agent per directory, still
             self._more_locks.append(fd)
@@ -350,6 +366,23 @@ class Agent:
         follower = KernelLogFollower(on_line, on_info)
         follower.start()
         return follower
+
+
+KEPT = ("presets/*.toml", "alerts.json")   # what a re-made run directory gets back
+
+
+def _small_files(run_dir: Path, most: int = 1 << 20) -> dict[str, bytes]:
+    """The run's own small files (its presets, alerts.json) as they are at the
+    agent's start: a run directory deleted by mistake gets them back."""
+    out: dict[str, bytes] = {}
+    for pattern in KEPT:
+        for path in sorted(run_dir.glob(pattern)):
+            try:
+                if path.is_file() and not path.is_symlink() and path.stat().st_size <= most:
+                    out[str(path.relative_to(run_dir))] = path.read_bytes()
+            except OSError:
+                continue
+    return out
 
 
 def _begun(journal: Path) -> bool:
