@@ -30,9 +30,14 @@ BAD_INPUTS = ["tests/e2e/test_hostile_inputs.py", "tests/engine/test_sanitize.py
 FAULTS = ["tests/e2e/test_agent_faults.py", "tests/e2e/test_containment.py",
           "tests/e2e/test_client_backlog.py", "tests/e2e/test_holder.py",
           "tests/e2e/test_agent_not_responding.py",
+          # issue 27: kill -9 of agent and holder, the run directory or socket deleted, two
+          # attach racing, an agent killed in its back-off, a 50 MB/s flood, 200 clients at once
+          "tests/e2e/test_lost_and_found.py",
           "tests/engine/test_attempt_loop.py::test_a_failed_diagnosis_never_holds_up_recovery",
           "tests/engine/test_attempt_loop.py::test_a_task_that_keeps_failing_fails_the_run_loudly",
           "tests/engine/test_attempt_loop.py::test_requests_of_the_wrong_shape_get_one_line_errors",
+          "tests/engine/test_attempt_loop.py::test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start",
+          "tests/engine/test_joblock.py",
           "tests/engine/test_side_lines.py"]
 
 

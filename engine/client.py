@@ -68,6 +68,26 @@ def agent_process(run_dir: Path | str) -> str:
     return f"pid {pid}, {status}"
 
 
+SOCKET_REMADE_S = 2.0   # how long a client waits for a live agent's deleted socket to come back
+
+
+def agent_holds(run_dir: Path | str) -> bool:
+    """An agent holds this run (alive, even if stopped): its flock on agent.lock is held."""
+    import fcntl
+    import os
+    try:
+        fd = os.open(Path(run_dir) / "agent.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
 class UnixTransport:
     """The agent's Unix socket.  With ``journal_fallback``, a run whose agent is gone (the
     run ended, or the agent died) still answers: a hello with ``"live": false`` and the
@@ -84,13 +104,24 @@ class UnixTransport:
                 f"{self.sock_path.parent}")
 
     async def open(self):
-        try:
-            return await asyncio.open_unix_connection(str(self.sock_path), limit=1 << 22)
-        except (FileNotFoundError, ConnectionRefusedError) as e:
-            run_dir = self.sock_path.parent
-            if self.journal_fallback and RunFiles(run_dir).events.exists():
-                return _offline_streams(run_dir)
-            raise AgentUnavailable(f"no agent is listening on {self.sock_path} ({e.strerror})") from e
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + SOCKET_REMADE_S
+        while True:
+            try:
+                return await asyncio.open_unix_connection(str(self.sock_path), limit=1 << 22)
+            except (FileNotFoundError, ConnectionRefusedError) as e:
+                # An agent holds the run but its socket file is gone (deleted): it makes
+                # it again within a second (Agent._keep_run_dir); wait for that, briefly.
+                if loop.time() < deadline and agent_holds(self.sock_path.parent):
+                    await asyncio.sleep(0.1)
+                    continue
+                return self._unavailable(e)
+
+    def _unavailable(self, e: OSError):
+        run_dir = self.sock_path.parent
+        if self.journal_fallback and RunFiles(run_dir).events.exists():
+            return _offline_streams(run_dir)
+        raise AgentUnavailable(f"no agent is listening on {self.sock_path} ({e.strerror})") from e
 
     def describe(self) -> str:
         return str(self.sock_path.parent)

@@ -65,6 +65,24 @@ def _same_process(pid: int | None, start: float | None) -> psutil.Process | None
         return None
 
 
+def last_status(run_dir: Path | str) -> dict | None:
+    """The status file of the run's last attempt (the highest ``trainer-<N>.json``), or None."""
+    attempts = [int(n) for p in Path(run_dir).glob("trainer-*.json")
+                if (n := p.name[len("trainer-"):-len(".json")]).isdigit()]
+    return read_status(_status_path(str(run_dir), max(attempts))) if attempts else None
+
+
+def live_trainer(run_dir: Path | str) -> dict | None:
+    """The last attempt's status while its trainer lives (the same process: pid and start
+    time), whoever watches it, or None.  ``holder_alive`` is added: False for a trainer whose
+    agent and holder were both killed (it runs on unsupervised)."""
+    st = last_status(run_dir)
+    if not st or st.get("returncode") is not None or \
+            _same_process(st.get("pid"), st.get("pid_start")) is None:
+        return None
+    return {**st, "holder_alive": _same_process(st.get("holder_pid"), st.get("holder_start")) is not None}
+
+
 class HeldTrainer:
     """A trainer under its holder. ``pid`` is the trainer's (its process group and session
     too), ``holder_pid`` the holder's."""
@@ -81,18 +99,20 @@ class HeldTrainer:
     @classmethod
     async def start(cls, argv: list[str], env: dict[str, str] | None, cwd: Path | str | None,
                     run_dir: Path | str, attempt: int, lock_fd: int | None = None,
-                    *, log: Path | str | None = None) -> HeldTrainer:
+                    *, log: Path | str | None = None, adopt: bool = False) -> HeldTrainer:
         """Start ``argv`` under a new holder; return once the trainer runs. OSError when it
         cannot be started (its message says why), TimeoutError if the holder does not say
-        within START_TIMEOUT_S."""
+        within START_TIMEOUT_S.  ``adopt``: no ``argv``; a new holder for the trainer of
+        ``attempt`` whose holder was killed (holder.py --adopt)."""
         run_dir = Path(run_dir)
         path = Path(_status_path(str(run_dir), attempt))
-        try:
-            path.unlink()   # a status file of an earlier try must not be taken for this one
-        except FileNotFoundError:
-            pass
+        if not adopt:
+            try:
+                path.unlink()   # a status file of an earlier try must not be taken for this one
+            except FileNotFoundError:
+                pass
         cmd = [sys.executable, "-I", "-m", "trainctl.engine.holder", "--run-dir", str(run_dir),
-               "--attempt", str(attempt)]
+               "--attempt", str(attempt)] + (["--adopt"] if adopt else [])
         if lock_fd is not None:
             cmd += ["--lock-fd", str(lock_fd)]
         if log is not None:
@@ -102,7 +122,7 @@ class HeldTrainer:
         out = os.open(run_dir / "holder.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *cmd, "--", *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
+                *cmd, *([] if adopt else ["--", *argv]), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
                 env=env, cwd=cwd, start_new_session=True,
                 pass_fds=(lock_fd,) if lock_fd is not None else ())
         finally:
@@ -114,7 +134,7 @@ class HeldTrainer:
                 await proc.wait()
                 raise OSError(f"cannot start {argv[0] if argv else '(empty command)'}: "
                               f"{st['spawn_error']}")
-            if st and st.get("pid"):
+            if st and st.get("pid") and st.get("holder_pid") == proc.pid:
                 return cls(run_dir, attempt, st, proc)
             if proc.returncode is not None:
                 raise OSError(f"the holder exited ({proc.returncode}) before starting the "
@@ -154,7 +174,11 @@ class HeldTrainer:
             await self._proc.wait()
         else:
             await self._wait_holder_gone()
-        rc = self.status().get("returncode")
+        st = self.status()
+        rc = st.get("returncode")
+        if st.get("exit_unknown"):   # an adopted trainer (not the holder's child) has ended
+            raise HolderLost(f"trainer {self.pid} ended; its exit status is unknown (its first "
+                             "holder was killed: no process left that could read it)")
         if rc is None:
             while self.alive():   # orphaned by the holder's death: wait it out, unreaped
                 await asyncio.sleep(POLL_S)
@@ -214,13 +238,17 @@ def _tail(path: Path, n: int = 400) -> str:
 class FileTail:
     """Follow a file from byte ``offset``: ``async for chunk in tail`` yields what was
     appended, polling every ``poll_s`` (one stat and at most one read of ``chunk`` bytes per
-    poll; a full read is followed at once). The file may not exist yet; a file replaced (new
-    inode) or truncated is read again from its start. ``offset`` is where the next read
-    starts. It stops after :meth:`close`, or, once :meth:`until_eof_after`'s event is set,
+    poll; a full read is followed by the next one after one turn of the event loop: a
+    trainer that writes faster than the agent parses never keeps the agent's clients
+    waiting more than a chunk's parse, about 40 ms for 256 KiB). The file may not exist
+    yet; one deleted is read on through the descriptor held (its writer may go on writing
+    it); one replaced (new inode) or truncated is read again from its start, unless the new
+    file is a copy of what was read (the holder's, of a deleted train.log): read on.
+    ``offset`` is where the next read starts. It stops after :meth:`close`, or, once :meth:`until_eof_after`'s event is set,
     at the first end of file seen after that (the writer is gone: read what is left)."""
 
     def __init__(self, path: Path | str, offset: int = 0, *, poll_s: float = 0.1,
-                 chunk: int = 1 << 20) -> None:
+                 chunk: int = 256 << 10) -> None:
         self.path, self.offset, self.poll_s, self.chunk = Path(path), offset, poll_s, chunk
         self._fd: int | None = None
         self._ino: int | None = None
@@ -241,21 +269,50 @@ class FileTail:
         try:
             st = os.stat(self.path)
         except OSError:
+            st = None
+        if self._fd is not None and (st is None or st.st_ino != self._ino):
+            # Deleted or replaced: first what the file we hold still has (its writer may
+            # hold it too, and go on writing: then it is followed as long as it has no name).
+            size = os.fstat(self._fd).st_size
+            if size > self.offset:
+                return self._pread(size)
+            if st is None:
+                return b"", True
+            if not self._copy_of_ours(st.st_size):
+                self.offset = 0   # another file: from its start
+            os.close(self._fd)
+            self._fd = None
+        if st is None:
             return b"", True
-        if self._fd is None or st.st_ino != self._ino:
-            if self._fd is not None:
-                os.close(self._fd)
-                self._fd, self.offset = None, 0   # replaced: the new file from its start
+        if self._fd is None:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             self._ino = os.fstat(self._fd).st_ino
         if st.st_size < self.offset:
             self.offset = 0   # truncated
-        want = min(self.chunk, st.st_size - self.offset)
+        return self._pread(st.st_size)
+
+    def _pread(self, size: int) -> tuple[bytes, bool]:
+        want = min(self.chunk, size - self.offset)
         if want <= 0:
             return b"", True
         data = os.pread(self._fd, want, self.offset)
         self.offset += len(data)
         return data, len(data) < self.chunk
+
+    def _copy_of_ours(self, size: int) -> bool:
+        """The file now at the path begins with what we read (the holder's copy of a deleted
+        train.log, engine/holder.copy_out): read on at our offset, nothing read twice."""
+        if self.offset == 0 or size < self.offset:
+            return False
+        n = min(self.offset, 4096)
+        try:
+            fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+        except OSError:
+            return False
+        try:
+            return os.pread(fd, n, self.offset - n) == os.pread(self._fd, n, self.offset - n)
+        finally:
+            os.close(fd)
 
     def __aiter__(self) -> AsyncIterator[bytes]:
         return self._chunks()
@@ -274,6 +331,8 @@ class FileTail:
                     if final:
                         return
                     await asyncio.sleep(self.poll_s)
+                else:   # behind the writer: the loop's other tasks (clients) get a turn first
+                    await asyncio.sleep(0)
         finally:
             if self._fd is not None:
                 os.close(self._fd)

@@ -13,6 +13,19 @@ come to it as the subreaper), reaps, writes the final status and exits 0.
 
 SIGTERM is forwarded to the trainer's process group; SIGHUP, SIGINT and SIGPIPE are ignored.
 
+The run directory deleted under it (``rm -rf RUN`` by mistake): every :data:`STATUS_EVERY_S`
+it looks whether its status file or train.log is gone (no link left), and makes them again
+(the directory too, 0700): the status file rewritten, train.log a copy of what it held
+(:func:`copy_out`), appended to from there.  The trainer never notices.
+
+The trainer keeps a read end of its own output pipe (its number is ``pipe_fd`` in the status
+file): a holder killed (kill -9, the OOM killer) then never kills its trainer by EPIPE at its
+next line; it blocks once the pipe (1 MiB) is full, until a new holder drains it.
+``--adopt`` starts such a new holder for the trainer named in the status file (an adopting
+agent does): it opens the trainer's read end through /proc, relays it to train.log as
+before and watches the trainer through a pidfd.  Not its parent, it cannot read its exit
+status: the status file then says ``"exit_unknown": true``.
+
 ``--alert-file F`` (the run's 0600 alerts.json): every :data:`AGENT_CHECK_S` while the trainer
 lives, the holder looks whether the agent named in agent.json still lives (pid and start
 time; an adopting agent rewrites the file).  Gone twice in a row after it was seen alive:
@@ -64,6 +77,37 @@ def fit_status(status: dict, size: int = STATUS_SIZE) -> bytes:
         if len(data) < size:
             return data.ljust(size - 1) + b"\n"
     raise ValueError("status does not fit")   # numbers only: cannot happen
+
+
+def copy_out(fd: int, path: str) -> int:
+    """The file ``fd`` holds, deleted meanwhile: its bytes copied to a new ``path`` (0600,
+    written beside it, then renamed into place).  Returns the new file's fd (O_RDWR|O_APPEND).
+    The caller writes only through the returned fd from then on, so nothing is lost."""
+    tmp = f"{path}.remade-{os.getpid()}"
+    new = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+                  | os.O_CLOEXEC, 0o600)
+    try:
+        offset = 0
+        while chunk := os.pread(fd, CHUNK, offset):
+            offset += len(chunk)
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(new, view):]
+        os.rename(tmp, path)
+    except BaseException:
+        os.close(new)
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+    return new
+
+
+def deleted(fd: int | None) -> bool:
+    """The file ``fd`` holds has no name left (its directory or itself was deleted)."""
+    try:
+        return fd is not None and os.fstat(fd).st_nlink == 0
+    except OSError:
+        return False
 
 
 class AgentWatch:
@@ -119,28 +163,62 @@ class AgentWatch:
 
 class Holder:
     def __init__(self, run_dir: str, attempt: int, argv: list[str], log_path: str,
-                 lock_fd: int | None, alert_file: str | None = None) -> None:
+                 lock_fd: int | None, alert_file: str | None = None, old: dict | None = None) -> None:
+        """``old``: with --adopt, the status file as the killed holder left it."""
         self.argv, self.log_path, self.lock_fd = argv, log_path, lock_fd
+        self.run_dir, self.status_file = run_dir, status_path(run_dir, attempt)
         self.watch = AgentWatch(run_dir, alert_file) if alert_file else None
-        self.status_fd = os.open(status_path(run_dir, attempt),
-                                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        os.ftruncate(self.status_fd, 0)
-        os.pwrite(self.status_fd, b" " * STATUS_SIZE, 0)   # the room for every later write
+        self.status_fd = self.open_status()
         me = psutil.Process()
         self.st: dict = {"holder_pid": me.pid, "holder_start": me.create_time(), "pid": None,
                          "pid_start": None, "attempt": attempt, "argv": argv, "started": None,
                          "log_bytes": 0, "dropped_bytes": 0, "dropped_lines": 0,
                          "last_line": None, "returncode": None, "ended": None,
                          "spawn_error": None}
+        if old is not None:   # the trainer's, carried over from the first write on
+            self.st.update({k: old.get(k) for k in ("pid", "pid_start", "started", "log_bytes",
+                                                     "dropped_bytes", "dropped_lines", "pipe_fd")},
+                           adopted=True)
         self.log_fd: int | None = None
         self.pipe_r: int | None = None
         self.pid: int | None = None
+        self.pidfd: int | None = None   # --adopt: the trainer is not our child
         self.lost_partial = b""   # the start of a line being dropped
         self.reaped = self.term_pending = self.dirty = False
         self.written_at = 0.0
         self.write_status()
 
     # ------------------------------------------------------------------ status and log
+    def open_status(self) -> int:
+        fd = os.open(self.status_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, b" " * STATUS_SIZE, 0)   # the room for every later write
+        return fd
+
+    def remake_files(self) -> None:
+        """The status file and train.log made again where they were deleted (see above);
+        best effort: a failure now is tried again at the next status write."""
+        status_gone, log_gone = deleted(self.status_fd), deleted(self.log_fd)
+        if not (status_gone or log_gone):
+            return
+        try:
+            for d in (self.run_dir, os.path.dirname(self.log_path)):
+                with contextlib.suppress(FileExistsError):
+                    os.mkdir(d, 0o700)
+            if log_gone:
+                new = copy_out(self.log_fd, self.log_path)
+                os.close(self.log_fd)
+                self.log_fd = new
+            if status_gone:
+                new = self.open_status()
+                os.close(self.status_fd)
+                self.status_fd = new
+                self.dirty = True
+            print("holder: the run directory's files were deleted: made again", file=sys.stderr,
+                  flush=True)
+        except OSError as e:
+            print(f"holder: cannot make the deleted files again: {e}", file=sys.stderr, flush=True)
+
     def write_status(self) -> None:
         try:
             os.pwrite(self.status_fd, fit_status(self.st), 0)
@@ -154,7 +232,7 @@ class Holder:
         done = 0
         try:
             if self.log_fd is None:
-                self.log_fd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND | os.O_CREAT
+                self.log_fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT
                                       | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
             while done < len(data):
                 done += os.write(self.log_fd, data[done:])
@@ -173,10 +251,34 @@ class Holder:
             self.st["last_line"] = line.decode(errors="replace")[-LAST_LINE_MAX:]
 
     # ------------------------------------------------------------------ the trainer
+    def adopt(self, old: dict) -> bool:
+        """Take over the trainer of ``old`` (its status file when this holder started), whose
+        holder was killed: False when it is gone (or another process has its pid)."""
+        pid = old.get("pid")
+        try:
+            self.pidfd = os.pidfd_open(pid)   # first: a pid reused after the check is not ours
+            if abs(psutil.Process(pid).create_time() - (old.get("pid_start") or 0)) > 0.05:
+                raise ProcessLookupError(pid)
+        except (OSError, TypeError, psutil.Error) as e:
+            self.st.update(spawn_error=f"cannot adopt the trainer (pid {pid}): {e}", pid=None)
+            self.write_status()
+            return False
+        self.pid = pid
+        keep = old.get("pipe_fd")
+        if keep is not None:
+            try:   # the trainer's own read end of its output pipe: ours to drain now
+                self.pipe_r = os.open(f"/proc/{pid}/fd/{int(keep)}",
+                                      os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            except (OSError, ValueError) as e:
+                print(f"holder: cannot read the trainer's output: {e}", file=sys.stderr, flush=True)
+        return True
+
     def spawn(self) -> bool:
         r, w = os.pipe()
         with contextlib.suppress(OSError):   # room for output while we pause (best effort)
             fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
+        keep = os.dup(r)   # the trainer's own read end (see above)
+        os.set_inheritable(keep, True)
         defaults = (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM,
                     signal.SIGCHLD, signal.SIGXFSZ)
         try:
@@ -186,13 +288,15 @@ class Holder:
                               (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2)],
                 setsid=True, setsigdef=defaults, setsigmask=())
         except (OSError, ValueError) as e:
-            os.close(r)
-            os.close(w)
+            for fd in (r, w, keep):
+                os.close(fd)
             self.st.update(spawn_error=f"{type(e).__name__}: {e}", returncode=127,
                            ended=time.time())
             self.write_status()
             return False
         os.close(w)
+        os.close(keep)
+        self.st["pipe_fd"] = keep
         self.pipe_r = r
         os.set_blocking(r, False)
         with contextlib.suppress(psutil.Error):   # not reaped yet, so still there
@@ -213,7 +317,12 @@ class Holder:
             self.signal_tree(signal.SIGTERM)
 
     def reap(self) -> None:
-        """Reap every child that has exited: the trainer and any orphan handed to us."""
+        """Reap every child that has exited: the trainer and any orphan handed to us (an
+        adopted trainer: seen gone through its pidfd, its exit status unknown)."""
+        if self.pidfd is not None and not self.reaped and select.select([self.pidfd], [], [], 0)[0]:
+            self.reaped = True
+            self.st.update(exit_unknown=True, ended=time.time())
+            self.write_status()
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -254,7 +363,8 @@ class Holder:
 
     def pump(self, wake_r: int, until: float | None) -> None:
         """One wait for output, a signal or the next status write; then reap."""
-        fds = [wake_r] + ([self.pipe_r] if self.pipe_r is not None else [])
+        fds = [wake_r] + ([self.pipe_r] if self.pipe_r is not None else []) + \
+            ([self.pidfd] if self.pidfd is not None and not self.reaped else [])
         timeout = STATUS_EVERY_S
         if until is not None:
             timeout = min(timeout, max(0.0, until - time.monotonic()))
@@ -267,17 +377,19 @@ class Holder:
             if 0 < self.read_pipe() < READ_BURST:
                 time.sleep(READ_PAUSE_S)   # the pipe (1 MiB) holds what comes meanwhile
         self.reap()
-        if self.dirty and time.monotonic() - self.written_at >= STATUS_EVERY_S:
-            self.write_status()
+        if time.monotonic() - self.written_at >= STATUS_EVERY_S:
+            self.remake_files()
+            if self.dirty:
+                self.write_status()
 
-    def run(self) -> int:
+    def run(self, adopt: dict | None = None) -> int:
         wake_r, wake_w = os.pipe()
         for fd in (wake_r, wake_w):
             os.set_blocking(fd, False)
         signal.set_wakeup_fd(wake_w, warn_on_full_buffer=False)
         signal.signal(signal.SIGCHLD, lambda *_: None)
         signal.signal(signal.SIGTERM, self.on_sigterm)
-        if not self.spawn():
+        if not (self.adopt(adopt) if adopt is not None else self.spawn()):
             return 0
         while not self.reaped:
             self.pump(wake_r, None)
@@ -299,6 +411,7 @@ class Holder:
         if self.pipe_r is not None:
             os.close(self.pipe_r)
         self.reap()
+        self.remake_files()
         self.write_status()
         if left := self.signal_tree(0):
             with contextlib.suppress(OSError):
@@ -319,14 +432,24 @@ def main(args: list[str] | None = None) -> int:
     cut = args.index("--") if "--" in args else len(args)
     ap = argparse.ArgumentParser(prog="trainctl.engine.holder",
                                  usage="%(prog)s --run-dir D --attempt N [--lock-fd FD] "
-                                       "[--log PATH] [--alert-file F] -- ARGV...")
+                                       "[--log PATH] [--alert-file F] (--adopt | -- ARGV...)")
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--attempt", type=int, required=True)
     ap.add_argument("--lock-fd", type=int)
     ap.add_argument("--log")
     ap.add_argument("--alert-file")
+    ap.add_argument("--adopt", action="store_true",
+                    help="take over the trainer of the status file, its holder killed")
     opts = ap.parse_args(args[:cut])
     argv = args[cut + 1:]
+    old = None
+    if opts.adopt:
+        try:
+            with open(status_path(opts.run_dir, opts.attempt), "rb") as f:
+                old = json.loads(f.read())
+            argv = list(old["argv"])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            ap.error(f"--adopt: no trainer to adopt: {e}")
     if not argv:
         ap.error("no command after --")
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE):
@@ -336,8 +459,8 @@ def main(args: list[str] | None = None) -> int:
         os.set_inheritable(opts.lock_fd, False)   # held by us alone, for our whole life
     holder = Holder(opts.run_dir, opts.attempt, argv,
                     opts.log or os.path.join(opts.run_dir, "train.log"), opts.lock_fd,
-                    opts.alert_file)
-    return holder.run()
+                    opts.alert_file, old)
+    return holder.run(old)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,10 @@ lock is one per (job, node rank).
 
 A lock (not a pid file) so that a crashed or killed agent never leaves a stale claim: the
 kernel drops the lock with the process.  The fd is not inherited by the trainer (Python
-opens files non-inheritable), so orphaned workers never hold it.
+opens files non-inheritable), so orphaned workers never hold it.  The holder of each trainer
+keeps the lock while its trainer lives; where the holder was killed too (kill -9 of both),
+the lock is free but the run directory it names still has a live trainer (its pid and start
+time in trainer-<N>.json): the job counts as running until that trainer ends.
 """
 from __future__ import annotations
 
@@ -24,12 +27,22 @@ ACQUIRE_WAIT_S = 1.0
 class JobBusy(Exception):
     """The job already runs; ``run_dir`` is the holder's run directory (may be '')."""
 
-    def __init__(self, job: str, run_dir: str) -> None:
+    def __init__(self, job: str, run_dir: str, unsupervised: int | None = None) -> None:
         self.job, self.run_dir = job, run_dir
         where = f" in {run_dir} (`trainctl attach {run_dir}`)" if run_dir else ""
+        if unsupervised is not None:
+            where = (f" in {run_dir}: its trainer (pid {unsupervised}) runs on unsupervised, its "
+                     f"agent and holder gone (`trainctl attach {run_dir}` adopts it)")
         super().__init__(f"job {job!r} is already running on this machine{where}; stop it "
                          f"first (`trainctl ctl {run_dir or 'RUN_DIR'} stop`), or give this "
                          "run another name (--name)")
+
+    @classmethod
+    def of(cls, job: str, run_dir: str) -> JobBusy:
+        """What :func:`holder` found, said: an unsupervised trainer named as such."""
+        from .held import live_trainer
+        st = live_trainer(run_dir) if run_dir else None
+        return cls(job, run_dir, st["pid"] if st is not None and not st["holder_alive"] else None)
 
 
 def lock_path(job: str) -> Path:
@@ -60,6 +73,10 @@ class JobLock:
                 holder = _read(fd)
                 os.close(fd)
                 raise JobBusy(self.job, holder) from None
+        before = _read(fd)
+        if before and before != str(run_dir) and (orphan := _unsupervised(before)) is not None:
+            os.close(fd)
+            raise JobBusy(self.job, before, orphan)
         os.ftruncate(fd, 0)
         os.pwrite(fd, str(run_dir).encode(), 0)
         self._fd = fd
@@ -72,7 +89,8 @@ class JobLock:
 
 def holder(job: str) -> str | None:
     """The run directory of the live agent running ``job``, '' if it is unknown, or None
-    when no agent runs it.  Only looks (takes and drops the lock at once)."""
+    when no agent runs it (nor a trainer left unsupervised: see above).  Only looks (takes
+    and drops the lock at once)."""
     path = lock_path(job)
     try:
         fd = os.open(path, os.O_RDWR)
@@ -82,9 +100,18 @@ def holder(job: str) -> str | None:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         return _read(fd)
+    else:
+        before = _read(fd)
+        return before if before and _unsupervised(before) is not None else None
     finally:
         os.close(fd)
-    return None
+
+
+def _unsupervised(run_dir: str) -> int | None:
+    """The pid of ``run_dir``'s trainer when it lives on while no agent holds the run."""
+    from .held import live_trainer
+    st = live_trainer(run_dir)
+    return st["pid"] if st is not None else None
 
 
 def _read(fd: int) -> str:

@@ -209,6 +209,18 @@ class Journal:
         self.next_seq += 1
         return event
 
+    def remake(self) -> bool:
+        """The journal deleted under us (its run directory removed by mistake): made again
+        at its path from what the descriptor still holds, written on from there.  True when
+        it was gone (and now is back); OSError when it cannot be made again."""
+        from .holder import copy_out, deleted
+        if self._fd is None or not deleted(self._fd):
+            return False
+        new = copy_out(self._fd, str(self.path))
+        os.close(self._fd)
+        self._fd = new
+        return True
+
     def close(self) -> None:
         if self._fd is not None:
             os.close(self._fd)

@@ -169,6 +169,10 @@ def summarize(run_dir: Path, with_slurm: bool = True,
     fold = folds.setdefault(str(run_dir), JournalFold()) if folds is not None else JournalFold()
     out.update(fold.advance(run_dir / "events.jsonl"))
     out["live"] = agent_running(run_dir)
+    if not out["live"] and out["state"] in LIVE:   # its agent gone: does its trainer run on?
+        from .held import live_trainer
+        if (st := live_trainer(run_dir)) is not None:
+            out["trainer_pid"], out["unsupervised"] = st["pid"], not st["holder_alive"]
     if with_slurm and slurm.read_jobs(run_dir):
         job = slurm.current_job(run_dir)
         sl: dict = {"job": job, "jobs": slurm.read_jobs(run_dir)}
@@ -220,6 +224,10 @@ def needs_attention(row: dict) -> str | None:
             return None
         return reason if reason.startswith("stopped") else f"stopped: {reason or '?'}"
     if state in LIVE and not row.get("live"):
+        if row.get("trainer_pid"):
+            return (f"its trainer (pid {row['trainer_pid']}) runs on "
+                    f"{'unsupervised' if row.get('unsupervised') else 'under its holder'}, its agent gone: "
+                    "`trainctl attach` adopts it")
         return "its agent is gone"
     buffer = row.get("buffer_s")
     if state in LIVE and isinstance(buffer, (int, float)) and buffer < 0:
@@ -264,5 +272,7 @@ def row_cells(row: dict) -> tuple[str, ...]:
         inc = r.get("incident") or {}
         stamp = time.strftime("%H:%M ", time.localtime(inc["ts"])) if inc.get("ts") else ""
         incident = (stamp + inc["text"])[:60 if stamp else 120] if inc else "-"
+        if r.get("unsupervised"):   # what matters most now: a trainer nobody watches
+            incident = f"trainer pid {r.get('trainer_pid')} unsupervised: `trainctl attach` adopts it"
         cells = (state, r["job"], where, prog, eta, incident)
     return tuple(sanitize_text(str(c)).replace("\n", " ") for c in cells)

@@ -273,7 +273,7 @@ def _prepare(args) -> tuple[Path, RunSpec, bool]:
     from .engine.joblock import JobBusy, holder
     running = holder(name)
     if running is not None:   # checked before anything is written; the agent checks again
-        raise UsageError(str(JobBusy(name, running)))
+        raise UsageError(str(JobBusy.of(name, running)))
     made: list[Path] = []   # the directory made here for this run: removed if it is refused
     try:
         try:
@@ -757,23 +757,48 @@ def cmd_attach(args) -> int:
         from .engine.agent_where import client_for
         from .engine.follow import follow
         return asyncio.run(follow(lambda: client_for(run_dir), printer(args.json), note,
-                                  tail=args.tail, from_snapshot=args.from_snapshot))
+                                  tail=args.tail, from_snapshot=args.from_snapshot,
+                                  between_agents=_Adopting(run_dir)))
     return _attach_local(run_dir)
 
 
-def _adopt_if_orphaned(run_dir: Path) -> None:
+class _Adopting:
+    """No agent answered, and the journal does not end the run: wait while an agent holds
+    the run without listening yet (another `attach` beside this one won the race to adopt
+    it, and starts), or the run still needs adopting (this attach's own agent lost that race
+    and ended), up to ADOPT_WAIT_S; then end (3, the agent is gone)."""
+
+    ADOPT_WAIT_S = 30.0
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir, self.since = run_dir, None
+
+    async def __call__(self, hello: dict) -> bool:
+        from .engine.agent.adopt import agent_running, needs_adoption
+        now = time.monotonic()
+        self.since = self.since or now
+        if now - self.since > self.ADOPT_WAIT_S:
+            return False
+        if agent_running(self.run_dir):
+            return True
+        return await asyncio.get_running_loop().run_in_executor(None, needs_adoption, self.run_dir)
+
+
+def _adopt_if_orphaned(run_dir: Path) -> bool:
     """A run whose agent died while its trainer lives on (or between attempts) gets a new
-    agent that takes over supervision; attach then follows that agent."""
+    agent that takes over supervision; attach (or ctl) then talks to that agent.  True when
+    one was started."""
     from .engine.agent.adopt import needs_adoption
     from .engine.spec import RunSpec
     if not needs_adoption(run_dir):
-        return
+        return False
     try:
         spec = RunSpec.load(run_dir / "spec.json")
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot adopt the run: {e}") from None
     note(f"the agent of {run_dir} is gone while its run goes on: starting a new agent to adopt it")
     _start_detached_agent(run_dir, spec, use_tmux=False, adopt=True)
+    return True
 
 
 async def _one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
@@ -803,7 +828,13 @@ def cmd_ctl(args) -> int:
         kw["on"] = args.on
     from .engine.agent_where import AgentUnreachable, UntrustedRun
     try:
-        reply = asyncio.run(_one_command(run_dir, args.command, **kw))
+        try:
+            reply = asyncio.run(_one_command(run_dir, args.command, **kw))
+        except AgentUnavailable as e:   # no agent here: a trainer without one is adopted first
+            if isinstance(e, (UntrustedRun, AgentNotResponding, AgentUnreachable)) \
+                    or not _adopt_if_orphaned(run_dir):
+                raise
+            reply = asyncio.run(_one_command(run_dir, args.command, **kw))
     except UntrustedRun as e:   # never a scancel of a job id read from such a directory
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
@@ -862,6 +893,13 @@ def cmd_status(args) -> int:
             status["ranks"] = rank_status(view.rank_rows(), view.stuck_ranks)
         if code:
             status["responding"] = False
+        from .engine.held import live_trainer
+        if code == 0 and (st := live_trainer(run_dir)) is not None:   # agent gone, trainer not
+            status["trainer"] = {"pid": st["pid"], "attempt": st.get("attempt"),
+                                 "holder_alive": st["holder_alive"]}
+            agent = (f"agent not running; its trainer (pid {st['pid']}) runs on "
+                     f"{'under its holder' if st['holder_alive'] else 'unsupervised, its holder gone too'}: "
+                     f"`trainctl attach {run_dir}` adopts it, `trainctl ctl {run_dir} stop` stops it")
         from .engine.supervisor import FINAL_STATES as _FINAL
         from .slurm_cli import slurm_status
         sl = slurm_status(run_dir)

@@ -74,25 +74,14 @@ def where_the_run_was(journal: Path) -> Where:
 
 def agent_running(run_dir: Path) -> bool:
     """An agent holds this run (alive, even if stopped): its flock on agent.lock is held."""
-    import fcntl
-    import os
-    try:
-        fd = os.open(Path(run_dir) / "agent.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
+    from ..client import agent_holds
+    return agent_holds(run_dir)
 
 
 def needs_adoption(run_dir: Path) -> bool:
     """True for a run whose agent is gone while the run is not over: its trainer lives on
     (under its holder), or its agent died between attempts (BACKOFF, STARTING)."""
-    from ..held import HeldTrainer
+    from ..held import HeldTrainer, live_trainer
     run_dir = Path(run_dir)
     if not (run_dir / "spec.json").exists() or agent_running(run_dir):
         return False
@@ -109,4 +98,6 @@ def needs_adoption(run_dir: Path) -> bool:
         return False
     if was.attempt and was.exited is None and HeldTrainer.adopt(run_dir, was.attempt) is not None:
         return True
+    if was.exited is None and (st := live_trainer(run_dir)) is not None and st.get("attempt") == was.attempt:
+        return True   # its holder was killed too: the trainer runs on unsupervised
     return was.state in ("BACKOFF", "STARTING")

@@ -65,14 +65,19 @@ class AttemptLoop:
         # job is submitted); returns the agent's exit code.  None: a plain stop.
         self.on_suspend = None
         self.slurm_job: str | None = None   # journaled in each start event
+        # Before each start: the run directory made again if it was deleted (the agent's
+        # keeper looks every second; an attempt may start sooner).  None: not looked at.
+        self.before_start: Callable[[], object] | None = None
 
     # ------------------------------------------------------------------ the loop
     async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None,
-                  resume: bool = False) -> int:
+                  resume: bool = False, restart: E.Restart | None = None) -> int:
         """The attempts, from the first one; or, for an agent that takes over a run, from
         the ``adopted`` trainer of attempt ``ctx.attempt``, or from the ``outcome`` of an
-        attempt whose decision its dead agent never journaled; ``resume``: the next attempt
-        of a run an earlier Slurm job suspended, from its last good checkpoint."""
+        attempt whose decision its dead agent never journaled, or from the ``restart`` it
+        journaled before it died in the back-off (waited out, never decided nor journaled
+        again); ``resume``: the next attempt of a run an earlier Slurm job suspended, from
+        its last good checkpoint."""
         ctx = self.ctx
         preset = ctx.preset
         resume_from: str | None = None
@@ -88,6 +93,16 @@ class AttemptLoop:
                 ctx.last_checkpoint = resume_from
                 ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
         while True:
+            if restart is not None:   # the dead agent's back-off, what is left of it
+                preset, resume_from = restart.preset, restart.resume_from
+                delay = max(0.0, restart.ts + (restart.delay_s or 0.0) - ctx.clock())
+                if ctx.sm.state != RunState.BACKOFF:
+                    ctx.set_state(RunState.BACKOFF, restart.reason)
+                restart = outcome = None
+                if (code := await self.backoff(delay, preset)) is not None:
+                    return code
+                preset, ctx.next_preset = ctx.next_preset or preset, None
+                continue
             if outcome is None:
                 if adopted is None:
                     ctx.attempt += 1
@@ -119,22 +134,27 @@ class AttemptLoop:
             ctx.set_state(RunState.BACKOFF, decision.reason)
             ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
                                resume_from, decision.delay_s))
-            stop = asyncio.create_task(ctx.stop_requested.wait())
-            suspend = asyncio.create_task(ctx.suspend_requested.wait())
-            await asyncio.wait({stop, suspend}, timeout=decision.delay_s,
-                               return_when=asyncio.FIRST_COMPLETED)
-            stop.cancel()
-            suspend.cancel()
-            if ctx.stop_requested.is_set():
-                return self.stopped(ctx.stop_reason or "stopped by the user during backoff")
-            if ctx.suspend_requested.is_set():
-                return await self.suspend()
-            if ctx.next_preset is not None:   # picked by the user during the backoff
-                if ctx.next_preset != preset:
-                    ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
-                             "picked during the backoff", "next_preset")
-                preset, ctx.next_preset = ctx.next_preset, None
+            if (code := await self.backoff(decision.delay_s, preset)) is not None:
+                return code
+            preset, ctx.next_preset = ctx.next_preset or preset, None
             outcome = None
+
+    async def backoff(self, delay_s: float, preset: str | None) -> int | None:
+        """Wait out a back-off: the run's exit code when a stop or a suspend ends it."""
+        ctx = self.ctx
+        stop = asyncio.create_task(ctx.stop_requested.wait())
+        suspend = asyncio.create_task(ctx.suspend_requested.wait())
+        await asyncio.wait({stop, suspend}, timeout=delay_s, return_when=asyncio.FIRST_COMPLETED)
+        stop.cancel()
+        suspend.cancel()
+        if ctx.stop_requested.is_set():
+            return self.stopped(ctx.stop_reason or "stopped by the user during backoff")
+        if ctx.suspend_requested.is_set():
+            return await self.suspend()
+        if ctx.next_preset is not None and ctx.next_preset != preset:   # picked meanwhile
+            ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
+                     "picked during the backoff", "next_preset")
+        return None
 
     async def suspend(self) -> int:
         """The Slurm job's time limit is near and the trainer is saved and gone: the part
@@ -302,6 +322,11 @@ class AttemptLoop:
     async def start(self, preset: str | None, resume_from: str | None) -> Trainer | Outcome:
         """A new trainer (its start event journaled), or the outcome of failing to start one."""
         ctx = self.ctx
+        if self.before_start is not None:
+            try:
+                self.before_start()
+            except Exception as e:   # noqa: BLE001 - the start says what is missing, if anything
+                self.report("before_start", e)
         try:
             argv, env = self.command(preset, resume_from)
         except ConfigError as e:

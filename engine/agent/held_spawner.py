@@ -57,18 +57,33 @@ class HeldSpawner:
         (adopted) or already ended while no agent watched (its exit is in its status
         file); None when there is none (the agent died before it started)."""
         held = HeldTrainer.adopt(self.run_dir, attempt)
+        orphan = False
         if held is None:
             status = read_status(status_path(str(self.run_dir), attempt))
             if not status or status.get("pid") is None:
                 return None
             held = HeldTrainer(self.run_dir, attempt, status)   # ended: wait() reads its exit
+            orphan = held.alive()   # or its holder was killed too: see rehold
         offsets = read_offsets(self.run_dir)
         same = offsets.get("attempt") == attempt
         log_offset = offsets.get("log", 0) if same else 0
         side_offset = offsets.get("side", 0) if same else 0
         ranks = _layout_from(offsets.get("layout")) if same else None
-        return HeldHandle(held, log_path, log_offset, side_path(self.run_dir, attempt), side_offset,
-                          ranks, offsets.get("ranks", {}) if same and ranks else {})
+        handle = HeldHandle(held, log_path, log_offset, side_path(self.run_dir, attempt), side_offset,
+                            ranks, offsets.get("ranks", {}) if same and ranks else {})
+        handle.orphan = orphan
+        return handle
+
+    async def rehold(self, handle: HeldHandle) -> None:
+        """An adopted trainer whose holder was killed too gets a new holder (holder.py
+        --adopt): its output read again, the job lock kept.  OSError when it cannot."""
+        try:
+            handle.held = await HeldTrainer.start([], None, None, self.run_dir, handle.attempt,
+                                                  lock_fd=self.lock_fd(), log=handle.log_tail.path,
+                                                  adopt=True)
+        except TimeoutError as e:
+            raise OSError(str(e)) from e
+        handle.orphan = False
 
 
 class HeldHandle(TreeOps):
@@ -80,6 +95,7 @@ class HeldHandle(TreeOps):
         self._init_tree(held.pid, held.run_dir)
         self.held = held
         self.attempt = held.attempt
+        self.orphan = False   # adopted with its holder gone: HeldSpawner.rehold gives it one
         self.returncode: int | None = None
         self.exited = asyncio.Event()
         self.log_tail = FileTail(log_path, log_offset).until_eof_after(self.exited)

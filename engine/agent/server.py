@@ -26,6 +26,7 @@ REQUEST_MAX = 1 << 20          # bytes in one request line
 CLIENT_BACKLOG_MAX = 8 << 20   # bytes waiting for one client
 SEND_TIMEOUT_S = 10.0          # a client that takes no bytes for this long is dropped
 REPLAY_CHUNK = 2000
+ACCEPT_BACKLOG = 1024          # clients connecting in one instant (the kernel caps it at somaxconn)
 
 
 class _Client:
@@ -70,6 +71,7 @@ class ClientServer:
         self.snapshot = snapshot
         self.clients: set[_Client] = set()
         self._server: asyncio.base_events.Server | None = None
+        self._ino: int | None = None   # the socket file's, to see it deleted or replaced
 
     # the bus sink: every event to every client
     def __call__(self, ev: E.Event) -> None:
@@ -85,10 +87,26 @@ class ClientServer:
             sock.unlink()
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(sock), limit=REQUEST_MAX)
+            self._server = await asyncio.start_unix_server(self._serve, path=str(sock), limit=REQUEST_MAX,
+                                                          backlog=ACCEPT_BACKLOG)
         finally:
             os.umask(old)
         os.chmod(sock, 0o600)
+        self._ino = os.stat(sock).st_ino
+
+    async def keep_listening(self) -> bool:
+        """The socket file deleted (or replaced) while the agent runs: listen on a new one
+        (clients connected meanwhile stay).  True when it had to."""
+        if self._server is None:
+            return False
+        try:
+            if os.stat(self.sock_path).st_ino == self._ino:
+                return False
+        except FileNotFoundError:
+            pass
+        self._server.close()   # the old listener only: no client can reach it any more
+        await self.start()
+        return True
 
     async def close(self) -> None:
         if self._server is not None:

@@ -31,6 +31,8 @@ from .held_spawner import HeldSpawner
 from .spawner import PipeSpawner, Spawner
 from .tasks import ErrorReporter
 
+KEEP_S = 1.0   # how often the agent looks whether its run directory or socket were deleted
+
 
 class Agent:
     def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
@@ -60,6 +62,7 @@ class Agent:
             spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
+        self.loop.before_start = self._say_remade
         self.slurm = None
         if slurm:
             from .slurm_job import SlurmPart
@@ -74,6 +77,9 @@ class Agent:
         if printer is not None:
             ctx.bus.printers.append(PrinterSink(printer))
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._agent_lock: int | None = None
+        self._more_locks: list[int] = []   # agent.lock made again in a re-made run directory
+        self._kept: dict[str, bytes] = {}  # the run's own small files, to make them again
         self.alerts = _alert_sink(ctx, self._alert_warning)
         if self.alerts is not None:
             ctx.bus.printers.append(self.alerts)
@@ -137,7 +143,7 @@ class Agent:
         except OSError as e:   # UnsafePathError: not ours, or open to others
             print(f"trainctl: {e}", file=sys.stderr, flush=True)
             return 2
-        agent_lock = _agent_lock(ctx.files.dir)
+        agent_lock = self._agent_lock = _agent_lock(ctx.files.dir)
         if agent_lock is None:
             print(f"trainctl: another agent supervises {ctx.files.dir}", file=sys.stderr, flush=True)
             return 2
@@ -151,12 +157,16 @@ class Agent:
                 return 2
         if self.on_locked is not None:
             self.on_locked()
+        self._kept = _small_files(ctx.files.dir)
         priming = asyncio.ensure_future(self._prime_snapshots())
         self._write_info()
         if self.alerts is not None:
             ctx.info(f"alerts to {', '.join(self.alerts.about)} on {', '.join(self.alerts.on)}", "alerts")
         if self.serve:
             await self.server.start()
+        # (not in an agent without a socket: tests on a virtual-time loop, where a timer
+        # every second would make time race ahead while an executor job runs)
+        keeper = asyncio.ensure_future(self._keep_run_dir()) if self.serve else None
         kernel = self._start_kernel_log()
         if ctx.gpu_probe is None:
             from ..probes import detect_gpu_probe
@@ -171,6 +181,8 @@ class Agent:
                 return await self._take_over()
             return await self.loop.run()
         finally:
+            if keeper is not None:
+                keeper.cancel()
             if kernel is not None:
                 kernel.stop()
             if self.serve:
@@ -183,6 +195,49 @@ class Agent:
             ctx.journal.close()
             self.lock.release()
             os.close(agent_lock)
+            for fd in self._more_locks:
+                os.close(fd)
+
+    async def _keep_run_dir(self) -> None:
+        """Every KEEP_S: the run directory deleted by mistake (``rm -rf``) is made again with
+        what this agent holds (journal, spec, agent.json, agent.lock, socket) while the
+        holder makes its own files again (engine/holder.py), and the training goes on; a
+        socket file deleted alone is made again too, so clients reach the agent."""
+        while True:
+            await asyncio.sleep(KEEP_S)
+            try:
+                self._say_remade()
+                if self.serve and await self.server.keep_listening():
+                    self.ctx.info(f"the agent's socket {self.files.sock} was deleted: listening on a new one",
+                                  "socket.remade")
+            except Exception as e:   # noqa: BLE001 - said, tried again at the next turn
+                self.report("keep_run_dir", e)
+
+    def _say_remade(self) -> None:
+        if self._remake_run_dir():
+            self.ctx.info(f"the run directory {self.files.dir} was deleted while the run went on: "
+                          "made again from what the agent holds (the journal whole, spec, "
+                          "agent.json); the trainer goes on", "run_dir.remade")
+
+    def _remake_run_dir(self) -> bool:
+        files = self.files
+        if files.dir.is_dir() and not self.ctx.journal.remake():
+            return False
+        make_private_dir(files.dir)
+        self.ctx.journal.remake()
+        if not files.spec.exists():
+            self.spec.save(files.spec)
+        for rel, data in self._kept.items():   # presets, alerts.json: as they were
+            path = files.dir / rel
+            if not path.exists():
+                make_private_dir(path.parent)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+        self._write_info()
+        if (fd := _agent_lock(files.dir)) is not None:   # one agent per directory, still
+            self._more_locks.append(fd)
+        return True
 
     async def _prime_snapshots(self) -> None:
         """The view of the journal so far (an adopting agent's, an older run's), then the
@@ -228,6 +283,15 @@ class Agent:
                   if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
             handle.save_on_request = was.save_on_request
+            if getattr(handle, "orphan", False):
+                try:
+                    await self.spawner.rehold(handle)
+                    ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
+                             "its holder killed too: a new holder reads its output again", "adopt.rehold")
+                except OSError as e:
+                    ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
+                             f"its holder killed too, and no new holder could start ({e}): it is watched "
+                             "by its pid, its output no longer read", "adopt.rehold")
             ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
                      f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
                      "adopt")
@@ -250,6 +314,8 @@ class Agent:
         if was.exited is None:   # started but no trainer to be found: it is gone
             ctx.emit(E.Exit(ctx.clock(), None, None))
         ctx.info(f"a new agent (pid {os.getpid()}) goes on after attempt {was.attempt}", "adopt")
+        if was.exited is not None and was.restart is not None:   # it died in its back-off
+            return await self.loop.run(restart=was.restart)
         return await self.loop.run(outcome=was.outcome())
 
     def _killed_before(self) -> str | None:
@@ -298,6 +364,23 @@ class Agent:
         follower = KernelLogFollower(on_line, on_info)
         follower.start()
         return follower
+
+
+KEPT = ("presets/*.toml", "alerts.json")   # what a re-made run directory gets back
+
+
+def _small_files(run_dir: Path, most: int = 1 << 20) -> dict[str, bytes]:
+    """The run's own small files (its presets, alerts.json) as they are at the
+    agent's start: a run directory deleted by mistake gets them back."""
+    out: dict[str, bytes] = {}
+    for pattern in KEPT:
+        for path in sorted(run_dir.glob(pattern)):
+            try:
+                if path.is_file() and not path.is_symlink() and path.stat().st_size <= most:
+                    out[str(path.relative_to(run_dir))] = path.read_bytes()
+            except OSError:
+                continue
+    return out
 
 
 def _begun(journal: Path) -> bool:

@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 import socket
 import time
+from pathlib import Path
 
 import psutil
 import pytest
 
-from tests.e2e.conftest import PYTHON, start_trainctl
+from tests.e2e.conftest import PYTHON, run_trainctl, start_trainctl
 
 pytestmark = pytest.mark.e2e
 
@@ -54,3 +55,73 @@ def test_a_client_that_never_reads_is_dropped_and_the_agent_stays_small(tmp_path
     assert last["next_seq"] > 0
     assert max(rss) < 150 * 2**20, f"agent RSS peaked at {max(rss) / 2**20:.0f} MiB"
     print(f"agent RSS peak {max(rss) / 2**20:.0f} MiB; the client was dropped: {last['reason']}")
+
+
+@pytest.mark.timeout(90)
+def test_two_hundred_clients_connecting_at_once_all_get_their_hello(tmp_path):
+    """The accept backlog holds 200 clients that connect in the same instant (a dashboard
+    per user, scripts polling `status`): none fails at connect (issue 27)."""
+    import asyncio
+    from trainctl.engine.client import AgentClient, UnixTransport
+
+    async def storm(sock_path) -> list[str]:
+        async def one() -> str | None:
+            client = AgentClient(UnixTransport(sock_path), hello_timeout=30)
+            try:
+                await client.connect(since=10**12)
+                return None
+            except Exception as e:  # noqa: BLE001 - counted and shown
+                return repr(e)
+            finally:
+                await client.close()
+        results = await asyncio.gather(*(one() for _ in range(200)))
+        return [r for r in results if r is not None]
+
+    with start_trainctl(["run", "--json", "--", PYTHON, "-c", "import time; time.sleep(60)"]) as tc:
+        tc.wait_event("start", 30)
+        agent = psutil.Process(tc.pid)
+        agent.suspend()   # the agent accepts nothing meanwhile: all 200 wait in its backlog
+        try:
+            sock = tc.run_dir / "agent.sock"
+            raw = []
+            for _ in range(200):
+                s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                s.setblocking(False)
+                try:
+                    s.connect(str(sock))
+                    raw.append(s)
+                except OSError as e:
+                    raw.append(e)
+        finally:
+            agent.resume()
+        refused = [r for r in raw if isinstance(r, OSError)]
+        for s in raw:
+            if isinstance(s, socket.socket):
+                s.close()
+        failed = asyncio.run(storm(sock))
+        tc.kill()
+    assert not refused, f"{len(refused)} of 200 refused at connect: {refused[:3]}"
+    assert not failed, f"{len(failed)} of 200 failed: {failed[:3]}"
+
+
+FLOOD_SCRIPT = Path(__file__).resolve().parents[1] / "helpers" / "scripts" / "flood.py"
+
+
+@pytest.mark.timeout(120)
+def test_status_answers_while_the_trainer_writes_50_mb_a_second(tmp_path):
+    """Issue 27, failure 8: the agent parses output far slower than 50 MB/s, and it used to
+    read train.log chunk after chunk without giving its clients a turn: `status` exited 4
+    ("no hello within 3 s").  Now each chunk is followed by a turn of the loop."""
+    with start_trainctl(["run", "--json", "--", PYTHON, str(FLOOD_SCRIPT), "50", "12"]) as tc:
+        tc.wait_event("progress", 30)
+        log = tc.run_dir / "train.log"
+        size0, t0 = log.stat().st_size, time.monotonic()
+        codes = []
+        for _ in range(3):
+            r = run_trainctl(["status", "--json", str(tc.run_dir)], 60)
+            codes.append((r.returncode, r.stderr.strip()[-200:]))
+        rate = (log.stat().st_size - size0) / (time.monotonic() - t0)
+        tc.kill()
+    print(f"trainer wrote {rate / 1e6:.0f} MB/s while status answered: {codes}")
+    assert all(code == 0 for code, _ in codes), codes
+    assert rate > 10e6, f"the trainer wrote only {rate / 1e6:.0f} MB/s: not a flood"

@@ -363,3 +363,37 @@ async def test_file_tail_close_stops_it(tmp_path):
     await asyncio.sleep(0.2)
     tail.close()
     assert await asyncio.wait_for(reader, 2) == []
+
+
+async def test_file_tail_reads_a_deleted_file_on_and_a_copy_of_it_from_where_it_was(tmp_path):
+    """Issue 27 (the run directory deleted): the tail reads on through its descriptor what
+    the writer goes on writing to the deleted file, then the holder's copy (copy_out) from
+    where it was: nothing lost, nothing read twice; another file is read from its start."""
+    from trainctl.engine.holder import copy_out
+    path = tmp_path / "train.log"
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+    done = asyncio.Event()
+    tail = FileTail(path, poll_s=0.02).until_eof_after(done)
+    got = bytearray()
+
+    async def read():
+        async for chunk in tail:
+            got.extend(chunk)
+
+    reader = asyncio.create_task(read())
+    os.write(fd, b"one\n")
+    await until(lambda: got == b"one\n", 5, "the first line")
+    path.unlink()
+    os.write(fd, b"two\n")   # into the deleted file
+    await until(lambda: got == b"one\ntwo\n", 5, "a line written to the deleted file")
+    new = copy_out(fd, str(path))
+    os.close(fd)
+    os.write(new, b"three\n")
+    await until(lambda: got == b"one\ntwo\nthree\n", 5, "a line written to the copy")
+    os.close(new)
+    path.unlink()
+    path.write_bytes(b"other\n")   # not a copy: read from its start
+    await until(lambda: got.endswith(b"three\nother\n"), 5, "another file")
+    done.set()
+    await asyncio.wait_for(reader, 5)
+    assert bytes(got) == b"one\ntwo\nthree\nother\n"

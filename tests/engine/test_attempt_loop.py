@@ -234,3 +234,27 @@ def test_requests_of_the_wrong_shape_get_one_line_errors(tmp_path):
 
     code, events, _, agent = run_agent(tmp_path, [[("start", {"pid": 1101}), *batches(1, 1, 40)]], during=ask)
     assert code == 130 and agent.ctx.policy.auto_recover   # "false" did not turn it on/off
+
+
+def test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start(tmp_path):
+    """Issue 27: the next attempt's start makes a deleted run directory again first (the
+    agent's keeper, which looks every second, does not run in an agent without a socket:
+    only the start can), with its presets: the restart's fallback B is read from it."""
+    import shutil
+    crash = [("start", {"pid": 201}), *batches(1, 1, 5), ("exit", {"returncode": 1})]
+    good = [("start", {"pid": 202}), *batches(1, 6, 8), ("exit", {"returncode": 0})]
+    seen = []
+
+    async def delete_in_backoff(agent):
+        while not any(isinstance(ev, E.Restart) for ev in seen):
+            await asyncio.sleep(0.01)
+        shutil.rmtree(tmp_path / "run")
+
+    def watch(agent):
+        agent.ctx.bus.on_journaled.append(seen.append)
+        return delete_in_backoff(agent)
+
+    code, events, spawner, _ = run_agent(tmp_path, [crash, good], during=watch)
+    assert code == 0, [(e.type, getattr(e, "text", getattr(e, "state", ""))) for e in events][-8:]
+    assert [e.returncode for e in of(events, "exit")] == [1, 0]
+    assert [e.key for e in of(events, "info") if e.key == "run_dir.remade"] == ["run_dir.remade"]

@@ -30,6 +30,10 @@ def row(state: str, **kw) -> dict:
     (row("STOPPED"), "stopped: ?"),
     (row("STOPPED", reason="stopped: its time ran out"), "stopped: its time ran out"),
     (row("RUNNING", live=False), "its agent is gone"),
+    (row("RUNNING", live=False, trainer_pid=42, unsupervised=True),
+     "its trainer (pid 42) runs on unsupervised, its agent gone: `trainctl attach` adopts it"),
+    (row("RUNNING", live=False, trainer_pid=42, unsupervised=False),
+     "its trainer (pid 42) runs on under its holder, its agent gone: `trainctl attach` adopts it"),
     (row("RUNNING", buffer_s=-600.0), "deadline at risk"),
     (row("RUNNING", buffer_s=600.0), None),
     (row("FINISHED", buffer_s=-600.0), None),      # over: its deadline is history
