@@ -68,7 +68,7 @@ def agent_process(run_dir: Path | str) -> str:
     return f"pid {pid}, {status}"
 
 
-SOCKET_REMADE_S = 2.0   # how long a client waits for a live agent's deleted socket to come back
+SOCKET_REMADE_S = 5.0   # how long a client waits for a live agent's deleted socket to come back
 
 
 def agent_holds(run_dir: Path | str) -> bool:

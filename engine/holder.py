@@ -102,12 +102,23 @@ def copy_out(fd: int, path: str) -> int:
     return new
 
 
-def deleted(fd: int | None) -> bool:
-    """The file ``fd`` holds has no name left (its directory or itself was deleted)."""
+def lost(fd: int | None, path: str | os.PathLike) -> bool:
+    """The file ``fd`` holds is no longer at ``path``: it, or its run directory, was
+    deleted or moved away (``mv RUN RUN.old``).  Either way it is made again at ``path``,
+    where every reader looks; a directory moved away keeps what it had then."""
+    if fd is None:
+        return False
     try:
-        return fd is not None and os.fstat(fd).st_nlink == 0
+        held = os.fstat(fd)
     except OSError:
         return False
+    try:
+        there = os.stat(path, follow_symlinks=False)
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False   # cannot tell (a permission, an I/O error): nothing made again
+    return held.st_nlink == 0 or (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
 
 
 class AgentWatch:
@@ -198,7 +209,7 @@ class Holder:
     def remake_files(self) -> None:
         """The status file and train.log made again where they were deleted (see above);
         best effort: a failure now is tried again at the next status write."""
-        status_gone, log_gone = deleted(self.status_fd), deleted(self.log_fd)
+        status_gone, log_gone = lost(self.status_fd, self.status_file), lost(self.log_fd, self.log_path)
         if not (status_gone or log_gone):
             return
         try:

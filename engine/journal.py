@@ -209,12 +209,18 @@ class Journal:
         self.next_seq += 1
         return event
 
+    def lost(self) -> bool:
+        """The journal file is no longer at its path: it, or its run directory, was deleted
+        or moved away."""
+        from .holder import lost
+        return lost(self._fd, self.path)
+
     def remake(self) -> bool:
         """The journal deleted under us (its run directory removed by mistake): made again
         at its path from what the descriptor still holds, written on from there.  True when
         it was gone (and now is back); OSError when it cannot be made again."""
-        from .holder import copy_out, deleted
-        if self._fd is None or not deleted(self._fd):
+        from .holder import copy_out, lost
+        if self._fd is None or not lost(self._fd, self.path):
             return False
         new = copy_out(self._fd, str(self.path))
         os.close(self._fd)

@@ -214,14 +214,16 @@ class Agent:
                 self.report("keep_run_dir", e)
 
     def _say_remade(self) -> None:
+        if not self.ctx.journal.lost():   # as last saved (a preset edited in the dashboard)
+            self._kept.update(_small_files(self.files.dir))
         if self._remake_run_dir():
-            self.ctx.info(f"the run directory {self.files.dir} was deleted while the run went on: "
+            self.ctx.info(f"the run directory {self.files.dir} was deleted or moved away while the run went on: "
                           "made again from what the agent holds (the journal whole, spec, "
                           "agent.json); the trainer goes on", "run_dir.remade")
 
     def _remake_run_dir(self) -> bool:
         files = self.files
-        if files.dir.is_dir() and not self.ctx.journal.remake():
+        if not self.ctx.journal.lost():
             return False
         make_private_dir(files.dir)
         self.ctx.journal.remake()
@@ -235,7 +237,7 @@ class Agent:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
         self._write_info()
-        if (fd := _agent_lock(files.dir)) is not None:   # one agent per directory, still
+        if (fd := _agent_lock(files.dir, wait_s=0)) is not None:   # one agent per directory, still
             self._more_locks.append(fd)
         return True
 
@@ -409,17 +411,24 @@ def _alert_sink(ctx: RunContext, on_warning):
     return AlertSink(conf["urls"], policy, on_warning=on_warning)
 
 
-def _agent_lock(run_dir: Path) -> int | None:
+def _agent_lock(run_dir: Path, wait_s: float = 1.0) -> int | None:
     """One agent per run directory: an flock on agent.lock for the agent's life (the kernel
-    drops it when the agent dies, so an adopter can take it).  None when another holds it."""
+    drops it when the agent dies, so an adopter can take it).  None when another holds it
+    (``wait_s`` blocks: only at the agent's start, before its loop serves anything)."""
     import fcntl
     fd = os.open(run_dir / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
+    # Clients probe this lock for an instant (is an agent there?): tried again for a while,
+    # so a probe at the wrong moment never turns an adopting agent away.
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                return None
+            time.sleep(0.05)
 
 
 def _quiet_repeats(loop: asyncio.AbstractEventLoop, every_s: float = 60.0):
