@@ -244,10 +244,25 @@ def _check_parent_dir(path: Path, st: os.stat_result) -> None:
     if not _trusted_uid(st.st_uid):
         raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you nor root: another "
                               "user could change what is under it; use a directory of your own")
-    if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not st.st_mode & stat.S_ISVTX:
+    shared = stat.S_IWOTH | (0 if _private_group(st.st_gid) else stat.S_IWGRP)
+    if st.st_mode & shared and not st.st_mode & stat.S_ISVTX:
         raise UnsafePathError(f"{path}: writable by group or others (mode "
                               f"{stat.S_IMODE(st.st_mode):o}): another user could swap what is "
-                              "under it; use a private directory")
+                              f"under it; `chmod go-w {path}`, or use a private directory")
+
+
+def _private_group(gid: int) -> bool:
+    """A group only this user is in: Debian's user private groups, whose umask 002 makes
+    group-writable home directories that let nobody else in (as OpenSSH's StrictModes
+    judges them).  The user's primary group, named as the user, with no other members."""
+    import grp
+    import pwd
+    try:
+        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return (gid == me.pw_gid and group.gr_name == me.pw_name
+            and all(member == me.pw_name for member in group.gr_mem))
 
 
 def check_trusted_parents(path: Path | str) -> Path:

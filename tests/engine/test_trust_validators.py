@@ -33,6 +33,27 @@ def test_a_run_directory_under_a_shared_writable_parent_is_not_trusted(tmp_path)
         trusted_run_dir(run)
 
 
+def test_a_parent_writable_only_by_the_users_private_group_is_trusted(tmp_path):
+    """umask 002 with user private groups (Debian): ~/.local 0775, group = the user alone."""
+    import grp
+    import pwd
+    me = pwd.getpwuid(os.geteuid())
+    mine = grp.getgrgid(me.pw_gid)
+    if mine.gr_name != me.pw_name or any(m != me.pw_name for m in mine.gr_mem):
+        pytest.skip(f"the user's primary group {mine.gr_name} is not a private one")
+    run = tmp_path / "home" / "run"
+    run.mkdir(parents=True, mode=0o700)
+    os.chown(tmp_path / "home", -1, me.pw_gid)
+    os.chmod(tmp_path / "home", 0o775)
+    assert trusted_run_dir(run) == run
+    shared = next((g for g in grp.getgrall() if g.gr_gid != me.pw_gid), None)
+    if shared is None or os.geteuid() != 0:
+        return   # (chown to another group needs root or membership)
+    os.chown(tmp_path / "home", -1, shared.gr_gid)   # a group others may be in
+    with pytest.raises(UnsafePathError, match="chmod go-w"):
+        trusted_run_dir(run)
+
+
 def test_links_are_followed_as_the_kernel_does_and_checked_on_the_way(tmp_path):
     real = tmp_path / "real" / "run"
     real.mkdir(parents=True)
