@@ -96,6 +96,18 @@ class Outcome:
     exception: str | None = None          # the trainer's last exception line
 
 
+def reached_the_end(epoch: int | None, epochs: int | None, batch: int | None,
+                    batches: int | None, phase: str = "") -> bool:
+    """A trainer whose exit status is unknown (adopted after its holder was killed) is taken
+    as finished when it had said so (phase finished) or reached its last batch of its last
+    epoch; else as a crash, recovered from its last good checkpoint."""
+    if phase == "finished":
+        return True
+    if not (epochs and batches and epoch and batch):
+        return False
+    return epoch >= epochs and batch >= batches
+
+
 @dataclass(frozen=True)
 class Decision:
     action: str              # restart | finish | fail | stop | suspend

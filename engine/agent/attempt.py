@@ -21,7 +21,7 @@ from ..config import ConfigError
 from ..instrument import INSTRUMENT_ENV, OFF_KEY
 from ..parse import last_exception
 from ..process import signal_name
-from ..supervisor import Outcome, OutcomeKind, RunState, exit_code
+from ..supervisor import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
 from ..torchrun import SETUP_MARK, rendezvous_wait
 from .context import EndRequest, Interrupt, RunContext
 from .intake import Intake
@@ -294,6 +294,7 @@ class AttemptLoop:
                 await self.kill(trainer, kind.value, waiter)
         returncode = await waiter
         interrupt.cancel()
+        returncode = self._judge_unknown_exit(trainer, intake, returncode)
         await self.stopper.sweep(trainer)   # orphaned workers included
         try:
             await asyncio.wait_for(asyncio.gather(*readers), READERS_DRAIN_S)
@@ -318,6 +319,23 @@ class AttemptLoop:
         return Outcome(kind, intake.progressed, returncode, preset,
                        requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop,
                        exception=exception)
+
+    def _judge_unknown_exit(self, trainer: Trainer, intake: Intake, returncode: int) -> int:
+        """An adopted trainer whose holder was killed ends with no exit status anyone can
+        read: finished (0) when it had reached its end, else a crash (as read, -9)."""
+        unknown = getattr(trainer, "exit_unknown", None)
+        if not unknown or intake.stalled:
+            return returncode
+        p = intake.last_progress
+        where = f"epoch {p.epoch}/{p.epochs}, batch {p.batch}/{p.batches}" if p else "no batch read"
+        ended = (reached_the_end(p.epoch, p.epochs, p.batch, p.batches, intake.phase) if p
+                 else intake.phase == "finished")
+        if ended:
+            self.ctx.info(f"{unknown}; it had reached its end ({where}): taken as finished",
+                          "exit.unknown")
+            return 0
+        self.ctx.info(f"{unknown}; it stopped at {where}: taken as a crash", "exit.unknown")
+        return returncode
 
     async def start(self, preset: str | None, resume_from: str | None) -> Trainer | Outcome:
         """A new trainer (its start event journaled), or the outcome of failing to start one."""

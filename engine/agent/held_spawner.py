@@ -97,6 +97,7 @@ class HeldHandle(TreeOps):
         self.attempt = held.attempt
         self.orphan = False   # adopted with its holder gone: HeldSpawner.rehold gives it one
         self.returncode: int | None = None
+        self.exit_unknown: str | None = None   # why no exit status could be read, if so
         self.exited = asyncio.Event()
         self.log_tail = FileTail(log_path, log_offset).until_eof_after(self.exited)
         self.side_tail = FileTail(side, side_offset).until_eof_after(self.exited)
@@ -119,8 +120,9 @@ class HeldHandle(TreeOps):
             try:
                 rc = await self.held.wait()
                 break
-            except HolderLost:
+            except HolderLost as e:
                 rc = -9   # its holder was killed: the trainer is gone or orphaned to us
+                self.exit_unknown = str(e)   # the attempt loop judges by how far it got
                 break
             except OSError:   # e.g. no file descriptor left to read its status: again soon
                 await asyncio.sleep(0.5)

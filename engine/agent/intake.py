@@ -36,6 +36,7 @@ class Intake:
         self.structured = False       # progress comes on the side channel: ignore the console's
         self.structured_phases = False
         self.progressed = False       # this attempt went beyond the furthest batch of the run
+        self.last_progress: E.Progress | None = None   # the last batch read (replayed ones too)
         self.fatal_stop: str | None = None
         self.stalled = False
         self.replay_until: tuple[int, int] | None = None   # adopted: progress up to here is known
@@ -63,6 +64,7 @@ class Intake:
         self.lead_rank = None
         self.structured = self.structured_phases = False
         self.progressed = False
+        self.last_progress = None
         self.fatal_stop = None
         self.stalled = False
         self.save_on_request = False
@@ -223,6 +225,7 @@ class Intake:
 
     def on_progress(self, ev: E.Progress, console: bool = False) -> None:
         ctx, now = self.ctx, ev.ts
+        self.last_progress = ev
         if self.replay_until is not None:   # an adopted trainer's lines its dead agent journaled
             if (ev.epoch or 0, ev.batch or 0) <= self.replay_until:
                 ctx.detector.on_progress(ev, now)   # it is alive: only not news

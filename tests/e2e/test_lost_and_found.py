@@ -152,6 +152,28 @@ def test_kill_9_of_agent_and_holder_leaves_a_trainer_found_locked_adopted_and_st
 
 
 @pytest.mark.timeout(150)
+def test_an_adopted_trainer_without_its_holder_that_runs_to_its_end_is_finished_not_restarted():
+    """Its exit status cannot be read (not our child, its holder killed): it used to be
+    taken as killed (-9), and the whole training run again."""
+    with start_trainctl(["run", "--json", "--", *steady(300, 0.05)]) as tc:
+        tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 5, 30, "batch 5")
+        st = _trainer_status(tc.run_dir)
+        os.kill(tc.pid, signal.SIGKILL)
+        os.kill(st["holder_pid"], signal.SIGKILL)
+        wait_until(lambda: not _alive(st["holder_pid"]) and not _alive(tc.pid), 10, what="both dead")
+        try:
+            attach = subprocess.run([PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
+                                    cwd=ROOT, capture_output=True, text=True, timeout=120)
+            assert attach.returncode == 0, attach.stderr[-2000:]
+        finally:
+            _end_adopter(tc.run_dir)
+    events = tc.events()
+    assert [e.state for e in events if e.type == "state"][-1] == "FINISHED", [e.type for e in events]
+    assert len([e for e in events if e.type == "start"]) == 1
+    assert "exit.unknown" in info_keys(events)
+
+
+@pytest.mark.timeout(150)
 def test_two_attach_on_an_orphaned_run_one_adopts_the_other_follows_it():
     """Issue 27, failure 12: the loser of the race to adopt used to exit 3 ("the agent was
     killed or crashed") while the winner's agent took the run on to FINISHED."""

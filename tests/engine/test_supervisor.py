@@ -95,3 +95,13 @@ def test_a_user_stop_ends_in_stopped_a_final_state_of_its_own():
 def test_exit_codes_follow_the_final_state():
     assert [exit_code(s) for s in ("FINISHED", "FAILED", "STOPPED")] == [0, 1, 130]
     assert exit_code("RUNNING") == 0 and exit_code(None) == 0 and exit_code("BOGUS", 3) == 3
+
+
+def test_an_unknown_exit_is_finished_only_at_the_last_batch_of_the_last_epoch():
+    from trainctl.engine.supervisor import reached_the_end
+    assert reached_the_end(3, 3, 20, 20)
+    assert reached_the_end(None, None, None, None, phase="finished")
+    assert not reached_the_end(3, 3, 19, 20)
+    assert not reached_the_end(2, 3, 20, 20)
+    assert not reached_the_end(None, None, 20, 20)   # no epochs known: cannot tell
+    assert not reached_the_end(1, 1, 5, None)
