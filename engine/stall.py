@@ -50,7 +50,9 @@ Two watches work before the first batch, whatever the phase's own threshold says
   read/write; the kernel does not count send/recv there, but a download writes its file), that is
   a deadlock before the first batch.  A busy CPU or I/O (compile, MIOpen kernel search,
   dataset caching, a download) keeps the long startup grace.  ``startup_idle=None``
-  turns it off (a torchrun rank waiting for other nodes at its rendezvous).
+  turns it off.  Under torchrun the agent feeds the ranks' processes only (the launcher
+  polls its workers and its store for ever), and nothing while no rank exists (the
+  launcher at its rendezvous); a verdict is marked ``still``.
 
 Several ranks: progress may carry ``rank``; each rank keeps its own last-progress time,
 so a verdict names the ranks that are stuck, and one stuck rank among moving ones gives
@@ -97,13 +99,15 @@ _PHASES = ("startup", "train", "val", "save", "finished")
 class StallVerdict:
     """A stall: ``idle_s`` without progress in ``phase``, past ``threshold_s``.
 
-    ``ranks`` names the stuck ranks when progress carries ranks (empty otherwise)."""
+    ``ranks`` names the stuck ranks when progress carries ranks (empty otherwise);
+    ``still``: the still-tree watch decided (no output, CPU or I/O), not a threshold."""
 
     phase: str
     idle_s: float
     threshold_s: float
     reason: str
     ranks: tuple[int, ...] = ()
+    still: bool = False
 
 
 class _Rank:
@@ -374,7 +378,8 @@ class StallDetector:
         self._idle_armed = False
         return StallVerdict("startup", quiet, self.startup_idle,
                             f"deadlock before the first batch: no output, no CPU and no I/O "
-                            f"for {quiet:.0f}s (startup idle window {self.startup_idle:.0f}s)")
+                            f"for {quiet:.0f}s (startup idle window {self.startup_idle:.0f}s)",
+                            still=True)
 
     def _reference(self) -> float:
         if self.watching_silence and self._out_t is not None:

@@ -401,7 +401,7 @@ def test_startup_idle_is_a_setting_and_can_be_off_and_never_fires_without_sample
     assert after.check(40.0) is None
 
 
-def test_a_multi_node_torchrun_rank_is_exempt_from_the_startup_idle_watch():
+def test_a_multi_node_torchrun_is_known_to_wait_for_other_nodes():
     from trainctl.engine.torchrun import rendezvous_wait
     assert rendezvous_wait(["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "train.py"])
     assert rendezvous_wait(["python", "-m", "torch.distributed.run", "--nnodes=1:4", "train.py"])
