@@ -41,3 +41,25 @@ def test_a_silent_torchrun_job_whose_rank_deadlocks_is_caught_by_the_ranks_still
     late = _late(r, stall)
     print(f"silent torchrun deadlock caught {late:.1f}s after it began (window 10 s + diagnosis)")
     assert 10.0 < late < 10.0 + 30.0, late        # the window, ticks and py-spy on a loaded box
+
+
+@pytest.mark.timeout(200)
+def test_the_issues_torchrun_job_printing_a_bar_less_tqdm_line_stalls_naming_rank_1():
+    """The issue's job: ``[rank0] Epoch 2/3:  25%| 5/20 [00:00, 17.14it/s, loss=1.3007]``
+    (no bar characters, no ``<remaining``) now reads as progress; rank 1's worker deadlock
+    in epoch 2 (its peer then waits in the allreduce: a collective hang) is caught by the
+    train threshold (``--stall-timeout 8``, as the issue ran it), naming rank 1."""
+    r = run_trainctl(["run", "--json", "--max-restarts", "0", "--stall-timeout", "8", "--",
+                      *_torchrun("--hang-at", "2:5")], timeout=180)
+    assert r.returncode == 1, r.describe()
+    prog = r.of_type("progress")
+    assert {p.rank for p in prog} == {0, 1} and max(p.epoch for p in prog) == 2, prog[-3:]
+    assert not [e for e in r.of_type("info") if e.key == "no_progress_format"]
+    stall = r.of_type("stall")[0]
+    assert stall.phase == "train" and stall.threshold_s == 8.0, stall
+    assert stall.ranks == (1,), stall
+    assert "Culprit: rank 1 waits for a DataLoader batch" in stall.detail
+    assert "rank 0 waits in a collective" in stall.detail
+    late = _late(r, stall)
+    print(f"torchrun bar-less tqdm deadlock caught {late:.1f}s after it began (threshold 8 s + diagnosis)")
+    assert 8.0 < late < 8.0 + 30.0, late
