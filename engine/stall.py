@@ -37,12 +37,18 @@ How long a silence may last depends on what the trainer is doing:
 
 Two watches work before the first batch, whatever the phase's own threshold says:
 
-* **output silence** (an unknown progress format): feed every console line with
-  :meth:`~StallDetector.on_output`.  When the output has come in ``UNKNOWN_BURSTS``
-  (5) bursts (lines ``BURST_GAP_S`` apart or more) and no progress was read, the format is
-  unknown (:attr:`~StallDetector.watching_silence`): from then on, until a first batch,
-  the silence since the last line may last ``max(silence_floor, 2 × longest silence
-  between lines seen)`` (floor 60 s), instead of the startup grace.
+* **output silence** (an unknown progress format): feed the console lines with
+  :meth:`~StallDetector.on_output`, with their source (a torchrun rank).  When a source
+  printed ``UNKNOWN_LINES`` (20) lines spanning ``UNKNOWN_SPAN_S`` (2 s: a config dump
+  printed at once is not output), or printed for ``UNKNOWN_AFTER_S`` (30 s), and no
+  progress was read, the format is unknown (:attr:`~StallDetector.watching_silence`):
+  decided by time and lines, so a steady printer is watched as well as a bursty one.  From
+  then on, until a first batch, the silence since a source's last line may last
+  ``max(silence_floor, 2 × the 0.99 quantile of its intervals between reads, 1.5 × the
+  longest)`` (the healthy silences learned, kept across restarts, count too; floor 60 s),
+  instead of the
+  startup grace.  Several ranks: each has its own intervals, and the output is silent when
+  every watched rank is (a rank still printing keeps the job alive).
 * **a still tree** (a deadlock at start-up): feed the tree's CPU and I/O each tick with
   :meth:`~StallDetector.on_tree`.  When nothing happened for ``startup_idle`` (90 s): no
   output, no CPU (the tree below ``IDLE_CPU_PERCENT`` in all), and no change in the
@@ -86,9 +92,14 @@ TRAIN_WINDOW = 512
 PHASE_WINDOW = 64
 STATE_VERSION = 1
 SILENCE_FLOOR_S = 60.0       # an unknown format: the least silence allowed
-SILENCE_FACTOR = 2.0         # × the longest healthy silence between output lines
-BURST_GAP_S = 0.5            # a line this long after the previous one starts a new burst
-UNKNOWN_BURSTS = 5           # bursts of output with no progress: the format is unknown
+SILENCE_FACTOR = 2.0         # × the high quantile of the intervals between output lines
+SILENCE_QUANTILE = 0.99      # ... this one (NVRx learns from intervals the same way)
+LONGEST_FACTOR = 1.5         # and never below 1.5 × the longest interval seen (a rare pause)
+BURST_GAP_S = 0.5            # a gap this long between lines is a healthy silence (learned)
+UNKNOWN_LINES = 20           # this many lines with no progress read: the format is unknown,
+UNKNOWN_SPAN_S = 2.0         #   if they span this long at least (a config dump is not output)
+UNKNOWN_AFTER_S = 30.0       # or output for this long (2 lines at least)
+OUT_WINDOW = 1024            # the intervals kept per output source (rank)
 STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
 IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
 
@@ -123,6 +134,26 @@ class _Rank:
         self.n_in_epoch = 0       # progress events seen in this epoch (since the last phase)
         self.gen = gen            # phase generation at its last progress
         self.armed = True
+
+
+class _Output:
+    """The console lines of one source (a rank, or the trainer) before the first batch."""
+
+    __slots__ = ("first_t", "last_t", "lines", "gaps", "unknown")
+
+    def __init__(self, now: float) -> None:
+        self.first_t = self.last_t = now
+        self.lines = 0
+        self.gaps: deque[float] = deque(maxlen=OUT_WINDOW)
+        self.unknown = False      # enough output with no progress: its silence is watched
+
+
+def _quantile(values: Iterable[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (0.0 when empty)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None:
@@ -183,8 +214,7 @@ class StallDetector:
         self._evidence_t: float | None = None
         self._evidence: dict[str, int] = {}
         self._progressed = False         # a batch came in this attempt
-        self._out_t: float | None = None  # the last console line
-        self._bursts = 0
+        self._outputs: dict[int | None, _Output] = {}   # console lines per source (rank)
         self._silence = False            # unknown format: output silence is watched
         self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
         self._io: int | None = None
@@ -251,25 +281,31 @@ class StallDetector:
         self._evidence_t = now if self._evidence_t is None else max(self._evidence_t, now)
         self._evidence[kind] = self._evidence.get(kind, 0) + 1
 
-    def on_output(self, now: float) -> None:
-        """A console line.  Before the first batch it is activity, and it teaches the
-        silences of a trainer whose progress format is unknown (see the module doc)."""
-        if self._progressed or self._phase != "startup":
+    def on_output(self, now: float, lines: int = 1, source: int | None = None) -> None:
+        """``lines`` console lines from ``source`` (a torchrun rank; None: the trainer).
+        Before the first batch they are activity, and they teach the intervals of a trainer
+        whose progress format is unknown (see the module doc)."""
+        if self._progressed or self._phase != "startup" or lines <= 0:
             return
         self._active_t = max(self._active_t, now)
         self._idle_armed = True
-        if self._out_t is None:
-            self._bursts = 1
+        out = self._outputs.get(source)
+        if out is None:
+            out = self._outputs[source] = _Output(now)
         else:
-            gap = now - self._out_t
-            if gap >= BURST_GAP_S:
-                self._bursts += 1
-                self._learn("silence", gap)
-        self._out_t = now
+            gap = now - out.last_t
+            if gap >= 0:
+                out.gaps.append(gap)
+                if gap >= BURST_GAP_S:
+                    self._learn("silence", gap)
+        out.lines += lines
+        out.last_t = max(out.last_t, now)
+        if not out.unknown:
+            span = out.last_t - out.first_t
+            out.unknown = ((out.lines >= UNKNOWN_LINES and span >= UNKNOWN_SPAN_S)
+                           or (out.lines >= 2 and span >= UNKNOWN_AFTER_S))
+            self._silence = self._silence or out.unknown
         if self._silence:
-            self._armed = True
-        elif self._bursts >= UNKNOWN_BURSTS:
-            self._silence = True
             self._armed = True
 
     def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None) -> None:
@@ -328,6 +364,8 @@ class StallDetector:
         limit, basis = self._threshold(mode, now)
         idle = self.idle(now)
         named = tuple(sorted(k for k in self._ranks if k is not None))
+        if mode == "silence":
+            named = tuple(sorted(k for k, o in self._outputs.items() if o.unknown and k is not None))
         if self._armed and idle > limit:
             self._armed = False
             for r in self._ranks.values():
@@ -382,8 +420,8 @@ class StallDetector:
                             still=True)
 
     def _reference(self) -> float:
-        if self.watching_silence and self._out_t is not None:
-            return self._out_t
+        if self.watching_silence:
+            return self._silent_source()[1]
         if self._phase == "train" and self._ranks:
             return max(self._ref, max(r.last_t for r in self._ranks.values()))
         return self._ref
@@ -504,15 +542,42 @@ class StallDetector:
             value, basis = 2 * max(seen), f"2 × longest startup seen ({max(seen):.0f}s)"
         return value, basis
 
-    def _silent(self) -> tuple[float, str]:
-        seen = self._learned["silence"]
-        longest = max(seen, default=0.0)
-        value = SILENCE_FACTOR * longest
-        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × longest silence between "
-                 f"output lines ({longest:.3g}s)")
+    def _silence_limit(self, out: _Output) -> tuple[float, str]:
+        """The silence allowed after a source's last line: SILENCE_FACTOR × the high
+        quantile of its intervals (and of the healthy silences learned), at least the floor."""
+        gaps = [*out.gaps, *self._learned["silence"]]
+        q = _quantile(gaps, SILENCE_QUANTILE)
+        value = SILENCE_FACTOR * q
+        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × the {SILENCE_QUANTILE:g} quantile "
+                 f"of {len(gaps)} intervals between output lines ({q:.3g}s)")
+        longest = max(gaps, default=0.0)
+        if LONGEST_FACTOR * longest > value:   # a rare long pause, below the quantile
+            value = LONGEST_FACTOR * longest
+            basis = (f"unknown progress format: {LONGEST_FACTOR:g} × the longest interval "
+                     f"between output lines ({longest:.3g}s)")
         if value < self.silence_floor:
             value, basis = self.silence_floor, f"floor ({basis} is below it)"
         return value, basis
+
+    def _silent_source(self) -> tuple[int | None, float, float, str]:
+        """(source, its last line, its limit, basis) of the watched source whose silence
+        ends last: the output is silent only when every watched source is (a torchrun rank
+        still printing keeps the job alive; its peers may wait for it)."""
+        best: tuple[int | None, float, float, str] | None = None
+        for key, out in self._outputs.items():
+            if not out.unknown:
+                continue
+            limit, basis = self._silence_limit(out)
+            if best is None or out.last_t + limit > best[1] + best[2]:
+                best = (key, out.last_t, limit, basis)
+        return best if best is not None else (None, self._ref, self.silence_floor, "floor")
+
+    def _silent(self) -> tuple[float, str]:
+        key, _, limit, basis = self._silent_source()
+        watched = sorted(k for k, o in self._outputs.items() if o.unknown and k is not None)
+        if watched:
+            basis = f"{basis}, rank {key}'s (ranks watched: {', '.join(map(str, watched))})"
+        return limit, basis
 
     def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
         what = {"startup": "no first batch yet", "train": "no progress", "warmup": "no progress",

@@ -96,7 +96,7 @@ class Intake:
     def on_fed(self, lines: list[FedLine], rank: int | None = None) -> None:
         now = self.ctx.clock()
         if lines:
-            self.on_activity(now)
+            self.on_activity(now, len(lines), rank)
         for fed in lines:
             said = rank if rank is not None else (line_rank(fed.text) if fed.warning else None)
             if fed.warning is not None and said is not None:   # an NCCL/gloo watchdog's rank
@@ -119,10 +119,10 @@ class Intake:
                 elif isinstance(ev, E.Phase) and not (self.structured or self.structured_phases):
                     self.set_phase(ev.phase, now)
 
-    def on_activity(self, now: float) -> None:
+    def on_activity(self, now: float, lines: int = 1, rank: int | None = None) -> None:
         """Output came: the detector learns its silences; an unknown format is said once."""
         ctx = self.ctx
-        ctx.detector.on_output(now)
+        ctx.detector.on_output(now, lines, rank)
         if not ctx.detector.watching_silence:
             return
         if not self.silence_said:

@@ -63,3 +63,21 @@ def test_the_issues_torchrun_job_printing_a_bar_less_tqdm_line_stalls_naming_ran
     late = _late(r, stall)
     print(f"torchrun bar-less tqdm deadlock caught {late:.1f}s after it began (threshold 8 s + diagnosis)")
     assert 8.0 < late < 8.0 + 30.0, late
+
+
+@pytest.mark.timeout(90)
+def test_a_steady_unknown_format_printer_that_hangs_is_caught_at_its_silence_floor():
+    """A line every 0.2 s for 12 s, then a hang: never a burst, so the old watch never
+    engaged (the still-tree caught it at 90 s); now the format is unknown after 20 lines and
+    the silence is judged against the intervals (2 × 0.2 s, below the floor: 5 s here)."""
+    r = run_trainctl(["run", "--json", "--max-restarts", "0", "--silence-floor", "5", "--",
+                      PYTHON, str(SCRIPTS / "startup_cases.py"), "steady-hang", "60", "0.2"],
+                     timeout=80)
+    assert r.returncode == 1, r.describe()
+    assert [e.key for e in r.of_type("info")].count("no_progress_format") == 1
+    stall = r.of_type("stall")[0]
+    assert stall.phase == "startup" and stall.threshold_s == 5.0, stall
+    assert "no output" in stall.detail and "unknown progress format" in stall.detail, stall.detail
+    late = _late(r, stall)
+    print(f"steady unknown-format printer's hang caught {late:.1f}s after it began (floor 5 s)")
+    assert 5.0 < late < 5.0 + 15.0, late

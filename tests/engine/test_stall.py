@@ -310,10 +310,10 @@ def feed_lines(d: StallDetector, t: float, n: int, gap: float) -> float:
 def test_unknown_format_watches_output_silence_with_the_floor():
     d = StallDetector()
     d.reset(0.0)
-    t = feed_lines(d, 0.0, 4, 1.0)
-    assert not d.watching_silence and d.threshold(t) == 600.0   # 4 bursts: not yet
+    t = feed_lines(d, 0.0, 19, 1.0)
+    assert not d.watching_silence and d.threshold(t) == 600.0   # 19 lines in 18 s: not yet
     t = feed_lines(d, t, 1, 1.0)
-    assert d.watching_silence                                   # 5 bursts, no progress
+    assert d.watching_silence                                   # 20 lines, no progress
     assert d.threshold(t) == pytest.approx(60.0)                # 2 × 1 s < the 60 s floor
     assert d.check(t + 59.0) is None
     v = d.check(t + 60.5)
@@ -321,7 +321,24 @@ def test_unknown_format_watches_output_silence_with_the_floor():
     assert "unknown progress format" in v.reason
 
 
-def test_unknown_format_threshold_is_twice_the_longest_healthy_silence():
+def test_unknown_format_is_decided_by_time_too_and_a_steady_printer_is_watched():
+    """Issue 26: a line every 10 s is unknown after 30 s; a steady printer (a line every
+    0.2 s, never a 'burst') after 20 lines, and its hang is caught at the floor."""
+    slow = StallDetector()
+    slow.reset(0.0)
+    t = feed_lines(slow, 0.0, 3, 10.0)
+    assert not slow.watching_silence
+    t = feed_lines(slow, t, 1, 10.0)                            # 30 s since the first line
+    assert slow.watching_silence and slow.threshold(t) == pytest.approx(60.0)
+    steady = StallDetector()
+    steady.reset(0.0)
+    t = feed_lines(steady, 0.0, 60, 0.2)
+    assert steady.watching_silence
+    when, v = first_verdict(steady, t, t + 120)
+    assert 60.0 <= when - t <= 60.25 and v.threshold_s == 60.0
+
+
+def test_unknown_format_threshold_is_twice_the_high_quantile_of_the_intervals():
     d = StallDetector(silence_floor=5.0)
     d.reset(0.0)
     t = feed_lines(d, 0.0, 6, 1.0)
@@ -331,9 +348,35 @@ def test_unknown_format_threshold_is_twice_the_longest_healthy_silence():
     assert d.check(t + 79) is None and d.check(t + 81) is not None
     d2 = StallDetector(silence_floor=5.0)
     d2.reset(0.0)
-    t = feed_lines(d2, 0.0, 8, 1.0)                             # ~1 s silences: the floor
+    t = feed_lines(d2, 0.0, 20, 1.0)                            # ~1 s silences: the floor
     when, v = first_verdict(d2, t, t + 20)
     assert when - t == pytest.approx(5.25) and v.threshold_s == 5.0
+    fast = StallDetector(silence_floor=5.0)                     # 0.1 s apart, one 3 s pause
+    fast.reset(0.0)
+    t = feed_lines(fast, 0.0, 300, 0.1)
+    t = feed_lines(fast, t, 1, 3.0)
+    t = feed_lines(fast, t, 300, 0.1)
+    assert fast.threshold(t) == pytest.approx(5.0)              # 2 × 0.1 s; 1.5 × 3 s = 4.5 s < floor
+    fast2 = StallDetector(silence_floor=1.0)
+    fast2.reset(0.0)
+    t = feed_lines(fast2, 0.0, 300, 0.1)
+    t = feed_lines(fast2, t, 1, 3.0)
+    t = feed_lines(fast2, t, 300, 0.1)
+    assert fast2.threshold(t) == pytest.approx(4.5)             # the rare pause: 1.5 × its 3 s
+
+
+def test_unknown_format_silence_per_rank_waits_for_every_watched_rank():
+    d = StallDetector()
+    d.reset(0.0)
+    for k in range(1, 41):                                      # ranks 0 and 1, a line a second each
+        d.on_output(float(k), 1, 0)
+        d.on_output(float(k), 1, 1)
+    assert d.watching_silence
+    for k in range(41, 121):                                    # rank 0 goes on alone (rank 1 waits)
+        d.on_output(float(k), 1, 0)
+        assert d.check(float(k)) is None
+    v = d.check(181.0)                                          # both silent past 60 s
+    assert v is not None and v.ranks == (0, 1) and "rank 0" in v.reason, v
 
 
 def test_progress_ends_the_silence_watch_and_a_burst_of_lines_is_not_a_rhythm():
