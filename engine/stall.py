@@ -35,7 +35,7 @@ How long a silence may last depends on what the trainer is doing:
   watched with the train threshold from the save's end.
 * **finished**: never stalls.
 
-Two watches work before the first batch, whatever the phase's own threshold says:
+Two watches work whatever the phase's own threshold says:
 
 * **output silence** (an unknown progress format): feed the console lines with
   :meth:`~StallDetector.on_output`, with their source (a torchrun rank).  When a source
@@ -46,19 +46,24 @@ Two watches work before the first batch, whatever the phase's own threshold says
   then on, until a first batch, the silence since a source's last line may last
   ``max(silence_floor, 2 × the 0.99 quantile of its intervals between reads, 1.5 × the
   longest)`` (the healthy silences learned, kept across restarts, count too; floor 60 s),
-  instead of the
-  startup grace.  Several ranks: each has its own intervals, and the output is silent when
+  instead of the startup grace.  Several ranks: each has its own intervals, and the output is silent when
   every watched rank is (a rank still printing keeps the job alive).
-* **a still tree** (a deadlock at start-up): feed the tree's CPU and I/O each tick with
-  :meth:`~StallDetector.on_tree`.  When nothing happened for ``startup_idle`` (90 s): no
-  output, no CPU (the tree below ``IDLE_CPU_PERCENT`` in all), and no change in the
-  bytes read and written (/proc/PID/io rchar + wchar: files, pipes, and sockets used with
-  read/write; the kernel does not count send/recv there, but a download writes its file), that is
-  a deadlock before the first batch.  A busy CPU or I/O (compile, MIOpen kernel search,
-  dataset caching, a download) keeps the long startup grace.  ``startup_idle=None``
-  turns it off.  Under torchrun the agent feeds the ranks' processes only (the launcher
-  polls its workers and its store for ever), and nothing while no rank exists (the
-  launcher at its rendezvous); a verdict is marked ``still``.
+* **a still tree** (a deadlock while a batch is awaited): feed the tree's CPU, I/O and
+  GPU each tick with :meth:`~StallDetector.on_tree`.  When nothing happened for
+  ``startup_idle`` (90 s) before the first batch: no output, no CPU (the tree below
+  ``IDLE_CPU_PERCENT`` in all), no change in the bytes read and written (/proc/PID/io
+  rchar + wchar: files, pipes, and sockets used with read/write; the kernel does not count
+  send/recv there, but a download writes its file) and no busy GPU, that is a deadlock.
+  A busy CPU, I/O or GPU (compile, MIOpen kernel search, dataset caching, a download)
+  keeps the long startup grace.  The same watch runs at every boundary where a batch is
+  awaited after the first: a validation or a save (until the first batch after it), and
+  the gap after an epoch's last batch (a silent validation in a plain loop); there the
+  window is at most ``PHASE_IDLE_S`` (45 s), and at most a fixed ``train_timeout``,
+  while a busy validation or save keeps its own threshold (never cut short).  In train
+  itself the batch thresholds decide.  ``startup_idle=None`` turns it off.  Under
+  torchrun the agent feeds the ranks' processes only (the launcher polls its workers and
+  its store for ever), and nothing while no rank exists (the launcher at its
+  rendezvous); a verdict is marked ``still``.
 
 Several ranks: progress may carry ``rank``; each rank keeps its own last-progress time,
 so a verdict names the ranks that are stuck, and one stuck rank among moving ones gives
@@ -101,9 +106,14 @@ UNKNOWN_SPAN_S = 2.0         #   if they span this long at least (a config dump 
 UNKNOWN_AFTER_S = 30.0       # or output for this long (2 lines at least)
 OUT_WINDOW = 1024            # the intervals kept per output source (rank)
 STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
+PHASE_IDLE_S = 45.0          # ... in a validation, a save, or between epochs (at most)
 IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
 
 _PHASES = ("startup", "train", "val", "save", "finished")
+# the modes where a batch is awaited and a still tree is a deadlock, and how a verdict says so
+_STILL_MODES = {"startup": "before the first batch", "silence": "before the first batch",
+                "val": "in validation", "save": "in a checkpoint save",
+                "boundary": "after the last batch of the epoch"}
 
 
 @dataclass(frozen=True)
@@ -216,6 +226,7 @@ class StallDetector:
         self._progressed = False         # a batch came in this attempt
         self._outputs: dict[int | None, _Output] = {}   # console lines per source (rank)
         self._silence = False            # unknown format: output silence is watched
+        self._structured = False         # a side channel speaks: no format is guessed
         self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
         self._io: int | None = None
         self._sampled = False            # the tree was sampled in this attempt
@@ -230,6 +241,7 @@ class StallDetector:
             self._pending_train = False
             self._evidence_t, self._evidence = None, {}
             self._armed = True
+            self._active_t, self._idle_armed = max(self._active_t, now), True
             return
         if phase == "train":
             if self._phase == "save" and self._save_mid_epoch:
@@ -262,6 +274,8 @@ class StallDetector:
             # activity inside val/save (a runner reporting val batches): the phase goes on
             self._ref = now
             self._armed = True
+            self._active_t = max(self._active_t, now)
+            self._idle_armed = True
             self._touch(key, ev, now, count=False)
             return
         self._progressed = True
@@ -272,6 +286,8 @@ class StallDetector:
         self._learn_interval(self._ranks.get(key), ev, now)
         self._touch(key, ev, now, count=True)
         self._armed = True
+        self._active_t = max(self._active_t, now)
+        self._idle_armed = True
 
     def on_evidence(self, now: float, kind: str) -> None:
         """Startup evidence that work is going on (``miopen``, ``compile``, ``cpu``, ...):
@@ -285,10 +301,12 @@ class StallDetector:
         """``lines`` console lines from ``source`` (a torchrun rank; None: the trainer).
         Before the first batch they are activity, and they teach the intervals of a trainer
         whose progress format is unknown (see the module doc)."""
-        if self._progressed or self._phase != "startup" or lines <= 0:
+        if self._phase == "finished" or lines <= 0:
             return
         self._active_t = max(self._active_t, now)
         self._idle_armed = True
+        if self._progressed or self._phase != "startup" or self._structured:
+            return
         out = self._outputs.get(source)
         if out is None:
             out = self._outputs[source] = _Output(now)
@@ -308,18 +326,29 @@ class StallDetector:
         if self._silence:
             self._armed = True
 
-    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None) -> None:
+    def on_structured(self) -> None:
+        """The trainer speaks on trainctl's side channel (a runner, an integration, a
+        script calling report): its progress is not read from the console, so its console
+        is no unknown format (until :meth:`reset`)."""
+        self._structured = True
+        self._silence = False
+
+    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None,
+                gpu_percent: float | None = None) -> None:
         """One sample of the trainer's whole tree: its CPU (% of one core, summed; None:
-        not known yet) and the bytes it read and wrote (rchar + wchar; None: unreadable).
-        Busy CPU or a change in the bytes is activity before the first batch."""
-        if self._progressed or self._phase != "startup":
+        not known yet), the bytes it read and wrote (rchar + wchar; None: unreadable) and
+        the GPU's utilisation (None: no GPU; a busy GPU is activity: a validation waiting
+        on the GPU in a blocking sync uses no CPU).
+        Busy CPU or a change in the bytes is activity (the still-tree watch)."""
+        if self._phase == "finished":
             return
         first = not self._sampled
         self._sampled = True
         moved = io_bytes is not None and self._io is not None and io_bytes != self._io
         if io_bytes is not None:
             self._io = io_bytes
-        if first or moved or cpu_percent is None or cpu_percent >= IDLE_CPU_PERCENT:
+        if (first or moved or cpu_percent is None or cpu_percent >= IDLE_CPU_PERCENT
+                or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT)):
             self._active_t = max(self._active_t, now)
             self._idle_armed = True
 
@@ -357,10 +386,10 @@ class StallDetector:
         """A verdict the first time the silence passes the threshold, then None until progress."""
         if self._phase == "finished":
             return None
-        still = self._still_tree(now)
+        mode = self._mode_for(self._ranks.get(self._last_key))
+        still = self._still_tree(now, mode)
         if still is not None:
             return still
-        mode = self._mode_for(self._ranks.get(self._last_key))
         limit, basis = self._threshold(mode, now)
         idle = self.idle(now)
         named = tuple(sorted(k for k in self._ranks if k is not None))
@@ -402,22 +431,39 @@ class StallDetector:
         self._pending_train = False
         self._gen += 1
         self._armed = True
+        self._active_t, self._idle_armed = max(self._active_t, now), True
         for r in self._ranks.values():
             r.armed = True
 
-    def _still_tree(self, now: float) -> StallVerdict | None:
-        """The deadlock before the first batch: a tree with no output, CPU or I/O."""
-        if (self.startup_idle is None or not self._sampled or not self._idle_armed
-                or self._progressed or self._phase != "startup"):
+    def still_window(self, mode: str) -> tuple[float, str] | None:
+        """How long a still tree may last in ``mode`` (None: not watched): before the first
+        batch ``startup_idle``; awaiting a batch after a phase (a validation, a save, the
+        gap after an epoch's last batch) at most PHASE_IDLE_S, and at most a fixed train
+        timeout (``--stall-timeout``).  In train itself the batch thresholds decide."""
+        if self.startup_idle is None or mode not in _STILL_MODES:
+            return None
+        if mode in ("startup", "silence"):
+            return self.startup_idle, f"startup idle window {self.startup_idle:.0f}s"
+        value, basis = min(self.startup_idle, PHASE_IDLE_S), "still-tree window"
+        if self.train_timeout is not None and self.train_timeout < value:
+            value, basis = self.train_timeout, "fixed train timeout"
+        return value, f"{basis} {value:.0f}s"
+
+    def _still_tree(self, now: float, mode: str) -> StallVerdict | None:
+        """A deadlock while a batch is awaited: a tree with no output, CPU or I/O."""
+        window = self.still_window(mode)
+        if window is None or not self._sampled or not self._idle_armed:
             return None
         quiet = now - self._active_t
-        if quiet <= self.startup_idle:
+        if quiet <= window[0]:
             return None
         self._idle_armed = False
-        return StallVerdict("startup", quiet, self.startup_idle,
-                            f"deadlock before the first batch: no output, no CPU and no I/O "
-                            f"for {quiet:.0f}s (startup idle window {self.startup_idle:.0f}s)",
-                            still=True)
+        where = _STILL_MODES[mode]
+        if self._pending_train and mode in ("val", "save"):
+            where += ", awaiting the first batch after it"
+        return StallVerdict(self._phase, quiet, window[0],
+                            f"deadlock {where}: no output, no CPU and no I/O for {quiet:.0f}s "
+                            f"({window[1]})", still=True)
 
     def _reference(self) -> float:
         if self.watching_silence:

@@ -144,6 +144,7 @@ class Intake:
         except (ValueError, TypeError, KeyError):
             return
         now = self.ctx.clock()
+        self.ctx.detector.on_structured()     # its console is no unknown format
         ev = dataclasses.replace(ev, ts=now)   # one time base for detector and journal
         if isinstance(ev, E.Progress):
             self.structured = True

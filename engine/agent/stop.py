@@ -59,8 +59,8 @@ class Stopper:
             diag = await self.diagnose(trainer, f"{ctx.attempt}")
             if diag.rank_pids and not diag.ranks:   # every rank waits in a collective
                 ctx.info(f"every rank of this node waits in a collective for "
-                         f"{verdict.idle_s:.0f}s: the other nodes are awaited (the startup "
-                         f"grace still applies). {diag.detail}", "startup_idle_nodes")
+                         f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
+                         f"(the phase's threshold still applies). {diag.detail}", "startup_idle_nodes")
                 self.intake.stalled = False
                 return
             ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")

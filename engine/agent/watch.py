@@ -73,8 +73,12 @@ class Watcher:
                     watched = tuple(s for s in samples if ranks.get(s.pid) is not None)
                 else:
                     processes, watched = tuple(s.as_dict() for s in samples), samples
-                if watched:   # a still tree (no output, CPU or I/O) is a deadlock
-                    ctx.detector.on_tree(now, *tree_activity(watched))
+                if watched:   # a still tree (no output, CPU, I/O or GPU) is a deadlock
+                    cpu, io = tree_activity(watched)
+                    if any(s.status == "disk-sleep" for s in watched):
+                        cpu = None     # in an uninterruptible read or write: not still
+                    gpu = self._last_gpu.get("util") if self._last_gpu else None
+                    ctx.detector.on_tree(now, cpu, io, gpu)
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
             if ctx.gpu_probe is not None and int(now) % 2 == 0:

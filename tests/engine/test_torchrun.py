@@ -227,7 +227,7 @@ def test_the_still_tree_watch_takes_the_ranks_activity_not_the_launchers(monkeyp
         return ProcSample(pid, ppid, role, "python", "sleeping", cpu, None, None, None, "", io)
 
     fed = []
-    detector = SimpleNamespace(on_tree=lambda now, cpu, io: fed.append((now, cpu, io)),
+    detector = SimpleNamespace(on_tree=lambda now, cpu, io, gpu=None: fed.append((now, cpu, io)),
                                on_evidence=lambda now, kind: None, idle=lambda now: 0.0,
                                threshold=lambda now: None)
     samples: list[tuple] = []

@@ -5,7 +5,7 @@ Usage: python train_loop.py [options]   (every option is optional)
   --batches N          batches per epoch (30)
   --batch-time S       seconds the main loop spends per batch (0.05)
   --load-time S        seconds a DataLoader worker spends per batch (0.0)
-  --val-time S         silent "validation" after each epoch, no output (0.0)
+  --val-time S         silent "validation" after each epoch, no output, CPU-busy (0.0)
   --workers N          DataLoader workers (env TRAIN_WORKERS, else the preset's TRAINCTL_WORKERS
                        that trainctl exports, else 2); 0 = load in the main process
   --mp-context C       fork | spawn | forkserver (env TRAIN_MP_CONTEXT, else the preset's
@@ -21,12 +21,15 @@ Usage: python train_loop.py [options]   (every option is optional)
                          worker-exit  the worker loading batch B dies (os._exit): torch raises
                                       "DataLoader worker ... exited unexpectedly" in the main process
                          crash        the main process exits with code 3
+                         val          the main thread blocks forever on an Event as the
+                                      validation after epoch E begins (B is ignored)
   --hang-attempt N     hang only when env TRAINCTL_ATTEMPT == N (default: on every attempt)
   --checkpoint PATH    after each epoch write {"epoch": E} there (atomically)
   --resume PATH        start after the epoch saved in PATH (a missing file: from the start)
   --save-time S        write the checkpoint in place (not atomically) and slowly: half, sleep S,
                        the rest; reports phase "save" around it on trainctl's side channel
                        (trainctl.engine.report) and prints "save begin/end epoch=E"
+Hangs "worker" and "val" write when they began to $TRAINCTL_RUN_DIR/hang_at.
 Output on stdout (flushed): "env OMP_NUM_THREADS=.. TRAINCTL_PRESET=.. TRAINCTL_WORKERS=.. ..."
 (the preset-related variables it sees, "-" when unset),
 "start pid=P attempt=A workers=W context=C resume_epoch=R",
@@ -69,12 +72,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    choices=("fork", "spawn", "forkserver"))
     p.add_argument("--hang-at", type=_pair, default=None)
     p.add_argument("--hang-kind", default="worker",
-                   choices=("worker", "main", "spin", "stop", "worker-exit", "crash"))
+                   choices=("worker", "main", "spin", "stop", "worker-exit", "crash", "val"))
     p.add_argument("--hang-attempt", type=int, default=None)
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--resume", default=None)
     p.add_argument("--save-time", type=float, default=0.0)
     return p.parse_args(argv)
+
+
+def note_hang() -> None:
+    """Write when the hang began to $TRAINCTL_RUN_DIR/hang_at (tests measure from it)."""
+    run_dir = os.environ.get("TRAINCTL_RUN_DIR")
+    if run_dir:
+        with open(os.path.join(run_dir, "hang_at"), "w") as f:
+            f.write(repr(time.time()))
 
 
 class Batches(Dataset):
@@ -91,6 +102,7 @@ class Batches(Dataset):
     def __getitem__(self, i: int):
         if self.hang == (self.epoch, i + 1):
             if self.kind == "worker":
+                note_hang()
                 threading.Event().wait()        # forever
             elif self.kind == "worker-exit":
                 os._exit(7)
@@ -165,7 +177,13 @@ def main(argv=None) -> int:
                 time.sleep(a.batch_time)
             print(f"epoch={epoch}/{a.epochs} batch={b}/{a.batches} loss={loss.item():.4f}", flush=True)
         if a.val_time:
-            time.sleep(a.val_time)
+            if hang is not None and a.hang_kind == "val" and hang[0] == epoch:
+                note_hang()
+                threading.Event().wait()
+            end = time.monotonic() + a.val_time   # a validation computes: busy, silent
+            with torch.no_grad():
+                while time.monotonic() < end:
+                    model(torch.randn(256, 8))
         if a.checkpoint and a.save_time:
             slow_save(a.checkpoint, epoch, a.save_time)
         elif a.checkpoint:
