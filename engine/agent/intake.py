@@ -50,6 +50,7 @@ class Intake:
         self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}   # torchrun: a feed per rank file
         self.rank_progress: dict[int, E.Progress] = {}   # torchrun: each rank's last batch
         self.stuck_ranks: tuple[int, ...] = ()           # the culprits of this attempt's stall
+        self.last_progress: E.Progress | None = None     # the last position, merged (status)
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -219,7 +220,9 @@ class Intake:
             if self.lead_rank is None or ev.rank < self.lead_rank:
                 self.lead_rank = ev.rank
         if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
-            ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
+            ctx.projector.on_event(ev)
+            # a loss-only line (HF's dict after its bar) keeps the counter read before it
+            self.last_progress = E.merged_progress(self.last_progress, ev)   # every batch, not only the throttled ones in the journal
         warning = ctx.matcher.feed_progress(ev, now)
         if warning is not None:
             self.on_warning(warning)
