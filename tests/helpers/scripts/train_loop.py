@@ -6,6 +6,8 @@ Usage: python train_loop.py [options]   (every option is optional)
   --batch-time S       seconds the main loop spends per batch (0.05)
   --load-time S        seconds a DataLoader worker spends per batch (0.0)
   --val-time S         silent "validation" after each epoch, no output, CPU-busy (0.0)
+  --first-load-time S  a worker computes S seconds (CPU-busy) loading the first batch of
+                       every epoch after the first (a slow first batch after validation)
   --workers N          DataLoader workers (env TRAIN_WORKERS, else the preset's TRAINCTL_WORKERS
                        that trainctl exports, else 2); 0 = load in the main process
   --mp-context C       fork | spawn | forkserver (env TRAIN_MP_CONTEXT, else the preset's
@@ -65,6 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-time", type=float, default=0.05)
     p.add_argument("--load-time", type=float, default=0.0)
     p.add_argument("--val-time", type=float, default=0.0)
+    p.add_argument("--first-load-time", type=float, default=0.0)
     p.add_argument("--workers", type=int,
                    default=int(os.environ.get("TRAIN_WORKERS") or os.environ.get("TRAINCTL_WORKERS") or 2))
     p.add_argument("--mp-context", default=os.environ.get("TRAIN_MP_CONTEXT")
@@ -95,6 +98,7 @@ class Batches(Dataset):
     def __init__(self, n: int, load_time: float, hang: tuple[int, int] | None, kind: str) -> None:
         self.n, self.load_time, self.hang, self.kind = n, load_time, hang, kind
         self.epoch = 1
+        self.first_load_time = 0.0
 
     def __len__(self) -> int:
         return self.n
@@ -108,6 +112,10 @@ class Batches(Dataset):
                 os._exit(7)
         if self.load_time:
             time.sleep(self.load_time)
+        if self.first_load_time and i == 0 and self.epoch > 1:
+            end = time.monotonic() + self.first_load_time
+            while time.monotonic() < end:
+                sum(range(10000))
         g = torch.Generator().manual_seed(self.epoch * 1000 + i)
         x = torch.randn(16, 8, generator=g)
         return x, x.sum(dim=1, keepdim=True)
@@ -152,6 +160,7 @@ def main(argv=None) -> int:
             kw["persistent_workers"] = os.environ["TRAINCTL_PERSISTENT_WORKERS"] == "1"
         if os.environ.get("TRAINCTL_PREFETCH_FACTOR"):
             kw["prefetch_factor"] = int(os.environ["TRAINCTL_PREFETCH_FACTOR"])
+    data.first_load_time = a.first_load_time
     loader = DataLoader(data, **kw)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
