@@ -58,6 +58,26 @@ class Progress(Event):
     rank: int | None = None
 
 
+def merged_progress(prev: Progress | None, new: Progress) -> Progress:
+    """``new`` with what it does not say taken from ``prev`` (the same rank's last one): a
+    line that carries only a loss (HF Trainer's ``{'loss': ...}`` after its tqdm bar) keeps
+    the batch counter read before it in the same epoch, a counter with no epoch keeps the
+    last epoch, and a counter with no loss keeps the last losses.  Pure."""
+    if prev is None or prev.rank != new.rank:
+        return new
+    same_epoch = new.epoch is None or prev.epoch is None or new.epoch == prev.epoch
+    changes: dict[str, Any] = {}
+    if new.batch is None and prev.batch is not None and same_epoch:
+        changes.update(batch=prev.batch, batches=prev.batches)
+    if new.epoch is None and prev.epoch is not None:
+        changes["epoch"] = prev.epoch
+    if new.epochs is None and prev.epochs is not None and same_epoch:
+        changes["epochs"] = prev.epochs
+    if not new.losses and prev.losses:
+        changes["losses"] = dict(prev.losses)
+    return dataclasses.replace(new, **changes) if changes else new
+
+
 @dataclass(frozen=True)
 class Warning(Event):  # noqa: A001 - the event's name in the contract
     type: ClassVar[str] = "warning"

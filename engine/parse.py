@@ -151,8 +151,10 @@ _UL_DONE = re.compile(r"\d++ epochs? completed in ")
 # Any tqdm bar:  "desc:  45%|████▌     | 45/100 [00:10<00:12,  4.40it/s, loss=0.123]"
 # The description ends at a colon before the first "%|" (so only one colon can be tried:
 # a lazy (.*?): would try the rest of the line after every colon, quadratic).
-_TQDM = re.compile(r"(?:((?:(?!%\|).)*?):)?\s*+(\d++)%\|[^|]*+\|\s*+(\d++)/(\d++)\s*+"
-                   r"\[([^\]]*+)\]?\s*+$")
+# The bar is optional ("Epoch 2/3:  25%| 5/20 [00:00, 17.14it/s, loss=1.3]": a tqdm-like
+# line with no bar characters), and so is the bracket, "<remaining" in it or not.
+_TQDM = re.compile(r"(?:((?:(?!%\|).)*?):)?\s*+(\d++)%\|(?:[^|]*+\|)?\s*+(\d++)/(\d++)\s*+"
+                   r"(?:\[([^\]]*+)\]?)?([^\[\]]*+)$")
 # tqdm without a total: "Epoch 2: 45it [00:10,  4.40it/s, loss=0.1]"
 _TQDM_NOTOTAL = re.compile(r"(?:((?:(?!it \[).)*?):)?\s*+(\d++)it \[([^\]]*+)\]?\s*+$")
 _SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
@@ -178,11 +180,29 @@ _KEY_START = re.compile(r"[A-Za-z_]", re.I)
 _ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _VAL_WORD = re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
                        r"testing|sanity checking)\b", re.I)
-_SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped", re.I)
-_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:\s?")
+# Bars of data preparation, not training (HF's "Loading checkpoint shards", datasets' "Map").
+_SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped|Loading|"
+                        r"\bMap\b|\bFilter\b|Generating|Resolving|Fetching|Extracting|Upload|"
+                        r"Tokeniz|Saving", re.I)
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:?\s?")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
 # After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
 _AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
+# The generic counter: one "N/M" in a line that says nothing else a reader knows, with a
+# sign of training next to it (a loss pair, a rate, a clock).  Not a date (3 parts), a path
+# or a version (a letter, dot or slash against it), a quantity (a unit after it), or a
+# ratio or an identifier (a word before it: accuracy, rank, GPU, ...).
+_GENERIC = re.compile(r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|files?|"
+                      r"images?|imgs|samples?|tokens?|items?|%)\b)")
+_GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?)/s|s/it|eta|"
+                           r"\d++:\d\d)\b", re.I)
+_RATIO_WORDS = frozenset({"acc", "accuracy", "correct", "top1", "top5", "top-1", "top-5", "hits",
+                          "score", "ratio", "matched", "match", "rank", "node", "nodes", "gpu",
+                          "gpus", "device", "cuda", "worker", "workers", "process", "proc", "shard",
+                          "shards", "split", "layer", "layers", "head", "heads", "file", "files",
+                          "on", "at", "since", "until", "date", "day",
+                          "of", "passed", "failed", "tests", "checkpoint", "loading", "loaded",
+                          "downloading", "downloaded", "scanning", "caching", "cached", "saving"})
 _EPOCH_LINE = re.compile(
     r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I)
 
@@ -342,7 +362,11 @@ class ConsoleParser:
                 return self._reading(r, now, rank)
         low = line.lower()
         if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
-            return self._keyvalue(line, now, rank, low)
+            events = self._keyvalue(line, now, rank, low)
+            if events or self.last_format == "epoch_header":
+                return events
+        if "/" in line:
+            return self._generic(line, now, rank, low)
         return []
 
     def _known(self, line: str) -> F.Reading | None:
@@ -453,31 +477,18 @@ class ConsoleParser:
         m = _TQDM.match(line)
         if m is not None:
             desc, batch, batches, inside = m.group(1), int(m.group(3)), int(m.group(4)), m.group(5)
+            if inside is None:   # no [elapsed<remaining, rate, postfix]: "17.1it/s loss=1.3"
+                if parse_rate(m.group(6)) is None:
+                    return []    # a frame cut short ("45/10"), or not a bar
+                return self._tqdm_event(desc, batch, batches, now, rank, parse_rate(m.group(6)),
+                                        _kv_losses(m.group(6)))
         else:
             m = _TQDM_NOTOTAL.match(line)
             if m is None:
                 return []
             desc, batch, batches, inside = m.group(1), int(m.group(2)), None, m.group(3)
-        desc = desc or ""
-        if _SKIP_DESC.search(desc):
-            return []
-        self.last_format = "tqdm"
-        if _has_val_word(desc):
-            return self._phase("val", now) if self.phase != "finished" else []
-        epoch = epochs = None
-        losses = {}
-        em = _EPOCH_IN.search(desc)
-        tt = F.read_torchtune_desc(desc) if "|Loss: " in desc else None
-        if tt is not None:
-            epoch, losses = tt[0], tt[1]
-            self.last_format = "torchtune"
-        elif em is not None:
-            epoch = int(em.group(1))
-            epochs = int(em.group(2)) if em.group(2) else None
-        elif self._context_epoch is not None:
-            epoch, epochs = self._context_epoch
         parts = inside.split(",")
-        rate = parse_rate(parts[1]) if len(parts) > 1 else None
+        losses = {}
         for part in parts[2:]:
             k, sep, v = part.partition("=")
             k = k.strip()
@@ -485,8 +496,54 @@ class ConsoleParser:
                 f = _float(v.strip())
                 if f is not None:
                     losses[k] = f
+        return self._tqdm_event(desc, batch, batches, now, rank,
+                                parse_rate(parts[1]) if len(parts) > 1 else None, losses)
+
+    def _tqdm_event(self, desc: str | None, batch: int, batches: int | None, now: float,
+                    rank: int | None, rate: float | None, losses: dict[str, float]) -> list[Event]:
+        desc = desc or ""
+        if _SKIP_DESC.search(desc):
+            return []
+        self.last_format = "tqdm"
+        if _has_val_word(desc):
+            return self._phase("val", now) if self.phase != "finished" else []
+        epoch = epochs = None
+        em = _EPOCH_IN.search(desc)
+        tt = F.read_torchtune_desc(desc) if "|Loss: " in desc else None
+        if tt is not None:
+            epoch, losses = tt[0], {**tt[1], **losses}
+            self.last_format = "torchtune"
+        elif em is not None:
+            epoch = int(em.group(1))
+            epochs = int(em.group(2)) if em.group(2) else None
+        elif self._context_epoch is not None:
+            epoch, epochs = self._context_epoch
         return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
                                    losses=losses, rate=rate, rank=rank))
+
+    def _generic(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
+        """One clear ``N/M`` counter (N <= M) next to a loss pair, a rate or a clock."""
+        found = _GENERIC.findall(line)
+        if len(found) != 1:
+            return []
+        n, m = int(found[0][0]), int(found[0][1])
+        if m < 2 or n > m:
+            return []
+        at = _GENERIC.search(line)
+        before = low[:at.start()].replace(":", " ").replace("=", " ").split()
+        if before and before[-1].strip("[(#") in _RATIO_WORDS:
+            return []
+        losses = _kv_losses(line)
+        if not losses and _GENERIC_SIGN.search(line) is None:
+            return []
+        if _SKIP_DESC.search(line):
+            return []
+        self.last_format = "counter"
+        if _has_val_word(line, low):
+            return self._phase("val", now) if self.phase != "finished" else []
+        epoch, epochs = self._context_epoch or (None, None)
+        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=n, batches=m,
+                                   losses=losses, rate=parse_rate(line), rank=rank))
 
     def _keyvalue(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
         em = _EPOCH_LINE.match(line)

@@ -255,7 +255,7 @@ class RunView:
             self.x += 1.0
         if prev is None or prev.epoch != e.epoch:
             self.epoch_started = e.ts
-        self.progress = e
+        self.progress = ev.merged_progress(prev, e)   # a loss-only line keeps the counter
         self.last_progress_ts = e.ts
         x = self.x
         for name, value in e.losses.items():

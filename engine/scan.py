@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Protocol
 
-from trainctl.engine.events import Phase, Progress
+from trainctl.engine.events import Phase, Progress, merged_progress
 from trainctl.engine.events import Warning as WarningEvent
 from trainctl.engine.feed import OutputFeed
 from trainctl.engine.sanitize import sanitize
@@ -115,6 +115,7 @@ class _Scan:
         self.phases: list[str] = []
         self.first: ProgressPoint | None = None
         self.last: ProgressPoint | None = None
+        self.last_event: Progress | None = None
         self.first_warning: dict[str, tuple[WarningEvent, int]] = {}
         self.own_counts: dict[str, int] = {}
         self.after = 0
@@ -139,8 +140,10 @@ class _Scan:
 
     def _progress(self, ev: Progress) -> None:
         self.progress_lines += 1
-        self.last = ProgressPoint(self.n, ev.epoch, ev.epochs, ev.batch, ev.batches,
-                                  dict(ev.losses), ev.rate)
+        merged = merged_progress(self.last_event, ev)   # a loss-only line keeps the counter
+        self.last_event = merged
+        self.last = ProgressPoint(self.n, merged.epoch, merged.epochs, merged.batch, merged.batches,
+                                  dict(merged.losses), merged.rate)
         if self.first is None:
             self.first = self.last
         if self.feed_progress is not None:
@@ -191,12 +194,21 @@ def describe_progress(p: ProgressPoint) -> str:
     return ", ".join(parts) or "progress"
 
 
+def describe_position(p) -> str:
+    """``epoch 1, batch 200/1000, loss 2.1`` of a progress (a :class:`ProgressPoint` or a
+    Progress event: what it shows)."""
+    losses = _fmt_losses(p.losses)
+    return describe_progress(p) + (f", {losses}" if losses else "")
+
+
 def _where(last: ProgressPoint | None, phase: str | None, finished: bool, after: int,
            lines: int) -> str:
     if last is None:
         state = "finished" if finished else f"phase {phase or 'startup'}"
         return f"no training progress in {lines} lines ({state})"
     at = describe_progress(last).replace(", batch", " at batch")
+    if last.losses:
+        at += f", {_fmt_losses(last.losses)}"
     if finished:
         return f"finished; last progress in {at}"
     distance = ("the last line is a progress line" if after == 0 else

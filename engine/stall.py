@@ -35,22 +35,35 @@ How long a silence may last depends on what the trainer is doing:
   watched with the train threshold from the save's end.
 * **finished**: never stalls.
 
-Two watches work before the first batch, whatever the phase's own threshold says:
+Two watches work whatever the phase's own threshold says:
 
-* **output silence** (an unknown progress format): feed every console line with
-  :meth:`~StallDetector.on_output`.  When the output has come in ``UNKNOWN_BURSTS``
-  (5) bursts (lines ``BURST_GAP_S`` apart or more) and no progress was read, the format is
-  unknown (:attr:`~StallDetector.watching_silence`): from then on, until a first batch,
-  the silence since the last line may last ``max(silence_floor, 2 × longest silence
-  between lines seen)`` (floor 60 s), instead of the startup grace.
-* **a still tree** (a deadlock at start-up): feed the tree's CPU and I/O each tick with
-  :meth:`~StallDetector.on_tree`.  When nothing happened for ``startup_idle`` (90 s): no
-  output, no CPU (the tree below ``IDLE_CPU_PERCENT`` in all), and no change in the
-  bytes read and written (/proc/PID/io rchar + wchar: files, pipes, and sockets used with
-  read/write; the kernel does not count send/recv there, but a download writes its file), that is
-  a deadlock before the first batch.  A busy CPU or I/O (compile, MIOpen kernel search,
-  dataset caching, a download) keeps the long startup grace.  ``startup_idle=None``
-  turns it off (a torchrun rank waiting for other nodes at its rendezvous).
+* **output silence** (an unknown progress format): feed the console lines with
+  :meth:`~StallDetector.on_output`, with their source (a torchrun rank).  When a source
+  printed ``UNKNOWN_LINES`` (20) lines spanning ``UNKNOWN_SPAN_S`` (2 s: a config dump
+  printed at once is not output), or printed for ``UNKNOWN_AFTER_S`` (30 s), and no
+  progress was read, the format is unknown (:attr:`~StallDetector.watching_silence`):
+  decided by time and lines, so a steady printer is watched as well as a bursty one.  From
+  then on, until a first batch, the silence since a source's last line may last
+  ``max(silence_floor, 2 × the 0.99 quantile of its intervals between reads, 1.5 × the
+  longest)`` (the healthy silences learned, kept across restarts, count too; floor 60 s),
+  instead of the startup grace.  Several ranks: each has its own intervals, and the output is silent when
+  every watched rank is (a rank still printing keeps the job alive).
+* **a still tree** (a deadlock while a batch is awaited): feed the tree's CPU, I/O and
+  GPU each tick with :meth:`~StallDetector.on_tree`.  When nothing happened for
+  ``startup_idle`` (90 s) before the first batch: no output, no CPU (the tree below
+  ``IDLE_CPU_PERCENT`` in all), no change in the bytes read and written (/proc/PID/io
+  rchar + wchar: files, pipes, and sockets used with read/write; the kernel does not count
+  send/recv there, but a download writes its file) and no busy GPU, that is a deadlock.
+  A busy CPU, I/O or GPU (compile, MIOpen kernel search, dataset caching, a download)
+  keeps the long startup grace.  The same watch runs at every boundary where a batch is
+  awaited after the first: a validation or a save (until the first batch after it), and
+  the gap after an epoch's last batch (a silent validation in a plain loop); there the
+  window is at most ``PHASE_IDLE_S`` (45 s), and at most a fixed ``train_timeout``,
+  while a busy validation or save keeps its own threshold (never cut short).  In train
+  itself the batch thresholds decide.  ``startup_idle=None`` turns it off.  Under
+  torchrun the agent feeds the ranks' processes only (the launcher polls its workers and
+  its store for ever), and nothing while no rank exists (the launcher at its
+  rendezvous); a verdict is marked ``still``.
 
 Several ranks: progress may carry ``rank``; each rank keeps its own last-progress time,
 so a verdict names the ranks that are stuck, and one stuck rank among moving ones gives
@@ -84,26 +97,38 @@ TRAIN_WINDOW = 512
 PHASE_WINDOW = 64
 STATE_VERSION = 1
 SILENCE_FLOOR_S = 60.0       # an unknown format: the least silence allowed
-SILENCE_FACTOR = 2.0         # × the longest healthy silence between output lines
-BURST_GAP_S = 0.5            # a line this long after the previous one starts a new burst
-UNKNOWN_BURSTS = 5           # bursts of output with no progress: the format is unknown
+SILENCE_FACTOR = 2.0         # × the high quantile of the intervals between output lines
+SILENCE_QUANTILE = 0.99      # ... this one (NVRx learns from intervals the same way)
+LONGEST_FACTOR = 1.5         # and never below 1.5 × the longest interval seen (a rare pause)
+BURST_GAP_S = 0.5            # a gap this long between lines is a healthy silence (learned)
+UNKNOWN_LINES = 20           # this many lines with no progress read: the format is unknown,
+UNKNOWN_SPAN_S = 2.0         #   if they span this long at least (a config dump is not output)
+UNKNOWN_AFTER_S = 30.0       # or output for this long (2 lines at least)
+OUT_WINDOW = 1024            # the intervals kept per output source (rank)
 STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
+PHASE_IDLE_S = 45.0          # ... in a validation, a save, or between epochs (at most)
 IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
 
 _PHASES = ("startup", "train", "val", "save", "finished")
+# the modes where a batch is awaited and a still tree is a deadlock, and how a verdict says so
+_STILL_MODES = {"startup": "before the first batch", "silence": "before the first batch",
+                "val": "in validation", "save": "in a checkpoint save",
+                "boundary": "after the last batch of the epoch"}
 
 
 @dataclass(frozen=True)
 class StallVerdict:
     """A stall: ``idle_s`` without progress in ``phase``, past ``threshold_s``.
 
-    ``ranks`` names the stuck ranks when progress carries ranks (empty otherwise)."""
+    ``ranks`` names the stuck ranks when progress carries ranks (empty otherwise);
+    ``still``: the still-tree watch decided (no output, CPU or I/O), not a threshold."""
 
     phase: str
     idle_s: float
     threshold_s: float
     reason: str
     ranks: tuple[int, ...] = ()
+    still: bool = False
 
 
 class _Rank:
@@ -119,6 +144,26 @@ class _Rank:
         self.n_in_epoch = 0       # progress events seen in this epoch (since the last phase)
         self.gen = gen            # phase generation at its last progress
         self.armed = True
+
+
+class _Output:
+    """The console lines of one source (a rank, or the trainer) before the first batch."""
+
+    __slots__ = ("first_t", "last_t", "lines", "gaps", "unknown")
+
+    def __init__(self, now: float) -> None:
+        self.first_t = self.last_t = now
+        self.lines = 0
+        self.gaps: deque[float] = deque(maxlen=OUT_WINDOW)
+        self.unknown = False      # enough output with no progress: its silence is watched
+
+
+def _quantile(values: Iterable[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (0.0 when empty)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
 
 
 def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None:
@@ -179,9 +224,9 @@ class StallDetector:
         self._evidence_t: float | None = None
         self._evidence: dict[str, int] = {}
         self._progressed = False         # a batch came in this attempt
-        self._out_t: float | None = None  # the last console line
-        self._bursts = 0
+        self._outputs: dict[int | None, _Output] = {}   # console lines per source (rank)
         self._silence = False            # unknown format: output silence is watched
+        self._structured = False         # a side channel speaks: no format is guessed
         self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
         self._io: int | None = None
         self._sampled = False            # the tree was sampled in this attempt
@@ -196,6 +241,7 @@ class StallDetector:
             self._pending_train = False
             self._evidence_t, self._evidence = None, {}
             self._armed = True
+            self._active_t, self._idle_armed = max(self._active_t, now), True
             return
         if phase == "train":
             if self._phase == "save" and self._save_mid_epoch:
@@ -228,6 +274,8 @@ class StallDetector:
             # activity inside val/save (a runner reporting val batches): the phase goes on
             self._ref = now
             self._armed = True
+            self._active_t = max(self._active_t, now)
+            self._idle_armed = True
             self._touch(key, ev, now, count=False)
             return
         self._progressed = True
@@ -238,6 +286,8 @@ class StallDetector:
         self._learn_interval(self._ranks.get(key), ev, now)
         self._touch(key, ev, now, count=True)
         self._armed = True
+        self._active_t = max(self._active_t, now)
+        self._idle_armed = True
 
     def on_evidence(self, now: float, kind: str) -> None:
         """Startup evidence that work is going on (``miopen``, ``compile``, ``cpu``, ...):
@@ -247,39 +297,58 @@ class StallDetector:
         self._evidence_t = now if self._evidence_t is None else max(self._evidence_t, now)
         self._evidence[kind] = self._evidence.get(kind, 0) + 1
 
-    def on_output(self, now: float) -> None:
-        """A console line.  Before the first batch it is activity, and it teaches the
-        silences of a trainer whose progress format is unknown (see the module doc)."""
-        if self._progressed or self._phase != "startup":
+    def on_output(self, now: float, lines: int = 1, source: int | None = None) -> None:
+        """``lines`` console lines from ``source`` (a torchrun rank; None: the trainer).
+        Before the first batch they are activity, and they teach the intervals of a trainer
+        whose progress format is unknown (see the module doc)."""
+        if self._phase == "finished" or lines <= 0:
             return
         self._active_t = max(self._active_t, now)
         self._idle_armed = True
-        if self._out_t is None:
-            self._bursts = 1
+        if self._progressed or self._phase != "startup" or self._structured:
+            return
+        out = self._outputs.get(source)
+        if out is None:
+            out = self._outputs[source] = _Output(now)
         else:
-            gap = now - self._out_t
-            if gap >= BURST_GAP_S:
-                self._bursts += 1
-                self._learn("silence", gap)
-        self._out_t = now
+            gap = now - out.last_t
+            if gap >= 0:
+                out.gaps.append(gap)
+                if gap >= BURST_GAP_S:
+                    self._learn("silence", gap)
+        out.lines += lines
+        out.last_t = max(out.last_t, now)
+        if not out.unknown:
+            span = out.last_t - out.first_t
+            out.unknown = ((out.lines >= UNKNOWN_LINES and span >= UNKNOWN_SPAN_S)
+                           or (out.lines >= 2 and span >= UNKNOWN_AFTER_S))
+            self._silence = self._silence or out.unknown
         if self._silence:
             self._armed = True
-        elif self._bursts >= UNKNOWN_BURSTS:
-            self._silence = True
-            self._armed = True
 
-    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None) -> None:
+    def on_structured(self) -> None:
+        """The trainer speaks on trainctl's side channel (a runner, an integration, a
+        script calling report): its progress is not read from the console, so its console
+        is no unknown format (until :meth:`reset`)."""
+        self._structured = True
+        self._silence = False
+
+    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None,
+                gpu_percent: float | None = None) -> None:
         """One sample of the trainer's whole tree: its CPU (% of one core, summed; None:
-        not known yet) and the bytes it read and wrote (rchar + wchar; None: unreadable).
-        Busy CPU or a change in the bytes is activity before the first batch."""
-        if self._progressed or self._phase != "startup":
+        not known yet), the bytes it read and wrote (rchar + wchar; None: unreadable) and
+        the GPU's utilisation (None: no GPU; a busy GPU is activity: a validation waiting
+        on the GPU in a blocking sync uses no CPU).
+        Busy CPU or a change in the bytes is activity (the still-tree watch)."""
+        if self._phase == "finished":
             return
         first = not self._sampled
         self._sampled = True
         moved = io_bytes is not None and self._io is not None and io_bytes != self._io
         if io_bytes is not None:
             self._io = io_bytes
-        if first or moved or cpu_percent is None or cpu_percent >= IDLE_CPU_PERCENT:
+        if (first or moved or cpu_percent is None or cpu_percent >= IDLE_CPU_PERCENT
+                or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT)):
             self._active_t = max(self._active_t, now)
             self._idle_armed = True
 
@@ -317,13 +386,15 @@ class StallDetector:
         """A verdict the first time the silence passes the threshold, then None until progress."""
         if self._phase == "finished":
             return None
-        still = self._still_tree(now)
+        mode = self._mode_for(self._ranks.get(self._last_key))
+        still = self._still_tree(now, mode)
         if still is not None:
             return still
-        mode = self._mode_for(self._ranks.get(self._last_key))
         limit, basis = self._threshold(mode, now)
         idle = self.idle(now)
         named = tuple(sorted(k for k in self._ranks if k is not None))
+        if mode == "silence":
+            named = tuple(sorted(k for k, o in self._outputs.items() if o.unknown and k is not None))
         if self._armed and idle > limit:
             self._armed = False
             for r in self._ranks.values():
@@ -360,25 +431,43 @@ class StallDetector:
         self._pending_train = False
         self._gen += 1
         self._armed = True
+        self._active_t, self._idle_armed = max(self._active_t, now), True
         for r in self._ranks.values():
             r.armed = True
 
-    def _still_tree(self, now: float) -> StallVerdict | None:
-        """The deadlock before the first batch: a tree with no output, CPU or I/O."""
-        if (self.startup_idle is None or not self._sampled or not self._idle_armed
-                or self._progressed or self._phase != "startup"):
+    def still_window(self, mode: str) -> tuple[float, str] | None:
+        """How long a still tree may last in ``mode`` (None: not watched): before the first
+        batch ``startup_idle``; awaiting a batch after a phase (a validation, a save, the
+        gap after an epoch's last batch) at most PHASE_IDLE_S, and at most a fixed train
+        timeout (``--stall-timeout``).  In train itself the batch thresholds decide."""
+        if self.startup_idle is None or mode not in _STILL_MODES:
+            return None
+        if mode in ("startup", "silence"):
+            return self.startup_idle, f"startup idle window {self.startup_idle:.0f}s"
+        value, basis = min(self.startup_idle, PHASE_IDLE_S), "still-tree window"
+        if self.train_timeout is not None and self.train_timeout < value:
+            value, basis = self.train_timeout, "fixed train timeout"
+        return value, f"{basis} {value:.0f}s"
+
+    def _still_tree(self, now: float, mode: str) -> StallVerdict | None:
+        """A deadlock while a batch is awaited: a tree with no output, CPU or I/O."""
+        window = self.still_window(mode)
+        if window is None or not self._sampled or not self._idle_armed:
             return None
         quiet = now - self._active_t
-        if quiet <= self.startup_idle:
+        if quiet <= window[0]:
             return None
         self._idle_armed = False
-        return StallVerdict("startup", quiet, self.startup_idle,
-                            f"deadlock before the first batch: no output, no CPU and no I/O "
-                            f"for {quiet:.0f}s (startup idle window {self.startup_idle:.0f}s)")
+        where = _STILL_MODES[mode]
+        if self._pending_train and mode in ("val", "save"):
+            where += ", awaiting the first batch after it"
+        return StallVerdict(self._phase, quiet, window[0],
+                            f"deadlock {where}: no output, no CPU and no I/O for {quiet:.0f}s "
+                            f"({window[1]})", still=True)
 
     def _reference(self) -> float:
-        if self.watching_silence and self._out_t is not None:
-            return self._out_t
+        if self.watching_silence:
+            return self._silent_source()[1]
         if self._phase == "train" and self._ranks:
             return max(self._ref, max(r.last_t for r in self._ranks.values()))
         return self._ref
@@ -499,15 +588,42 @@ class StallDetector:
             value, basis = 2 * max(seen), f"2 × longest startup seen ({max(seen):.0f}s)"
         return value, basis
 
-    def _silent(self) -> tuple[float, str]:
-        seen = self._learned["silence"]
-        longest = max(seen, default=0.0)
-        value = SILENCE_FACTOR * longest
-        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × longest silence between "
-                 f"output lines ({longest:.3g}s)")
+    def _silence_limit(self, out: _Output) -> tuple[float, str]:
+        """The silence allowed after a source's last line: SILENCE_FACTOR × the high
+        quantile of its intervals (and of the healthy silences learned), at least the floor."""
+        gaps = [*out.gaps, *self._learned["silence"]]
+        q = _quantile(gaps, SILENCE_QUANTILE)
+        value = SILENCE_FACTOR * q
+        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × the {SILENCE_QUANTILE:g} quantile "
+                 f"of {len(gaps)} intervals between output lines ({q:.3g}s)")
+        longest = max(gaps, default=0.0)
+        if LONGEST_FACTOR * longest > value:   # a rare long pause, below the quantile
+            value = LONGEST_FACTOR * longest
+            basis = (f"unknown progress format: {LONGEST_FACTOR:g} × the longest interval "
+                     f"between output lines ({longest:.3g}s)")
         if value < self.silence_floor:
             value, basis = self.silence_floor, f"floor ({basis} is below it)"
         return value, basis
+
+    def _silent_source(self) -> tuple[int | None, float, float, str]:
+        """(source, its last line, its limit, basis) of the watched source whose silence
+        ends last: the output is silent only when every watched source is (a torchrun rank
+        still printing keeps the job alive; its peers may wait for it)."""
+        best: tuple[int | None, float, float, str] | None = None
+        for key, out in self._outputs.items():
+            if not out.unknown:
+                continue
+            limit, basis = self._silence_limit(out)
+            if best is None or out.last_t + limit > best[1] + best[2]:
+                best = (key, out.last_t, limit, basis)
+        return best if best is not None else (None, self._ref, self.silence_floor, "floor")
+
+    def _silent(self) -> tuple[float, str]:
+        key, _, limit, basis = self._silent_source()
+        watched = sorted(k for k, o in self._outputs.items() if o.unknown and k is not None)
+        if watched:
+            basis = f"{basis}, rank {key}'s (ranks watched: {', '.join(map(str, watched))})"
+        return limit, basis
 
     def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
         what = {"startup": "no first batch yet", "train": "no progress", "warmup": "no progress",

@@ -938,6 +938,9 @@ def cmd_status(args) -> int:
         print("        no projection yet")
     if status.get("save_dir"):   # Ultralytics' save_dir: the weights, plots and results.csv
         print(f"results {status['save_dir']}")
+    if status.get("progress"):
+        from .engine.scan import describe_position
+        print(f"at      {describe_position(E.from_dict(status['progress']))}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
     for node in status.get("nodes", ()):

@@ -83,8 +83,10 @@ class AttemptLoop:
         resume_from: str | None = None
         waits = rendezvous_wait(ctx.spec.command)
         if waits and adopted is None and outcome is None:
-            ctx.info(f"no deadlock watch before the first batch: {waits} may wait at its "
-                     "rendezvous for other nodes (the startup grace still applies)", "startup_idle_off")
+            ctx.info(f"{waits}: the deadlock watch before the first batch starts with the ranks "
+                     "(the launcher at its rendezvous is not watched), and a still node whose "
+                     "every rank waits in a collective is waiting for the other nodes",
+                     "startup_idle_nodes")
         if resume:
             resume_from = await self.find_resume()
         elif adopted is None and outcome is None:

@@ -38,6 +38,8 @@ class CommandHandlers:
         proj = self.ctx.projector.project(self.ctx.clock())
         out = {**self.hello(), "phase": self.intake.phase,
                "projection": E.to_dict(proj) if proj else None, "save_dir": self.intake.save_dir}
+        if self.intake.last_progress is not None:
+            out["progress"] = E.to_dict(self.intake.last_progress)
         if self.intake.rank_progress:   # torchrun: each rank's last batch, the stuck ones
             out["ranks"] = rank_status(self.intake.rank_progress.values(), self.intake.stuck_ranks)
         return out

@@ -18,7 +18,6 @@ from ..signatures import Catalog, WarningMatcher
 from ..spec import RunSpec
 from ..stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from ..supervisor import RecoveryPolicy, RunState, StateMachine
-from ..torchrun import rendezvous_wait
 from .bus import EventBus
 
 
@@ -65,8 +64,7 @@ class RunContext:
                                       val_timeout=spec.stall.get("val_timeout"),
                                       save_timeout=spec.stall.get("save_timeout"),
                                       silence_floor=spec.stall.get("silence_floor", SILENCE_FLOOR_S),
-                                      startup_idle=(None if rendezvous_wait(spec.command) else
-                                                    spec.stall.get("startup_idle", STARTUP_IDLE_S)))
+                                      startup_idle=spec.stall.get("startup_idle", STARTUP_IDLE_S))
         self.matcher = WarningMatcher(Catalog.load())
         self.projector = Projector(deadline=spec.deadline, cost_per_hour=spec.cost_per_hour,
                                    budget=spec.budget, preset=spec.preset,

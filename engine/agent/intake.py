@@ -36,7 +36,6 @@ class Intake:
         self.structured = False       # progress comes on the side channel: ignore the console's
         self.structured_phases = False
         self.progressed = False       # this attempt went beyond the furthest batch of the run
-        self.last_progress: E.Progress | None = None   # the last batch read (replayed ones too)
         self.fatal_stop: str | None = None
         self.stalled = False
         self.replay_until: tuple[int, int] | None = None   # adopted: progress up to here is known
@@ -56,6 +55,7 @@ class Intake:
         self.rank_progress: dict[int, E.Progress] = {}   # torchrun: each rank's last batch
         self.stuck_ranks: tuple[int, ...] = ()           # the culprits of this attempt's stall
         self.save_dir: str | None = None   # where the library writes results (kept across attempts)
+        self.last_progress: E.Progress | None = None     # the last position, merged (status)
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -64,7 +64,6 @@ class Intake:
         self.lead_rank = None
         self.structured = self.structured_phases = False
         self.progressed = False
-        self.last_progress = None
         self.fatal_stop = None
         self.stalled = False
         self.save_on_request = False
@@ -103,7 +102,7 @@ class Intake:
     def on_fed(self, lines: list[FedLine], rank: int | None = None) -> None:
         now = self.ctx.clock()
         if lines:
-            self.on_activity(now)
+            self.on_activity(now, len(lines), rank)
         for fed in lines:
             said = rank if rank is not None else (line_rank(fed.text) if fed.warning else None)
             if fed.warning is not None and said is not None:   # an NCCL/gloo watchdog's rank
@@ -126,10 +125,10 @@ class Intake:
                 elif isinstance(ev, E.Phase) and not (self.structured or self.structured_phases):
                     self.set_phase(ev.phase, now)
 
-    def on_activity(self, now: float) -> None:
+    def on_activity(self, now: float, lines: int = 1, rank: int | None = None) -> None:
         """Output came: the detector learns its silences; an unknown format is said once."""
         ctx = self.ctx
-        ctx.detector.on_output(now)
+        ctx.detector.on_output(now, lines, rank)
         if not ctx.detector.watching_silence:
             return
         if not self.silence_said and self.integration is None and self.silence_seen is None:
@@ -174,6 +173,7 @@ class Intake:
                 self.ctx.info(f"side channel: event refused ({n} so far): {e}", "side.bad_event")
             return
         now = self.ctx.clock()
+        self.ctx.detector.on_structured()     # its console is no unknown format
         ev = dataclasses.replace(ev, ts=now)   # one time base for detector and journal
         if isinstance(ev, E.Progress):
             self.structured = True
@@ -225,7 +225,6 @@ class Intake:
 
     def on_progress(self, ev: E.Progress, console: bool = False) -> None:
         ctx, now = self.ctx, ev.ts
-        self.last_progress = ev
         if self.replay_until is not None:   # an adopted trainer's lines its dead agent journaled
             if (ev.epoch or 0, ev.batch or 0) <= self.replay_until:
                 ctx.detector.on_progress(ev, now)   # it is alive: only not news
@@ -252,6 +251,8 @@ class Intake:
                 self.lead_rank = ev.rank
         if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
             ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
+            # a loss-only line (HF's dict after its bar) keeps the counter read before it
+            self.last_progress = E.merged_progress(self.last_progress, ev)
         warning = ctx.matcher.feed_progress(ev, now)
         if warning is not None:
             self.on_warning(warning)

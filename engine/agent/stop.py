@@ -16,6 +16,7 @@ from ..diagnose import BUSY_CPU, Diagnosis, main_thread_frames
 from ..report import SAVE_REQUEST_SIGNAL, write_save_request
 from ..paths import make_private_dir
 from ..supervisor import RunState
+from ..torchrun import rendezvous_wait
 from .context import EndRequest, RunContext
 from .intake import Intake
 from .spawner import Trainer
@@ -53,8 +54,19 @@ class Stopper:
         trainer = ctx.trainer
         if trainer is None:
             return
-        ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
-        diag = await self.diagnose(trainer, f"{ctx.attempt}")
+        if verdict.still and rendezvous_wait(ctx.spec.command):
+            # several nodes: this node's ranks all still may be waiting for another node's
+            diag = await self.diagnose(trainer, f"{ctx.attempt}")
+            if diag.rank_pids and not diag.ranks:   # every rank waits in a collective
+                ctx.info(f"every rank of this node waits in a collective for "
+                         f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
+                         f"(the phase's threshold still applies). {diag.detail}", "startup_idle_nodes")
+                self.intake.stalled = False
+                return
+            ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
+        else:
+            ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
+            diag = await self.diagnose(trainer, f"{ctx.attempt}")
         ranks = tuple(diag.ranks) or tuple(verdict.ranks)   # the stacks know the culprit best
         self.intake.stuck_ranks = ranks
         ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,

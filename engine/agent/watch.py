@@ -65,10 +65,21 @@ class Watcher:
         try:
             if trainer is not None and trainer.returncode is None:
                 samples = await trainer.sample()
-                processes = self.with_ranks(samples) if ctx.spec.kind == "torchrun" else \
-                    tuple(s.as_dict() for s in samples)
-                if samples:   # before the first batch: a still tree is a deadlock
-                    ctx.detector.on_tree(now, *tree_activity(samples))
+                if ctx.spec.kind == "torchrun":
+                    ranks = self.rank_map(samples)
+                    processes = self.with_ranks(samples, ranks)
+                    # the ranks' activity only: the launcher polls its workers and its
+                    # rendezvous store for ever (a few KB of I/O a second), which is not the
+                    # ranks' work; no rank yet: the launcher is at its rendezvous, not watched
+                    watched = tuple(s for s in samples if ranks.get(s.pid) is not None)
+                else:
+                    processes, watched = tuple(s.as_dict() for s in samples), samples
+                if watched:   # a still tree (no output, CPU, I/O or GPU) is a deadlock
+                    cpu, io = tree_activity(watched)
+                    if any(s.status == "disk-sleep" for s in watched):
+                        cpu = None     # in an uninterruptible read or write: not still
+                    gpu = self._last_gpu.get("util") if self._last_gpu else None
+                    ctx.detector.on_tree(now, cpu, io, gpu)
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
             if ctx.gpu_probe is not None and int(now) % 2 == 0:
@@ -84,9 +95,22 @@ class Watcher:
                         processes, self._last_gpu))
 
 
-    def with_ranks(self, samples) -> tuple[dict, ...]:
+    def with_ranks(self, samples, ranks: dict[int, int | None] | None = None) -> tuple[dict, ...]:
         """The tick's process dicts, each rank process and its descendants (DataLoader
-        workers) with ``rank`` (from the rank's environment, read once per new pid)."""
+        workers) with ``rank`` (:meth:`rank_map`)."""
+        ranks = self.rank_map(samples) if ranks is None else ranks
+        out = []
+        for s in samples:
+            d = s.as_dict()
+            if ranks.get(s.pid) is not None:
+                d["rank"] = ranks[s.pid]
+            out.append(d)
+        return tuple(out)
+
+    def rank_map(self, samples) -> dict[int, int | None]:
+        """pid -> the rank of each process of the tick: a rank process and its descendants
+        (DataLoader workers) have the rank's (read from its environment once per new pid);
+        the launcher and its other children have None."""
         from ..diagnose import find_ranks
         root = samples[0].pid if samples else None
         # the launcher's own children are asked again until they say (caught before exec)
@@ -97,16 +121,13 @@ class Watcher:
             for s in new:
                 self._rank_of[s.pid] = found.get(s.pid)
         parent = {s.pid: s.ppid for s in samples}
-        out = []
+        out: dict[int, int | None] = {}
         for s in samples:
-            d, pid = s.as_dict(), s.pid
+            pid = s.pid
             while pid in parent and self._rank_of.get(pid) is None:
                 pid = parent[pid]
-            rank = self._rank_of.get(pid)
-            if rank is not None:
-                d["rank"] = rank
-            out.append(d)
-        return tuple(out)
+            out[s.pid] = self._rank_of.get(pid)
+        return out
 
 
 def _round(v: float | None) -> float | None:

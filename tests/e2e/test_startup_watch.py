@@ -22,9 +22,10 @@ def _hang_at(result) -> float:
 
 @pytest.mark.timeout(90)
 def test_unknown_format_hang_is_caught_within_twice_its_longest_silence():
-    """Healthy silences of ~1 s: the floor applies (5 s here, 60 s by default)."""
+    """Healthy silences of ~1 s: the floor applies (5 s here, 60 s by default); the format
+    is unknown after 20 lines."""
     r = run_trainctl(["run", "--json", "--max-restarts", "0", "--silence-floor", "5",
-                      "--", PYTHON, str(CASES), "unknown-hang", "8"], timeout=80)
+                      "--", PYTHON, str(CASES), "unknown-hang", "21"], timeout=80)
     assert r.returncode == 1, r.describe()
     infos = [e for e in r.of_type("info") if e.key == "no_progress_format"]
     assert len(infos) == 1 and infos[0].text == "no progress format recognised; watching output silence"

@@ -91,7 +91,7 @@ def test_no_progress_format_is_not_said_where_an_integration_attaches(tmp_path, 
     ctx.instrumented = True
     taken = Intake(ctx)
     taken.begin(now[0])
-    _unknown_output(taken, now, 6)
+    _unknown_output(taken, now, 21)   # an unknown format: 20 lines with no progress read
     assert ctx.detector.watching_silence and _said(taken) == []   # not yet: 2 s for the side channel
     if attaches:
         now[0] += 0.5

@@ -322,3 +322,35 @@ def test_recorded_keyvalue():
     assert len(progress) == 28
     assert [p.epoch for p in progress] == sorted(p.epoch for p in progress)
     assert math.isnan(progress[-1].losses["Loss"]) and progress[-1].batch == 30
+
+
+# ---------------------------------------------------------------------------- issue 26: generic readers
+
+def _counter_corpus():
+    path = Path(__file__).resolve().parents[1] / "data" / "progress_counter_lines.txt"
+    for raw in path.read_text(encoding="utf-8").splitlines():
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        head, _, line = raw.partition(" | ")
+        yield pytest.param(head.split(), line, id=line[:50])
+
+
+@pytest.mark.parametrize("head,line", list(_counter_corpus()))
+def test_generic_counter_corpus(head, line):
+    """Each line of tests/data/progress_counter_lines.txt, read by a fresh parser."""
+    events = [e for e in ConsoleParser().feed(line, 1.0) if isinstance(e, Progress)]
+    if head[0] == "-":
+        assert events == [], (line, events)
+        return
+    assert len(events) == 1, (line, events)
+    ev = events[0]
+    epoch = None if head[1] == "-" else int(head[1])
+    batch, batches = head[2].split("/")
+    assert (ev.epoch, ev.batch, ev.batches) == (epoch, int(batch), None if batches == "-" else int(batches)), \
+        (line, ev)
+
+
+def test_the_issues_torchrun_line_reads_as_progress_with_its_rank_and_loss():
+    ev = ConsoleParser().feed("[rank0] Epoch 2/3:  25%| 5/20 [00:00, 17.14it/s, loss=1.3007]", 1.0)[-1]
+    assert isinstance(ev, Progress) and ev.rank == 0 and ev.losses == {"loss": 1.3007}
+    assert ev.rate == pytest.approx(17.14)

@@ -51,7 +51,7 @@ def test_scan_finished_run():
     lp = r.last_progress
     assert (lp.epoch, lp.epochs, lp.batch, lp.batches) == (3, 3, 24, 24)
     assert set(lp.losses) == {"box_loss", "cls_loss", "dfl_loss"}
-    assert r.where == "finished; last progress in epoch 3/3 at batch 24/24"
+    assert r.where.startswith("finished; last progress in epoch 3/3 at batch 24/24, box_loss ")
     assert r.tail[-1].startswith("Speed:") and r.lines_after_progress >= len(r.tail)
     [w] = r.warnings
     assert (w.id, w.count, w.first_line, w.advice) == ("test.mosaic", 1, "Closing dataloader mosaic",
@@ -67,8 +67,9 @@ def test_scan_run_stopped_mid_epoch(tmp_path):
     lp = r.last_progress
     assert (lp.epoch, lp.epochs, lp.batches) == (2, 3, 24) and 0 < lp.batch < 24
     assert not r.finished and r.phases == ("train", "val", "train")
-    assert r.where == (f"stopped in epoch 2/3 at batch {lp.batch}/24, phase train, "
-                       "the last line is a progress line")
+    losses = " ".join(f"{k} {v:.4g}" for k, v in lp.losses.items())
+    assert lp.losses and r.where == (f"stopped in epoch 2/3 at batch {lp.batch}/24, {losses}, phase train, "
+                                     "the last line is a progress line")
     assert r.lines_after_progress == 0 and r.tail == ()
 
 
@@ -84,8 +85,8 @@ def test_scan_run_stopped_after_validation_with_a_real_warning(tmp_path):
     assert expected is not None
     r = scan_log(log)  # the real signature catalog
     assert r.phases == ("train", "val") and r.last_phase == "val"
-    assert r.where.startswith("stopped in epoch 1/3 at batch 24/24, phase val, "
-                              "after the last progress line 4 lines from the end")
+    assert r.where.startswith("stopped in epoch 1/3 at batch 24/24, box_loss 1.115 cls_loss 0.7919 "
+                              "dfl_loss 0.6724, phase val, after the last progress line 4 lines from the end")
     assert r.tail[-1] == killed
     assert [(w.id, w.severity, w.first_line) for w in r.warnings] == [
         (expected.id, expected.severity, killed)]
@@ -218,3 +219,35 @@ def test_kernel_findings_are_listed_apart_when_the_trainer_log_has_no_times(tmp_
     assert rc == 0 and section["interleaved"] is False and "no timestamps" in section["why"]
     assert [f["id"] for f in section["kernel"]] == ["kernel.amdgpu.vm_page_fault"]
     assert "listed apart" in text
+
+
+def test_scan_merges_the_last_counter_with_a_loss_only_line(tmp_path):
+    """Issue 26: HF Trainer prints its tqdm bar, then ``{'loss': ...}``: the summary keeps
+    the batch counter read before the loss line ("stopped in epoch 1 at batch 200/1000,
+    loss 2.1"), and a counter line with no loss keeps the last losses."""
+    log = tmp_path / "train.log"
+    log.write_text(" 20%|██        | 200/1000 [01:02<04:10,  3.19it/s]\n"
+                   "{'loss': 2.1, 'grad_norm': 1.5, 'learning_rate': 5e-05, 'epoch': 0.2}\n"
+                   "some other line\n", encoding="utf-8")
+    r = scan_log(log, matcher=FakeMatcher())
+    lp = r.last_progress
+    assert (lp.epoch, lp.batch, lp.batches, lp.losses) == (1, 200, 1000, {"loss": 2.1}), lp
+    assert r.where == ("stopped in epoch 1 at batch 200/1000, loss 2.1, phase train, "
+                       "after the last progress line 1 line from the end")
+    log.write_text("{'loss': 2.1, 'epoch': 0.2}\n 21%|██        | 210/1000 [01:05<04:08,  3.19it/s]\n",
+                   encoding="utf-8")
+    lp = scan_log(log, matcher=FakeMatcher()).last_progress
+    assert (lp.epoch, lp.batch, lp.losses) == (1, 210, {"loss": 2.1}), lp
+
+
+def test_merged_progress_keeps_only_what_the_same_rank_said_in_the_same_epoch():
+    from trainctl.engine.events import Progress, merged_progress
+    bar = Progress(1.0, None, None, 200, 1000, {}, rate=3.2)
+    loss = Progress(2.0, 1, None, None, None, {"loss": 2.1})
+    m = merged_progress(bar, loss)
+    assert (m.epoch, m.batch, m.batches, m.losses, m.ts) == (1, 200, 1000, {"loss": 2.1}, 2.0)
+    other_epoch = Progress(3.0, 2, None, None, None, {"loss": 1.0})
+    assert merged_progress(Progress(1.0, 1, None, 9, 10, {}), other_epoch).batch is None
+    other_rank = Progress(3.0, 1, None, None, None, {"loss": 1.0}, rank=1)
+    assert merged_progress(Progress(1.0, 1, None, 9, 10, {}, rank=0), other_rank).batch is None
+    assert merged_progress(None, loss) is loss

@@ -270,3 +270,17 @@ def test_status_and_attach_json_without_an_agent(tmp_path):
     assert lines[0]["view"]["state"] == "FINISHED" and len(lines) == 1
     r = cli("attach", "--tail", "3", str(run_dir))
     assert r.returncode == 2 and "--json" in r.stderr
+
+
+def test_status_merges_the_last_counter_with_a_loss_only_line(tmp_path):
+    """Issue 26: HF Trainer's last line carries only a loss; status keeps the batch counter
+    read before it: "epoch 1, batch 200/1000, loss 2.1"."""
+    t0 = 1.7e9
+    events = [E.Start(t0, 1, 11, "A"), E.State(t0, "RUNNING", ""),
+              E.Progress(t0 + 1, None, None, 200, 1000, {}, rate=3.2),
+              E.Progress(t0 + 2, 1, None, None, None, {"loss": 2.1}),
+              E.State(t0 + 3, "STALLED", "no batch")]
+    run_dir = write_run(tmp_path, events)
+    r = cli("status", str(run_dir))
+    assert r.returncode == 0, r.stderr
+    assert "at      epoch 1, batch 200/1000, loss 2.1" in r.stdout, r.stdout

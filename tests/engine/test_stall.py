@@ -310,10 +310,10 @@ def feed_lines(d: StallDetector, t: float, n: int, gap: float) -> float:
 def test_unknown_format_watches_output_silence_with_the_floor():
     d = StallDetector()
     d.reset(0.0)
-    t = feed_lines(d, 0.0, 4, 1.0)
-    assert not d.watching_silence and d.threshold(t) == 600.0   # 4 bursts: not yet
+    t = feed_lines(d, 0.0, 19, 1.0)
+    assert not d.watching_silence and d.threshold(t) == 600.0   # 19 lines in 18 s: not yet
     t = feed_lines(d, t, 1, 1.0)
-    assert d.watching_silence                                   # 5 bursts, no progress
+    assert d.watching_silence                                   # 20 lines, no progress
     assert d.threshold(t) == pytest.approx(60.0)                # 2 × 1 s < the 60 s floor
     assert d.check(t + 59.0) is None
     v = d.check(t + 60.5)
@@ -321,7 +321,24 @@ def test_unknown_format_watches_output_silence_with_the_floor():
     assert "unknown progress format" in v.reason
 
 
-def test_unknown_format_threshold_is_twice_the_longest_healthy_silence():
+def test_unknown_format_is_decided_by_time_too_and_a_steady_printer_is_watched():
+    """Issue 26: a line every 10 s is unknown after 30 s; a steady printer (a line every
+    0.2 s, never a 'burst') after 20 lines, and its hang is caught at the floor."""
+    slow = StallDetector()
+    slow.reset(0.0)
+    t = feed_lines(slow, 0.0, 3, 10.0)
+    assert not slow.watching_silence
+    t = feed_lines(slow, t, 1, 10.0)                            # 30 s since the first line
+    assert slow.watching_silence and slow.threshold(t) == pytest.approx(60.0)
+    steady = StallDetector()
+    steady.reset(0.0)
+    t = feed_lines(steady, 0.0, 60, 0.2)
+    assert steady.watching_silence
+    when, v = first_verdict(steady, t, t + 120)
+    assert 60.0 <= when - t <= 60.25 and v.threshold_s == 60.0
+
+
+def test_unknown_format_threshold_is_twice_the_high_quantile_of_the_intervals():
     d = StallDetector(silence_floor=5.0)
     d.reset(0.0)
     t = feed_lines(d, 0.0, 6, 1.0)
@@ -331,9 +348,35 @@ def test_unknown_format_threshold_is_twice_the_longest_healthy_silence():
     assert d.check(t + 79) is None and d.check(t + 81) is not None
     d2 = StallDetector(silence_floor=5.0)
     d2.reset(0.0)
-    t = feed_lines(d2, 0.0, 8, 1.0)                             # ~1 s silences: the floor
+    t = feed_lines(d2, 0.0, 20, 1.0)                            # ~1 s silences: the floor
     when, v = first_verdict(d2, t, t + 20)
     assert when - t == pytest.approx(5.25) and v.threshold_s == 5.0
+    fast = StallDetector(silence_floor=5.0)                     # 0.1 s apart, one 3 s pause
+    fast.reset(0.0)
+    t = feed_lines(fast, 0.0, 300, 0.1)
+    t = feed_lines(fast, t, 1, 3.0)
+    t = feed_lines(fast, t, 300, 0.1)
+    assert fast.threshold(t) == pytest.approx(5.0)              # 2 × 0.1 s; 1.5 × 3 s = 4.5 s < floor
+    fast2 = StallDetector(silence_floor=1.0)
+    fast2.reset(0.0)
+    t = feed_lines(fast2, 0.0, 300, 0.1)
+    t = feed_lines(fast2, t, 1, 3.0)
+    t = feed_lines(fast2, t, 300, 0.1)
+    assert fast2.threshold(t) == pytest.approx(4.5)             # the rare pause: 1.5 × its 3 s
+
+
+def test_unknown_format_silence_per_rank_waits_for_every_watched_rank():
+    d = StallDetector()
+    d.reset(0.0)
+    for k in range(1, 41):                                      # ranks 0 and 1, a line a second each
+        d.on_output(float(k), 1, 0)
+        d.on_output(float(k), 1, 1)
+    assert d.watching_silence
+    for k in range(41, 121):                                    # rank 0 goes on alone (rank 1 waits)
+        d.on_output(float(k), 1, 0)
+        assert d.check(float(k)) is None
+    v = d.check(181.0)                                          # both silent past 60 s
+    assert v is not None and v.ranks == (0, 1) and "rank 0" in v.reason, v
 
 
 def test_progress_ends_the_silence_watch_and_a_burst_of_lines_is_not_a_rhythm():
@@ -401,10 +444,108 @@ def test_startup_idle_is_a_setting_and_can_be_off_and_never_fires_without_sample
     assert after.check(40.0) is None
 
 
-def test_a_multi_node_torchrun_rank_is_exempt_from_the_startup_idle_watch():
+def test_a_multi_node_torchrun_is_known_to_wait_for_other_nodes():
     from trainctl.engine.torchrun import rendezvous_wait
     assert rendezvous_wait(["torchrun", "--nnodes", "2", "--nproc-per-node", "8", "train.py"])
     assert rendezvous_wait(["python", "-m", "torch.distributed.run", "--nnodes=1:4", "train.py"])
     assert rendezvous_wait(["/opt/venv/bin/torchrun", "--nnodes=1", "train.py"]) is None
     assert rendezvous_wait(["torchrun", "--nproc-per-node", "2", "train.py"]) is None
     assert rendezvous_wait(["python", "train.py", "--nnodes", "2"]) is None
+
+
+# ---------------------------------------------------------------- issue 26: still trees at every boundary
+
+def still_until(d: StallDetector, t: float, until: float, cpu: float = 0.5, io: int = 1000,
+                step: float = 1.0):
+    """Sample a still tree (or a busy one: cpu, io moving) every `step` s and check; the
+    first (time, verdict) or None."""
+    n = 0
+    while t <= until:
+        n += 1
+        d.on_tree(t, cpu, io + (n * 4096 if io < 0 else 0))
+        v = d.check(t)
+        if v is not None:
+            return t, v
+        t += step
+    return None
+
+
+def trained(**kw) -> tuple[StallDetector, float]:
+    """An epoch of 20 batches 0.1 s apart (the train threshold: the 30 s floor)."""
+    d = StallDetector(**kw)
+    d.reset(0.0)
+    return d, run_epoch(d, 0.0, 1, 20, 0.1)
+
+
+@pytest.mark.parametrize("phase", ["val", "save"])
+def test_a_still_first_validation_or_save_is_a_deadlock_after_45s_a_busy_one_runs_on(phase):
+    d, t = trained()
+    d.on_phase(phase, t)
+    assert d.threshold(t) == 300.0                              # nothing learned: the default
+    when, v = still_until(d, t, t + 400)
+    assert when - t == pytest.approx(46.0) and v.still and v.phase == phase and v.threshold_s == 45.0
+    assert "deadlock in" in v.reason and "no output, no CPU and no I/O" in v.reason
+    busy, t = trained()
+    busy.on_phase(phase, t)
+    when, v = still_until(busy, t, t + 400, cpu=95.0)           # a busy one: its own threshold
+    assert when - t == pytest.approx(301.0) and not v.still and v.threshold_s == 300.0
+    io, t = trained()
+    io.on_phase(phase, t)
+    assert still_until(io, t, t + 290, io=-1) is None           # I/O moving, CPU idle: busy
+
+
+def test_awaiting_the_first_batch_after_a_validation_is_watched_too():
+    """Ultralytics: the validation ends ('train' said), then its workers restart: the phase
+    lasts until the first batch; a still tree there is a deadlock at the first batch."""
+    d, t = trained()
+    d.on_phase("val", t)
+    t += 20.0
+    d.on_tree(t, 90.0, 1000)                                    # a busy validation of 20 s
+    d.on_phase("train", t)
+    when, v = still_until(d, t + 1, t + 200)
+    assert v.still and v.phase == "val" and "awaiting the first batch after it" in v.reason
+    assert when - t == pytest.approx(46.0)
+
+
+def test_a_silent_gap_after_an_epochs_last_batch_is_watched_when_still():
+    """A plain loop: its validation prints nothing after the epoch's last batch."""
+    d, t = trained()
+    when, v = still_until(d, t, t + 400)
+    assert v.still and v.phase == "train" and "after the last batch of the epoch" in v.reason
+    assert when - t == pytest.approx(46.0)
+    mid = StallDetector()
+    mid.reset(0.0)
+    t = run_epoch(mid, 0.0, 1, 20, 0.1, total=100)               # mid-epoch: the batch thresholds
+    when, v = still_until(mid, t, t + 400)
+    assert not v.still and v.threshold_s == 30.0
+
+
+def test_the_stall_timeout_and_learned_thresholds_bound_a_still_phase():
+    d, t = trained(train_timeout=8.0)
+    d.on_phase("save", t)
+    when, v = still_until(d, t, t + 100)
+    assert v.still and v.threshold_s == 8.0 and when - t == pytest.approx(9.0)
+    assert "fixed train timeout" in v.reason
+    learned, t = trained()
+    learned.on_phase("val", t)
+    t += 4.0
+    learned.on_phase("train", t)                                # a 4 s validation, learned
+    t = run_epoch(learned, t, 2, 20, 0.1)
+    learned.on_phase("val", t)
+    assert learned.threshold(t) == 30.0                         # max(floor, 3 × 4 s)
+    when, v = still_until(learned, t, t + 100)
+    assert not v.still and when - t == pytest.approx(31.0)      # the learned one came first
+    busy_startup = StallDetector(train_timeout=8.0)
+    busy_startup.reset(0.0)
+    assert busy_startup.still_window("startup")[0] == 90.0      # start-up keeps its window
+
+
+def test_a_trainer_speaking_on_the_side_channel_is_no_unknown_format():
+    d = StallDetector()
+    d.reset(0.0)
+    d.on_structured()                                           # a runner said something
+    feed_lines(d, 0.0, 60, 0.5)
+    assert not d.watching_silence and d.threshold(30.0) == 600.0
+    d.reset(40.0)                                               # a new attempt: guessed again
+    feed_lines(d, 40.0, 60, 0.5)
+    assert d.watching_silence

@@ -209,3 +209,48 @@ def test_an_adopting_agent_reads_the_rank_layout_and_offsets_back():
     saved = [str(lay.log_dir), lay.nproc, lay.nnodes_max, lay.node_rank]
     assert _layout_from(saved) == lay
     assert _layout_from(None) is None and _layout_from(["x"]) is None
+
+
+def test_the_still_tree_watch_takes_the_ranks_activity_not_the_launchers(monkeypatch):
+    """Issue 26: torchrun's launcher polls its workers and its store for ever (a few KB of
+    I/O every second, measured on a real job): the watcher feeds the detector the rank
+    processes and their DataLoader workers only, and nothing while no rank exists (the
+    launcher at its rendezvous)."""
+    import asyncio
+    from types import SimpleNamespace
+
+    from trainctl.engine import diagnose
+    from trainctl.engine.agent.watch import Watcher
+    from trainctl.engine.probes import ProcSample
+
+    def sample(pid, ppid, role, cpu, io):
+        return ProcSample(pid, ppid, role, "python", "sleeping", cpu, None, None, None, "", io)
+
+    fed = []
+    detector = SimpleNamespace(on_tree=lambda now, cpu, io, gpu=None: fed.append((now, cpu, io)),
+                               on_evidence=lambda now, kind: None, idle=lambda now: 0.0,
+                               threshold=lambda now: None)
+    samples: list[tuple] = []
+
+    class Trainer:
+        returncode = None
+
+        async def sample(self):
+            return samples[-1]
+
+    ctx = SimpleNamespace(trainer=Trainer(), spec=SimpleNamespace(kind="torchrun"), detector=detector,
+                          gpu_probe=None, policy=SimpleNamespace(auto_recover=True), emit=lambda ev: None)
+    w = Watcher(ctx, SimpleNamespace(phase="startup"), on_stall=None)
+    ranks = {}
+    monkeypatch.setattr(diagnose, "find_ranks", lambda s: {p: r for p, r in ranks.items()
+                                                           if p in {x.pid for x in s}})
+    launcher = sample(10, 1, "main", 3.0, 1_000_000)
+    samples.append((launcher,))                                 # at its rendezvous: no rank
+    asyncio.run(w.tick(1.0))
+    assert fed == []
+    ranks.update({11: 0, 12: 1})
+    samples.append((sample(10, 1, "main", 3.0, 1_002_000), sample(11, 10, "child", 0.5, 100),
+                    sample(12, 10, "child", 0.5, 200), sample(13, 12, "worker", 0.0, 50)))
+    asyncio.run(w.tick(2.0))
+    assert fed == [(2.0, 1.0, 350)]                             # ranks 0, 1 and rank 1's worker
+    assert {d["pid"]: d.get("rank") for d in w.with_ranks(samples[-1])} == {10: None, 11: 0, 12: 1, 13: 1}

@@ -3,6 +3,8 @@
 Usage: python startup_cases.py MODE [SECONDS ...]
   unknown-hang N   prints "working on chunk K" (a format trainctl does not know) about once
                    a second for N chunks, then blocks forever on a lock (~0% CPU)
+  steady-hang N S  prints "tick K" (a format trainctl does not know) every S seconds N times
+                   (a steady printer: never a pause), then blocks forever on a lock
   deadlock         prints "loading the model", then blocks forever on a lock before any batch
   busy CPU_S IO_S  silent start-up: CPU-bound for CPU_S seconds, then I/O-bound for IO_S
                    seconds (a cache file written in 64 KiB pieces, ~0% CPU, then read back),
@@ -34,6 +36,11 @@ def main() -> int:
         for k in range(1, int(sys.argv[2]) + 1):
             print(f"working on chunk {k}", flush=True)
             time.sleep(0.8 + 0.1 * (k % 3))
+        hang()
+    if mode == "steady-hang":
+        for k in range(1, int(sys.argv[2]) + 1):
+            print(f"tick {k}", flush=True)
+            time.sleep(float(sys.argv[3]))
         hang()
     if mode == "deadlock":
         print("loading the model", flush=True)

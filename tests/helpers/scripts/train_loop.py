@@ -5,7 +5,9 @@ Usage: python train_loop.py [options]   (every option is optional)
   --batches N          batches per epoch (30)
   --batch-time S       seconds the main loop spends per batch (0.05)
   --load-time S        seconds a DataLoader worker spends per batch (0.0)
-  --val-time S         silent "validation" after each epoch, no output (0.0)
+  --val-time S         silent "validation" after each epoch, no output, CPU-busy (0.0)
+  --first-load-time S  a worker computes S seconds (CPU-busy) loading the first batch of
+                       every epoch after the first (a slow first batch after validation)
   --workers N          DataLoader workers (env TRAIN_WORKERS, else the preset's TRAINCTL_WORKERS
                        that trainctl exports, else 2); 0 = load in the main process
   --mp-context C       fork | spawn | forkserver (env TRAIN_MP_CONTEXT, else the preset's
@@ -21,12 +23,15 @@ Usage: python train_loop.py [options]   (every option is optional)
                          worker-exit  the worker loading batch B dies (os._exit): torch raises
                                       "DataLoader worker ... exited unexpectedly" in the main process
                          crash        the main process exits with code 3
+                         val          the main thread blocks forever on an Event as the
+                                      validation after epoch E begins (B is ignored)
   --hang-attempt N     hang only when env TRAINCTL_ATTEMPT == N (default: on every attempt)
   --checkpoint PATH    after each epoch write {"epoch": E} there (atomically)
   --resume PATH        start after the epoch saved in PATH (a missing file: from the start)
   --save-time S        write the checkpoint in place (not atomically) and slowly: half, sleep S,
                        the rest; reports phase "save" around it on trainctl's side channel
                        (trainctl.engine.report) and prints "save begin/end epoch=E"
+Hangs "worker" and "val" write when they began to $TRAINCTL_RUN_DIR/hang_at.
 Output on stdout (flushed): "env OMP_NUM_THREADS=.. TRAINCTL_PRESET=.. TRAINCTL_WORKERS=.. ..."
 (the preset-related variables it sees, "-" when unset),
 "start pid=P attempt=A workers=W context=C resume_epoch=R",
@@ -62,6 +67,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--batch-time", type=float, default=0.05)
     p.add_argument("--load-time", type=float, default=0.0)
     p.add_argument("--val-time", type=float, default=0.0)
+    p.add_argument("--first-load-time", type=float, default=0.0)
     p.add_argument("--workers", type=int,
                    default=int(os.environ.get("TRAIN_WORKERS") or os.environ.get("TRAINCTL_WORKERS") or 2))
     p.add_argument("--mp-context", default=os.environ.get("TRAIN_MP_CONTEXT")
@@ -69,12 +75,20 @@ def parse_args(argv=None) -> argparse.Namespace:
                    choices=("fork", "spawn", "forkserver"))
     p.add_argument("--hang-at", type=_pair, default=None)
     p.add_argument("--hang-kind", default="worker",
-                   choices=("worker", "main", "spin", "stop", "worker-exit", "crash"))
+                   choices=("worker", "main", "spin", "stop", "worker-exit", "crash", "val"))
     p.add_argument("--hang-attempt", type=int, default=None)
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--resume", default=None)
     p.add_argument("--save-time", type=float, default=0.0)
     return p.parse_args(argv)
+
+
+def note_hang() -> None:
+    """Write when the hang began to $TRAINCTL_RUN_DIR/hang_at (tests measure from it)."""
+    run_dir = os.environ.get("TRAINCTL_RUN_DIR")
+    if run_dir:
+        with open(os.path.join(run_dir, "hang_at"), "w") as f:
+            f.write(repr(time.time()))
 
 
 class Batches(Dataset):
@@ -84,6 +98,7 @@ class Batches(Dataset):
     def __init__(self, n: int, load_time: float, hang: tuple[int, int] | None, kind: str) -> None:
         self.n, self.load_time, self.hang, self.kind = n, load_time, hang, kind
         self.epoch = 1
+        self.first_load_time = 0.0
 
     def __len__(self) -> int:
         return self.n
@@ -91,11 +106,16 @@ class Batches(Dataset):
     def __getitem__(self, i: int):
         if self.hang == (self.epoch, i + 1):
             if self.kind == "worker":
+                note_hang()
                 threading.Event().wait()        # forever
             elif self.kind == "worker-exit":
                 os._exit(7)
         if self.load_time:
             time.sleep(self.load_time)
+        if self.first_load_time and i == 0 and self.epoch > 1:
+            end = time.monotonic() + self.first_load_time
+            while time.monotonic() < end:
+                sum(range(10000))
         g = torch.Generator().manual_seed(self.epoch * 1000 + i)
         x = torch.randn(16, 8, generator=g)
         return x, x.sum(dim=1, keepdim=True)
@@ -140,6 +160,7 @@ def main(argv=None) -> int:
             kw["persistent_workers"] = os.environ["TRAINCTL_PERSISTENT_WORKERS"] == "1"
         if os.environ.get("TRAINCTL_PREFETCH_FACTOR"):
             kw["prefetch_factor"] = int(os.environ["TRAINCTL_PREFETCH_FACTOR"])
+    data.first_load_time = a.first_load_time
     loader = DataLoader(data, **kw)
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
@@ -165,7 +186,13 @@ def main(argv=None) -> int:
                 time.sleep(a.batch_time)
             print(f"epoch={epoch}/{a.epochs} batch={b}/{a.batches} loss={loss.item():.4f}", flush=True)
         if a.val_time:
-            time.sleep(a.val_time)
+            if hang is not None and a.hang_kind == "val" and hang[0] == epoch:
+                note_hang()
+                threading.Event().wait()
+            end = time.monotonic() + a.val_time   # a validation computes: busy, silent
+            with torch.no_grad():
+                while time.monotonic() < end:
+                    model(torch.randn(256, 8))
         if a.checkpoint and a.save_time:
             slow_save(a.checkpoint, epoch, a.save_time)
         elif a.checkpoint:
