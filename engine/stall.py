@@ -228,6 +228,7 @@ class StallDetector:
         self._silence = False            # unknown format: output silence is watched
         self._structured = False         # a side channel speaks: no format is guessed
         self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
+        self._busy_t: float | None = None   # the tree's last busy sample (CPU, I/O, GPU; not output)
         self._io: int | None = None
         self._sampled = False            # the tree was sampled in this attempt
         self._idle_armed = True
@@ -347,8 +348,11 @@ class StallDetector:
         moved = io_bytes is not None and self._io is not None and io_bytes != self._io
         if io_bytes is not None:
             self._io = io_bytes
-        if (first or moved or cpu_percent is None or cpu_percent >= IDLE_CPU_PERCENT
-                or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT)):
+        busy = (moved or (cpu_percent is not None and cpu_percent >= IDLE_CPU_PERCENT)
+                or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT))
+        if busy:
+            self._busy_t = now
+        if first or busy or cpu_percent is None:
             self._active_t = max(self._active_t, now)
             self._idle_armed = True
 
@@ -540,7 +544,15 @@ class StallDetector:
         if mode == "startup":
             return self._startup()
         if mode == "silence":
-            return self._silent()
+            limit, basis = self._silent()
+            if self._busy_t is not None and now - self._busy_t < limit:
+                # Output silence alone is no hang while the tree works (a long kernel search
+                # or compile prints nothing): the start-up's limit then; the silence limit
+                # again once the tree has been still as long.
+                grace, grace_basis = self._startup()
+                if grace > limit:
+                    return grace, f"{grace_basis}: the tree is busy, output silence alone is no hang"
+            return limit, basis
         if mode == "train":
             return self._steady()
         if mode == "warmup":

@@ -940,7 +940,8 @@ def cmd_status(args) -> int:
         print(f"results {status['save_dir']}")
     if status.get("progress"):
         from .engine.scan import describe_position
-        print(f"at      {describe_position(E.from_dict(status['progress']))}")
+        with contextlib.suppress(ValueError, TypeError, KeyError):   # an older agent's reply
+            print(f"at      {describe_position(E.from_dict(status['progress']))}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
     for node in status.get("nodes", ()):

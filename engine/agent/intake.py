@@ -173,8 +173,13 @@ class Intake:
                 self.ctx.info(f"side channel: event refused ({n} so far): {e}", "side.bad_event")
             return
         now = self.ctx.clock()
-        self.ctx.detector.on_structured()     # its console is no unknown format
         ev = dataclasses.replace(ev, ts=now)   # one time base for detector and journal
+        if isinstance(ev, E.Progress) or (isinstance(ev, E.Info) and (
+                attached_integration(ev.key) or ev.key.startswith("runner."))):
+            # its progress comes here (an integration attached, trainctl's own runner): its
+            # console is no unknown format (not so for a refusal, a failed bootstrap, or a
+            # script reporting only phases or checkpoints)
+            self.ctx.detector.on_structured()
         if isinstance(ev, E.Progress):
             self.structured = True
             self.on_progress(ev)
@@ -225,6 +230,10 @@ class Intake:
 
     def on_progress(self, ev: E.Progress, console: bool = False) -> None:
         ctx, now = self.ctx, ev.ts
+        if ev.rank is None or self.lead_rank is None or ev.rank <= self.lead_rank:
+            # the position (status, an unknown exit's judgement), replayed lines included;
+            # a loss-only line (HF's dict after its bar) keeps the counter read before it
+            self.last_progress = E.merged_progress(self.last_progress, ev)
         if self.replay_until is not None:   # an adopted trainer's lines its dead agent journaled
             if (ev.epoch or 0, ev.batch or 0) <= self.replay_until:
                 ctx.detector.on_progress(ev, now)   # it is alive: only not news
@@ -251,8 +260,6 @@ class Intake:
                 self.lead_rank = ev.rank
         if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
             ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
-            # a loss-only line (HF's dict after its bar) keeps the counter read before it
-            self.last_progress = E.merged_progress(self.last_progress, ev)
         warning = ctx.matcher.feed_progress(ev, now)
         if warning is not None:
             self.on_warning(warning)

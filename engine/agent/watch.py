@@ -80,10 +80,15 @@ class Watcher:
                         cpu = None     # in an uninterruptible read or write: not still
                     gpu = self._last_gpu.get("util") if self._last_gpu else None
                     ctx.detector.on_tree(now, cpu, io, gpu)
+                elif ctx.spec.kind == "torchrun":
+                    # no rank (torchrun restarting its workers, a new rendezvous): not
+                    # watched, as before the first ranks, rather than judged on stale figures
+                    ctx.detector.on_tree(now, None, None)
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
             if ctx.gpu_probe is not None and int(now) % 2 == 0:
                 loop = asyncio.get_running_loop()
+                self._last_gpu = None   # a probe that fails leaves no stale figure behind
                 sample = await loop.run_in_executor(None, ctx.gpu_probe.sample)
                 self._last_gpu = sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
         except Exception as e:   # e.g. no file descriptor left to read /proc: no figures this tick

@@ -102,3 +102,20 @@ def test_no_progress_format_is_not_said_where_an_integration_attaches(tmp_path, 
         taken.say_unknown_format(now[0])   # the watch loop, every 0.5 s
     _unknown_output(taken, now, 3)
     assert _said(taken) == ([] if attaches else ["no_progress_format"])
+
+
+def test_a_refusal_on_the_side_channel_leaves_the_console_watched_for_silence(tmp_path):
+    """An integration that refuses says so on the side channel and falls back to the
+    console: that console is still an unknown format to watch (only progress, an attached
+    integration or trainctl's runner make the side channel the trainer's voice)."""
+    now = [1000.0]
+    ctx = RunContext(tmp_path, RunSpec("t", "command", ["python", "train.py"]), lambda: now[0])
+    taken = Intake(ctx)
+    taken.begin(now[0])
+    taken.on_side_line(E.encode(E.Info(now[0], "integration not attached: console parsing",
+                                       "instrument.refused.ultralytics")).encode())
+    _unknown_output(taken, now, 21)
+    assert ctx.detector.watching_silence
+    taken.on_side_line(E.encode(E.Info(now[0], "integration attached: ultralytics 8.4.190",
+                                       "instrument.attached.ultralytics")).encode())
+    assert not ctx.detector.watching_silence

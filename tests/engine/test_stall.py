@@ -549,3 +549,25 @@ def test_a_trainer_speaking_on_the_side_channel_is_no_unknown_format():
     d.reset(40.0)                                               # a new attempt: guessed again
     feed_lines(d, 40.0, 60, 0.5)
     assert d.watching_silence
+
+
+def test_output_silence_alone_is_no_hang_while_the_tree_works():
+    """An unknown format (20 lines), then a silent, CPU-busy compile: the start-up's limit,
+    not the silence floor; once the tree is still as long as the silence limit: a stall."""
+    from trainctl.engine.stall import StallDetector
+    d = StallDetector()
+    t = 1000.0
+    d.reset(t)
+    for i in range(25):
+        t += 0.2
+        d.on_output(t)
+    assert d.watching_silence
+    last_line = t
+    for k in range(1, 200):   # 200 s of busy CPU, no output
+        d.on_tree(last_line + k, 150.0, 1000)
+        assert d.check(last_line + k) is None, k
+    still_from = last_line + 199
+    for k in range(1, 70):
+        d.on_tree(still_from + k, 0.0, 1000)
+    assert d.check(still_from + 59) is None   # still for 59 s: not yet
+    assert d.check(still_from + 61) is not None
