@@ -189,20 +189,40 @@ _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
 # After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
 _AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
 # The generic counter: one "N/M" in a line that says nothing else a reader knows, with a
-# sign of training next to it (a loss pair, a rate, a clock).  Not a date (3 parts), a path
-# or a version (a letter, dot or slash against it), a quantity (a unit after it), or a
-# ratio or an identifier (a word before it: accuracy, rank, GPU, ...).
-_GENERIC = re.compile(r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|files?|"
-                      r"images?|imgs|samples?|tokens?|items?|%)\b)")
-_GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?)/s|s/it|eta|"
-                           r"\d++:\d\d)\b", re.I)
-_RATIO_WORDS = frozenset({"acc", "accuracy", "correct", "top1", "top5", "top-1", "top-5", "hits",
+# sign of training next to it (a loss pair, a rate, an elapsed/ETA clock).  Not a date (3
+# parts), a path or a version (a letter, dot or slash against it), a quantity (a unit after
+# it), a count of things that are not batches (a noun after it: "1/2 nodes", "3/10 kernels"),
+# or a ratio or an identifier (a word before it: accuracy, rank, GPU, ...).
+_GENERIC = re.compile(r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|%|(?i:"
+                      r"files?|images?|imgs|samples?|tokens?|items?|nodes?|workers?|ranks?|"
+                      r"shards?|kernels?|configs?|configurations?|trials?|folds?|attempts?|"
+                      r"requests?|retries|tries|gpus?|devices?|processes|jobs?|tasks?|tests?|"
+                      r"chunks?|parts?))\b)")
+# A rate anywhere in the line.  A clock is no sign by itself (nearly every log line starts
+# with a time of day): only an elapsed/ETA clock right after the counter is (_NEAR_CLOCK).
+_GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?)/s|s/it)\b", re.I)
+# Matched where the counter ends: separators, then tqdm's "[00:10<00:12" / "[00:00, ", a
+# labelled "ETA 00:41" / "elapsed: 0:12", or "00:12 elapsed" / "00:12 remaining".
+_NEAR_CLOCK = re.compile(
+    r"[\s|,;]*+(?:\[\s*+\d++:\d\d(?::\d\d)?\s*+[<,\]]|(?:eta|elapsed|remaining|left)\b\W{0,3}\d++:\d\d"
+    r"|\d++:\d\d(?::\d\d)?\s*+(?:elapsed|remaining|left|eta)\b)", re.I)
+# A word just before the counter that makes it something else than a batch counter:
+# "epoch 1/10" is the epoch (the key=value reader had its say on it), the rest a ratio, an
+# identifier or a count of things.
+_RATIO_WORDS = frozenset({"epoch", "epochs",
+                          "acc", "accuracy", "correct", "top1", "top5", "top-1", "top-5", "hits",
                           "score", "ratio", "matched", "match", "rank", "node", "nodes", "gpu",
                           "gpus", "device", "cuda", "worker", "workers", "process", "proc", "shard",
                           "shards", "split", "layer", "layers", "head", "heads", "file", "files",
                           "on", "at", "since", "until", "date", "day",
                           "of", "passed", "failed", "tests", "checkpoint", "loading", "loaded",
-                          "downloading", "downloaded", "scanning", "caching", "cached", "saving"})
+                          "downloading", "downloaded", "scanning", "caching", "cached", "saving",
+                          "fold", "folds", "trial", "trials", "attempt", "attempts", "request",
+                          "requests", "retry", "retries", "try", "kernel", "kernels", "config",
+                          "configs", "util", "utilization", "usage", "mem", "memory", "job",
+                          "jobs", "task", "tasks"})
+# A tqdm bar of bytes (a download, an upload): "570/570 [00:00<00:00, 2.1MB/s]", "?B/s".
+_BYTE_RATE = re.compile(r"[\d?]\s*+[kKMGTPE]?i?B/s\b")
 _EPOCH_LINE = re.compile(
     r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I)
 
@@ -488,6 +508,8 @@ class ConsoleParser:
                 return []
             desc, batch, batches, inside = m.group(1), int(m.group(2)), None, m.group(3)
         parts = inside.split(",")
+        if len(parts) > 1 and "B/s" in parts[1] and _BYTE_RATE.search(parts[1]):
+            return []    # a download's bar: bytes per second, not batches
         losses = {}
         for part in parts[2:]:
             k, sep, v = part.partition("=")
@@ -522,7 +544,7 @@ class ConsoleParser:
                                    losses=losses, rate=rate, rank=rank))
 
     def _generic(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
-        """One clear ``N/M`` counter (N <= M) next to a loss pair, a rate or a clock."""
+        """One clear ``N/M`` counter (N <= M) next to a loss pair, a rate or an elapsed/ETA clock."""
         found = _GENERIC.findall(line)
         if len(found) != 1:
             return []
@@ -531,10 +553,14 @@ class ConsoleParser:
             return []
         at = _GENERIC.search(line)
         before = low[:at.start()].replace(":", " ").replace("=", " ").split()
-        if before and before[-1].strip("[(#") in _RATIO_WORDS:
+        word = before[-1].strip("[(#|,-") if before else ""
+        if not word and len(before) > 1:   # "epoch # 1/10", "request | 2/5"
+            word = before[-2].strip("[(#|,-")
+        if word in _RATIO_WORDS:
             return []
         losses = _kv_losses(line)
-        if not losses and _GENERIC_SIGN.search(line) is None:
+        if (not losses and _GENERIC_SIGN.search(line) is None
+                and _NEAR_CLOCK.match(line, at.end()) is None):
             return []
         if _SKIP_DESC.search(line):
             return []
