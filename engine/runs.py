@@ -135,6 +135,7 @@ class JournalFold:
                                "batches": ev.batches}
         elif isinstance(ev, E.Projection):
             out["eta"], out["buffer_s"] = ev.eta, ev.buffer_s
+            out["eta_declared"] = getattr(ev, "rate_source", "") == "declared"   # not measured yet
         elif isinstance(ev, E.Stall):
             out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
         elif isinstance(ev, E.Restart) and ev.reason != USER_RESTART_REASON:   # a key press is none
@@ -269,6 +270,8 @@ def row_cells(row: dict) -> tuple[str, ...]:
         eta = "-"
         if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
             eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
+            if r.get("eta_declared"):   # on a preset's declared rate, not one this run measured
+                eta += " (declared rate)"
         inc = r.get("incident") or {}
         stamp = time.strftime("%H:%M ", time.localtime(inc["ts"])) if inc.get("ts") else ""
         incident = (stamp + inc["text"])[:60 if stamp else 120] if inc else "-"

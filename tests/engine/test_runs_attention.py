@@ -62,6 +62,7 @@ def test_row_cells_say_state_where_progress_eta_incident_on_one_line_each():
     assert len(cells) == len(COLUMNS)
     assert cells[:4] == ("RUNNING", "j", "/runs/running", "epoch 2/3 40/300")
     assert cells[4].endswith("15:04") and "\n" not in cells[5] and "deadlock" in cells[5]
+    assert row_cells({**local, "eta_declared": True})[4].endswith("15:04 (declared rate)")
     queued = row("PENDING", slurm={"job": "42", "partition": "debug", "reason": "BeginTime"})
     assert row_cells(queued)[:3] == ("PENDING (BeginTime)", "j", "slurm 42 debug")
     remote = row("FAILED", where="gpu-box", eta=eta)
