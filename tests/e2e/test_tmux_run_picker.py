@@ -113,7 +113,7 @@ def test_pick_an_ssh_run_then_the_queued_slurm_run_and_s_cancels_it(runs, box, t
     key(runs, "Enter")
 
     # the dashboard follows the queued run: PENDING, squeue's reason, no agent
-    shows(runs, QUEUED, "PENDING", "(BeginTime): waiting for its agent", timeout=20,
+    shows(runs, QUEUED, "○ Slurm job", "PENDING (BeginTime)", timeout=20,   # the header (it elides the rest first)
           what="the queued run on the dashboard")
     assert "Follow which run?" not in screen(runs)
     # s: stop asks first, y: scancel; the run ends STOPPED, nothing left in squeue
