@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from trainctl.engine.runners.verify import verify_path
+from trainctl.store.checkpoint_verify import verify_path
 
 
 def timed(fn, repeat: int = 3) -> float:

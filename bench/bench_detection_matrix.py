@@ -83,7 +83,7 @@ def _yolo_job(tmp: Path):
 
 
 def _yolo_script(tmp: Path):
-    from trainctl.engine.demo import make_dataset
+    from trainctl.config.demo import make_dataset
     data = make_dataset(tmp / "data", n_train=16, n_val=8, size=64)
     return ["run", "--json", "--max-restarts", "0", "--", PYTHON, str(SCRIPTS / "plain_yolo.py"),
             str(data), "2", str(tmp / "runs")]

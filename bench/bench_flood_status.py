@@ -15,7 +15,7 @@ The trainer's achieved rate is train.log's growth over the window; the agent's b
 how far its intake offset (intake.json) trails train.log at the end of the window.
 
 trainctl runs from a scratch directory, so PYTHONPATH may name another tree's `trainctl`
-(an older commit's, as links: see tests/engine/test_import_hygiene.py) for a before/after
+(an older commit's, as links: see tests/unit/test_import_hygiene.py) for a before/after
 on the same machine; the holder (`python -I`) is always this venv's.
 """
 from __future__ import annotations

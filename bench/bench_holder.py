@@ -1,4 +1,4 @@
-"""The holder's own cost (engine/holder.py): start overhead and CPU while relaying lines.
+"""The holder's own cost (src/trainctl/holder/main.py): start overhead and CPU while relaying lines.
 
     .venv/bin/python bench/bench_holder.py [--starts 10] [--seconds 10] [--rates 50,500]
 
@@ -28,7 +28,7 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainctl.engine.held import HeldTrainer  # noqa: E402
+from trainctl.holder.handle import HeldTrainer  # noqa: E402
 
 GEN = """
 import sys, time

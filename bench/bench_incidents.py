@@ -36,7 +36,7 @@ from pathlib import Path
 
 import psutil
 
-from trainctl.engine.process import descendants
+from trainctl.system.process import descendants
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "midepoch_resume.py"

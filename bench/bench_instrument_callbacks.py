@@ -43,8 +43,8 @@ def main() -> None:
         side = Path(tmp) / "side.jsonl"
         side.touch()
         os.environ["TRAINCTL_EVENTS_PATH"] = str(side)
-        from trainctl.engine.instrument import lightning as L
-        from trainctl.engine.instrument import transformers as T
+        from trainctl.inside import lightning as L
+        from trainctl.inside import transformers as T
 
         hf = T.TrainctlCallback(types.SimpleNamespace(state=None))
         hf.per_epoch, hf.epochs = 1000, 3

@@ -26,7 +26,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from trainctl.engine.instrument.launch import instrument_env
+from trainctl.agent.zero_code import instrument_env
 
 
 def cost(argv: list[str], env: dict[str, str]) -> tuple[float, float]:

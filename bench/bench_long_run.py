@@ -39,8 +39,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainctl.engine import events as E  # noqa: E402
-from trainctl.engine.journal import Journal  # noqa: E402
+from trainctl.core import events as E  # noqa: E402
+from trainctl.store.journal import Journal  # noqa: E402
 
 DEMO = ROOT / "tests" / "data" / "journals" / "demo_run.jsonl"
 HANDMADE = ROOT / "tests" / "data" / "journals" / "handmade_run.jsonl"
@@ -105,7 +105,7 @@ def build(run_dir: Path, days: float, source: Path) -> tuple[int, float, int]:
 
 
 def write_spec(run_dir: Path, job: str) -> None:
-    from trainctl.engine.spec import RunSpec
+    from trainctl.store.spec import RunSpec
     RunSpec(job_name=job, kind="command", command=[sys.executable, "-c", TRAINER], preset=None,
             host="bench", stall={"startup_timeout": 3600, "train_timeout": 3600}).save(run_dir / "spec.json")
 
@@ -118,7 +118,7 @@ def peak_mb() -> float:
 def status_before(run_dir: Path) -> dict:
     """What `trainctl status` did with no agent before snapshots: the spec, then the whole
     journal read twice (the offline hello, then the last event of each type)."""
-    from trainctl.engine.journal import read_events
+    from trainctl.store.journal import read_events
     status = {"state": "UNKNOWN"}
     for ev in read_events(run_dir / "events.jsonl"):
         if isinstance(ev, E.State):
@@ -176,10 +176,10 @@ def child(args: list[str]) -> None:
         status_before(run_dir)
         out = {"s": time.perf_counter() - t0}
     elif what.startswith("dash"):
-        from trainctl.engine.client import AgentClient, UnixTransport
+        from trainctl.client.connection import AgentClient, UnixTransport
         target = int(args[2])
         if what.endswith("ssh"):
-            from trainctl.engine.remote import SshHost, SshTransport
+            from trainctl.hosts.ssh import SshHost, SshTransport
             conf = json.loads(args[3])
             host = SshHost(conf["alias"], ssh_config=Path(conf["config"]), control_dir=Path(conf["control"]),
                            remote_trainctl=TRAINCTL)

@@ -13,8 +13,8 @@ import time
 import timeit
 from pathlib import Path
 
-from trainctl.engine.parse import ConsoleParser, LineSplitter
-from trainctl.engine.signatures import WarningMatcher
+from trainctl.core.parse import ConsoleParser, LineSplitter
+from trainctl.core.signatures import WarningMatcher
 
 LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"
 

@@ -91,7 +91,7 @@ def main() -> int:
     ap.add_argument("--length", type=int, default=26)
     ap.add_argument("--only-sigterm", action="store_true", help="leave out the first run")
     a = ap.parse_args()
-    from trainctl.engine.formats import compile_user_pattern
+    from trainctl.core.formats import compile_user_pattern
     engine = type(compile_user_pattern(PATTERN).regex).__module__
     print(f"pattern {PATTERN!r}, {a.lines} lines of {a.length} 'a' + '!' (trainer alone: "
           f"{a.lines * 0.1:.1f} s); pattern engine: {engine}")

@@ -13,9 +13,9 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from trainctl.engine import events as E
-from trainctl.engine.journal import read_events
-from trainctl.engine.projection import Projector, humanize_duration
+from trainctl.core import events as E
+from trainctl.store.journal import read_events
+from trainctl.core.projection import Projector, humanize_duration
 
 RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "runs"
 MARKS = (0.2, 0.4, 0.6, 0.8)

@@ -45,7 +45,7 @@ def launcher(restarts: int) -> list[str]:
 
 
 def under_trainctl(cap: float) -> dict:
-    from trainctl.engine.journal import read_events
+    from trainctl.store.journal import read_events
     tmp = Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     ckpts, run_dir = tmp / "ckpts", tmp / "run"
     argv = [sys.executable, "-m", "trainctl", "run", "--headless", "--stall-timeout", "4",

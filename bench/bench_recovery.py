@@ -148,7 +148,7 @@ def generic_round(tmp: Path, i: int, env: dict[str, str], stall_timeout: float) 
 
 # ---------------------------------------------------------------------- ultralytics
 def yolo_job(tmp: Path, name: str, epochs: int) -> Path:
-    from trainctl.engine.demo import make_dataset
+    from trainctl.config.demo import make_dataset
     data = make_dataset(tmp / "data", n_train=40, n_val=4)
     job = tmp / f"{name}.toml"
     job.write_text(f'kind = "ultralytics"\nname = "{name}"\npreset = "A"\nfallback = "B"\n\n'
@@ -183,7 +183,7 @@ def runner_startup(job: Path, ckpt: Path, run_dir: Path, env: dict[str, str]) ->
     """Seconds from spawning the Ultralytics runner (resuming ``ckpt`` under preset B, the
     way the agent starts an attempt) to its first progress event."""
     r_fd, w_fd = os.pipe()
-    argv = [PY, "-m", "trainctl.engine.runners.ultralytics", "--job", str(job), "--run-dir", str(run_dir),
+    argv = [PY, "-m", "trainctl.inside.ultralytics_runner", "--job", str(job), "--run-dir", str(run_dir),
             "--preset", str(ROOT / "presets" / "B.toml"), "--resume", str(ckpt)]
     t0 = time.time()
     proc = subprocess.Popen(argv, env=dict(env, TRAINCTL_EVENTS_FD=str(w_fd)), pass_fds=(w_fd,),

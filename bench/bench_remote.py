@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers.sshd import LocalSshd  # noqa: E402
-from trainctl.engine.remote import SshTransport  # noqa: E402
+from trainctl.hosts.ssh import SshTransport  # noqa: E402
 
 RELAY = "import sys\nfor line in sys.stdin.buffer:\n    sys.stdout.buffer.write(line)\n    sys.stdout.buffer.flush()\n"
 BULK = ("import sys\nn = int(sys.argv[-1])\nline = b'x' * 1023 + b'\\n'\n"
@@ -113,7 +113,7 @@ async def bench_transport(server: LocalSshd) -> None:
 
 
 async def bench_agent(server: LocalSshd, tmp: Path) -> None:
-    from trainctl.engine.client import AgentClient, UnixTransport
+    from trainctl.client.connection import AgentClient, UnixTransport
     run_dir = tmp / "run"
     env = {**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs")}
     trainer = ("import time\nfor i in range(1, 10**6):\n"

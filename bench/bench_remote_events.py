@@ -44,10 +44,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainctl.engine import events as E
-from trainctl.engine.client import AgentClient, UnixTransport
-from trainctl.engine.remote import SshTransport
-from trainctl.engine.supervisor import FINAL_STATES
+from trainctl.core import events as E
+from trainctl.client.connection import AgentClient, UnixTransport
+from trainctl.hosts.ssh import SshTransport
+from trainctl.core.recovery import FINAL_STATES
 
 from tests.helpers.sshd import LocalSshd
 

@@ -1,6 +1,6 @@
 """What the dashboard's look at every run costs (the header's attention count, every 5 s):
 `summarize` of a long run's journal read whole (as `trainctl ls` does, once) against the
-kept fold (engine/runs.py JournalFold) that reads only the lines written since.
+kept fold (src/trainctl/store/listing.py JournalFold) that reads only the lines written since.
 
     .venv/bin/python bench/bench_runs_look.py [--days 1]
 """
@@ -17,9 +17,9 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_long_run as long_run  # noqa: E402
-from trainctl.engine import events as E  # noqa: E402
-from trainctl.engine.journal import Journal  # noqa: E402
-from trainctl.engine.runs import summarize  # noqa: E402
+from trainctl.core import events as E  # noqa: E402
+from trainctl.store.journal import Journal  # noqa: E402
+from trainctl.store.listing import summarize  # noqa: E402
 
 
 def main() -> None:

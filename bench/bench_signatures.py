@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from trainctl.engine.signatures import Catalog, WarningMatcher
+from trainctl.core.signatures import Catalog, WarningMatcher
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -41,9 +41,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tui"))
 
 from textual import events
-from trainctl.engine import events as ev
-from trainctl.engine.client import local_client
-from trainctl.engine.paths import RunFiles
+from trainctl.core import events as ev
+from trainctl.client.connection import local_client
+from trainctl.store.paths import RunFiles
 from trainctl.tui.app import TrainctlApp
 from trainctl.tui.widgets.log_tail import LogTail
 from tui_fakes import FakeAgent, replay_journal

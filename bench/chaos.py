@@ -22,23 +22,23 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BAD_INPUTS = ["tests/e2e/test_hostile_inputs.py", "tests/engine/test_sanitize.py",
-              "tests/engine/test_checkpoint_verify.py", "tests/engine/test_paths.py",
+BAD_INPUTS = ["tests/e2e/test_hostile_inputs.py", "tests/unit/test_sanitize.py",
+              "tests/unit/test_checkpoint_verify.py", "tests/unit/test_paths.py",
               # issue 27: another user's run directory, links and parents; side-channel
               # events, spec.json, preset strings, numeric options; a catastrophic pattern
-              "tests/e2e/test_trust_boundary.py", "tests/engine/test_trust_validators.py"]
+              "tests/e2e/test_trust_boundary.py", "tests/unit/test_trust_validators.py"]
 FAULTS = ["tests/e2e/test_agent_faults.py", "tests/e2e/test_containment.py",
           "tests/e2e/test_client_backlog.py", "tests/e2e/test_holder.py",
           "tests/e2e/test_agent_not_responding.py",
           # issue 27: kill -9 of agent and holder, the run directory or socket deleted, two
           # attach racing, an agent killed in its back-off, a 50 MB/s flood, 200 clients at once
           "tests/e2e/test_lost_and_found.py",
-          "tests/engine/test_attempt_loop.py::test_a_failed_diagnosis_never_holds_up_recovery",
-          "tests/engine/test_attempt_loop.py::test_a_task_that_keeps_failing_fails_the_run_loudly",
-          "tests/engine/test_attempt_loop.py::test_requests_of_the_wrong_shape_get_one_line_errors",
-          "tests/engine/test_attempt_loop.py::test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start",
-          "tests/engine/test_joblock.py",
-          "tests/engine/test_side_lines.py"]
+          "tests/unit/test_attempt_loop.py::test_a_failed_diagnosis_never_holds_up_recovery",
+          "tests/unit/test_attempt_loop.py::test_a_task_that_keeps_failing_fails_the_run_loudly",
+          "tests/unit/test_attempt_loop.py::test_requests_of_the_wrong_shape_get_one_line_errors",
+          "tests/unit/test_attempt_loop.py::test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start",
+          "tests/unit/test_joblock.py",
+          "tests/unit/test_side_lines.py"]
 
 
 def run(paths: list[str], deselect: list[str]) -> list[tuple[str, str, float, str]]:

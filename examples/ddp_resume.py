@@ -6,7 +6,7 @@ its progress to trainctl, rank 0 saves checkpoints, and a restart resumes from o
 
 or a job file with ``kind = "torchrun"`` (README, "torchrun jobs").
 
-What it takes from trainctl (trainctl.engine.report; outside trainctl every call does nothing):
+What it takes from trainctl (trainctl.inside.report; outside trainctl every call does nothing):
 ``report_progress`` per batch on every rank (the rank comes from torchrun's ``RANK``),
 ``saving()`` around rank 0's atomic saves, then ``report_checkpoint`` on every rank once it
 is written (report.py keeps one per node: its local rank 0, so that each node's agent
@@ -38,7 +38,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
 from midepoch_resume import save   # the same atomic save (this directory is on sys.path)
-from trainctl.engine import report
+from trainctl.inside import report
 
 
 class Synthetic(Dataset):

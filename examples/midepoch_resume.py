@@ -4,7 +4,7 @@ trainctl's save requests, and resumes inside an epoch.
     trainctl run --resume-arg=--resume --resume-arg={checkpoint} -- \\
         python examples/midepoch_resume.py --checkpoint-dir ckpts
 
-What it takes from trainctl (trainctl.engine.report; outside trainctl every call does nothing):
+What it takes from trainctl (trainctl.inside.report; outside trainctl every call does nothing):
 - ``supports_save_on_request(save)``: declared once; trainctl then asks for a "planned" save
   before a restart it was told to do, and for a "rescue" save when the run stalls while the
   main thread can still run Python (a DataLoader worker deadlock: the main thread waits in
@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from trainctl.engine import report
+from trainctl.inside import report
 
 PLANNED_PAUSE_S = 60.0   # trainctl's planned_wait_s: the kill comes well before
 

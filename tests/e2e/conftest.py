@@ -17,7 +17,7 @@ before any ``--``) unless ``args`` already holds ``--run-dir``; ``Result.run_dir
 :func:`write_command_job` a generic one, for tests that need a job file.
 
 ``events`` are the journal's events (``events.jsonl``, typed, with seq) as
-``trainctl.engine.events`` dataclasses; :func:`of_type` filters them.
+``trainctl.core.events`` dataclasses; :func:`of_type` filters them.
 
 Cleanup: trainctl starts in its own session; :meth:`Trainctl.kill` SIGKILLs its whole tree:
 every descendant, its session and process group, the trainer's own session, and any process
@@ -43,8 +43,8 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainctl.engine import events as E
-from trainctl.engine.journal import read_events
+from trainctl.core import events as E
+from trainctl.store.journal import read_events
 from tests.helpers.hangs import wait_until  # noqa: F401  (re-exported for the e2e tests)
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -291,7 +291,7 @@ def write_ultralytics_job(root: Path, *, n_train: int = 32, n_val: int = 8, epoc
                           extra: dict | None = None, max_restarts: int | None = None) -> Path:
     """A ``kind = "ultralytics"`` job in ``root`` (data set in ``root/data``, YOLOv8n from
     YAML, CPU); ``extra`` adds ``[ultralytics]`` keys, ``stall`` a ``[stall]`` table."""
-    from trainctl.engine.demo import make_dataset
+    from trainctl.config.demo import make_dataset
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     data = make_dataset(root / "data", n_train=n_train, n_val=n_val, size=imgsz)

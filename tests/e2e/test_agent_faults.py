@@ -203,9 +203,9 @@ def test_a_full_disk_never_kills_the_trainer(tmp_path):
 def test_the_journal_survives_enospc(tmp_path):
     """/dev/full gives a real ENOSPC: the event is lost, the bus goes on, and the journal
     says how many were lost once it can write again."""
-    from trainctl.engine import events as E
-    from trainctl.engine.agent.bus import EventBus
-    from trainctl.engine.journal import Journal
+    from trainctl.core import events as E
+    from trainctl.agent.bus import EventBus
+    from trainctl.store.journal import Journal
     journal = Journal(tmp_path / "events.jsonl")
     seen: list[E.Event] = []
     bus = EventBus(journal, time.time)
@@ -219,7 +219,7 @@ def test_the_journal_survives_enospc(tmp_path):
     journal._fd = good_fd
     bus.emit(E.Info(9.0, "after"))
     journal.close()
-    from trainctl.engine.journal import read_events
+    from trainctl.store.journal import read_events
     kept = list(read_events(tmp_path / "events.jsonl"))
     assert [getattr(e, "text", "") for e in kept][0] == "before"
     assert any(e.type == "warning" and e.id == "trainctl.journal_gap" and "3 events" in e.text for e in kept)

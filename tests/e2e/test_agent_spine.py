@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from trainctl.engine.journal import journal_lines
+from trainctl.store.journal import journal_lines
 
 from tests.e2e.conftest import (PYTHON, ROOT, of_type, run_trainctl, start_trainctl,
                                 write_ultralytics_job)

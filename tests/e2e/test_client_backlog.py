@@ -62,7 +62,7 @@ def test_two_hundred_clients_connecting_at_once_all_get_their_hello(tmp_path):
     """The accept backlog holds 200 clients that connect in the same instant (a dashboard
     per user, scripts polling `status`): none fails at connect (issue 27)."""
     import asyncio
-    from trainctl.engine.client import AgentClient, UnixTransport
+    from trainctl.client.connection import AgentClient, UnixTransport
 
     async def storm(sock_path) -> list[str]:
         async def one() -> str | None:

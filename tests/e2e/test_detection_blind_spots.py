@@ -148,7 +148,7 @@ def test_a_zero_code_ultralytics_script_hanging_at_the_first_batch_after_validat
     window): its main thread blocks as epoch 2 starts, after epoch 1's validation and
     save: the phase lasts until the first batch after it, and a still tree there is a
     deadlock."""
-    from trainctl.engine.demo import make_dataset
+    from trainctl.config.demo import make_dataset
     data = make_dataset(tmp_path / "data", n_train=16, n_val=8, size=64)
     env = dict(os.environ, PLAIN_YOLO_HANG_EPOCH="2")
     res = run_trainctl(["run", "--json", "--max-restarts", "0", "--startup-idle", "5", "--",

@@ -12,8 +12,8 @@ import psutil
 import pytest
 
 from tests.helpers import hangs
-from trainctl.engine.diagnose import diagnose, find_pyspy, main_thread_frames
-from trainctl.engine.probes import TreeSampler
+from trainctl.system.diagnose import diagnose, find_pyspy, main_thread_frames
+from trainctl.system.probes import TreeSampler
 
 pytestmark = pytest.mark.e2e
 

@@ -1,4 +1,4 @@
-"""The holder (engine/holder.py) and the agent's side of it (engine/held.py), with real
+"""The holder (src/trainctl/holder/main.py) and the agent's side of it (src/trainctl/holder/handle.py), with real
 processes: the trainer's output, returncode, its survival of the agent's death, what is
 left of its tree, a full disk, and the file tails. Every test kills what it started."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainctl.engine.held import FileTail, HeldTrainer, JsonLinesTail, read_status
+from trainctl.holder.handle import FileTail, HeldTrainer, JsonLinesTail, read_status
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -139,7 +139,7 @@ async def test_the_lock_fd_stays_with_the_holder_not_the_trainer(tmp_path, track
 # ---------------------------------------------------------------- the trainer outlives its agent
 AGENT = """
 import asyncio, json, sys
-from trainctl.engine.held import HeldTrainer
+from trainctl.holder.handle import HeldTrainer
 async def main():
     ht = await HeldTrainer.start(json.loads(sys.argv[2]), None, None, sys.argv[1], 1)
     print(json.dumps([ht.holder_pid, ht.pid]), flush=True)
@@ -369,7 +369,7 @@ async def test_file_tail_reads_a_deleted_file_on_and_a_copy_of_it_from_where_it_
     """Issue 27 (the run directory deleted): the tail reads on through its descriptor what
     the writer goes on writing to the deleted file, then the holder's copy (copy_out) from
     where it was: nothing lost, nothing read twice; another file is read from its start."""
-    from trainctl.engine.holder import copy_out
+    from trainctl.holder.main import copy_out
     path = tmp_path / "train.log"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     done = asyncio.Event()

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT, run_trainctl, start_trainctl, wait_until
-from trainctl.engine import tmux as tm
+from trainctl.hosts import tmux as tm
 
 pytestmark = pytest.mark.e2e
 
@@ -178,8 +178,8 @@ def test_trainer_text_reaches_stdout_without_controls(mode, env, tmp_path):
 
 
 def test_remote_attach_hint_is_one_url_and_quoted():
-    from trainctl.remote_cli import attach_hint, attach_url
-    from trainctl.engine.remote import parse_attach_url
+    from trainctl.cli.remote import attach_hint, attach_url
+    from trainctl.hosts.ssh import parse_attach_url
     assert attach_url("box", "/runs/a b") == "ssh://box/runs/a%20b"
     assert attach_url("ssh://me@box:2222", "/r") == "ssh://me@box:2222/r"
     assert attach_url("box", "trainctl/x/runs/r") == "ssh://box/~/trainctl/x/runs/r"

@@ -22,9 +22,9 @@ import pytest
 from tests.e2e.conftest import PYTHON, start_trainctl, wait_until
 from tests.e2e.test_recovery import attempt
 from tests.helpers.hangs import SCRIPTS
-from trainctl.engine import events as E
-from trainctl.engine.report import write_save_request
-from trainctl.engine.runners.verify import verify_path
+from trainctl.core import events as E
+from trainctl.inside.report import write_save_request
+from trainctl.store.checkpoint_verify import verify_path
 
 pytestmark = pytest.mark.e2e
 
@@ -172,7 +172,7 @@ def test_pytorch_lightning_through_the_bootstrap_alone(tmp_path):
     import subprocess
     import sys
 
-    from trainctl.engine.instrument.launch import instrument_env
+    from trainctl.agent.zero_code import instrument_env
     run = tmp_path / "run"
     run.mkdir()
     side_file = run / "side-1.jsonl"

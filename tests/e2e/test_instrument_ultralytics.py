@@ -20,9 +20,9 @@ import pytest
 from tests.e2e.conftest import ROOT, run_trainctl, start_trainctl
 from tests.e2e.test_recovery_ultralytics import of, spawn_workers
 from tests.helpers.hangs import SCRIPTS, wait_until
-from trainctl.engine.demo import make_dataset
-from trainctl.engine.paths import cache_dir
-from trainctl.engine.runners.checkpoint import GOOD_NAME
+from trainctl.config.demo import make_dataset
+from trainctl.store.paths import cache_dir
+from trainctl.store.checkpoint import GOOD_NAME
 
 pytestmark = pytest.mark.e2e
 EPOCHS = 2

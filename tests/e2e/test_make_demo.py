@@ -19,8 +19,8 @@ from tests.e2e.conftest import read_journal
 from tests.e2e.test_tui_demo import BATCH, PASSED_ENV, key
 from tests.helpers.hangs import wait_until
 from tests.helpers.tmux_runs import TmuxRuns
-from trainctl.engine import tmux as tm
-from trainctl.engine.demo import DEMO_EPOCHS
+from trainctl.hosts import tmux as tm
+from trainctl.config.demo import DEMO_EPOCHS
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not tm.tmux_available() or not shutil.which("make"),

@@ -19,10 +19,10 @@ import pytest
 
 from tests.e2e.test_runner_ultralytics import PRESET_A, PRESET_B, runner, spawn_workers
 from tests.helpers.hangs import wait_until
-from trainctl.engine import events as E
-from trainctl.engine.demo import make_dataset
-from trainctl.engine.paths import cache_dir
-from trainctl.engine.runners.checkpoint import GOOD_NAME, MID_PREFIX, inspect_checkpoint
+from trainctl.core import events as E
+from trainctl.config.demo import make_dataset
+from trainctl.store.paths import cache_dir
+from trainctl.store.checkpoint import GOOD_NAME, MID_PREFIX, inspect_checkpoint
 
 pytest.importorskip("ultralytics")
 pytestmark = pytest.mark.e2e

@@ -20,7 +20,7 @@ import pytest
 
 from tests.e2e.conftest import PYTHON, run_trainctl, start_trainctl, wait_until
 from tests.helpers.hangs import STEADY, TRAIN_LOOP
-from trainctl.engine import events as E
+from trainctl.core import events as E
 
 pytestmark = pytest.mark.e2e
 

@@ -17,12 +17,12 @@ import psutil
 import pytest
 
 from tests.e2e.conftest import start_trainctl
-from trainctl.engine.agent import Agent
-from trainctl.engine.demo import make_dataset
-from trainctl.engine.journal import read_events
-from trainctl.engine.paths import cache_dir, make_private_dir
-from trainctl.engine.runners.checkpoint import GOOD_NAME, inspect_checkpoint
-from trainctl.engine.spec import RunSpec
+from trainctl.agent import Agent
+from trainctl.config.demo import make_dataset
+from trainctl.store.journal import read_events
+from trainctl.store.paths import cache_dir, make_private_dir
+from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
+from trainctl.store.spec import RunSpec
 
 pytest.importorskip("ultralytics")
 pytestmark = pytest.mark.e2e

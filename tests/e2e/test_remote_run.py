@@ -30,10 +30,10 @@ from pathlib import Path
 
 import psutil
 import pytest
-from trainctl.engine import tmux as tm
-from trainctl.engine.client import AgentClient
-from trainctl.engine.remote import SshTransport
-from trainctl.engine.supervisor import FINAL_STATES
+from trainctl.hosts import tmux as tm
+from trainctl.client.connection import AgentClient
+from trainctl.hosts.ssh import SshTransport
+from trainctl.core.recovery import FINAL_STATES
 
 from tests.e2e.conftest import read_journal, start_trainctl
 from tests.helpers.hangs import wait_until
@@ -114,7 +114,7 @@ class Box:
 
     def host(self):
         """An SshHost for the box sharing trainctl's ControlMaster (closed by stop())."""
-        from trainctl.engine.remote import SshHost
+        from trainctl.hosts.ssh import SshHost
         host = SshHost(self.dest, ssh_config=self.sshd.ssh_config_path,
                        control_dir=self.control_dir, remote_trainctl=[str(TRAINCTL)])
         self._hosts.append(host)
@@ -310,7 +310,7 @@ async def command_over_ssh(host, run_dir: Path, name: str, **args) -> tuple[dict
 
 async def reattach_until_finished(host, run_dir: Path, timeout: float) -> tuple[dict, list[dict]]:
     """Connect with since=0 over ssh and collect every journal event until the run ends."""
-    from trainctl.engine import events as E
+    from trainctl.core import events as E
     transport = SshTransport(host, str(run_dir))
     client = AgentClient(transport)
     got: list[dict] = []

@@ -1,4 +1,4 @@
-"""engine/remote.py against a real sshd on a loopback port (tests/helpers/sshd.py).
+"""src/trainctl/hosts/ssh.py against a real sshd on a loopback port (tests/helpers/sshd.py).
 
 The pure parts (quoting, URLs, error texts) run everywhere; the rest needs OpenSSH and
 is skipped without it (a failure when TRAINCTL_REQUIRE_SSHD=1, as in CI).
@@ -21,9 +21,8 @@ import pytest
 
 from tests.helpers.sshd import LocalSshd, free_port, make_key
 from trainctl import __version__
-from trainctl.engine import tmux as tm
-from trainctl.engine.remote import (RemoteError, SshHost, SshTransport, classify_ssh_error,
-                                    parse_attach_url, quote_argv)
+from trainctl.hosts import tmux as tm
+from trainctl.hosts.ssh import RemoteError, SshHost, SshTransport, classify_ssh_error, parse_attach_url, quote_argv
 
 ARGV_JSON = "import sys, json; print(json.dumps(sys.argv[1:]))"
 

@@ -8,7 +8,7 @@ import signal
 import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT, run_trainctl, start_trainctl, write_ultralytics_job
-from trainctl.engine.runners.checkpoint import GOOD_NAME
+from trainctl.store.checkpoint import GOOD_NAME
 
 pytestmark = pytest.mark.e2e
 TRAIN_LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
@@ -75,8 +75,8 @@ def test_a_command_goes_on_from_the_newest_checkpoint_of_a_run_that_loads(tmp_pa
     """The earlier run reported two checkpoints; the newer was cut short by a kill: the new
     run starts from the older one and says why; when none loads it is refused (exit 2)."""
     torch = pytest.importorskip("torch")
-    from trainctl.engine import events as E
-    from trainctl.engine.spec import RunSpec
+    from trainctl.core import events as E
+    from trainctl.store.spec import RunSpec
     earlier = tmp_path / "earlier"
     earlier.mkdir()
     older, newer = tmp_path / "epoch1.pt", tmp_path / "epoch2.pt"

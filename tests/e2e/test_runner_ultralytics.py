@@ -19,11 +19,11 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainctl.engine import events as E
-from trainctl.engine.config import load_job, load_preset
-from trainctl.engine.demo import make_dataset, make_demo_job
-from trainctl.engine.paths import cache_dir
-from trainctl.engine.runners.checkpoint import GOOD_NAME, inspect_checkpoint
+from trainctl.core import events as E
+from trainctl.config import load_job, load_preset
+from trainctl.config.demo import make_dataset, make_demo_job
+from trainctl.store.paths import cache_dir
+from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
 from tests.helpers.hangs import wait_until
 
 pytest.importorskip("ultralytics")
@@ -108,7 +108,7 @@ def runner(job: Path, preset: Path, run_dir: Path, *extra: str, events: bool = T
     """Start the runner the way the agent does (preset env, own session); kill its group after."""
     env = dict(os.environ)
     env.update(load_preset(preset).child_env())
-    argv = [sys.executable, "-m", "trainctl.engine.runners.ultralytics", "--job", str(job),
+    argv = [sys.executable, "-m", "trainctl.inside.ultralytics_runner", "--job", str(job),
             "--preset", str(preset), "--run-dir", str(run_dir), *extra]
     r_fd = w_fd = None
     if events:

@@ -24,7 +24,7 @@ from tests.e2e.test_example_midepoch import attempts
 from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
 from tests.helpers.slurm import (SlurmctldStopped, cancel_all, job_field, lift_requeue_hold, queue_of,
                                  require_slurm, scontrol, slurm_env, wait_node_only, wait_queue_empty)
-from trainctl.engine.slurm import read_jobs
+from trainctl.hosts.slurm.commands import read_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 
@@ -184,7 +184,7 @@ def test_ls_shows_a_local_an_ssh_and_a_slurm_run_together(tmp_path, slurm_up, bo
     """`trainctl ls`: a local run (finished), a run on a box over ssh (hosts.toml), and a Slurm
     run waiting in the queue, each with its state, where, progress and last incident."""
     from tests.e2e.test_remote_run import cli, start_remote
-    from trainctl.engine.paths import config_dir
+    from trainctl.store.paths import config_dir
     script = tmp_path / "steps.py"
     script.write_text("import time\nfor i in range(1, 4):\n    print(f'step {i}/3 loss=0.5', flush=True)\n"
                       "    time.sleep(0.1)\n")
@@ -247,7 +247,7 @@ def test_status_ctl_and_attach_reach_the_agent_on_its_node_over_ssh(tmp_path, sl
     ssh path, through a real sshd on loopback that an ssh config names node1 and node2;
     an unreachable node is one line (exit 4)."""
     from tests.helpers.sshd import LocalSshd
-    from trainctl.engine.remote import SshHost
+    from trainctl.hosts.ssh import SshHost
     run_dir = a_long_detached_run(tmp_path, "sl-ssh", slurm_up)
     info = json.loads((run_dir / "agent.json").read_text())
     assert info["node"] in ("node1", "node2") and info["boot_id"], info

@@ -16,10 +16,10 @@ import pytest
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, start_trainctl
 from tests.e2e.test_agent_faults import agent_pid, trainers, write_counter
 from tests.helpers.hangs import wait_until
-from trainctl.engine.client import AgentClient, UnixTransport
-from trainctl.engine.journal import read_events
-from trainctl.engine.runview import RunView, ViewSnapshot
-from trainctl.engine.snapshot import read_snapshot
+from trainctl.client.connection import AgentClient, UnixTransport
+from trainctl.store.journal import read_events
+from trainctl.core.runview import RunView, ViewSnapshot
+from trainctl.store.snapshot import read_snapshot
 
 pytestmark = pytest.mark.e2e
 

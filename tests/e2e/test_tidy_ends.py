@@ -16,7 +16,7 @@ import pytest
 from tests.e2e.conftest import read_journal
 from tests.helpers.hangs import wait_until
 from tests.helpers.tmux_runs import TmuxRuns
-from trainctl.engine import tmux as tm
+from trainctl.hosts import tmux as tm
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]

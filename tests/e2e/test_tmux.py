@@ -1,4 +1,4 @@
-"""engine/tmux.py against a real tmux server on a private socket (never the user's)."""
+"""src/trainctl/hosts/tmux.py against a real tmux server on a private socket (never the user's)."""
 from __future__ import annotations
 
 import os
@@ -11,7 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainctl.engine import tmux as tm
+from trainctl.hosts import tmux as tm
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]

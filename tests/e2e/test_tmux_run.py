@@ -13,7 +13,7 @@ import pytest
 from tests.e2e.conftest import read_journal
 from tests.helpers.hangs import wait_until
 from tests.helpers.tmux_runs import TmuxRuns
-from trainctl.engine import tmux as tm
+from trainctl.hosts import tmux as tm
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
@@ -154,8 +154,8 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     why within seconds — not 'did not start within 30 s'."""
     import time
 
-    from trainctl import cli
-    from trainctl.engine.joblock import JobLock
+    from trainctl.cli.main import main as cli
+    from trainctl.store.joblock import JobLock
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
     args = cli.build_parser().parse_args(["run", "--detach", "--name", "locked"])
@@ -183,8 +183,8 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
 def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_path, given):
     """Refused after the early check (the race, simulated by a holder() that saw nothing):
     a run directory trainctl made is removed; one the user named is left as it was."""
-    from trainctl import cli
-    from trainctl.engine import joblock
+    from trainctl.cli.main import main as cli
+    from trainctl.store import joblock
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(joblock, "holder", lambda job: None)

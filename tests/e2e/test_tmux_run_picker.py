@@ -19,7 +19,7 @@ from tests.e2e.conftest import PYTHON, read_journal, wait_until
 from tests.e2e.test_remote_run import box, start_remote  # noqa: F401  (the loopback ssh box)
 from tests.helpers.slurm import cancel_all, queue_of, require_slurm, wait_queue_empty
 from tests.helpers.tmux_runs import TmuxRuns
-from trainctl.engine import tmux as tm
+from trainctl.hosts import tmux as tm
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120),
               pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
@@ -130,7 +130,7 @@ def test_pick_an_ssh_run_then_the_queued_slurm_run_and_s_cancels_it(runs, box, t
     wait_until(lambda: " STOPPED " in (s := screen(runs)) and "Stop the run?" not in s, 10, 0.1,
                what="STOPPED on the dashboard")
     # the local run went on, untouched by the switch
-    from trainctl.engine.agent.adopt import agent_running
+    from trainctl.agent.adopt import agent_running
     assert agent_running(local_dir)
     assert not {"STOPPED", "FAILED"} & {e.state for e in read_journal(local_dir) if e.type == "state"}
     # leave: q, and the local run stopped as a person would (the teardown then has nothing to kill)

@@ -13,8 +13,8 @@ import time
 import pytest
 
 from tests.e2e.conftest import ROOT
-from trainctl.engine import events as E
-from trainctl.engine.spec import RunSpec
+from trainctl.core import events as E
+from trainctl.store.spec import RunSpec
 
 pytestmark = pytest.mark.e2e
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from trainctl.engine.client import local_client
+from trainctl.client.connection import local_client
 from trainctl.tui.app import TrainctlApp
 from trainctl.tui.screens.confirm import ConfirmScreen
 from trainctl.tui.screens.preset_picker import PresetPicker

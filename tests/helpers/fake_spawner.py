@@ -15,9 +15,9 @@ import asyncio
 import math
 import selectors
 
-from trainctl.engine import events as E
-from trainctl.engine.diagnose import Diagnosis
-from trainctl.engine.process import KillReport
+from trainctl.core import events as E
+from trainctl.system.diagnose import Diagnosis
+from trainctl.system.process import KillReport
 
 
 class _VirtualSelector:

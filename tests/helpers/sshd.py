@@ -229,7 +229,7 @@ class LocalSshd:
 
     def make_host(self, *, ssh_config: Path | None = None, alias: str | None = None, **kw):
         """An SshHost for this server, closed again by stop()."""
-        from trainctl.engine.remote import SshHost
+        from trainctl.hosts.ssh import SshHost
         host = SshHost(alias or self.alias, ssh_config=ssh_config or self.ssh_config_path,
                        control_dir=self.control_dir, **kw)
         self._hosts.append(host)

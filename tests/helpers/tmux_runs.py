@@ -19,7 +19,7 @@ from pathlib import Path
 
 import psutil
 
-from trainctl.engine import tmux as tm
+from trainctl.hosts import tmux as tm
 
 
 class TmuxRuns:

@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from tui_fakes import FakeAgent, replay_journal  # noqa: E402
 
-from trainctl.engine.events import Event  # noqa: E402
+from trainctl.core.events import Event  # noqa: E402
 from trainctl.tui.app import TrainctlApp  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -43,7 +43,7 @@ def presets(tmp_path: Path) -> dict[str, Path]:
     folder.mkdir()
     out = {}
     for name in ("A", "B"):
-        out[name] = Path(shutil.copy(ROOT / "presets" / f"{name}.toml", folder / f"{name}.toml"))
+        out[name] = Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{name}.toml", folder / f"{name}.toml"))
     return out
 
 

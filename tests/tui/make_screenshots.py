@@ -33,7 +33,7 @@ HELLO = {"version": "0.1.0", "job": "yolo-rocm", "run_dir": RUN_DIR, "host": "gp
 
 
 async def shoot(out: Path, tmp: Path) -> None:
-    presets = {n: Path(shutil.copy(ROOT / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
+    presets = {n: Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
                for n in ("A", "B")}
     journal = replay_journal()
     agent = FakeAgent(journal, dict(HELLO), presets, shown_dir=f"{RUN_DIR}/presets")

@@ -8,7 +8,7 @@ from textual.message import Message
 from tui_fakes import FakeAgent
 from tui_helpers import wait_for
 
-from trainctl.engine import events as ev
+from trainctl.core import events as ev
 from trainctl.tui.app import TrainctlApp
 from trainctl.tui.messages import EventBatch
 from trainctl.tui.widgets.loss_chart import LossChart
@@ -54,7 +54,7 @@ async def test_big_replay_is_batched_and_complete(presets):
 
 class _Journal:
     """A client of a run with no agent: its hello says so (``live`` false), its journal
-    is all there is, and the stream ends at once (as engine/client.py's offline replay)."""
+    is all there is, and the stream ends at once (as src/trainctl/client/connection.py's offline replay)."""
 
     def __init__(self, hello: dict, looks: list[float]) -> None:
         self.hello, self.looks = hello, looks

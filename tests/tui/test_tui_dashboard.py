@@ -8,7 +8,7 @@ from textual.message import Message
 from textual.notifications import Notify
 from tui_helpers import replayed, screen_text, shown, tick, wait_for
 
-from trainctl.engine import events as ev
+from trainctl.core import events as ev
 from trainctl.tui.messages import AgentDisconnected, CommandDone, EventBatch
 from trainctl.tui.screens.confirm import ConfirmScreen
 from trainctl.tui.screens.help import HelpScreen
@@ -276,10 +276,10 @@ async def test_finished_run_greys_out_restart(make_app, agent, journal):
 async def test_a_run_without_its_agent_shows_its_journal_and_says_so(tmp_path):
     """The real client on a run directory whose agent is gone: the whole journal replays,
     the header says there is no agent, and agent keys answer with the reason."""
-    from trainctl.engine.client import local_client
-    from trainctl.engine.journal import Journal
-    from trainctl.engine.paths import RunFiles
-    from trainctl.engine.spec import RunSpec
+    from trainctl.client.connection import local_client
+    from trainctl.store.journal import Journal
+    from trainctl.store.paths import RunFiles
+    from trainctl.store.spec import RunSpec
     from trainctl.tui.app import TrainctlApp
 
     files = RunFiles(tmp_path / "run")
@@ -447,7 +447,7 @@ async def test_the_last_checkpoint_and_what_a_restart_now_loses_are_shown(make_a
 
 
 async def test_attach_from_a_snapshot_shows_what_a_replay_shows(make_app, agent, journal):
-    from trainctl.engine.runview import RunView
+    from trainctl.core.runview import RunView
     agent.snapshot_over = 0
     app = make_app()
     messages: list[Message] = []

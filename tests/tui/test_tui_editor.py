@@ -195,7 +195,7 @@ async def test_a_bad_value_in_the_file_is_shown_not_hidden(make_app, agent, pres
 
 
 async def test_run_keeps_updating_behind_the_editor(make_app, agent, journal):
-    from trainctl.engine import events as ev
+    from trainctl.core import events as ev
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
         await open_editor(pilot, agent)

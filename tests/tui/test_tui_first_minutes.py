@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 from tui_helpers import replayed, screen_text, shown, tick, wait_for
 
-from trainctl.engine import events as ev
-from trainctl.engine.report import SAVE_ON_REQUEST_KEY
+from trainctl.core import events as ev
+from trainctl.inside.report import SAVE_ON_REQUEST_KEY
 from trainctl.tui.screens.confirm import ConfirmScreen
 from trainctl.tui.screens.stacks import StacksScreen
 from trainctl.tui.widgets.log_tail import LogTail

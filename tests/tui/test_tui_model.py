@@ -5,8 +5,8 @@ import math
 
 import pytest
 
-from trainctl.engine import events as ev
-from trainctl.engine.config import preset_problems
+from trainctl.core import events as ev
+from trainctl.config import preset_problems
 from trainctl.tui.model import RunModel, Series
 from trainctl.tui.preset_form import build_text, field_for, form_values
 
@@ -62,7 +62,7 @@ def test_form_round_trip_is_identity(tmp_path):
     from pathlib import Path
     root = Path(__file__).resolve().parents[2]
     for name in ("A", "B"):
-        text = (root / "presets" / f"{name}.toml").read_text()
+        text = (root / "src" / "trainctl" / "presets" / f"{name}.toml").read_text()
         new, problems = build_text(text, form_values(text), f"{name}.toml")
         assert new == text and problems == []
 

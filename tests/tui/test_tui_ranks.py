@@ -2,7 +2,7 @@
 a stall marked; the chart follows one rank."""
 from __future__ import annotations
 
-from trainctl.engine import events as ev
+from trainctl.core import events as ev
 from trainctl.tui.model import RunModel
 from trainctl.tui.widgets.resources_panel import ResourcesInfo, resources_text
 

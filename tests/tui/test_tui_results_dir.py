@@ -7,7 +7,7 @@ import os
 import pytest
 from tui_helpers import replayed, screen_text, wait_for
 
-from trainctl.engine import events as ev
+from trainctl.core import events as ev
 
 pytestmark = pytest.mark.timeout(60)
 

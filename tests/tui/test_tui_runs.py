@@ -11,7 +11,7 @@ import pytest
 from tui_fakes import FakeAgent, FakeClient
 from tui_helpers import replayed, screen_text, shown, wait_for
 
-from trainctl.engine import events as ev
+from trainctl.core import events as ev
 from trainctl.tui.app import TrainctlApp
 from trainctl.tui.screens.confirm import ConfirmScreen
 from trainctl.tui.screens.run_picker import RunPicker, picker_rows

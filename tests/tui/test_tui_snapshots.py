@@ -10,7 +10,7 @@ import pytest
 from textual.widgets import Input, TextArea
 from tui_helpers import replayed, shown, tick, wait_for
 
-from trainctl.engine.events import Log
+from trainctl.core.events import Log
 from trainctl.tui.model import NOTE_PREFIX
 from trainctl.tui.screens.preset_editor import PresetEditorScreen
 from trainctl.tui.widgets.loss_chart import LossChart

@@ -13,9 +13,9 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from trainctl.engine.commands import CommandError, check_request
-from trainctl.engine.config import preset_problems
-from trainctl.engine.events import EPHEMERAL, Event, decode, with_seq
+from trainctl.core.commands import CommandError, check_request
+from trainctl.config import preset_problems
+from trainctl.core.events import EPHEMERAL, Event, decode, with_seq
 
 ROOT = Path(__file__).resolve().parents[2]
 JOURNAL = ROOT / "tests" / "data" / "journals" / "handmade_run.jsonl"
@@ -131,7 +131,7 @@ class FakeClient:
         self._backlog = self.agent.journal[since:]
         over = self.agent.snapshot_over
         if snapshot and over is not None and len(self._backlog) > over:
-            from trainctl.engine.runview import RunView, ViewSnapshot
+            from trainctl.core.runview import RunView, ViewSnapshot
             view = RunView()
             view.apply_all(self.agent.journal)
             self._backlog = [ViewSnapshot(view.to_dict(), len(self.agent.journal))]

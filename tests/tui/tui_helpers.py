@@ -5,7 +5,7 @@ import time
 from collections.abc import Callable
 
 from textual.pilot import Pilot
-from trainctl.engine.events import Tick
+from trainctl.core.events import Tick
 
 TICK = dict(phase="train", idle_s=0.6, threshold_s=60.0, auto_recover=True,
             processes=({"pid": 48302, "role": "main", "name": "python", "status": "running",

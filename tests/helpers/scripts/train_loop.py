@@ -30,7 +30,7 @@ Usage: python train_loop.py [options]   (every option is optional)
   --resume PATH        start after the epoch saved in PATH (a missing file: from the start)
   --save-time S        write the checkpoint in place (not atomically) and slowly: half, sleep S,
                        the rest; reports phase "save" around it on trainctl's side channel
-                       (trainctl.engine.report) and prints "save begin/end epoch=E"
+                       (trainctl.inside.report) and prints "save begin/end epoch=E"
 Hangs "worker" and "val" write when they began to $TRAINCTL_RUN_DIR/hang_at.
 Output on stdout (flushed): "env OMP_NUM_THREADS=.. TRAINCTL_PRESET=.. TRAINCTL_WORKERS=.. ..."
 (the preset-related variables it sees, "-" when unset),
@@ -124,7 +124,7 @@ class Batches(Dataset):
 def slow_save(path: str, epoch: int, seconds: float) -> None:
     """Write {"epoch": E} in place in two halves, ``seconds`` apart (a kill in between
     leaves a truncated file), inside phase "save" on trainctl's side channel."""
-    from trainctl.engine.report import report_checkpoint, saving
+    from trainctl.inside.report import report_checkpoint, saving
 
     text = json.dumps({"epoch": epoch})
     with saving():

@@ -1,0 +1,5 @@
+import sys
+
+from trainctl.cli.main import main
+
+sys.exit(main())

@@ -1,0 +1,231 @@
+"""Stopping a trainer: look before killing (diagnose a stall), never kill during a save,
+kill the whole tree, then wait until the GPU lets go of its memory.
+
+A diagnosis that fails (py-spy missing, stacks/ unwritable, a psutil race) is reported and
+recovery goes on without it: nothing here may leave a stalled run stalled."""
+from __future__ import annotations
+
+import asyncio
+import re
+import traceback
+
+import psutil
+
+from trainctl.core import events as E
+from trainctl.system.diagnose import BUSY_CPU, Diagnosis, main_thread_frames
+from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
+from trainctl.store.paths import make_private_dir
+from trainctl.core.recovery import RunState
+from trainctl.core.torchrun import rendezvous_wait
+from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.intake import Intake
+from trainctl.agent.spawner import Trainer
+
+GPU_RELEASE_S = 30.0
+
+
+class Stopper:
+    def __init__(self, ctx: RunContext, intake: Intake, report_error) -> None:
+        self.ctx = ctx
+        self.intake = intake
+        self.report_error = report_error   # (where, exception) -> None: an `error` event
+        self.requests = 0                  # save requests sent (their ids)
+
+    async def diagnose(self, trainer: Trainer, tag: str, snapshot: bool = False) -> Diagnosis:
+        ctx = self.ctx
+        try:
+            make_private_dir(ctx.files.stacks)
+        except OSError:
+            pass   # diagnose() says the stacks could not be written
+        try:
+            loop = asyncio.get_running_loop()
+            probe = ctx.gpu_probe
+            gpu = (await loop.run_in_executor(None, probe.sample)
+                   if probe is not None and probe.available()[0] else None)
+            return await trainer.diagnose(ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu,
+                                          snapshot=snapshot)
+        except Exception as e:   # never in the way of recovery
+            self.report_error("diagnose", e)
+            return Diagnosis("unknown", None, None, f"the diagnosis failed: {e!r}")
+
+    async def on_stall(self, verdict) -> None:
+        """A stall: say so, diagnose it, then end the attempt (when auto-recovery is on)."""
+        ctx = self.ctx
+        trainer = ctx.trainer
+        if trainer is None:
+            return
+        if verdict.still and rendezvous_wait(ctx.spec.command):
+            # several nodes: this node's ranks all still may be waiting for another node's
+            diag = await self.diagnose(trainer, f"{ctx.attempt}")
+            if diag.rank_pids and not diag.ranks:   # every rank waits in a collective
+                ctx.info(f"every rank of this node waits in a collective for "
+                         f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
+                         f"(the phase's threshold still applies). {diag.detail}", "startup_idle_nodes")
+                self.intake.stalled = False
+                return
+            ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
+        else:
+            ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
+            diag = await self.diagnose(trainer, f"{ctx.attempt}")
+        ranks = tuple(diag.ranks) or tuple(verdict.ranks)   # the stacks know the culprit best
+        self.intake.stuck_ranks = ranks
+        ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
+                         diag.cpu_percent, diag.stacks, verdict.threshold_s,
+                         f"{diag.detail} ({verdict.reason})", ranks))
+        if not (ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled):
+            return
+        if self.intake.save_on_request:
+            answers, why = can_answer(diag)
+            if answers:
+                await self.request_save(trainer, "rescue")
+            else:
+                ctx.info(f"no rescue save: {why}; the restart goes on from the last checkpoint",
+                         "save_request_skipped")
+        if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
+            ctx.interrupt.set(EndRequest.STALL)
+
+    async def request_save(self, trainer: Trainer, kind: str) -> bool:
+        """Ask a trainer that declared save-on-request to save now ("rescue" on a stall,
+        "planned" before a restart), and wait for its checkpoint a bounded time.  Whether
+        a good checkpoint came; never raises."""
+        ctx, intake = self.ctx, self.intake
+        if not intake.save_on_request or trainer.returncode is not None:
+            return False
+        limit = ctx.spec.rescue_wait_s if kind == "rescue" else ctx.spec.planned_wait_s
+        self.requests += 1
+        t0, seen = ctx.clock(), intake.checkpoints
+        try:
+            write_save_request(ctx.files.dir, self.requests, kind, t0, hold=kind == "planned")
+            sent = trainer.signal_main(SAVE_REQUEST_SIGNAL)
+        except Exception as e:   # a full disk, a psutil race: kill without the save
+            self.report_error("save_request", e)
+            return False
+        if not sent:
+            ctx.info(f"could not signal the trainer for a {kind} save (it is gone)", "save_request")
+            return False
+        ctx.info(f"asked the trainer for a {kind} save (request {self.requests}); "
+                 f"waiting up to {limit:.0f}s", "save_request")
+        while ctx.clock() - t0 < limit and trainer.returncode is None:
+            if intake.checkpoints > seen and intake.phase != "save":
+                break
+            await asyncio.sleep(0.1)
+        took = ctx.clock() - t0
+        ev = intake.last_checkpoint if intake.checkpoints > seen else None
+        if ev is not None and ev.ok:
+            ctx.info(f"{kind} save took {took:.1f}s: {ev.path} ({position(ev)})", "save_request_done")
+            return True
+        if ev is not None:
+            ctx.info(f"the {kind} save failed after {took:.1f}s: {ev.detail or ev.path}",
+                     "save_request_failed")
+        elif trainer.returncode is not None:
+            ctx.info(f"the trainer exited {took:.1f}s after the {kind} save request, "
+                     "without a checkpoint", "save_request_failed")
+        else:
+            ctx.info(f"no {kind} save after {took:.0f}s (the main thread does not answer); "
+                     "stopping it; the restart goes on from the last checkpoint",
+                     "save_request_timeout")
+        return False
+
+    async def kill(self, trainer: Trainer, why: str) -> None:
+        """Kill the trainer's whole tree — but never while it writes a checkpoint."""
+        ctx = self.ctx
+        if self.intake.phase == "save":
+            ctx.info(f"waiting for the checkpoint save to finish before stopping ({why})", "save_wait")
+            deadline = ctx.clock() + ctx.spec.save_wait_s
+            while self.intake.phase == "save" and trainer.returncode is None and ctx.clock() < deadline:
+                await asyncio.sleep(0.1)
+        if ctx.sm.state != RunState.STOPPING:
+            ctx.set_state(RunState.STOPPING, why)
+        report = await trainer.kill(ctx.spec.kill_grace_s)
+        detail = f"killed {len(report.pids)} processes in {report.seconds:.1f}s"
+        if report.forced:
+            detail += f" ({len(report.forced)} needed SIGKILL)"
+        if report.survivors:
+            detail += f"; STILL ALIVE: {list(report.survivors)}"
+        ctx.info(detail, "kill")
+        await self.wait_gpu_released(report.pids)
+
+    async def sweep(self, trainer: Trainer) -> None:
+        try:
+            report = await trainer.sweep()
+        except Exception as e:
+            self.report_error("sweep", e)
+            return
+        if report.survivors:
+            self.ctx.info(f"processes still alive after kill: {list(report.survivors)}", "kill")
+
+    async def wait_gpu_released(self, pids: tuple[int, ...], limit_s: float = GPU_RELEASE_S) -> None:
+        ctx = self.ctx
+        probe = ctx.gpu_probe
+        try:
+            if probe is None or not getattr(probe, "available", lambda: (False, ""))()[0]:
+                return
+            loop = asyncio.get_running_loop()
+            t0 = ctx.clock()
+            held: list[int] = []
+            while ctx.clock() - t0 < limit_s:
+                sample = await loop.run_in_executor(None, probe.sample)
+                held = [p for p, _mem in sample.processes if p in pids] if sample else []
+                if not held:
+                    ctx.info(f"GPU memory released after {ctx.clock() - t0:.1f}s", "gpu_release")
+                    return
+                await asyncio.sleep(0.5)
+            ctx.info(f"GPU memory still held by {held} after {limit_s:.0f}s; restarting anyway",
+                     "gpu_release")
+        except Exception as e:   # a GPU probe's failure must not hold up the restart
+            self.report_error("gpu_release", e)
+
+
+def position(ev: E.Checkpoint) -> str:
+    """'epoch 2 batch 700' (batches done in that epoch), 'end of epoch 2'."""
+    if ev.epoch is None:
+        return "position unknown"
+    return f"epoch {ev.epoch} batch {ev.batch}" if ev.batch is not None else f"end of epoch {ev.epoch}"
+
+
+_PY_FRAME = re.compile(r"\.pyw?:\d+\)$")
+
+
+def can_answer(diag: Diagnosis) -> tuple[bool, str]:
+    """Whether a stalled trainer's main thread can still run Python (a signal handler),
+    from the diagnosis and the stacks; (False, why) only when surely not: the main process
+    stopped (SIGSTOP) or in uninterruptible I/O, or spinning in native code.  When unsure,
+    True: the bounded wait decides."""
+    main = next((p for p in diag.processes if p.role == "main"), None)
+    if main is None:
+        return True, "main process not sampled"
+    if main.status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return False, "the main process is stopped (SIGSTOP)"
+    if main.status == psutil.STATUS_DISK_SLEEP:
+        return False, "the main process is in uninterruptible I/O"
+    if diag.diagnosis == "spin" and (main.cpu_percent or 0.0) > BUSY_CPU:
+        frame = _main_innermost(diag.stacks, main.pid)
+        if frame and not _PY_FRAME.search(frame):
+            return False, f"the main thread spins in native code ({frame[:80]})"
+    return True, ""
+
+
+def _main_innermost(stacks: str | None, pid: int) -> str | None:
+    """The main thread's innermost frame, native ones included, from the stall dump."""
+    if not stacks:
+        return None
+    try:
+        with open(stacks, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+    except OSError:
+        return None
+    part = re.search(rf"^=== pid {pid} .*?$(.*?)(?=^=== pid |\Z)", text, re.M | re.S)
+    if part is None:
+        return None
+    dump = part.group(1)
+    for line in dump.splitlines():
+        if line.startswith("Thread ") and ('"MainThread"' in line or line.split()[1:2] == [str(pid)]):
+            idx = dump.index(line)
+            frames = [ln.strip() for ln in dump[idx:].splitlines()[1:] if ln.startswith("    ")]
+            return frames[0] if frames else None
+    frames = main_thread_frames(dump)
+    return frames[0] if frames else None
+
+
+def format_traceback(e: BaseException) -> str:
+    return "".join(traceback.format_exception(type(e), e, e.__traceback__))

@@ -1,0 +1,658 @@
+"""Trainer console output → lines → progress and phase events.  Pure: no I/O, no clock.
+
+Two pieces:
+
+* :class:`LineSplitter` turns the raw byte stream of a trainer's stdout/stderr into text
+  lines.  It splits on both ``\\r`` and ``\\n`` (tqdm and Ultralytics redraw their bars with
+  ``\\r`` and no newline), removes every control and escape sequence
+  (:func:`trainctl.core.sanitize.sanitize`), decodes UTF-8 incrementally, never waits
+  for a newline longer than :data:`MAX_PARTIAL` characters and cuts a line longer than
+  :data:`~trainctl.core.sanitize.MAX_LINE` (the raw log, written elsewhere, keeps it whole).
+* :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
+  events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars,
+  plain ``key=value`` logs, and the trainers in :mod:`trainctl.core.formats` (HF Trainer,
+  timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first).
+  ``ConsoleParser.last_format`` names the reader that claimed the last line it read.
+  A line it cannot read gives no event, never an exception.
+
+Every regex here runs on every line the trainer prints, on the agent's only event loop, so
+each one must take time linear in the line's length whatever the line: repetitions that
+meet something they could also match are possessive (``*+``), and no pattern can start
+many overlapping attempts that each read to the end of the line.  ``bench/bench_parse.py``
+prints the time per line against its length; the tests feed long hostile lines.
+"""
+from __future__ import annotations
+
+import codecs
+import math
+import re
+
+from trainctl.core import formats as F
+from trainctl.core.events import Event, Phase, Progress
+from trainctl.core.sanitize import MAX_LINE, cut_line, sanitize, strip_escapes
+
+MAX_PARTIAL = 64 * 1024
+"""A line without terminator is cut into pieces of this many characters."""
+
+_SPLIT_RE = re.compile(r"[\r\n]+")
+# The bytes of the C0 controls but tab, LF, CR and ESC, and DEL: a chunk without any (and
+# without a C1 control, UTF-8 \xc2\x80-\xc2\x9f) needs only its escape sequences removed.
+_C0_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x1b), *range(0x1c, 0x20), 0x7f])
+_C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
+
+
+def strip_ansi(s: str) -> str:
+    """Remove escape sequences (colours, ``\\x1b[K``, OSC titles, malformed ones) and
+    controls from ``s``: :func:`trainctl.core.sanitize.sanitize`."""
+    return sanitize(s)
+
+
+class LineSplitter:
+    """Split a byte stream into clean text lines, whatever the chunking.
+
+    ``feed(data)`` returns the lines completed by ``data``; the unterminated tail is kept
+    until the next ``\\r``/``\\n`` or :meth:`flush`.  Empty and blank lines are dropped and
+    trailing whitespace is removed.  The output does not depend on how the stream was cut:
+    an escape sequence split across reads is whole once its line is (a line is only
+    sanitised when complete, or when cut at ``max_partial``, where a sequence cut in two
+    loses its controls on both sides).  A line is at most ``max_line`` characters.
+    """
+
+    def __init__(self, max_partial: int = MAX_PARTIAL, max_line: int = MAX_LINE) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._pieces: list[str] = []  # the unterminated tail, in pieces (no quadratic joins)
+        self._size = 0
+        self._max = max_partial
+        self._max_line = max_line
+        # Whether the held tail may hold a control other than ESC (then lines get the whole
+        # sanitiser, else only escape sequences are removed: the common case, faster), and
+        # whether the last chunk ended in \xc2 (a C1 control may be split across reads).
+        self._dirty = False
+        self._c2 = False
+
+    def feed(self, data: bytes) -> list[str]:
+        new = self._decoder.decode(data)
+        dirty = ((self._c2 and b"\x80" <= data[:1] <= b"\x9f")
+                 or _C1_UTF8.search(data) is not None
+                 or len(data.translate(None, _C0_BYTES)) != len(data))
+        if data:
+            self._c2 = data[-1:] == b"\xc2"
+        if "\n" not in new and "\r" not in new:
+            self._pieces.append(new)
+            self._size += len(new)
+            self._dirty |= dirty
+            return self._clean(self._cut()) if self._size > self._max else []
+        self._pieces.append(new)
+        parts = _SPLIT_RE.split("".join(self._pieces))
+        tail = parts.pop()
+        self._pieces, self._size = [tail], len(tail)
+        self._dirty |= dirty
+        out = self._clean(parts)
+        self._dirty = dirty   # the tail is from this chunk (it follows its last line end)
+        if self._size > self._max:
+            out.extend(self._clean(self._cut()))
+        return out
+
+    def flush(self) -> list[str]:
+        """End of stream: return the unterminated tail (and any undecodable bytes) as lines."""
+        self._pieces.append(self._decoder.decode(b"", final=True))
+        text = "".join(self._pieces)
+        self._pieces, self._size = [], 0
+        self._dirty = True   # the decoder's last word (U+FFFD) or anything: the whole sanitiser
+        out = self._clean(_SPLIT_RE.split(text))
+        self._dirty = self._c2 = False
+        return out
+
+    @property
+    def pending(self) -> int:
+        """Characters held back waiting for a line end (never more than ``max_partial``)."""
+        return self._size
+
+    def _cut(self) -> list[str]:
+        """Cut the tail into ``max_partial`` pieces, keeping the (non-empty) rest."""
+        text = "".join(self._pieces)
+        n = (len(text) - 1) // self._max * self._max
+        pieces = [text[k:k + self._max] for k in range(0, n, self._max)]
+        self._pieces, self._size = [text[n:]], len(text) - n
+        return pieces
+
+    def _clean(self, parts: list[str]) -> list[str]:
+        out = []
+        cap = self._max_line
+        dirty = self._dirty
+        for p in parts:
+            if dirty:
+                p = sanitize(p)
+            elif "\x1b" in p:
+                p = strip_escapes(p)
+            p = p.rstrip()
+            if p:
+                out.append(p if len(p) <= cap else cut_line(p, cap))
+        return out
+
+
+# ---------------------------------------------------------------------------- patterns
+
+DEFAULT_LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
+
+# Ultralytics batch line, 8.4 (own TQDM) and 8.3 (tqdm):
+#   "        1/3    0G   1.79   1.213   1.093   4   64: 8% ━─── 2/24 4.8it/s 0.3s<4.5s"
+#   "     80/400  29.9G  0.6966  0.3341  1.085  31  640: 100%|██████████| 351/351 [04:18<00:00,  1.36it/s]"
+# Something always follows the count (8.4: rate and elapsed, 8.3: tqdm's [...]): a frame cut
+# short by a kill ("... 4/2") is not read as batch 4 of 2.  The 8.4 rate is captured here
+# (groups 6-8); 8.3's is read from the tail.  No lazy groups: this runs on every frame.
+# The 8.4 bar (━━━──) holds no digit and no space; the counts follow it.
+_UL_BATCH = re.compile(
+    r" *+(\d++)/(\d++) ++[^ :]*G ++([^:]*+): *+\d++%(?:\|[^|]*+\|| [^ \d]*+) *+(\d++)/(\d++) ++"
+    r"(?:(\d++(?:\.\d*+)?)([kKMG]?)(it/s|s/it)\b)?(.*)$")
+# Ultralytics validation bars (detect/seg/pose/obb and classify).
+_UL_VAL = re.compile(r"\s++(?:Class\s++Images\s++Instances\s++\w++\(P|classes\s++top1_acc)")
+_UL_DONE = re.compile(r"\d++ epochs? completed in ")
+# Any tqdm bar:  "desc:  45%|████▌     | 45/100 [00:10<00:12,  4.40it/s, loss=0.123]"
+# The description ends at a colon before the first "%|" (so only one colon can be tried:
+# a lazy (.*?): would try the rest of the line after every colon, quadratic).
+# The bar is optional ("Epoch 2/3:  25%| 5/20 [00:00, 17.14it/s, loss=1.3]": a tqdm-like
+# line with no bar characters), and so is the bracket, "<remaining" in it or not.
+_TQDM = re.compile(r"(?:((?:(?!%\|).)*?):)?\s*+(\d++)%\|(?:[^|]*+\|)?\s*+(\d++)/(\d++)\s*+"
+                   r"(?:\[([^\]]*+)\]?)?([^\[\]]*+)$")
+# tqdm without a total: "Epoch 2: 45it [00:10,  4.40it/s, loss=0.1]"
+_TQDM_NOTOTAL = re.compile(r"(?:((?:(?!it \[).)*?):)?\s*+(\d++)it \[([^\]]*+)\]?\s*+$")
+_SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
+
+_NUM = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
+_EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d++)(?:\s*+/\s*+(\d++))?", re.I)
+# "epoch 2", "Step: 40", "batch=3/30", "iter #[ 5 / 9": spaces, one of :=#, one [, digits.
+# Searched in the lower-cased line (faster than re.I).
+_COUNTER = re.compile(
+    r"\b(epoch|step|batch|iter|iteration)s?\b\s*+(?:[:=#]\s*+)?(?:\[\s*+)?(\d++)"
+    r"(?:\s*+/\s*+(\d++))?")
+# torchvision references: "Epoch: [0]  [  0/1563]  eta: ...  loss: 6.9"
+_BRACKET_BATCH = re.compile(
+    r"\bepoch\b\W*+\d++\s*+(?:/\s*+\d++\s*+)?(?:\]\s*+)?\[\s*+(\d++)\s*+/\s*+(\d++)\s*+\]", re.I)
+# key=value / key: value.  A key is the run of [\w./-] from its first letter (or _) on.
+# Each run is read once: from where the search stands (a run's start, or the end of the
+# previous pair) to the run's end, then the value; when that fails the second branch skips
+# the rest of the run (a later start in the same run would reach the same end and fail the
+# same way: trying each one is quadratic) and gives an empty run.  The key is then the run
+# from its first letter on (:func:`_kv_key`).
+_KV_LOSS = re.compile(r"([\w./-]++)\s*+[:=]\s*+(?>(" + _NUM + r"))(?![\w.])|[\w./-]++", re.I)
+_KEY_START = re.compile(r"[A-Za-z_]", re.I)
+_ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+_VAL_WORD = re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
+                       r"testing|sanity checking)\b", re.I)
+# Bars of data preparation, not training (HF's "Loading checkpoint shards", datasets' "Map").
+_SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped|Loading|"
+                        r"\bMap\b|\bFilter\b|Generating|Resolving|Fetching|Extracting|Upload|"
+                        r"Tokeniz|Saving", re.I)
+_RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:?\s?")
+_LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
+# After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
+_AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
+# The generic counter: one "N/M" in a line that says nothing else a reader knows, with a
+# sign of training next to it (a loss pair, a rate, an elapsed/ETA clock).  Not a date (3
+# parts), a path or a version (a letter, dot or slash against it), a quantity (a unit after
+# it), a count of things that are not batches (a noun after it: "1/2 nodes", "3/10 kernels"),
+# or a ratio or an identifier (a word before it: accuracy, rank, GPU, ...).
+_GENERIC = re.compile(r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|%|(?i:"
+                      r"files?|images?|imgs|samples?|tokens?|items?|nodes?|workers?|ranks?|"
+                      r"shards?|kernels?|configs?|configurations?|trials?|folds?|attempts?|"
+                      r"requests?|retries|tries|gpus?|devices?|processes|jobs?|tasks?|tests?|"
+                      r"chunks?|parts?))\b)")
+# A rate anywhere in the line.  A clock is no sign by itself (nearly every log line starts
+# with a time of day): only an elapsed/ETA clock right after the counter is (_NEAR_CLOCK).
+_GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?)/s|s/it)\b", re.I)
+# Matched where the counter ends: separators, then tqdm's "[00:10<00:12" / "[00:00, ", a
+# labelled "ETA 00:41" / "elapsed: 0:12", or "00:12 elapsed" / "00:12 remaining".
+_NEAR_CLOCK = re.compile(
+    r"[\s|,;]*+(?:\[\s*+\d++:\d\d(?::\d\d)?\s*+[<,\]]|(?:eta|elapsed|remaining|left)\b\W{0,3}\d++:\d\d"
+    r"|\d++:\d\d(?::\d\d)?\s*+(?:elapsed|remaining|left|eta)\b)", re.I)
+# A word just before the counter that makes it something else than a batch counter:
+# "epoch 1/10" is the epoch (the key=value reader had its say on it), the rest a ratio, an
+# identifier or a count of things.
+_RATIO_WORDS = frozenset({"epoch", "epochs",
+                          "acc", "accuracy", "correct", "top1", "top5", "top-1", "top-5", "hits",
+                          "score", "ratio", "matched", "match", "rank", "node", "nodes", "gpu",
+                          "gpus", "device", "cuda", "worker", "workers", "process", "proc", "shard",
+                          "shards", "split", "layer", "layers", "head", "heads", "file", "files",
+                          "on", "at", "since", "until", "date", "day",
+                          "of", "passed", "failed", "tests", "checkpoint", "loading", "loaded",
+                          "downloading", "downloaded", "scanning", "caching", "cached", "saving",
+                          "fold", "folds", "trial", "trials", "attempt", "attempts", "request",
+                          "requests", "retry", "retries", "try", "kernel", "kernels", "config",
+                          "configs", "util", "utilization", "usage", "mem", "memory", "job",
+                          "jobs", "task", "tasks"})
+# A tqdm bar of bytes (a download, an upload): "570/570 [00:00<00:00, 2.1MB/s]", "?B/s".
+_BYTE_RATE = re.compile(r"[\d?]\s*+[kKMGTPE]?i?B/s\b")
+_EPOCH_LINE = re.compile(
+    r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I)
+
+
+# The trainers' readers (src/trainctl/core/formats.py), each tried only when one of its needles is in
+# the line: most lines hold none, and an `in` test costs far less than a regex.
+_READERS = (
+    (("{'",), F.read_hf_dict),
+    (("Train: ",), F.read_timm),
+    (("Test",), F.read_timm_test),
+    (("/step", "ETA: "), F.read_keras),
+    (("━",), F.read_lightning_rich),   # the rich bar's heavy line
+    (("Epoch", "Iter"), F.read_mm),
+    (("loss train: ",), F.read_litgpt),
+    ((" iteration ",), F.read_megatron),
+    ((" loss ",), F.read_nanogpt),
+    (("skipped=", "global_step="), F.read_deepspeed),
+)
+
+
+def parse_rate(text: str) -> float | None:
+    """Batches per second from a tqdm/Ultralytics rate: ``2.8it/s``, ``5.75s/it``, ``1.6Kit/s``.
+
+    ``None`` when ``text`` holds no rate (a first frame) or an unknown one (``?it/s``).
+    """
+    end = text.find("it/s")
+    inverse = False
+    if end < 0:
+        end = text.find("s/it")
+        if end < 0:
+            return None
+        inverse = True
+    num = text[text.rfind(" ", 0, end) + 1:end].lstrip("[(,")
+    scale = _SCALE.get(num[-1:]) if num[-1:].isalpha() else 1.0
+    if scale is None:
+        return None
+    if scale != 1.0:
+        num = num[:-1]
+    try:
+        value = float(num) * scale
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value <= 0:
+        return None
+    return 1.0 / value if inverse else value
+
+
+def _has_val_word(text: str, low: str | None = None) -> bool:
+    """``_VAL_WORD.search(text)``, with a substring test first: every one of its words holds
+    "val", "test" or "sanity", and most lines hold none (the regex costs ~3 us a line).
+    ``low`` is ``text.lower()`` when the caller has it."""
+    if low is None:
+        low = text.lower()
+    if "val" not in low and "test" not in low and "sanity" not in low:
+        return False
+    return _VAL_WORD.search(text) is not None
+
+
+def _float(tok: str) -> float | None:
+    try:
+        return float(tok)
+    except ValueError:
+        return None
+
+
+def _kv_key(run: str) -> str:
+    """The key in a run of key characters: from its first letter or ``_`` on ("" if none)."""
+    m = _KEY_START.search(run)
+    return run[m.start():] if m is not None else ""
+
+
+def _is_loss_key(key: str) -> bool:
+    k = key.lower()
+    return "loss" in k or k in _LOSS_EXTRA
+
+
+def _kv_losses(line: str) -> dict[str, float]:
+    """The ``key=value`` / ``key: value`` pairs of ``line`` whose key names a loss."""
+    losses = {}
+    for run, v in _KV_LOSS.findall(line):
+        if run:
+            k = run if run[0] in _ASCII_KEY_START else _kv_key(run)
+            if _is_loss_key(k):
+                losses[k] = float(v)
+    return losses
+
+
+# ---------------------------------------------------------------------------- parser
+
+class ConsoleParser:
+    """Stateful reader of a trainer's console lines.
+
+    ``feed(line, now)`` returns the events the line implies: a :class:`Phase` when the phase
+    changes (the first progress line means ``train``; an Ultralytics validation bar ``val``;
+    ``N epochs completed in`` ``finished``), then a :class:`Progress` for a batch line.
+    Loss names come from the last Ultralytics header seen (``box_loss cls_loss dfl_loss``
+    when none was).  Once an Ultralytics header or batch line has been seen, the generic
+    tqdm and key=value readers are switched off so that scan bars and argument dumps are
+    never mistaken for progress.
+    """
+
+    def __init__(self, user: F.UserPattern | None = None) -> None:
+        self.phase: str | None = None
+        self.loss_names: tuple[str, ...] = DEFAULT_LOSS_NAMES
+        self.ultralytics = False
+        self.user = user
+        # The reader that claimed the last line read (a name: "ultralytics84", "tqdm",
+        # "keyvalue", "hf_dict", "user", ...); a line no reader claims leaves it as it was,
+        # so a caller that wants it per line (scan --explain) sets it to None first.
+        self.last_format: str | None = None
+        self._context_epoch: tuple[int, int | None] | None = None
+        self._composer: tuple[int | None, int | None, int | None] | None = None
+
+    # -- entry point
+    def feed(self, line: str, now: float) -> list[Event]:
+        if len(line) > MAX_LINE:
+            line = cut_line(line)
+        if self.user is not None:
+            r = self.user.read(line)
+            if r is not None:
+                return self._reading(r, now, None)
+        if "%" in line and "/" in line:
+            # Fast path: an Ultralytics batch frame (the overwhelming majority of lines).
+            m = _UL_BATCH.match(line)
+            if m is not None:
+                return self._ultralytics(m, now, None)
+        rank = None
+        if line[:1] == "[":
+            rm = _RANK_PREFIX.match(line)
+            if rm is not None:
+                rank = int(rm.group(1))
+                line = line[rm.end():]
+                if "%" in line and "/" in line:
+                    m = _UL_BATCH.match(line)
+                    if m is not None:
+                        return self._ultralytics(m, now, rank)
+        return self._slow(line, now, rank)
+
+    def _slow(self, line: str, now: float, rank: int | None) -> list[Event]:
+        stripped = line.lstrip()
+        if stripped.startswith("Epoch") and ("GPU_mem" in line or "gpu_mem" in line):
+            self._header(stripped)
+            self.last_format = "ultralytics_header"
+            return []
+        if _UL_VAL.match(line):
+            return self._phase("val", now) if self.phase != "finished" else []
+        if _UL_DONE.match(stripped):
+            self.last_format = "ultralytics"
+            return self._phase("finished", now)
+        if self.ultralytics:
+            return []
+        if "%|" in line or "it [" in line:
+            return self._tqdm(line, now, rank)
+        if ":" in line or "[" in line or "{" in line:
+            r = self._known(line)
+            if r is not None:
+                return self._reading(r, now, rank)
+        low = line.lower()
+        if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
+            events = self._keyvalue(line, now, rank, low)
+            if events or self.last_format == "epoch_header":
+                return events
+        if "/" in line:
+            return self._generic(line, now, rank, low)
+        return []
+
+    def _known(self, line: str) -> F.Reading | None:
+        """The trainers' own formats (:mod:`.formats`), each behind a substring test."""
+        if line[:1] == "[":
+            if line.startswith(("[epoch=", "[batch=", "[Eval batch=")):
+                r = F.read_composer(line)
+                if r is not None:
+                    self._composer = (r.epoch, r.batch, r.batches)
+                    return r
+            b = F.read_bracket(line)
+            if b is not None:
+                batch, batches, end = b
+                rest = line[end:]
+                losses = _kv_losses(rest)
+                if losses or not rest.strip(" :-|"):
+                    epoch, epochs = self._context_epoch or (None, None)
+                    return F.Reading("bracket", epoch=epoch, epochs=epochs, batch=batch,
+                                     batches=batches, losses=losses)
+        for needles, reader in _READERS:
+            for needle in needles:
+                if needle in line:
+                    r = reader(line)
+                    if r is not None:
+                        return self._with_context(r) if r.fmt == "keras" else r
+                    break
+        if self._composer is not None and "Train loss/train/" in line:
+            kv = F.read_composer_loss(line)
+            if kv is not None:
+                epoch, batch, batches = self._composer
+                return F.Reading("composer", epoch=epoch, batch=batch, batches=batches,
+                                 losses={kv[0]: kv[1]})
+        return None
+
+    def _with_context(self, r: F.Reading) -> F.Reading:
+        """A Keras bar takes its epoch from the "Epoch 2/10" line printed before it."""
+        if self._context_epoch is None:
+            return r
+        epoch, epochs = self._context_epoch
+        return F.Reading(r.fmt, epoch=epoch, epochs=epochs, batch=r.batch, batches=r.batches,
+                         losses=r.losses)
+
+    def _reading(self, r: F.Reading, now: float, rank: int | None) -> list[Event]:
+        self.last_format = r.fmt
+        if r.phase is not None:
+            return self._phase(r.phase, now) if self.phase != "finished" else []
+        return self._emit(Progress(now, epoch=r.epoch, epochs=r.epochs, batch=r.batch,
+                                   batches=r.batches, losses=dict(r.losses), rate=None,
+                                   rank=rank))
+
+    # -- helpers
+    def _phase(self, phase: str, now: float) -> list[Event]:
+        if phase == self.phase:
+            return []
+        self.phase = phase
+        return [Phase(now, phase)]
+
+    def _emit(self, p: Progress) -> list[Event]:
+        """A progress, preceded by ``Phase(train)`` when it ends another phase."""
+        if self.phase == "train":
+            return [p]
+        self.phase = "train"
+        return [Phase(p.ts, "train"), p]
+
+    def _header(self, stripped: str) -> None:
+        cols = stripped.split()
+        names = [c for c in cols[2:] if c not in ("Instances", "Size")]
+        if names:
+            self.loss_names = tuple(names)
+        self.ultralytics = True
+
+    def _ultralytics(self, m: re.Match, now: float, rank: int | None) -> list[Event]:
+        self.ultralytics = True
+        epoch, epochs, desc, batch, batches, num, prefix, unit, tail = m.groups()
+        self.last_format = "ultralytics84" if num is not None else "ultralytics"
+        toks = desc.split()
+        if toks and toks[-1][-1] == "…":  # desc cut to the terminal width: no Instances/Size
+            values = toks[:-1]
+        else:
+            values = toks[:-2]
+        names = self.loss_names
+        try:
+            if len(values) > len(names):
+                raise ValueError(values)
+            losses = dict(zip(names, map(float, values)))
+        except ValueError:
+            losses = self._some_losses(values)
+        if num is not None:
+            rate = float(num) * _SCALE[prefix]
+            rate = rate if unit == "it/s" else (1.0 / rate if rate else None)
+        else:
+            rate = parse_rate(tail)
+        return self._emit(Progress(now, epoch=int(epoch), epochs=int(epochs), batch=int(batch),
+                                   batches=int(batches), losses=losses, rate=rate or None,
+                                   rank=rank))
+
+    def _some_losses(self, values: list[str]) -> dict[str, float]:
+        """The losses that parse, named by the header (extra columns become ``lossN``)."""
+        names = self.loss_names
+        losses = {}
+        for i, tok in enumerate(values):
+            v = _float(tok)
+            if v is not None:
+                losses[names[i] if i < len(names) else f"loss{i}"] = v
+        return losses
+
+    def _tqdm(self, line: str, now: float, rank: int | None) -> list[Event]:
+        m = _TQDM.match(line)
+        if m is not None:
+            desc, batch, batches, inside = m.group(1), int(m.group(3)), int(m.group(4)), m.group(5)
+            if inside is None:   # no [elapsed<remaining, rate, postfix]: "17.1it/s loss=1.3"
+                if parse_rate(m.group(6)) is None:
+                    return []    # a frame cut short ("45/10"), or not a bar
+                return self._tqdm_event(desc, batch, batches, now, rank, parse_rate(m.group(6)),
+                                        _kv_losses(m.group(6)))
+        else:
+            m = _TQDM_NOTOTAL.match(line)
+            if m is None:
+                return []
+            desc, batch, batches, inside = m.group(1), int(m.group(2)), None, m.group(3)
+        parts = inside.split(",")
+        if len(parts) > 1 and "B/s" in parts[1] and _BYTE_RATE.search(parts[1]):
+            return []    # a download's bar: bytes per second, not batches
+        losses = {}
+        for part in parts[2:]:
+            k, sep, v = part.partition("=")
+            k = k.strip()
+            if sep and _is_loss_key(k):
+                f = _float(v.strip())
+                if f is not None:
+                    losses[k] = f
+        return self._tqdm_event(desc, batch, batches, now, rank,
+                                parse_rate(parts[1]) if len(parts) > 1 else None, losses)
+
+    def _tqdm_event(self, desc: str | None, batch: int, batches: int | None, now: float,
+                    rank: int | None, rate: float | None, losses: dict[str, float]) -> list[Event]:
+        desc = desc or ""
+        if _SKIP_DESC.search(desc):
+            return []
+        self.last_format = "tqdm"
+        if _has_val_word(desc):
+            return self._phase("val", now) if self.phase != "finished" else []
+        epoch = epochs = None
+        em = _EPOCH_IN.search(desc)
+        tt = F.read_torchtune_desc(desc) if "|Loss: " in desc else None
+        if tt is not None:
+            epoch, losses = tt[0], {**tt[1], **losses}
+            self.last_format = "torchtune"
+        elif em is not None:
+            epoch = int(em.group(1))
+            epochs = int(em.group(2)) if em.group(2) else None
+        elif self._context_epoch is not None:
+            epoch, epochs = self._context_epoch
+        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
+                                   losses=losses, rate=rate, rank=rank))
+
+    def _generic(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
+        """One clear ``N/M`` counter (N <= M) next to a loss pair, a rate or an elapsed/ETA clock."""
+        found = _GENERIC.findall(line)
+        if len(found) != 1:
+            return []
+        n, m = int(found[0][0]), int(found[0][1])
+        if m < 2 or n > m:
+            return []
+        at = _GENERIC.search(line)
+        before = low[:at.start()].replace(":", " ").replace("=", " ").split()
+        word = before[-1].strip("[(#|,-") if before else ""
+        if not word and len(before) > 1:   # "epoch # 1/10", "request | 2/5"
+            word = before[-2].strip("[(#|,-")
+        if word in _RATIO_WORDS:
+            return []
+        losses = _kv_losses(line)
+        if (not losses and _GENERIC_SIGN.search(line) is None
+                and _NEAR_CLOCK.match(line, at.end()) is None):
+            return []
+        if _SKIP_DESC.search(line):
+            return []
+        self.last_format = "counter"
+        if _has_val_word(line, low):
+            return self._phase("val", now) if self.phase != "finished" else []
+        epoch, epochs = self._context_epoch or (None, None)
+        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=n, batches=m,
+                                   losses=losses, rate=parse_rate(line), rank=rank))
+
+    def _keyvalue(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
+        em = _EPOCH_LINE.match(line)
+        if em is not None:  # "Epoch 2/10" on its own line: context for tqdm and Keras bars below it
+            self._context_epoch = (int(em.group(1)), int(em.group(2)))
+            self.last_format = "epoch_header"
+            return []
+        epoch = epochs = batch = batches = None
+        epoch_end = -1
+        for m in _COUNTER.finditer(low):
+            key, n, total = m.groups()
+            n = int(n)
+            total = int(total) if total else None
+            if key == "epoch":
+                if epoch is None:
+                    epoch, epochs, epoch_end = n, total, m.end()
+            elif batch is None:
+                batch, batches = n, total
+        if batch is None and epoch_end >= 0:
+            # "Epoch 2/10: 37/500 loss=0.41", fairseq's "epoch 001:    100 / 1000 loss=..."
+            fm = _AFTER_EPOCH.match(low, epoch_end)
+            if fm is not None:
+                batch, batches = int(fm.group(1)), int(fm.group(2))
+        if batch is None:
+            bm = _BRACKET_BATCH.search(line)
+            if bm is not None:
+                batch, batches = int(bm.group(1)), int(bm.group(2))
+        if epoch is None and batch is None:
+            return []
+        losses = _kv_losses(line)
+        if not losses and batches is None:
+            return []  # "epochs=2, batch=4" in an argument dump is not progress
+        self.last_format = "keyvalue"
+        if _has_val_word(line, low):
+            return self._phase("val", now) if self.phase != "finished" else []
+        if epoch is None and self._context_epoch is not None:
+            epoch, epochs = self._context_epoch
+        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
+                                   losses=losses, rate=None, rank=rank))
+
+
+def is_nan_loss(progress: Progress) -> bool:
+    """True when any loss in ``progress`` is NaN or infinite."""
+    return any(not math.isfinite(v) for v in progress.losses.values())
+
+
+_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
+_PY_CANT_OPEN = re.compile(r"^\S+: can't open file .+: \[Errno \d+\] .+$")
+_ARGPARSE_ERROR = re.compile(r"^[\w.\-]+: error: (?:unrecognized arguments|the following arguments are "
+                             r"required|argument |invalid choice|one of the arguments)")
+TRACEBACK_TAIL = 6
+
+
+def last_exception(lines) -> tuple[str | None, tuple[str, ...]]:
+    """The trainer's last exception line in ``lines`` (its last output, oldest first) and
+    the traceback's tail that ends with it (at most TRACEBACK_TAIL lines); also Python's
+    "can't open file" and an argparse usage error, which have no traceback.  (None, ())
+    when there is none."""
+    lines = [_strip_rank(ln.rstrip()) for ln in lines]   # a rank's own output file's, too
+    for i in range(len(lines) - 1, -1, -1):
+        line = lines[i]
+        if _EXC_LINE.match(line) or _PY_CANT_OPEN.match(line) or _ARGPARSE_ERROR.match(line):
+            start = i
+            for j in range(i, max(-1, i - 40), -1):
+                if lines[j].startswith("Traceback (most recent call last)"):
+                    start = j
+                    break
+            tail = [ln for ln in lines[start:i + 1] if ln.strip()][-TRACEBACK_TAIL:]
+            return line, tuple(tail)
+    return None, ()
+
+
+_RANK_TAG = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
+
+
+def line_rank(line: str) -> int | None:
+    """The rank a line speaks of: torchrun's and DDP's ``[rank1]:`` prefix, else the
+    ``[Rank 1]`` / ``[PG 0 (default_pg) Rank 1]`` tag of ProcessGroupNCCL/gloo messages."""
+    m = _RANK_PREFIX.match(line) or _RANK_TAG.search(line)
+    return int(m.group(1)) if m else None
+
+
+def _strip_rank(line: str) -> str:
+    """'[rank0]: ValueError: x' -> 'ValueError: x' (torchrun's and DDP's prefixes)."""
+    m = re.match(r"^\[(?:rank|default)\d+\]:\s?", line)
+    return line[m.end():] if m else line

@@ -1,0 +1,837 @@
+"""Deadline and cost projection: ETA, buffer, cost, time lost to stalls, and the what-if
+for every other preset.  Pure: time is always an argument (`now`); the only I/O is
+:class:`RateHistory`'s small JSON file.
+
+Position is a global batch index ``g = (epoch - 1) * batches + batch`` (1-based epoch and
+batch, as the trainer shows them), so epoch rollover, restarts and resumed runs compare
+cleanly.  Speed is the median of recent bucket rates (a pause lands in one bucket and is
+outvoted); the ETA band comes from the 10th/90th percentile bucket rates.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import statistics
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from trainctl.core.events import Checkpoint, Event, Exit, Phase, Progress, Projection, Restart, Stall, Start
+from trainctl.core.events import Warning as WarningEvent
+
+DEFAULT_JOB = "default"
+MIN_RECORDS = 5          # the current attempt's own rate is trusted from this many intervals on
+HISTORY_EVERY_S = 600.0  # how often a running attempt's rate is written to the history
+REARM_S = 900.0          # a risk warning re-arms after this long clearly safe
+SAFE_MARGIN_S = 900.0    # "clearly safe": the pessimistic ETA this far before the deadline
+
+
+# ---------------------------------------------------------------------------- rate meter
+@dataclass(frozen=True)
+class RateEstimate:
+    rate: float
+    low: float | None     # 10th percentile bucket rate (None: too little data for a band)
+    high: float | None    # 90th percentile bucket rate
+    records: int
+
+
+def _percentile(sorted_vals: list[float], q: float) -> float:
+    """Linear-interpolated percentile of an ascending list (q in 0..1)."""
+    pos = q * (len(sorted_vals) - 1)
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(sorted_vals) - 1)
+    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
+
+
+class RateMeter:
+    """Turns (ts, global batch index) points into a robust recent rate (batches/s).
+
+    Points closer than ``window_s / 1000`` are coalesced so memory stays bounded at any
+    speed; a point that does not move forward, or a :meth:`cut` (phase change, stall,
+    restart, new epoch), starts a new chain so no interval spans a pause or goes negative.
+    """
+
+    def __init__(self, window_s: float = 300.0):
+        self.window_s = window_s
+        self.min_dt = window_s / 1000.0
+        self.records: deque[tuple[float, float, int]] = deque()  # (t_end, dt, batches)
+        self._anchor: tuple[float, int] | None = None
+
+    def cut(self) -> None:
+        self._anchor = None
+
+    def reset(self) -> None:
+        self.records.clear()
+        self._anchor = None
+
+    def add(self, ts: float, g: int) -> None:
+        if self._anchor is None or g < self._anchor[1] or ts < self._anchor[0]:
+            self._anchor = (ts, g)
+            return
+        t0, g0 = self._anchor
+        if g == g0 or ts - t0 < self.min_dt:
+            return  # nothing new yet, or too close: the record will span more
+        self.records.append((ts, ts - t0, g - g0))
+        self._anchor = (ts, g)
+        horizon = ts - self.window_s
+        while len(self.records) > 16 and self.records[0][0] < horizon:
+            self.records.popleft()
+
+    def estimate(self) -> RateEstimate | None:
+        if not self.records:
+            return None
+        horizon = self.records[-1][0] - self.window_s
+        recent = [r for r in self.records if r[0] >= horizon]
+        if len(recent) < 8:
+            recent = list(self.records)[-8:]
+        n = len(recent)
+        n_buckets = max(1, min(30, n // 4))
+        if n_buckets < 3:
+            return self._few(recent)
+        span = sum(r[1] for r in recent) / n_buckets
+        rates: list[float] = []
+        dt = db = 0.0
+        for _, r_dt, r_db in recent:
+            dt += r_dt
+            db += r_db
+            if dt >= span:
+                rates.append(db / dt)
+                dt = db = 0.0
+        if dt > 0:
+            rates.append(db / dt)
+        rates.sort()
+        return RateEstimate(statistics.median(rates), _percentile(rates, 0.1),
+                            _percentile(rates, 0.9), n)
+
+    @staticmethod
+    def _few(recent: list[tuple[float, float, int]]) -> RateEstimate:
+        """Too few intervals for buckets: the plain ratio, without intervals 4x slower
+        than the median (a pause)."""
+        per_batch = sorted(dt / db for _, dt, db in recent)
+        limit = 4 * statistics.median(per_batch)
+        kept = [(dt, db) for _, dt, db in recent if dt / db <= limit]
+        return RateEstimate(sum(db for _, db in kept) / sum(dt for dt, _ in kept), None, None,
+                            len(recent))
+
+
+# ---------------------------------------------------------------------------- history
+def _positive(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
+
+
+class RateHistory:
+    """Measured rates per job and preset across runs, in one small JSON file.
+
+    ``{"version": 1, "jobs": {job: {preset: [{"rate": r, "ts": t}, ...]}}}``; the last
+    20 values per preset are kept and :meth:`rate` is the median of the last 5.  Writes
+    are atomic (temp file + rename); a corrupt or unreadable file counts as empty.
+    """
+
+    KEEP = 20
+    RECENT = 5
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = Path(path)
+        self._data: dict[str, Any] | None = None
+
+    def _load(self) -> dict[str, Any]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            return {"version": 1, "jobs": {}}
+        if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+            return {"version": 1, "jobs": {}}
+        return data
+
+    @staticmethod
+    def _entries(data: dict[str, Any], job: str, preset: str) -> list[dict[str, Any]]:
+        """The valid entries of one job and preset (anything malformed is dropped)."""
+        job_d = data["jobs"].get(job)
+        entries = job_d.get(preset) if isinstance(job_d, dict) else None
+        if not isinstance(entries, list):
+            return []
+        return [e for e in entries if isinstance(e, dict) and _positive(e.get("rate"))]
+
+    def rate(self, job: str, preset: str) -> float | None:
+        if self._data is None:
+            self._data = self._load()
+        values = [float(e["rate"]) for e in self._entries(self._data, job, preset)][-self.RECENT:]
+        return statistics.median(values) if values else None
+
+    def record(self, job: str, preset: str, rate: float, now: float) -> bool:
+        """Append one measured rate; returns False (and keeps going) if it cannot write."""
+        if not (math.isfinite(rate) and rate > 0):
+            return False
+        data = self._load()
+        entries = self._entries(data, job, preset)
+        entries = (entries + [{"rate": round(rate, 6), "ts": round(now, 3)}])[-self.KEEP:]
+        jobs = data["jobs"]
+        if not isinstance(jobs.get(job), dict):
+            jobs[job] = {}
+        jobs[job][preset] = entries
+        data["version"] = 1
+        self._data = data
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix=".rates-", suffix=".tmp", dir=self.path.parent)
+            try:
+                with os.fdopen(fd, "w", encoding="utf-8") as f:
+                    json.dump(data, f, indent=1)
+                os.replace(tmp, self.path)
+            except BaseException:
+                os.unlink(tmp)
+                raise
+        except OSError:
+            return False
+        return True
+
+
+# ---------------------------------------------------------------------------- projector
+@dataclass
+class _Risk:
+    armed: bool = True
+    safe_since: float | None = None
+
+
+class Projector:
+    """Consumes run events (:meth:`on_event`) and answers :meth:`project` / :meth:`at_risk`.
+
+    Feed it every Start, Phase, Progress, Checkpoint, Stall, Restart and Exit in order.
+    ``preset`` and ``expected_rates`` may be reassigned between attempts.
+    """
+
+    def __init__(self, deadline: float | None = None, cost_per_hour: float | None = None,
+                 budget: float | None = None, preset: str | None = None,
+                 expected_rates: dict[str, float | None] | None = None,
+                 history: RateHistory | None = None, window_s: float = 300.0,
+                 job: str | None = None):
+        self.deadline = deadline
+        self.cost_per_hour = cost_per_hour
+        self.budget = budget
+        self.preset = preset
+        self.expected_rates: dict[str, float | None] = dict(expected_rates or {})
+        self.history = history
+        self.job = job or DEFAULT_JOB
+        self._meter = RateMeter(window_s)
+        self._measured: dict[str | None, float] = {}
+        self._run_rate: float | None = None          # the last rate this run measured, any preset
+        self._history_ts: float | None = None
+        # time
+        self._first_ts: float | None = None
+        self._attempt_ts: float | None = None      # Start of the current attempt
+        self._attempt_progressed = False
+        self._startups: list[float] = []           # Start -> first progress, per attempt
+        self._finished_ts: float | None = None
+        # position
+        self._epochs: int | None = None
+        self._batches: int | None = None
+        self._single_pass_broken = False
+        self._last: tuple[float, int, int, int] | None = None  # ts, g, epoch, batch
+        self._labelled = True                      # progress carries an epoch number
+        self._chain = False                        # _last is in the same unbroken attempt
+        self._resume_g: int | None = None          # where a restarted attempt should resume
+        self._ckpt_epoch: int | None = None
+        self._ckpt: tuple[float, int, int | None, str] | None = None   # ts, epoch, batch, kind
+        self._redone: list[int] = []
+        self._restarted = False                    # the first batch of this attempt is a resume
+        self._high_water = 0
+        # epoch overhead
+        self._boundaries: list[tuple[float, int]] = []   # (gap_s, batches done in new epoch)
+        self._phase = "startup"
+        self._phase_ts: float | None = None
+        self._phase_s: dict[str, list[float]] = {"val": [], "save": []}
+        # stalls
+        self._lost_closed = 0.0
+        self._episode: tuple[float, int] | None = None   # (time lost from, high water then)
+        self._risk = {"deadline": _Risk(), "budget": _Risk()}
+        # a Slurm run: this job's work ends at job_end; each next job gives job_span_s of
+        # work after job_gap_s (queue wait and start); None: no such limit
+        self.job_end: float | None = None
+        self.job_span_s: float | None = None
+        self.job_gap_s: float = 0.0
+        self.job_gap_measured = False   # False: a queue wait alone; the start is added
+
+    # ------------------------------------------------------------------ events
+    def on_event(self, ev: Event) -> None:
+        if self._first_ts is None and isinstance(ev, (Start, Progress)):
+            self._first_ts = ev.ts
+        match ev:
+            case Progress():
+                self._on_progress(ev)
+            case Phase():
+                self._set_phase(ev.phase, ev.ts)
+                if ev.phase == "finished":
+                    self._finish(ev.ts)
+            case Start():
+                if self._attempt_ts is not None:
+                    self._open_episode(ev.ts)
+                self._attempt_ts = ev.ts
+                self._attempt_progressed = False
+                self._finished_ts = None
+                if ev.preset is not None:
+                    self.preset = ev.preset
+                self._meter.reset()
+                self._chain = False
+                self._phase, self._phase_ts = "startup", ev.ts  # an interrupted phase is no sample
+            case Restart():
+                self._end_attempt(ev.ts)
+                self._open_episode(ev.ts)
+                self._resume_g = self._resume_position() if ev.resume_from else 0
+                self._restarted = True
+                self._attempt_ts = ev.ts + ev.delay_s   # the next attempt starts after the delay
+                self._attempt_progressed = False
+                if ev.preset is not None:
+                    self.preset = ev.preset
+            case Stall():
+                self._end_attempt(ev.ts)
+                self._open_episode(ev.ts)
+                self._phase_ts = None  # the stalled phase's length is no sample
+            case Exit():
+                self._end_attempt(ev.ts)
+                if ev.returncode == 0 and self._finished_ts is None and self._last is not None:
+                    self._finish(ev.ts)
+            case Checkpoint():
+                if ev.ok and ev.epoch is not None:
+                    if ev.batch is None:
+                        self._ckpt_epoch = ev.epoch
+                    self._ckpt = (ev.ts, ev.epoch, ev.batch, ev.kind)
+
+    def _on_progress(self, ev: Progress) -> None:
+        if ev.rank not in (None, 0):
+            return
+        if ev.epochs is not None:
+            self._epochs = ev.epochs
+        if ev.batches is not None:
+            self._batches = ev.batches
+        if ev.batch is None or self._batches is None:
+            return
+        self._labelled = ev.epoch is not None
+        epoch = ev.epoch if ev.epoch is not None else 1
+        g = (epoch - 1) * self._batches + ev.batch
+        ts = ev.ts
+        last = self._last if self._chain else None
+        if ev.epoch is None and last is not None and g < last[1]:
+            self._single_pass_broken = True  # an unlabelled counter restarted: total unknown
+        if not self._attempt_progressed:
+            self._attempt_progressed = True
+            if self._restarted:   # it resumed after g - 1: what it had done past that is redone
+                self._restarted = False
+                self._redone.append(max(0, self._high_water - (g - 1)))
+            self._resume_g = None
+            if self._attempt_ts is not None:
+                self._startups.append(max(0.0, ts - self._attempt_ts))
+        if self._phase != "train":
+            self._set_phase("train", ts)
+        if last is not None and epoch != last[2]:
+            batches_before = last[3]
+            if epoch == last[2] + 1 and batches_before >= self._batches:
+                self._boundaries.append((ts - last[0], ev.batch))
+                del self._boundaries[:-50]
+            self._meter.cut()
+        self._meter.add(ts, g)
+        if g >= self._high_water:
+            if self._episode is not None and g >= self._episode[1]:
+                t0, hw = self._episode
+                est = self._meter.estimate()
+                redo_extra = (g - hw) / est.rate if est and est.rate > 0 else 0.0
+                self._lost_closed += max(0.0, ts - t0 - redo_extra)
+                self._episode = None
+            self._high_water = g
+        self._last = (ts, g, epoch, ev.batch)
+        self._chain = True
+
+    def _set_phase(self, phase: str, ts: float) -> None:
+        if self._phase in self._phase_s and self._phase_ts is not None and phase != self._phase:
+            self._phase_s[self._phase].append(max(0.0, ts - self._phase_ts))
+            del self._phase_s[self._phase][:-50]
+        if phase != self._phase or self._phase_ts is None:
+            self._phase_ts = ts
+            if phase != "train":
+                self._meter.cut()
+        self._phase = phase
+
+    def _finish(self, ts: float) -> None:
+        self._finished_ts = ts
+        self._remember(ts, force=True)
+
+    def _open_episode(self, ts: float) -> None:
+        """Time is lost from the last progress (or, with none, the attempt's start) until
+        the run gets back past its high-water mark."""
+        if self._episode is not None or self._finished_ts is not None:
+            return
+        since = self._last[0] if self._last is not None else self._attempt_ts
+        if since is not None:
+            self._episode = (min(since, ts), self._high_water)
+
+    def _end_attempt(self, ts: float) -> None:
+        self._remember(ts, force=True)
+        est = self._meter.estimate()
+        if est is not None and est.rate > 0:
+            self._run_rate = est.rate
+        self._meter.cut()
+        self._chain = False
+
+    def _resume_position(self) -> int:
+        """Where a restart from the last checkpoint resumes: the end of the last checkpointed
+        epoch, else the start of the current epoch."""
+        if self._batches is None or self._last is None:
+            return 0
+        ckpt_g = self._ckpt_g()
+        if ckpt_g is not None and self._ckpt is not None and self._ckpt[2] is not None:
+            return ckpt_g
+        epoch = self._last[2]
+        done = epoch - 1
+        if self._ckpt_epoch is not None and self._ckpt_epoch <= epoch:
+            done = self._ckpt_epoch
+        return max(0, done) * self._batches
+
+    def _ckpt_g(self) -> int | None:
+        """The global batch the last good checkpoint holds (its epoch 1-based; batch None:
+        the whole epoch)."""
+        if self._ckpt is None or self._batches is None:
+            return None
+        _ts, epoch, batch, _kind = self._ckpt
+        return (epoch - 1) * self._batches + batch if batch is not None else epoch * self._batches
+
+    def _checkpoint_view(self) -> dict[str, Any] | None:
+        if self._ckpt is None:
+            return None
+        ts, epoch, batch, kind = self._ckpt
+        g = self._ckpt_g()
+        lose = max(0, self._high_water - g) if g is not None else None
+        return {"ts": ts, "epoch": epoch, "batch": batch, "kind": kind, "lose": lose}
+
+    def _remember(self, ts: float, force: bool = False) -> None:
+        """Keep the current attempt's measured rate for its preset (and in the history)."""
+        est = self._meter.estimate()
+        if est is None or est.records < MIN_RECORDS or est.rate <= 0:
+            return
+        self._measured[self.preset] = self._run_rate = est.rate
+        if self.history is not None and (force or self._history_ts is None
+                                         or ts - self._history_ts >= HISTORY_EVERY_S):
+            self._history_ts = ts
+            self.history.record(self.job, self.preset or DEFAULT_JOB, est.rate, ts)
+
+    # ------------------------------------------------------------------ rates
+    def rate_for(self, preset: str | None) -> tuple[float | None, str]:
+        """The best known rate of a preset other than the running attempt's own data:
+        measured in this run, then in earlier runs of the job (``history``), then the
+        declared ``expected_rate`` (a figure from elsewhere: a prior, never "measured")."""
+        if preset in self._measured:
+            return self._measured[preset], "measured"
+        if self.history is not None:
+            r = self.history.rate(self.job, preset or DEFAULT_JOB)
+            if r is not None:
+                return r, "history"
+        declared = self.expected_rates.get(preset) if preset is not None else None
+        if declared is not None and declared > 0:
+            return float(declared), "declared"
+        return None, "unknown"
+
+    def _current_rate(self) -> tuple[float | None, float | None, float | None, str | None]:
+        """(rate, low, high, source) of the running preset: its own rate once it has
+        ``MIN_RECORDS`` intervals; before that what this run or earlier runs measured of the
+        preset, then the attempt's first intervals, and only with none of those the
+        preset's declared rate.  A finished run reports what it measured, never a declared
+        figure."""
+        est = self._meter.estimate()
+        if est is not None and est.records >= MIN_RECORDS and est.rate > 0:
+            return est.rate, est.low, est.high, "measured"
+        known, source = self.rate_for(self.preset)
+        if known is not None and source != "declared":
+            return known, None, None, source
+        if est is not None and est.rate > 0:
+            return est.rate, None, None, "measured"
+        if self._finished_ts is not None:
+            return (self._run_rate, None, None, "measured") if self._run_rate else (None, None, None, None)
+        if known is not None:
+            return known, None, None, "declared"
+        return None, None, None, None
+
+    def basis(self) -> tuple[bool, bool]:
+        """What a projection can stand on now: (total work known, own rate measured).
+        A change is worth a projection at once (the first one of a run says "unknown")."""
+        return self._total() is not None, len(self._meter.records) >= MIN_RECORDS
+
+    # ------------------------------------------------------------------ time left
+    def _total(self) -> int | None:
+        if self._batches is None or self._single_pass_broken or self._last is None:
+            return None
+        if self._epochs is not None:
+            return self._epochs * self._batches
+        if not self._labelled:
+            return self._batches  # no epoch counter at all: one pass over `batches`
+        return None
+
+    def _epoch_overhead(self, rate: float) -> float:
+        """Seconds per epoch end (validation, saving, workers restarting): from observed
+        epoch rollovers, else from the val/save phases seen, else 0."""
+        if self._boundaries:
+            return statistics.median(max(0.0, gap - b / rate) for gap, b in self._boundaries)
+        return sum(statistics.median(v) for v in self._phase_s.values() if v)
+
+    def _eta(self, now: float, rate: float, g: int, total: int, batches: int,
+             startup_left: float, in_progress: bool) -> float:
+        """Finish time from position g at `rate`, with the per-epoch overhead."""
+        overhead = self._epoch_overhead(rate)
+        epochs = math.ceil(total / batches)
+        if in_progress and self._last is not None:
+            t_last, _, _, batch = self._last
+            since = max(0.0, now - t_last)
+            if batch >= batches:   # between epochs: this boundary is partly behind us
+                left_overhead = max(0.0, overhead - since) + (epochs - math.ceil(g / batches)) * overhead
+                work = (total - g) / rate
+            else:
+                left_overhead = (epochs - g // batches) * overhead
+                work = max(0.0, (total - g) / rate - min(since, 1.0 / rate))
+        else:
+            left_overhead = (epochs - g // batches) * overhead
+            work = (total - g) / rate
+        return now + startup_left + work + left_overhead
+
+    def _startup_left(self, now: float) -> float:
+        if self._attempt_progressed or self._attempt_ts is None or not self._startups:
+            return 0.0
+        return max(0.0, statistics.median(self._startups) - (now - self._attempt_ts))
+
+    def _cost(self, until: float | None) -> float | None:
+        if self.cost_per_hour is None or self._first_ts is None or until is None:
+            return None
+        return max(0.0, until - self._first_ts) / 3600.0 * self.cost_per_hour
+
+    # ------------------------------------------------------------------ projection
+    def project(self, now: float) -> Projection | None:
+        """The projection at `now`; None until any Start or Progress has been seen."""
+        if self._first_ts is None:
+            return None
+        self._remember(now)
+        rate, low, high, source = self._current_rate()
+        total, batches = self._total(), self._batches
+        end = self._finished_ts if self._finished_ts is not None else now
+        eta = eta_low = eta_high = None
+        what_if: tuple[dict[str, Any], ...] = ()
+        if self._finished_ts is not None:
+            eta = self._finished_ts
+        elif rate and total and batches and self._last is not None:
+            in_progress = self._attempt_progressed or self._attempt_ts is None
+            g = self._last[1] if in_progress or self._resume_g is None else self._resume_g
+            g = min(g, total)
+            startup = self._startup_left(now)
+            eta = self._in_jobs(now, self._eta(now, rate, g, total, batches, startup, in_progress))
+            if low and high and low > 0:
+                eta_high = self._in_jobs(now, self._eta(now, low, g, total, batches, startup, in_progress))
+                eta_low = self._in_jobs(now, self._eta(now, high, g, total, batches, startup, in_progress))
+            what_if = self._what_if(now, total, batches, rate if source != "declared" else None)
+        buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
+        return Projection(now, eta, self.deadline, buffer_s, rate, self._cost(end),
+                          self._cost(eta), eta_low, eta_high, self.budget, what_if,
+                          self._lost(now, rate), finished=self._finished_ts is not None,
+                          checkpoint=self._checkpoint_view(), redone=tuple(self._redone),
+                          rate_source=source if rate else None, preset=self.preset)
+
+    def _in_jobs(self, now: float, eta: float) -> float:
+        gap = self.job_gap_s
+        if not self.job_gap_measured and self._startups:   # each next job starts the trainer again
+            gap += statistics.median(self._startups)
+        return across_jobs(now, eta, self.job_end, self.job_span_s, gap)
+
+    def _what_if(self, now: float, total: int, batches: int,
+                 own: float | None) -> tuple[dict[str, Any], ...]:
+        """Each other known preset, switched to now: a restart from the last checkpoint.
+
+        A declared rate is a figure from another machine: once the running preset has a
+        rate of its own here (``own``), another preset's declared rate is used only as a
+        ratio to the running preset's declared one (``scaled``: 2.1 declared against A's
+        2.4, with A measured at 14.3 here, gives 12.5); with no declared rate of the running
+        preset to scale by, the declared figure stays ``declared`` (and every line that
+        shows it says so: it compares a figure from elsewhere with a measurement here)."""
+        names = {p for p in self.expected_rates} | {p for p in self._measured if p is not None}
+        names.discard(self.preset)
+        g_now = self._last[1] if self._last is not None else 0
+        resume = min(self._resume_position(), g_now) if self._resume_g is None else self._resume_g
+        startup = statistics.median(self._startups) if self._startups else 0.0
+        mine = self.expected_rates.get(self.preset) if self.preset is not None else None
+        out = []
+        for name in sorted(names):
+            rate, source = self.rate_for(name)
+            item: dict[str, Any] = {"preset": name, "rate": rate, "source": source, "eta": None,
+                                    "buffer_s": None, "cost_at_eta": None}
+            if source == "declared" and own is not None:
+                item["declared"] = rate
+                if mine:
+                    rate = rate * own / mine
+                    item.update(rate=rate, source="scaled", against=self.preset)
+            if rate is not None:
+                eta = self._eta(now, rate, resume, total, batches, startup, False)
+                item.update(eta=eta, cost_at_eta=self._cost(eta),
+                            buffer_s=self.deadline - eta if self.deadline is not None else None)
+            out.append(item)
+        return tuple(out)
+
+    def _lost(self, now: float, rate: float | None) -> float:
+        """Time lost to stalls and restarts: closed episodes, plus the open one so far, the
+        rest of the new attempt's startup and the work it still has to redo."""
+        lost = self._lost_closed
+        if self._episode is not None:
+            t0, hw = self._episode
+            lost += max(0.0, now - t0) + self._startup_left(now)
+            g = self._resume_g if self._resume_g is not None else (self._last[1] if self._last else hw)
+            if rate:
+                lost += max(0, hw - g) / rate
+        return lost
+
+    # ------------------------------------------------------------------ risk
+    def at_risk(self, now: float) -> WarningEvent | None:
+        """A ``deadline.at_risk`` / ``budget.at_risk`` warning, once per crossing; it re-arms
+        only after the projection has been clearly safe for ``REARM_S``."""
+        p = self.project(now)
+        if p is None or self._finished_ts is not None or p.eta is None:
+            return None
+        pessimistic = p.eta_high if p.eta_high is not None else p.eta
+        found: WarningEvent | None = None
+        if self.deadline is not None:
+            margin = max(SAFE_MARGIN_S, 0.02 * max(0.0, p.eta - now))
+            if self._update_risk("deadline", now, pessimistic > self.deadline,
+                                 pessimistic <= self.deadline - margin, True):
+                found = _deadline_warning(p, now)
+        cost = self._cost(pessimistic)
+        if self.budget is not None and cost is not None:
+            # one warning per call: a budget warning due now comes with the next call
+            if self._update_risk("budget", now, cost > self.budget, cost <= 0.98 * self.budget,
+                                 found is None):
+                found = _budget_warning(p, now, cost)
+        return found
+
+    def _update_risk(self, kind: str, now: float, risky: bool, safe: bool, may_fire: bool) -> bool:
+        r = self._risk[kind]
+        if risky:
+            r.safe_since = None
+            if r.armed and may_fire:
+                r.armed = False
+                return True
+        elif safe:
+            if r.safe_since is None:
+                r.safe_since = now
+            if not r.armed and now - r.safe_since >= REARM_S:
+                r.armed = True
+        else:
+            r.safe_since = None
+        return False
+
+
+def across_jobs(now: float, eta: float, job_end: float | None, span_s: float | None,
+                gap_s: float) -> float:
+    """The end of work that would end at ``eta`` without a time limit, when the job it runs
+    in stops at ``job_end`` and each next job does ``span_s`` of it after ``gap_s`` of queue
+    wait and start (a Slurm run: its limit is a deadline within each job)."""
+    if job_end is None or not span_s or span_s <= 0 or eta <= job_end:
+        return eta
+    base = max(now, job_end)
+    left = eta - base                            # the work this job cannot do
+    return base + math.ceil(left / span_s) * gap_s + left
+
+
+def _best_alternative(p: Projection, key: str) -> dict[str, Any] | None:
+    items = [w for w in p.what_if if w.get(key) is not None]
+    return min(items, key=lambda w: w[key]) if items else None
+
+
+def _guessed(w: dict[str, Any]) -> str:
+    """Words for a what-if that stands on a declared rate, not one measured here."""
+    if w.get("source") == "declared":
+        return " (at its declared rate, not measured here)"
+    if w.get("source") == "scaled":
+        return f" (its declared rate scaled to {w.get('against')}'s measured one)"
+    return ""
+
+
+def _deadline_warning(p: Projection, now: float) -> WarningEvent:
+    band = ""
+    if p.eta_low is not None and p.eta_high is not None:
+        band = f" ± {humanize_duration((p.eta_high - p.eta_low) / 2)}"
+    verb = "is after" if p.eta > p.deadline else "may miss"
+    text = (f"ETA {format_when(p.eta, now)}{band} {verb} the deadline "
+            f"{format_when(p.deadline, now)} (buffer {signed_duration(p.buffer_s)})")
+    best = _best_alternative(p, "eta")
+    if best is not None and best["buffer_s"] is not None and best["buffer_s"] > 0:
+        guess = _guessed(best)
+        text += (f"; {best['preset']} would finish {format_when(best['eta'], now)} with "
+                 f"{humanize_duration(best['buffer_s'])} to spare{guess}")
+        advice = f"Switch to preset {best['preset']}, or move the deadline."
+    else:
+        advice = "No known preset finishes in time: move the deadline or speed the run up."
+    return WarningEvent(now, "deadline.at_risk", "warning", text, advice, source="trainctl")
+
+
+def _budget_warning(p: Projection, now: float, cost: float) -> WarningEvent:
+    text = (f"cost at ETA {format_money(cost)} is over the budget {format_money(p.budget)} "
+            f"(spent {format_money(p.cost_so_far)}, ETA {format_when(p.eta, now)})")
+    best = _best_alternative(p, "cost_at_eta")
+    if best is not None and best["cost_at_eta"] <= p.budget:
+        text += f"; {best['preset']} would cost {format_money(best['cost_at_eta'])}{_guessed(best)}"
+        advice = f"Switch to preset {best['preset']}, or raise the budget."
+    else:
+        advice = "No known preset stays within the budget: raise it or speed the run up."
+    return WarningEvent(now, "budget.at_risk", "warning", text, advice, source="trainctl")
+
+
+# ---------------------------------------------------------------------------- text
+def humanize_duration(s: float | None) -> str:
+    """Two most significant units: '2 d 3 h', '5 h 12 m', '3 m 20 s', '45 s'; '-' before
+    a negative duration; '?' for None."""
+    if s is None or not math.isfinite(s):
+        return "?"
+    sign = "-" if s < 0 else ""
+    s = abs(s)
+    if s < 60:
+        return f"{sign}{round(s)} s"
+    if s < 3600:
+        m, sec = divmod(round(s), 60)
+        return f"{sign}{m} m {sec} s" if sec else f"{sign}{m} m"
+    if s < 86400:
+        h, m = divmod(round(s / 60), 60)
+        return f"{sign}{h} h {m} m" if m else f"{sign}{h} h"
+    d, h = divmod(round(s / 3600), 24)
+    return f"{sign}{d} d {h} h" if h else f"{sign}{d} d"
+
+
+def signed_duration(s: float | None) -> str:
+    if s is None:
+        return "?"
+    return humanize_duration(s) if s < 0 else "+" + humanize_duration(s)
+
+
+def format_when(ts: float | None, now: float | None = None) -> str:
+    """Local date and time like 'Nov 24 20:17' (with the year when it is not now's)."""
+    if ts is None:
+        return "?"
+    t = time.localtime(ts)
+    text = f"{time.strftime('%b', t)} {t.tm_mday} {time.strftime('%H:%M', t)}"
+    if now is not None and time.localtime(now).tm_year != t.tm_year:
+        text += f" {t.tm_year}"
+    return text
+
+
+def format_money(v: float | None, currency: str = "$") -> str:
+    if v is None:
+        return "?"
+    return f"{currency}{v:,.0f}" if abs(v) >= 100 else f"{currency}{v:,.2f}"
+
+
+def eta_phrase(p: Projection, now: float) -> str:
+    """'ETA Nov 24 18:00 (in 2 h 5 m)' or, once the run ended, 'finished … (3 m ago)'."""
+    assert p.eta is not None
+    rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
+           else f"{humanize_duration(now - p.eta)} ago")
+    return f"{'finished' if p.finished else 'ETA'} {format_when(p.eta, now)} ({rel})"
+
+
+RATE_WORDS = {"measured": "", "history": "measured in earlier runs", "declared": "declared"}
+
+
+def rate_phrase(rate: float | None, source: str | None, preset: str | None = None,
+                compact: bool = False) -> str:
+    """'14.30 it/s', '2.40 it/s (declared by preset A, not measured yet)', '2.10 it/s
+    (measured in earlier runs)'; '' without a rate.  Only a rate this run measured goes
+    without words."""
+    if not rate:
+        return ""
+    text = f"{rate:.2f} it/s"
+    if source == "declared":
+        if compact:
+            return text + " (declared)"
+        by = f" by preset {preset}" if preset else ""
+        return text + f" (declared{by}, not measured yet)"
+    words = RATE_WORDS.get(source or "measured", "")
+    if words and not compact:
+        text += f" ({words})"
+    elif words:
+        text += " (earlier runs)"
+    return text
+
+
+def format_projection(p: Projection, now: float, currency: str = "$") -> list[str]:
+    """Human lines for `trainctl status` and the TUI (colouring is the TUI's job)."""
+    lines = []
+    said = rate_phrase(p.rate, p.rate_source, p.preset)
+    rate = f" at {said}" if said else ""
+    if p.eta is None:
+        lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown")
+                     + rate)
+    else:
+        line = eta_phrase(p, now) + rate
+        if p.eta_low is not None and p.eta_high is not None and p.eta_high - p.eta_low >= 60:
+            line += f", likely {format_when(p.eta_low, now)} – {format_when(p.eta_high, now)}"
+        lines.append(line)
+    if p.deadline is not None:
+        line = f"deadline {format_when(p.deadline, now)}"
+        if p.buffer_s is not None:
+            line += f": buffer {signed_duration(p.buffer_s)}" + (" (late)" if p.buffer_s < 0 else "")
+        lines.append(line)
+    if p.cost_so_far is not None:
+        if p.finished:      # one figure
+            line = f"cost {format_money(p.cost_so_far, currency)} in all"
+        else:
+            line = (f"cost {format_money(p.cost_so_far, currency)} so far, "
+                    f"{format_money(p.cost_at_eta, currency)} at ETA")
+        if p.budget is not None:
+            line += f"; budget {format_money(p.budget, currency)}"
+            if p.cost_at_eta is not None:
+                spare = p.budget - p.cost_at_eta
+                line += (f" ({format_money(spare, currency)} to spare)" if spare >= 0 else
+                         f" (over by {format_money(-spare, currency)})")
+        lines.append(line)
+    elif p.budget is not None:
+        lines.append(f"budget {format_money(p.budget, currency)} (no cost per hour set)")
+    if p.lost_s:
+        lines.append(f"lost to stalls and restarts: {humanize_duration(p.lost_s)}")
+    if p.redone:
+        lines.append(f"batches redone per restart: {', '.join(map(str, p.redone))}")
+    if p.checkpoint and not p.finished:
+        lines += checkpoint_phrase(p.checkpoint, now).split("; ")
+    for w in p.what_if:
+        lines.append(format_what_if(w, now, currency))
+    return lines
+
+
+def checkpoint_phrase(c: dict[str, Any], now: float, compact: bool = False) -> str:
+    """'last checkpoint 3 m ago, epoch 2 batch 700 (periodic); a restart now loses 12 batches'."""
+    where = (f"epoch {c.get('epoch')} batch {c['batch']}" if c.get("batch") is not None
+             else f"end of epoch {c.get('epoch')}")
+    ago = humanize_duration(max(0.0, now - c.get("ts", now)))
+    if compact:
+        lose = f", loses {c['lose']}" if c.get("lose") is not None else ""
+        return f"ckpt {ago} ago, e{c.get('epoch')} b{c.get('batch') if c.get('batch') is not None else 'end'}{lose}"
+    line = f"last checkpoint {ago} ago, {where} ({c.get('kind', '?')})"
+    if c.get("lose") is not None:
+        n = c["lose"]
+        line += f"; a restart now loses {n} batch{'es' if n != 1 else ''}"
+    return line
+
+
+def format_what_if(w: dict[str, Any], now: float, currency: str = "$") -> str:
+    """'B (measured 2.1 it/s): ETA Nov 26 03:00, buffer +3 d 21 h, cost $412'; a declared
+    rate says so, and a scaled one what it was scaled from."""
+    name = w.get("preset", "?")
+    if w.get("rate") is None:
+        return f"{name} (rate unknown): no ETA"
+    source = w.get("source", "?")
+    if source == "scaled":
+        head = (f"{name} (~{w['rate']:.3g} it/s: declared {w['declared']:.3g}, scaled to "
+                f"{w.get('against') or '?'}'s measured)")
+    elif source == "declared":
+        head = f"{name} (declared {w['rate']:.3g} it/s, not measured here)"
+    elif source == "history":
+        head = f"{name} (measured {w['rate']:.3g} it/s in earlier runs)"
+    else:
+        head = f"{name} ({source} {w['rate']:.3g} it/s)"
+    parts = [f"ETA {format_when(w.get('eta'), now)}" if w.get("eta") is not None else "no ETA"]
+    if w.get("buffer_s") is not None:
+        parts.append(f"buffer {signed_duration(w['buffer_s'])}")
+    if w.get("cost_at_eta") is not None:
+        parts.append(f"cost {format_money(w['cost_at_eta'], currency)}")
+    return f"{head}: " + ", ".join(parts)

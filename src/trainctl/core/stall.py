@@ -1,0 +1,674 @@
+"""The stall detector: has the trainer stopped making progress?  Pure; time is an argument.
+
+Feed it what happens (:meth:`StallDetector.on_progress`, :meth:`~StallDetector.on_phase`,
+:meth:`~StallDetector.on_evidence`) and ask :meth:`~StallDetector.check` about once a
+second.  It answers one :class:`StallVerdict` per stall and re-arms on the next progress
+(or phase change).
+
+How long a silence may last depends on what the trainer is doing:
+
+* **startup** (until the first batch of an attempt): a generous grace, 600 s by default,
+  because MIOpen kernel search or torch.compile can take many minutes before the first
+  batch.  Evidence that work is happening (an MIOpen/compile line, a busy CPU) pushes the
+  deadline to ``last evidence + 300 s``, but never past 1800 s.  A startup that succeeded
+  before is remembered: the grace is at least 2 × the longest startup seen.  A fixed
+  ``startup_timeout`` is used as it is (no extension).
+* **train**: ``factor`` (5) × the slowest of the last 512 batch intervals, never below
+  2 × the slowest steady interval ever seen, and never below ``floor`` (30 s).  NVRx uses
+  5 × max; the floor is added so that jitter on a fast loop (0.05 s batches → 0.25 s)
+  can never fire: a trainer that prints nothing for 30 s is worth a look, and the users'
+  manual check was "batch number unchanged 60 s apart".  Until 3 intervals are known the
+  threshold is 300 s.  Warm-up is kept apart: the first 2 intervals of every epoch (and of
+  every attempt) do not teach the train threshold, and while waiting for them the
+  threshold is ``max(train, factor × slowest warm-up interval seen)`` (300 s before any).
+  When the last progress was the last batch of an epoch (``batch == batches``) and no
+  phase event came, the trainer is between epochs (a silent validation or save in a
+  generic script): the threshold is ``max(train, 3 × longest such gap seen)``, the
+  first one gets the first-phase default below.  A fixed ``train_timeout`` replaces all
+  of this learning (for a silent gap between epochs: ``max(train_timeout, val_timeout)``).
+* **val** and **save**: ``max(floor, 3 × longest duration of that phase seen)``; the first
+  one (nothing learned) gets ``max(300 s, min(10 × train threshold, 1800 s))``.  A phase
+  lasts until the first batch after it: Ultralytics' first batch after validation is
+  slow (its workers restart), so that gap counts toward val/save, not train.  A save
+  inside an epoch (entered from train before the epoch's last batch: a mid-epoch
+  checkpoint) ends at its ``train`` phase: the workers go on, and the next batch is
+  watched with the train threshold from the save's end.
+* **finished**: never stalls.
+
+Two watches work whatever the phase's own threshold says:
+
+* **output silence** (an unknown progress format): feed the console lines with
+  :meth:`~StallDetector.on_output`, with their source (a torchrun rank).  When a source
+  printed ``UNKNOWN_LINES`` (20) lines spanning ``UNKNOWN_SPAN_S`` (2 s: a config dump
+  printed at once is not output), or printed for ``UNKNOWN_AFTER_S`` (30 s), and no
+  progress was read, the format is unknown (:attr:`~StallDetector.watching_silence`):
+  decided by time and lines, so a steady printer is watched as well as a bursty one.  From
+  then on, until a first batch, the silence since a source's last line may last
+  ``max(silence_floor, 2 × the 0.99 quantile of its intervals between reads, 1.5 × the
+  longest)`` (the healthy silences learned, kept across restarts, count too; floor 60 s),
+  instead of the startup grace.  Several ranks: each has its own intervals, and the output is silent when
+  every watched rank is (a rank still printing keeps the job alive).
+* **a still tree** (a deadlock while a batch is awaited): feed the tree's CPU, I/O and
+  GPU each tick with :meth:`~StallDetector.on_tree`.  When nothing happened for
+  ``startup_idle`` (90 s) before the first batch: no output, no CPU (the tree below
+  ``IDLE_CPU_PERCENT`` in all), no change in the bytes read and written (/proc/PID/io
+  rchar + wchar: files, pipes, and sockets used with read/write; the kernel does not count
+  send/recv there, but a download writes its file) and no busy GPU, that is a deadlock.
+  A busy CPU, I/O or GPU (compile, MIOpen kernel search, dataset caching, a download)
+  keeps the long startup grace.  The same watch runs at every boundary where a batch is
+  awaited after the first: a validation or a save (until the first batch after it), and
+  the gap after an epoch's last batch (a silent validation in a plain loop); there the
+  window is at most ``PHASE_IDLE_S`` (45 s), and at most a fixed ``train_timeout``,
+  while a busy validation or save keeps its own threshold (never cut short).  In train
+  itself the batch thresholds decide.  ``startup_idle=None`` turns it off.  Under
+  torchrun the agent feeds the ranks' processes only (the launcher polls its workers and
+  its store for ever), and nothing while no rank exists (the launcher at its
+  rendezvous); a verdict is marked ``still``.
+
+Several ranks: progress may carry ``rank``; each rank keeps its own last-progress time,
+so a verdict names the ranks that are stuck, and one stuck rank among moving ones gives
+its own verdict ("rank 1 made no progress ...").
+
+:meth:`reset` starts a new attempt (startup again, learned statistics kept);
+:meth:`state_dict` / :meth:`load_state_dict` carry the learned statistics across restarts
+of trainctl itself.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+from trainctl.core.events import Progress
+
+FLOOR_S = 30.0
+FACTOR = 5.0
+PHASE_FACTOR = 3.0
+STARTUP_GRACE_S = 600.0
+STARTUP_MAX_S = 1800.0
+EVIDENCE_WINDOW_S = 300.0
+INITIAL_S = 300.0
+FIRST_PHASE_MAX_S = 1800.0
+WARMUP_BATCHES = 2
+MIN_SAMPLES = 3
+TRAIN_WINDOW = 512
+PHASE_WINDOW = 64
+STATE_VERSION = 1
+SILENCE_FLOOR_S = 60.0       # an unknown format: the least silence allowed
+SILENCE_FACTOR = 2.0         # × the high quantile of the intervals between output lines
+SILENCE_QUANTILE = 0.99      # ... this one (NVRx learns from intervals the same way)
+LONGEST_FACTOR = 1.5         # and never below 1.5 × the longest interval seen (a rare pause)
+BURST_GAP_S = 0.5            # a gap this long between lines is a healthy silence (learned)
+UNKNOWN_LINES = 20           # this many lines with no progress read: the format is unknown,
+UNKNOWN_SPAN_S = 2.0         #   if they span this long at least (a config dump is not output)
+UNKNOWN_AFTER_S = 30.0       # or output for this long (2 lines at least)
+OUT_WINDOW = 1024            # the intervals kept per output source (rank)
+STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
+PHASE_IDLE_S = 45.0          # ... in a validation, a save, or between epochs (at most)
+IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
+
+_PHASES = ("startup", "train", "val", "save", "finished")
+# the modes where a batch is awaited and a still tree is a deadlock, and how a verdict says so
+_STILL_MODES = {"startup": "before the first batch", "silence": "before the first batch",
+                "val": "in validation", "save": "in a checkpoint save",
+                "boundary": "after the last batch of the epoch"}
+
+
+@dataclass(frozen=True)
+class StallVerdict:
+    """A stall: ``idle_s`` without progress in ``phase``, past ``threshold_s``.
+
+    ``ranks`` names the stuck ranks when progress carries ranks (empty otherwise);
+    ``still``: the still-tree watch decided (no output, CPU or I/O), not a threshold."""
+
+    phase: str
+    idle_s: float
+    threshold_s: float
+    reason: str
+    ranks: tuple[int, ...] = ()
+    still: bool = False
+
+
+class _Rank:
+    """What one rank did last."""
+
+    __slots__ = ("last_t", "epoch", "batch", "batches", "n_in_epoch", "gen", "armed")
+
+    def __init__(self, now: float, gen: int) -> None:
+        self.last_t = now
+        self.epoch: int | None = None
+        self.batch: int | None = None
+        self.batches: int | None = None
+        self.n_in_epoch = 0       # progress events seen in this epoch (since the last phase)
+        self.gen = gen            # phase generation at its last progress
+        self.armed = True
+
+
+class _Output:
+    """The console lines of one source (a rank, or the trainer) before the first batch."""
+
+    __slots__ = ("first_t", "last_t", "lines", "gaps", "unknown")
+
+    def __init__(self, now: float) -> None:
+        self.first_t = self.last_t = now
+        self.lines = 0
+        self.gaps: deque[float] = deque(maxlen=OUT_WINDOW)
+        self.unknown = False      # enough output with no progress: its silence is watched
+
+
+def _quantile(values: Iterable[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile of ``values`` (0.0 when empty)."""
+    ordered = sorted(values)
+    if not ordered:
+        return 0.0
+    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
+
+
+def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None:
+    if value is None and optional:
+        return None
+    if value is None or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ValueError(f"stall detector: {name} must be a number of seconds > 0 (got {value!r})")
+    return float(value)
+
+
+class StallDetector:
+    """Phase-aware stall detection with thresholds learned from the run (see module doc)."""
+
+    def __init__(self, train_timeout: float | None = None, startup_timeout: float | None = None,
+                 val_timeout: float | None = None, save_timeout: float | None = None,
+                 floor: float = FLOOR_S, factor: float = FACTOR, *,
+                 phase_factor: float = PHASE_FACTOR, startup_grace: float = STARTUP_GRACE_S,
+                 startup_max: float = STARTUP_MAX_S, evidence_window: float = EVIDENCE_WINDOW_S,
+                 initial: float = INITIAL_S, warmup_batches: int = WARMUP_BATCHES,
+                 silence_floor: float = SILENCE_FLOOR_S,
+                 startup_idle: float | None = STARTUP_IDLE_S) -> None:
+        self.train_timeout = _positive("train_timeout", train_timeout)
+        self.startup_timeout = _positive("startup_timeout", startup_timeout)
+        self.val_timeout = _positive("val_timeout", val_timeout)
+        self.save_timeout = _positive("save_timeout", save_timeout)
+        self.floor = _positive("floor", floor, optional=False)
+        self.factor = _positive("factor", factor, optional=False)
+        self.phase_factor = _positive("phase_factor", phase_factor, optional=False)
+        self.startup_grace = _positive("startup_grace", startup_grace, optional=False)
+        self.startup_max = max(_positive("startup_max", startup_max, optional=False), self.startup_grace)
+        self.evidence_window = _positive("evidence_window", evidence_window, optional=False)
+        self.initial = _positive("initial", initial, optional=False)
+        if not isinstance(warmup_batches, int) or warmup_batches < 0:
+            raise ValueError(f"stall detector: warmup_batches must be an int >= 0 (got {warmup_batches!r})")
+        self.warmup_batches = warmup_batches
+        self.silence_floor = _positive("silence_floor", silence_floor, optional=False)
+        self.startup_idle = _positive("startup_idle", startup_idle)
+        # learned statistics (kept across attempts, saved by state_dict)
+        self._train: deque[float] = deque(maxlen=TRAIN_WINDOW)
+        self._train_peak = 0.0
+        self._learned: dict[str, deque[float]] = {
+            k: deque(maxlen=PHASE_WINDOW)
+            for k in ("warmup", "boundary", "val", "save", "startup", "silence")}
+        self.reset(0.0)
+
+    # ------------------------------------------------------------------ feeding
+    def reset(self, now: float) -> None:
+        """A new attempt: back to startup; learned statistics are kept."""
+        self._phase = "startup"
+        self._phase_start = now
+        self._ref = now                  # idle is measured from here outside train
+        self._pending_train = False      # phase said train, first batch not seen yet
+        self._save_mid_epoch = False     # the save phase began inside an epoch
+        self._gen = 0                    # bumped at every phase change
+        self._ranks: dict[int | None, _Rank] = {}
+        self._last_key: int | None = None
+        self._armed = True
+        self._evidence_t: float | None = None
+        self._evidence: dict[str, int] = {}
+        self._progressed = False         # a batch came in this attempt
+        self._outputs: dict[int | None, _Output] = {}   # console lines per source (rank)
+        self._silence = False            # unknown format: output silence is watched
+        self._structured = False         # a side channel speaks: no format is guessed
+        self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
+        self._busy_t: float | None = None   # the tree's last busy sample (CPU, I/O, GPU; not output)
+        self._io: int | None = None
+        self._sampled = False            # the tree was sampled in this attempt
+        self._idle_armed = True
+
+    def on_phase(self, phase: str, now: float) -> None:
+        """The trainer entered ``phase`` (startup, train, val, save, finished)."""
+        if phase not in _PHASES:
+            raise ValueError(f"stall detector: unknown phase {phase!r} (allowed: {', '.join(_PHASES)})")
+        if phase == "startup":
+            self._phase, self._phase_start, self._ref = "startup", now, now
+            self._pending_train = False
+            self._evidence_t, self._evidence = None, {}
+            self._armed = True
+            self._active_t, self._idle_armed = max(self._active_t, now), True
+            return
+        if phase == "train":
+            if self._phase == "save" and self._save_mid_epoch:
+                self._learn("save", now - self._phase_start)
+                self._enter("train", now)
+            elif self._phase in ("startup", "val", "save"):
+                self._pending_train = True   # this phase lasts until the first batch
+            elif self._phase == "finished":
+                self._enter("train", now)
+            return
+        if phase == self._phase:
+            return
+        if phase == "save":
+            rank = self._ranks.get(self._last_key)
+            self._save_mid_epoch = (self._phase == "train" and not self._pending_train and rank is not None
+                                    and rank.batch is not None and rank.batches is not None
+                                    and rank.batch < rank.batches)
+        if self._phase in ("val", "save"):
+            self._learn(self._phase, now - self._phase_start)
+        self._enter(phase, now)
+
+    def on_progress(self, ev: Progress, now: float) -> None:
+        """A progress event.  A repeat of the same (epoch, batch) is not progress."""
+        key = ev.rank
+        rank = self._ranks.get(key)
+        if (rank is not None and ev.batch is not None and ev.epoch == rank.epoch
+                and ev.batch == rank.batch):
+            return
+        if self._phase in ("val", "save") and not self._pending_train:
+            # activity inside val/save (a runner reporting val batches): the phase goes on
+            self._ref = now
+            self._armed = True
+            self._active_t = max(self._active_t, now)
+            self._idle_armed = True
+            self._touch(key, ev, now, count=False)
+            return
+        self._progressed = True
+        if self._phase != "train":
+            if self._phase != "finished":
+                self._learn(self._phase, now - self._phase_start)
+            self._enter("train", now)
+        self._learn_interval(self._ranks.get(key), ev, now)
+        self._touch(key, ev, now, count=True)
+        self._armed = True
+        self._active_t = max(self._active_t, now)
+        self._idle_armed = True
+
+    def on_evidence(self, now: float, kind: str) -> None:
+        """Startup evidence that work is going on (``miopen``, ``compile``, ``cpu``, ...):
+        extends the startup grace (bounded by ``startup_max``).  Ignored after startup."""
+        if self._phase != "startup":
+            return
+        self._evidence_t = now if self._evidence_t is None else max(self._evidence_t, now)
+        self._evidence[kind] = self._evidence.get(kind, 0) + 1
+
+    def on_output(self, now: float, lines: int = 1, source: int | None = None) -> None:
+        """``lines`` console lines from ``source`` (a torchrun rank; None: the trainer).
+        Before the first batch they are activity, and they teach the intervals of a trainer
+        whose progress format is unknown (see the module doc)."""
+        if self._phase == "finished" or lines <= 0:
+            return
+        self._active_t = max(self._active_t, now)
+        self._idle_armed = True
+        if self._progressed or self._phase != "startup" or self._structured:
+            return
+        out = self._outputs.get(source)
+        if out is None:
+            out = self._outputs[source] = _Output(now)
+        else:
+            gap = now - out.last_t
+            if gap >= 0:
+                out.gaps.append(gap)
+                if gap >= BURST_GAP_S:
+                    self._learn("silence", gap)
+        out.lines += lines
+        out.last_t = max(out.last_t, now)
+        if not out.unknown:
+            span = out.last_t - out.first_t
+            out.unknown = ((out.lines >= UNKNOWN_LINES and span >= UNKNOWN_SPAN_S)
+                           or (out.lines >= 2 and span >= UNKNOWN_AFTER_S))
+            self._silence = self._silence or out.unknown
+        if self._silence:
+            self._armed = True
+
+    def on_structured(self) -> None:
+        """The trainer speaks on trainctl's side channel (a runner, an integration, a
+        script calling report): its progress is not read from the console, so its console
+        is no unknown format (until :meth:`reset`)."""
+        self._structured = True
+        self._silence = False
+
+    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None,
+                gpu_percent: float | None = None) -> None:
+        """One sample of the trainer's whole tree: its CPU (% of one core, summed; None:
+        not known yet), the bytes it read and wrote (rchar + wchar; None: unreadable) and
+        the GPU's utilisation (None: no GPU; a busy GPU is activity: a validation waiting
+        on the GPU in a blocking sync uses no CPU).
+        Busy CPU or a change in the bytes is activity (the still-tree watch)."""
+        if self._phase == "finished":
+            return
+        first = not self._sampled
+        self._sampled = True
+        moved = io_bytes is not None and self._io is not None and io_bytes != self._io
+        if io_bytes is not None:
+            self._io = io_bytes
+        busy = (moved or (cpu_percent is not None and cpu_percent >= IDLE_CPU_PERCENT)
+                or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT))
+        if busy:
+            self._busy_t = now
+        if first or busy or cpu_percent is None:
+            self._active_t = max(self._active_t, now)
+            self._idle_armed = True
+
+    # ------------------------------------------------------------------ asking
+    @property
+    def watching_silence(self) -> bool:
+        """The progress format is unknown: output silence is watched (until a first batch)."""
+        return self._silence and not self._progressed and self._phase == "startup"
+
+    @property
+    def phase(self) -> str:
+        """The phase whose threshold applies now (a val/save stays until the next batch)."""
+        return self._phase
+
+    def idle(self, now: float) -> float:
+        """Seconds without progress (in startup/val/save: since the phase began)."""
+        if self._phase == "finished":
+            return 0.0
+        return max(0.0, now - self._reference())
+
+    def threshold(self, now: float) -> float | None:
+        """Seconds of silence allowed right now; None once finished."""
+        if self._phase == "finished":
+            return None
+        return self._threshold(self._mode_for(self._ranks.get(self._last_key)), now)[0]
+
+    def explain(self, now: float) -> str:
+        """Where the current threshold comes from, in words (for the dashboard)."""
+        if self._phase == "finished":
+            return "finished: no stall watch"
+        value, basis = self._threshold(self._mode_for(self._ranks.get(self._last_key)), now)
+        return f"{value:.0f}s: {basis}"
+
+    def check(self, now: float) -> StallVerdict | None:
+        """A verdict the first time the silence passes the threshold, then None until progress."""
+        if self._phase == "finished":
+            return None
+        mode = self._mode_for(self._ranks.get(self._last_key))
+        still = self._still_tree(now, mode)
+        if still is not None:
+            return still
+        limit, basis = self._threshold(mode, now)
+        idle = self.idle(now)
+        named = tuple(sorted(k for k in self._ranks if k is not None))
+        if mode == "silence":
+            named = tuple(sorted(k for k, o in self._outputs.items() if o.unknown and k is not None))
+        if self._armed and idle > limit:
+            self._armed = False
+            for r in self._ranks.values():
+                r.armed = False
+            return StallVerdict(self._phase, idle, limit, self._reason(mode, idle, limit, basis), named)
+        if self._phase == "train" and len(named) > 1:
+            return self._check_ranks(now)
+        return None
+
+    # ------------------------------------------------------------------ persistence
+    def state_dict(self) -> dict[str, Any]:
+        """The learned statistics (JSON-friendly), to survive a restart of trainctl."""
+        out: dict[str, Any] = {"version": STATE_VERSION, "train": [round(x, 6) for x in self._train],
+                               "train_peak": round(self._train_peak, 6)}
+        for k, values in self._learned.items():
+            out[k] = [round(x, 6) for x in values]
+        return out
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` output; bad or unknown entries are skipped."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            return
+        self._train.clear()
+        self._train.extend(_good(state.get("train")))
+        peak = state.get("train_peak")
+        self._train_peak = float(peak) if _is_good(peak) else max(self._train, default=0.0)
+        for k, values in self._learned.items():
+            values.clear()
+            values.extend(_good(state.get(k)))
+
+    # ------------------------------------------------------------------ inside
+    def _enter(self, phase: str, now: float) -> None:
+        self._phase, self._phase_start, self._ref = phase, now, now
+        self._pending_train = False
+        self._gen += 1
+        self._armed = True
+        self._active_t, self._idle_armed = max(self._active_t, now), True
+        for r in self._ranks.values():
+            r.armed = True
+
+    def still_window(self, mode: str) -> tuple[float, str] | None:
+        """How long a still tree may last in ``mode`` (None: not watched): before the first
+        batch ``startup_idle``; awaiting a batch after a phase (a validation, a save, the
+        gap after an epoch's last batch) at most PHASE_IDLE_S, and at most a fixed train
+        timeout (``--stall-timeout``).  In train itself the batch thresholds decide."""
+        if self.startup_idle is None or mode not in _STILL_MODES:
+            return None
+        if mode in ("startup", "silence"):
+            return self.startup_idle, f"startup idle window {self.startup_idle:.0f}s"
+        value, basis = min(self.startup_idle, PHASE_IDLE_S), "still-tree window"
+        if self.train_timeout is not None and self.train_timeout < value:
+            value, basis = self.train_timeout, "fixed train timeout"
+        return value, f"{basis} {value:.0f}s"
+
+    def _still_tree(self, now: float, mode: str) -> StallVerdict | None:
+        """A deadlock while a batch is awaited: a tree with no output, CPU or I/O."""
+        window = self.still_window(mode)
+        if window is None or not self._sampled or not self._idle_armed:
+            return None
+        quiet = now - self._active_t
+        if quiet <= window[0]:
+            return None
+        self._idle_armed = False
+        where = _STILL_MODES[mode]
+        if self._pending_train and mode in ("val", "save"):
+            where += ", awaiting the first batch after it"
+        return StallVerdict(self._phase, quiet, window[0],
+                            f"deadlock {where}: no output, no CPU and no I/O for {quiet:.0f}s "
+                            f"({window[1]})", still=True)
+
+    def _reference(self) -> float:
+        if self.watching_silence:
+            return self._silent_source()[1]
+        if self._phase == "train" and self._ranks:
+            return max(self._ref, max(r.last_t for r in self._ranks.values()))
+        return self._ref
+
+    def _touch(self, key: int | None, ev: Progress, now: float, *, count: bool) -> None:
+        rank = self._ranks.get(key)
+        if rank is None:
+            rank = self._ranks[key] = _Rank(now, self._gen)
+        new_epoch = (rank.gen != self._gen or (ev.epoch is not None and ev.epoch != rank.epoch)
+                     or (ev.batch is not None and rank.batch is not None and ev.batch < rank.batch))
+        rank.n_in_epoch = (1 if new_epoch else rank.n_in_epoch + 1) if count else 0
+        rank.last_t, rank.gen, rank.armed = now, self._gen, True
+        rank.epoch, rank.batch, rank.batches = ev.epoch, ev.batch, ev.batches
+        self._last_key = key
+
+    def _learn_interval(self, rank: _Rank | None, ev: Progress, now: float) -> None:
+        """File the gap since this rank's previous batch under steady, warm-up or boundary."""
+        if rank is None or rank.gen != self._gen:
+            return                       # first batch of the attempt or after a phase
+        gap = now - rank.last_t
+        if gap < 0:
+            return
+        if (ev.epoch is not None and rank.epoch is not None and ev.epoch != rank.epoch) or \
+                (ev.batch is not None and rank.batch is not None and ev.batch < rank.batch):
+            self._learn("boundary", gap)
+        elif rank.n_in_epoch <= self.warmup_batches:
+            self._learn("warmup", gap)
+        else:
+            self._train.append(gap)
+            self._train_peak = max(self._train_peak, gap)
+
+    def _learn(self, kind: str, seconds: float) -> None:
+        if seconds >= 0 and math.isfinite(seconds):
+            self._learned[kind].append(seconds)
+
+    def _mode_for(self, rank: _Rank | None) -> str:
+        """train is split by what the next gap will be: warmup, boundary or steady train."""
+        if self._phase != "train":
+            return "silence" if self.watching_silence else self._phase
+        if rank is None:
+            return "warmup"
+        if rank.batch is not None and rank.batches is not None and rank.batch >= rank.batches:
+            return "boundary"
+        if rank.n_in_epoch <= self.warmup_batches:
+            return "warmup"
+        return "train"
+
+    def _steady(self) -> tuple[float, str]:
+        if self.train_timeout is not None:
+            return self.train_timeout, "fixed train timeout"
+        samples, what = list(self._train), "batch intervals"
+        if len(samples) < MIN_SAMPLES:
+            samples += list(self._learned["warmup"])
+            what = "batch intervals (warm-up included)"
+        if len(samples) < MIN_SAMPLES:
+            return max(self.floor, self.initial), "nothing learned yet (default)"
+        slowest = max(samples)
+        value = self.factor * slowest
+        basis = f"{self.factor:g} × slowest of the last {len(samples)} {what} ({slowest:.3g}s)"
+        if 2 * self._train_peak > value:
+            value, basis = 2 * self._train_peak, f"2 × slowest interval ever ({self._train_peak:.3g}s)"
+        if value < self.floor:
+            value, basis = self.floor, f"floor ({basis} is below it)"
+        return value, basis
+
+    def _first_phase_default(self) -> float:
+        return max(self.initial, min(10 * self._steady()[0], FIRST_PHASE_MAX_S))
+
+    def _threshold(self, mode: str, now: float) -> tuple[float, str]:
+        if mode == "startup":
+            return self._startup()
+        if mode == "silence":
+            limit, basis = self._silent()
+            if self._busy_t is not None and now - self._busy_t < limit:
+                # Output silence alone is no hang while the tree works (a long kernel search
+                # or compile prints nothing): the start-up's limit then; the silence limit
+                # again once the tree has been still as long.
+                grace, grace_basis = self._startup()
+                if grace > limit:
+                    return grace, f"{grace_basis}: the tree is busy, output silence alone is no hang"
+            return limit, basis
+        if mode == "train":
+            return self._steady()
+        if mode == "warmup":
+            steady, basis = self._steady()
+            if self.train_timeout is not None:
+                return steady, basis
+            warm = self._learned["warmup"]
+            if not warm:
+                return max(steady, self.initial), "first batches of the run (default)"
+            value = self.factor * max(warm)
+            if value > steady:
+                return value, f"{self.factor:g} × slowest warm-up interval ({max(warm):.3g}s)"
+            return steady, basis
+        if mode == "boundary":
+            if self.train_timeout is not None:
+                return max(self.train_timeout, self.val_timeout or 0.0), "fixed train timeout (between epochs)"
+            return self._learned_phase("boundary", "gap between epochs")
+        fixed = self.val_timeout if mode == "val" else self.save_timeout
+        if fixed is not None:
+            return fixed, f"fixed {mode} timeout"
+        return self._learned_phase(mode, "validation" if mode == "val" else "checkpoint save")
+
+    def _learned_phase(self, kind: str, label: str) -> tuple[float, str]:
+        seen = self._learned[kind]
+        if not seen:
+            return self._first_phase_default(), f"first {label}: nothing learned yet"
+        longest = max(seen)
+        value = max(self.floor, self.phase_factor * longest)
+        if kind == "boundary":
+            value = max(value, self._steady()[0])
+        return value, f"{self.phase_factor:g} × longest {label} seen ({longest:.3g}s)"
+
+    def _startup(self) -> tuple[float, str]:
+        if self.startup_timeout is not None:
+            return self.startup_timeout, "fixed startup timeout"
+        value, basis = self.startup_grace, "startup grace"
+        if self._evidence_t is not None:
+            extended = self._evidence_t - self._phase_start + self.evidence_window
+            if extended > value:
+                value = min(extended, self.startup_max)
+                kinds = ", ".join(sorted(self._evidence))
+                basis = f"startup grace extended by evidence of work ({kinds}), at most {self.startup_max:.0f}s"
+        seen = self._learned["startup"]
+        if seen and 2 * max(seen) > value:
+            value, basis = 2 * max(seen), f"2 × longest startup seen ({max(seen):.0f}s)"
+        return value, basis
+
+    def _silence_limit(self, out: _Output) -> tuple[float, str]:
+        """The silence allowed after a source's last line: SILENCE_FACTOR × the high
+        quantile of its intervals (and of the healthy silences learned), at least the floor."""
+        gaps = [*out.gaps, *self._learned["silence"]]
+        q = _quantile(gaps, SILENCE_QUANTILE)
+        value = SILENCE_FACTOR * q
+        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × the {SILENCE_QUANTILE:g} quantile "
+                 f"of {len(gaps)} intervals between output lines ({q:.3g}s)")
+        longest = max(gaps, default=0.0)
+        if LONGEST_FACTOR * longest > value:   # a rare long pause, below the quantile
+            value = LONGEST_FACTOR * longest
+            basis = (f"unknown progress format: {LONGEST_FACTOR:g} × the longest interval "
+                     f"between output lines ({longest:.3g}s)")
+        if value < self.silence_floor:
+            value, basis = self.silence_floor, f"floor ({basis} is below it)"
+        return value, basis
+
+    def _silent_source(self) -> tuple[int | None, float, float, str]:
+        """(source, its last line, its limit, basis) of the watched source whose silence
+        ends last: the output is silent only when every watched source is (a torchrun rank
+        still printing keeps the job alive; its peers may wait for it)."""
+        best: tuple[int | None, float, float, str] | None = None
+        for key, out in self._outputs.items():
+            if not out.unknown:
+                continue
+            limit, basis = self._silence_limit(out)
+            if best is None or out.last_t + limit > best[1] + best[2]:
+                best = (key, out.last_t, limit, basis)
+        return best if best is not None else (None, self._ref, self.silence_floor, "floor")
+
+    def _silent(self) -> tuple[float, str]:
+        key, _, limit, basis = self._silent_source()
+        watched = sorted(k for k, o in self._outputs.items() if o.unknown and k is not None)
+        if watched:
+            basis = f"{basis}, rank {key}'s (ranks watched: {', '.join(map(str, watched))})"
+        return limit, basis
+
+    def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
+        what = {"startup": "no first batch yet", "train": "no progress", "warmup": "no progress",
+                "boundary": "no progress after the last batch of the epoch",
+                "val": "validation silent", "save": "checkpoint save silent",
+                "silence": "no output"}.get(mode, "no progress")
+        return f"{what} for {idle:.0f}s in {self._phase} (threshold {limit:.0f}s: {basis})"
+
+    def _check_ranks(self, now: float) -> StallVerdict | None:
+        stuck: list[tuple[int, float, float]] = []
+        for key, r in self._ranks.items():
+            if key is None or not r.armed:
+                continue
+            limit = self._threshold(self._mode_for(r), now)[0]
+            if now - r.last_t > limit:
+                stuck.append((key, now - r.last_t, limit))
+        if not stuck:
+            return None
+        for key, _, _ in stuck:
+            self._ranks[key].armed = False
+        idle = max(s[1] for s in stuck)
+        limit = min(s[2] for s in stuck)
+        names = ", ".join(str(s[0]) for s in sorted(stuck))
+        reason = (f"rank {names} made no progress for {idle:.0f}s while other ranks continue "
+                  f"(threshold {limit:.0f}s)")
+        return StallVerdict("train", idle, limit, reason, tuple(sorted(s[0] for s in stuck)))
+
+
+def _is_good(x: Any) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
+
+
+def _good(values: Any) -> Iterable[float]:
+    if not isinstance(values, list):
+        return ()
+    return (float(x) for x in values if _is_good(x))

@@ -1,0 +1,116 @@
+"""Every run of this user, as `trainctl ls` lists them and the dashboard's run picker offers
+them: this machine's (run directories, Slurm jobs) and those of the hosts in
+``<config>/hosts.toml`` over ssh; and how the dashboard reaches the one picked (a local or
+Slurm run through its socket, an ssh host's through `trainctl bridge` there), a queued
+Slurm job's status, and its scancel."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from trainctl.cli.common import UsageError
+
+
+def ls_hosts() -> list[str]:
+    """The ssh destinations of ``<config>/hosts.toml`` (``hosts = ["gpu-box", ...]``)."""
+    import tomllib
+    from trainctl.store.paths import config_dir
+    path = config_dir() / "hosts.toml"
+    try:
+        data = tomllib.loads(path.read_text())
+    except FileNotFoundError:
+        return []
+    except (OSError, ValueError) as e:
+        raise UsageError(f"{path}: {e}") from None
+    hosts = data.get("hosts", [])
+    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
+        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
+    return hosts
+
+
+def all_rows(here: bool = False, folds: dict | None = None,
+             hosts: list[dict] | None = None, ended_slurm: bool = True) -> list[dict]:
+    """`trainctl ls`'s rows (``--here``: this machine's only), newest first; an unreachable
+    host is a row with ``error``.  ``folds``: summarize's journal folds, kept by a caller that
+    asks again; ``hosts``: the hosts' rows, already gathered; ``ended_slurm=False``: no
+    scontrol for the Slurm runs that have ended."""
+    from trainctl.store.listing import run_dirs, summarize
+    rows = [dict(summarize(d, folds=folds, ended_slurm=ended_slurm), where="local")
+            for d in run_dirs()]
+    if not here:
+        rows += host_rows() if hosts is None else hosts
+    rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
+    return rows
+
+
+def host_rows() -> list[dict]:
+    """The runs of every host in hosts.toml (over ssh; a row with ``error`` for one that
+    cannot be reached)."""
+    from trainctl.cli.remote import host_runs
+    return [row for dest in ls_hosts() for row in host_runs(dest)]
+
+
+class RunsSource:
+    """What the dashboard asks of the runs beyond the one it follows (its calls block:
+    the dashboard makes them in threads).  Journals are folded once, then only their new
+    lines (src/trainctl/store/listing.py JournalFold); the hosts' rows (an ssh round trip and a whole
+    `ls` there each) are asked again for the header's count every HOSTS_EVERY_S only."""
+
+    HOSTS_EVERY_S = 30.0
+
+    def __init__(self) -> None:
+        import threading
+        self._folds: dict = {}
+        self._hosts: tuple[float, list[dict]] | None = None
+        self._lock = threading.Lock()
+
+    def rows(self) -> list[dict]:
+        """Every run, the hosts' asked now (the picker)."""
+        return self._rows(fresh=True)
+
+    def poll_rows(self) -> list[dict]:
+        """Every run, the hosts' as of the last HOSTS_EVERY_S (the header's count)."""
+        return self._rows(fresh=False)
+
+    def _rows(self, fresh: bool) -> list[dict]:
+        import time
+        try:
+            with self._lock:
+                kept = self._hosts
+            if fresh or kept is None or time.monotonic() - kept[0] > self.HOSTS_EVERY_S:
+                hosts = host_rows()
+                with self._lock:
+                    self._hosts = (time.monotonic(), hosts)
+            else:
+                hosts = kept[1]
+        except UsageError as e:   # a broken hosts.toml: this machine's runs, and why
+            hosts = [{"where": "hosts.toml", "error": str(e), "started": None}]
+        # the count every 5 s asks Slurm only of the runs still going (a user with a
+        # hundred ended Slurm runs would cost slurmctld a hundred RPCs each time)
+        return all_rows(folds=self._folds, hosts=hosts, ended_slurm=fresh)
+
+    def client_factory(self, row: dict):
+        """A fresh client for the run of ``row`` at each call."""
+        from trainctl.hosts.where import client_for
+        where, run_dir = row.get("where", "local"), row["run_dir"]
+        if where == "local":   # a Slurm run's agent may be on another node: ssh to it
+            return lambda: client_for(run_dir)
+        from trainctl.cli.remote import _client_factory, _host
+        return _client_factory(_host(where), run_dir)
+
+    def attach_hint(self, row: dict) -> str:
+        import shlex
+        where, run_dir = row.get("where", "local"), row["run_dir"]
+        if where == "local":
+            return f"trainctl attach {shlex.quote(run_dir)}"
+        from trainctl.cli.remote import attach_hint, attach_url
+        return attach_hint(attach_url(where, run_dir))
+
+    def slurm_status(self, run_dir: str) -> dict | None:
+        """The Slurm run's current job ({job, state, reason, ...}); None for other runs."""
+        from trainctl.hosts.slurm.jobs import slurm_status
+        return slurm_status(Path(run_dir))
+
+    def stop_queued(self, run_dir: str) -> str:
+        """scancel the run's queued job and end the run STOPPED: its job id (UsageError)."""
+        from trainctl.hosts.slurm.jobs import cancel_waiting_job
+        return cancel_waiting_job(Path(run_dir))

@@ -1,0 +1,281 @@
+"""Every run of this user on this machine, for `trainctl ls`: the run directories under the
+runs directory, the ones started elsewhere (`--run-dir`, a job's ``run_dir``: each start
+records its directory in ``<runs dir>/known-runs``), and the Slurm jobs of trainctl runs in
+the queue (their working directory is their run directory).  Each is summed up from its own
+files: state, job, where, progress, ETA, last incident."""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from pathlib import Path
+
+from trainctl.core import events as E
+from trainctl.hosts.slurm import commands as slurm
+from trainctl.agent.adopt import agent_running
+from trainctl.store.journal import JournalReader, lines_from
+from trainctl.store.paths import make_private_dir, open_private, runs_dir, trusted_run_dir
+from trainctl.store.spec import RunSpec
+from trainctl.core.recovery import FINAL_STATES, USER_RESTART_REASON
+
+KNOWN = "known-runs"
+UNREADABLE = "UNREADABLE"
+"""The state `ls` shows for a run directory it does not read: not the user's own, or its
+spec.json is not a run spec (the reason says which)."""
+MAX_KNOWN = 500
+
+
+def register_run(run_dir: Path) -> None:
+    """Remember a run directory (its path on a line of its own; the newest 500 kept)."""
+    path = runs_dir() / KNOWN
+    line = str(Path(run_dir).resolve())
+    if "\n" in line:
+        return
+    try:
+        make_private_dir(path.parent)   # others see no job name nor path of ours
+        old = [p for p in _read_known(path) if p != line]
+        tmp = path.with_name(f".{KNOWN}.{os.getpid()}.tmp")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
+            f.write("\n".join([*old[-(MAX_KNOWN - 1):], line]) + "\n")
+        tmp.replace(path)
+    except OSError:
+        pass
+
+
+def _read_known(path: Path) -> list[str]:
+    try:
+        return [ln for ln in path.read_text().splitlines() if ln.strip()]
+    except OSError:
+        return []
+
+
+def queued_slurm_runs() -> list[Path]:
+    """Run directories of this user's trainctl jobs in the Slurm queue ([] without Slurm)."""
+    if not slurm.configured():
+        return []
+    try:
+        r = slurm._run(["squeue", "-h", "--me", "-o", "%j|%Z"], timeout=15)
+    except slurm.SlurmError:
+        return []
+    if r.returncode != 0:
+        return []
+    out = []
+    for line in r.stdout.splitlines():
+        name, _, workdir = line.partition("|")
+        if name.startswith("trainctl-") and workdir:
+            out.append(Path(workdir))
+    return out
+
+
+def run_dirs() -> list[Path]:
+    """Every run directory known here, once each (resolved), those that still exist."""
+    seen: dict[str, Path] = {}
+    root = runs_dir()
+    candidates: list[Path] = []
+    try:
+        candidates += [p for p in root.iterdir() if p.name != "latest" and not p.is_symlink()]
+    except OSError:
+        pass
+    candidates += [Path(p) for p in _read_known(root / KNOWN)]
+    candidates += queued_slurm_runs()
+    for p in candidates:
+        try:
+            key = str(p.resolve())
+        except OSError:
+            continue
+        if key not in seen and (p / "spec.json").is_file():
+            seen[key] = Path(key)
+    return list(seen.values())
+
+
+class JournalFold:
+    """What `summarize` takes from a journal (started, state and reason, progress, ETA and
+    the deadline's buffer, last incident), folded up to a byte offset: a later look reads
+    only the lines written since (a day of journal is ~9 MB, half a second to fold whole).
+    A journal replaced or cut (another inode, shorter) is folded again from its start."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._reset(None)
+
+    def _reset(self, ino: int | None) -> None:
+        self.ino, self.offset, self.seq = ino, 0, 0
+        self.reader = JournalReader()
+        self.out: dict = {}
+
+    def advance(self, path: Path) -> dict:
+        with self._lock:
+            try:
+                st = os.stat(path)
+            except OSError:
+                return {}
+            if st.st_ino != self.ino or st.st_size < self.offset:
+                self._reset(st.st_ino)
+            try:
+                for seq, line, end in lines_from(path, self.offset, self.seq):
+                    self.offset, self.seq = end, seq + 1
+                    try:
+                        self._take(self.reader.decode_at(line, seq))
+                    except (ValueError, TypeError, KeyError):
+                        continue
+            except OSError:   # unreadable now (permissions, a stale NFS handle): what was read
+                pass
+            return dict(self.out)
+
+    def _take(self, ev: E.Event) -> None:
+        out = self.out
+        if ev.seq == 0:
+            out["started"] = ev.ts
+        if isinstance(ev, E.State):
+            out["state"], out["reason"] = ev.state, ev.reason
+        elif isinstance(ev, E.Progress):
+            out["progress"] = {"epoch": ev.epoch, "epochs": ev.epochs, "batch": ev.batch,
+                               "batches": ev.batches}
+        elif isinstance(ev, E.Projection):
+            out["eta"], out["buffer_s"] = ev.eta, ev.buffer_s
+            out["eta_declared"] = getattr(ev, "rate_source", "") == "declared"   # not measured yet
+        elif isinstance(ev, E.Stall):
+            out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
+        elif isinstance(ev, E.Restart) and ev.reason != USER_RESTART_REASON:   # a key press is none
+            out["incident"] = {"ts": ev.ts, "text": f"restart: {ev.reason}"}
+        elif isinstance(ev, E.Warning) and ev.severity in ("error", "fatal"):
+            out["incident"] = {"ts": ev.ts, "text": f"{ev.id}: {ev.text}"}
+
+
+def summarize(run_dir: Path, with_slurm: bool = True,
+              folds: dict[str, JournalFold] | None = None, ended_slurm: bool = True) -> dict:
+    """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state`` (and its
+    ``reason``), ``live``, ``host``, ``started``, ``progress`` ({epoch, epochs, batch,
+    batches}), ``eta`` (and the deadline's ``buffer_s``), ``incident`` ({ts, text}), and for a Slurm run ``slurm`` ({job, state, reason,
+    partition}).  ``folds`` (run directory -> JournalFold), kept by a caller that asks
+    again (the dashboard, every few seconds): only the journal lines written since are read.
+    ``ended_slurm=False``: no scontrol for a Slurm run whose journal has ended (its job's
+    state and partition left out), for a caller that asks every few seconds."""
+    run_dir = Path(run_dir)
+    out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
+                 "live": False, "host": "", "started": None, "progress": None, "eta": None,
+                 "incident": None, "reason": "", "buffer_s": None}
+    try:   # another user's directory, or a spec that is not one: listed, never read further
+        trusted_run_dir(run_dir)
+        spec = RunSpec.load(run_dir / "spec.json")
+        out.update(job=spec.job_name, host=spec.host,
+                   started=(run_dir / "spec.json").stat().st_mtime)   # a queued run's: submitted
+    except FileNotFoundError:
+        pass   # its journal alone says what it is
+    except (OSError, ValueError) as e:
+        return {**out, "state": UNREADABLE, "reason": " ".join(str(e).split()),
+                "incident": {"ts": None, "text": f"unreadable: {' '.join(str(e).split())}"}}
+    fold = folds.setdefault(str(run_dir), JournalFold()) if folds is not None else JournalFold()
+    out.update(fold.advance(run_dir / "events.jsonl"))
+    out["live"] = agent_running(run_dir)
+    if not out["live"] and out["state"] in LIVE:   # its agent gone: does its trainer run on?
+        from trainctl.holder.handle import live_trainer
+        if (st := live_trainer(run_dir)) is not None:
+            out["trainer_pid"], out["unsupervised"] = st["pid"], not st["holder_alive"]
+    if with_slurm and slurm.read_jobs(run_dir):
+        job = slurm.current_job(run_dir)
+        sl: dict = {"job": job, "jobs": slurm.read_jobs(run_dir)}
+        info = None
+        if ended_slurm or out["state"] not in FINAL_STATES:
+            try:
+                info = slurm.job_info(job)
+            except slurm.SlurmError as e:
+                sl["error"] = str(e)
+        if info is not None:
+            sl.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node)
+            if info.state == "PENDING" and out["state"] not in FINAL_STATES:
+                out["state"] = "PENDING"
+            if info.state.split()[0] == "RUNNING" and not out["live"]:
+                # its agent runs on a node whose agent.lock this machine may not see
+                from trainctl.hosts.where import agent_info
+                out["live"] = agent_info(run_dir).get("slurm_job") == job
+        out["slurm"] = sl
+    return out
+
+
+# ---------------------------------------------------------------------- rows, as people read them
+LIVE = ("STARTING", "RUNNING", "STALLED", "BACKOFF", "STOPPING")
+
+
+def row_key(row: dict) -> tuple[str, str]:
+    """Which run a row is: (where, run_dir); where = "local" or the ssh destination."""
+    return str(row.get("where") or "local"), str(row.get("run_dir") or "")
+
+
+def needs_attention(row: dict) -> str | None:
+    """Why a run wants a person now, or None: stalled; failed; restarting (backoff); stopped
+    by something else than the user (cancelled outside trainctl, its time ran out); its
+    agent gone while the run was live (crashed); its deadline late by the projection.  A
+    finished run, one the user stopped, a queued one and a host that cannot be reached do
+    not count (the last is no run)."""
+    if row.get("error"):
+        return None
+    state = row.get("state")
+    if state == "STALLED":
+        return "stalled"
+    if state == "FAILED":
+        return "failed"
+    if state == "BACKOFF":
+        return "restarting after a fault"
+    if state == "STOPPED":
+        reason = str(row.get("reason") or "")
+        if reason.startswith("stopped by the user"):
+            return None
+        return reason if reason.startswith("stopped") else f"stopped: {reason or '?'}"
+    if state in LIVE and not row.get("live"):
+        if row.get("trainer_pid"):
+            return (f"its trainer (pid {row['trainer_pid']}) runs on "
+                    f"{'unsupervised' if row.get('unsupervised') else 'under its holder'}, its agent gone: "
+                    "`trainctl attach` adopts it")
+        return "its agent is gone"
+    buffer = row.get("buffer_s")
+    if state in LIVE and isinstance(buffer, (int, float)) and buffer < 0:
+        return "deadline at risk"
+    return None
+
+
+def attention_count(rows: list[dict], current: tuple[str, str] | None = None) -> int:
+    """How many runs need attention, ``current`` (the one on screen, a row_key) left out."""
+    return sum(1 for r in rows if row_key(r) != current and needs_attention(r))
+
+
+COLUMNS = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "LAST INCIDENT")
+
+
+def row_cells(row: dict) -> tuple[str, ...]:
+    """A row of `trainctl ls` (and the dashboard's run picker), one cell per COLUMNS entry,
+    sanitised, on one line each."""
+    import time
+    from trainctl.core.sanitize import sanitize_text
+    r = row
+    if r.get("error"):
+        cells: tuple = ("?", "-", r.get("where", "?"), "-", "-", r["error"])
+    else:
+        sl = r.get("slurm")
+        if sl:
+            where = f"slurm {sl.get('job')} {sl.get('partition') or ''}".strip()
+        elif r.get("where", "local") == "local":
+            where = r["run_dir"]
+        else:
+            where = f"{r['where']}:{r['run_dir']}"
+        state = r["state"] + (f" ({sl['reason']})" if sl and r["state"] == "PENDING"
+                              and sl.get("reason") not in (None, "", "None") else "")
+        p = r.get("progress") or {}
+        prog = "-"
+        if p.get("batch") is not None or p.get("epoch") is not None:
+            prog = ((f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else "")
+                    + f"{p.get('batch') or 0}/{p.get('batches') or '?'}")
+        eta = "-"
+        if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
+            eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
+            if r.get("eta_declared"):   # on a preset's declared rate, not one this run measured
+                eta += " (declared rate)"
+        inc = r.get("incident") or {}
+        stamp = time.strftime("%H:%M ", time.localtime(inc["ts"])) if inc.get("ts") else ""
+        incident = (stamp + inc["text"])[:60 if stamp else 120] if inc else "-"
+        if r.get("unsupervised"):   # what matters most now: a trainer nobody watches
+            incident = f"trainer pid {r.get('trainer_pid')} unsupervised: `trainctl attach` adopts it"
+        cells = (state, r["job"], where, prog, eta, incident)
+    return tuple(sanitize_text(str(c)).replace("\n", " ") for c in cells)
