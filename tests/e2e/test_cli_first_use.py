@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT
-from trainctl.cli.main import main as cli
+from trainctl.cli import main as cli
 
 pytestmark = pytest.mark.e2e
 

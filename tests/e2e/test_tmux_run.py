@@ -154,7 +154,7 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     why within seconds — not 'did not start within 30 s'."""
     import time
 
-    from trainctl.cli.main import main as cli
+    from trainctl.cli import main as cli
     from trainctl.store.joblock import JobLock
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
@@ -183,7 +183,7 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
 def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_path, given):
     """Refused after the early check (the race, simulated by a holder() that saw nothing):
     a run directory trainctl made is removed; one the user named is left as it was."""
-    from trainctl.cli.main import main as cli
+    from trainctl.cli import main as cli
     from trainctl.store import joblock
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
