@@ -84,5 +84,5 @@ def test_the_site_builds_strictly(tmp_path):
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "five-minute tour" in home and "screenshots/dashboard.svg" in home
     for page in ("job-file", "zero-code", "torchrun", "slurm", "alerts", "remote", "dashboard", "cli",
-                 "internals", "benchmarks"):
+                 "troubleshooting", "internals", "benchmarks"):
         assert (site / page / "index.html").exists(), page
