@@ -2,6 +2,7 @@
 
 The README links to `docs/PAGE.md` and shows `docs/screenshots/...` (as GitHub renders it
 from the repository's root); on the site those are `PAGE.md` and `screenshots/...`."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -17,6 +18,7 @@ def readme_as_home(text: str) -> str:
 
 
 def on_files(files: Files, config) -> Files:
-    files.append(File.generated(config, "index.md",
-                                content=readme_as_home(README.read_text(encoding="utf-8"))))
+    files.append(
+        File.generated(config, "index.md", content=readme_as_home(README.read_text(encoding="utf-8")))
+    )
     return files

@@ -1,6 +1,7 @@
 """The documentation: the site builds with no broken link or anchor and every page in its nav
 (`mkdocs build --strict`), docs/internals.md's layers are pyproject's import-linter layers in
 order, the README stays short and is the site's home page, and its job file loads."""
+
 from __future__ import annotations
 
 import importlib.util
@@ -43,7 +44,7 @@ def test_internals_lists_the_layers_of_pyproject_in_order():
 def test_every_folder_of_the_package_is_a_layer_and_every_layer_a_folder():
     package = ROOT / "src" / "trainctl"
     folders = {p.name for p in package.iterdir() if p.is_dir() and (p / "__init__.py").exists()}
-    folders -= {"presets"}   # data: the shipped presets, no code
+    folders -= {"presets"}  # data: the shipped presets, no code
     named = {name.strip() for layer in pyproject_layers() for name in layer.split("|")}
     assert folders == named - {"__main__"}
 
@@ -67,22 +68,45 @@ def test_the_readme_tour_job_file_is_a_valid_job(tmp_path):
     (tmp_path / "trainctl.toml").write_text(example)
     job = load_job(tmp_path / "trainctl.toml")
     assert (job.kind, job.preset, job.fallback, job.resume_args) == (
-        "command", "A", "B", ("--resume", "{checkpoint}"))
+        "command",
+        "A",
+        "B",
+        ("--resume", "{checkpoint}"),
+    )
     assert job.load_preset().dataloader.workers == 2 and job.load_fallback().dataloader.workers == 0
 
 
 def test_the_site_builds_strictly(tmp_path):
     """Every page in the nav, no broken link or anchor, the README as the home page."""
     if importlib.util.find_spec("mkdocs") is None or importlib.util.find_spec("material") is None:
-        pytest.skip("mkdocs and mkdocs-material are not installed (they come with the test extra: "
-                    "pip install -e '.[test]')")
+        pytest.skip(
+            "mkdocs and mkdocs-material are not installed (they come with the test extra: "
+            "pip install -e '.[test]')"
+        )
     site = tmp_path / "site"
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
-                          check=False, cwd=ROOT, capture_output=True, text=True, timeout=110,
-                          env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(site)],
+        check=False,
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=110,
+        env={**os.environ, "NO_MKDOCS_2_WARNING": "1"},
+    )
     assert done.returncode == 0, done.stdout + done.stderr
     home = (site / "index.html").read_text(encoding="utf-8")
     assert "five-minute tour" in home and "screenshots/dashboard.svg" in home
-    for page in ("job-file", "zero-code", "torchrun", "slurm", "alerts", "remote", "dashboard", "cli",
-                 "troubleshooting", "internals", "benchmarks"):
+    for page in (
+        "job-file",
+        "zero-code",
+        "torchrun",
+        "slurm",
+        "alerts",
+        "remote",
+        "dashboard",
+        "cli",
+        "troubleshooting",
+        "internals",
+        "benchmarks",
+    ):
         assert (site / page / "index.html").exists(), page
