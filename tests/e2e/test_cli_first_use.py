@@ -30,7 +30,7 @@ def test_help_hides_internal_commands_and_shows_the_readme_exit_codes(capsys):
     for shown in ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "alerts"):
         assert f"\n    {shown} " in out, shown
     assert cli.EXIT_CODES in out
-    readme = (ROOT / "README.md").read_text()
+    readme = (ROOT / "docs" / "cli.md").read_text()
     assert f"```text\n{cli.EXIT_CODES}\n```" in readme   # the same table, every code (3 too)
     for code in ("0", "1", "2", "3", "4", "5", "130", "141"):
         assert f"\n  {code} " in "\n" + cli.EXIT_CODES, code

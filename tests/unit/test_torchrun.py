@@ -166,8 +166,8 @@ def test_a_ranks_traceback_from_its_own_file_is_the_exit_exception():
 
 def test_the_readme_torchrun_job_example_is_a_valid_job(tmp_path):
     root = Path(__file__).resolve().parents[2]
-    readme = (root / "README.md").read_text(encoding="utf-8")
-    example = readme.split("## torchrun jobs", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
+    readme = (root / "docs" / "torchrun.md").read_text(encoding="utf-8")
+    example = readme.split("# torchrun jobs", 1)[1].split("```toml", 1)[1].split("```", 1)[0]
     (tmp_path / "presets").mkdir()
     (tmp_path / "presets" / "B.toml").write_text((root / "src" / "trainctl" / "presets" / "B.toml").read_text())
     (tmp_path / "trainctl.toml").write_text(example)
