@@ -78,7 +78,7 @@ def _pattern(tmp: Path):
 def _yolo_job(tmp: Path):
     job = write_ultralytics_job(tmp / "job", n_train=16, n_val=64, batch=4, epochs=2)
     preset = tmp / "Bval.toml"
-    preset.write_text((ROOT / "presets" / "B.toml").read_text().replace("val = false", "val = true"))
+    preset.write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text().replace("val = false", "val = true"))
     return ["run", str(job), "--json", "--preset", str(preset), "--max-restarts", "0"]
 
 

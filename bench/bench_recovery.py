@@ -184,7 +184,7 @@ def runner_startup(job: Path, ckpt: Path, run_dir: Path, env: dict[str, str]) ->
     way the agent starts an attempt) to its first progress event."""
     r_fd, w_fd = os.pipe()
     argv = [PY, "-m", "trainctl.inside.ultralytics_runner", "--job", str(job), "--run-dir", str(run_dir),
-            "--preset", str(ROOT / "presets" / "B.toml"), "--resume", str(ckpt)]
+            "--preset", str(ROOT / "src" / "trainctl" / "presets" / "B.toml"), "--resume", str(ckpt)]
     t0 = time.time()
     proc = subprocess.Popen(argv, env=dict(env, TRAINCTL_EVENTS_FD=str(w_fd)), pass_fds=(w_fd,),
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -169,7 +169,7 @@ def _cpu(pid: int) -> float:
 async def measure_fake(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_tui_"))
     try:
-        presets = {n: Path(shutil.copy(ROOT / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
+        presets = {n: Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
                    for n in ("A", "B")}
         journal = replay_journal()
         agent = FakeAgent(journal, {"job": "bench", "host": "here", "state": "RUNNING",

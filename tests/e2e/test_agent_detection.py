@@ -162,7 +162,7 @@ def test_long_validation_and_checkpoint_saves_are_not_stalls(tmp_path):
     train_timeout = 3
     job = write_ultralytics_job(tmp_path / "job", n_train=16, n_val=800, batch=1, epochs=1)
     preset = tmp_path / "Bval.toml"
-    preset.write_text((ROOT / "presets" / "B.toml").read_text())   # validation on, as shipped
+    preset.write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text())   # validation on, as shipped
     r = run_trainctl(["run", str(job), "--json", "--preset", str(preset), "--stall-timeout",
                       str(train_timeout), "--no-auto-recover"], timeout=140)
     assert r.returncode == 0, r.describe()

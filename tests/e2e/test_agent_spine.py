@@ -20,8 +20,8 @@ from tests.e2e.conftest import (PYTHON, ROOT, of_type, run_trainctl, start_train
 from tests.helpers.hangs import TRAIN_LOOP
 
 pytestmark = pytest.mark.e2e
-PRESET_A = ROOT / "presets" / "A.toml"
-PRESET_B = ROOT / "presets" / "B.toml"
+PRESET_A = ROOT / "src" / "trainctl" / "presets" / "A.toml"
+PRESET_B = ROOT / "src" / "trainctl" / "presets" / "B.toml"
 LOSSES = {"box_loss", "cls_loss", "dfl_loss"}
 
 

@@ -124,7 +124,7 @@ def test_an_ultralytics_job_stopped_in_its_first_validation_is_caught_when_still
     the still tree is caught within its window (5 s here, at most 45 s by default)."""
     job = write_ultralytics_job(tmp_path / "job", n_train=16, n_val=64, batch=4, epochs=2)
     preset = tmp_path / "Bval.toml"
-    preset.write_text((ROOT / "presets" / "B.toml").read_text().replace("val = false", "val = true"))
+    preset.write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text().replace("val = false", "val = true"))
     with start_trainctl(["run", str(job), "--json", "--preset", str(preset), "--max-restarts", "0",
                          "--startup-idle", "5"]) as tc:
         start = tc.wait_event("start", 60)

@@ -134,7 +134,7 @@ def test_scan_into_a_closed_pipe_ends_quietly(tmp_path):
 
 def test_editor_with_arguments_is_split_like_a_shell(env, tmp_path):
     preset = tmp_path / "P.toml"
-    preset.write_text((ROOT / "presets" / "A.toml").read_text())
+    preset.write_text((ROOT / "src" / "trainctl" / "presets" / "A.toml").read_text())
     r = _cli(["presets", "edit", preset], {**env, "EDITOR": "true --wait", "VISUAL": ""})
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.describe()
     _refused(_cli(["presets", "edit", preset], {**env, "EDITOR": "no-such-editor --wait", "VISUAL": ""}),

@@ -46,7 +46,7 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     ckpts = tmp_path / "ckpts"
     job = tmp_path / "trainctl.toml"
     (tmp_path / "presets").mkdir()
-    (tmp_path / "presets" / "B.toml").write_text((ROOT / "presets" / "B.toml").read_text())
+    (tmp_path / "presets" / "B.toml").write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text())
     job.write_text(
         'kind = "torchrun"\nmax_restarts = 2\nfallback = "B"\n'
         'resume_args = ["--resume", "{checkpoint}"]\n'
