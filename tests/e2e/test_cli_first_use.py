@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT
-from trainctl.cli.main import main as cli
+from trainctl.cli import main as cli
 
 pytestmark = pytest.mark.e2e
 
@@ -57,7 +57,7 @@ def test_presets_list_validate_and_edit_a_copy(tmp_path, monkeypatch, capsys):
     out, err = capsys.readouterr()
     assert out.count(": ok") == 3 and "bad.toml" in err and "workers" in err
 
-    shipped = ROOT / "presets" / "A.toml"
+    shipped = ROOT / "src" / "trainctl" / "presets" / "A.toml"
     before = shipped.read_bytes()
     monkeypatch.setenv("VISUAL", "")
     monkeypatch.setenv("EDITOR", f"{PYTHON} -c \"import sys; open(sys.argv[1], 'a').write('# edited\\n')\"")
