@@ -178,7 +178,7 @@ def test_the_readme_torchrun_job_example_is_a_valid_job(tmp_path):
 
 def test_the_node_rank_comes_from_the_cli_the_job_or_the_torchrun_command(tmp_path):
     import argparse
-    from trainctl.cli.main import _node
+    from trainctl.agent.prepare import node as _node
     from trainctl.cli.common import UsageError
     path = tmp_path / "job.toml"
     path.write_text('kind = "torchrun"\n[torchrun]\nscript = "t.py"\nnnodes = 2\nnode_rank = 1\n'
