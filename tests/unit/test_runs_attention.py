@@ -106,7 +106,7 @@ def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(t
 
 def test_the_frequent_look_asks_slurm_only_of_the_runs_still_going(tmp_path, monkeypatch):
     from trainctl.core import events as E
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.journal import Journal
     from trainctl.store.listing import summarize
     asked: list[str] = []

@@ -137,7 +137,7 @@ class NodeTransport:
         """ssh failed: is the agent gone with its job (a node failure leaves its socket
         file on the shared storage; the job is requeued, PENDING, or ended)?  Then the
         journal is all there is, read here.  Asked of Slurm off the caller's loop."""
-        from trainctl.hosts.slurm import commands as slurm
+        from trainctl.hosts.slurm import queue as slurm
         if not self.job or not RunFiles(self.run_dir).events.exists():
             return False
         try:

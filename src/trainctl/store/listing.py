@@ -11,7 +11,7 @@ import threading
 from pathlib import Path
 
 from trainctl.core import events as E
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.agent.adopt import agent_running
 from trainctl.store.journal import JournalReader, lines_from
 from trainctl.store.paths import make_private_dir, open_private, runs_dir, trusted_run_dir

@@ -12,7 +12,7 @@ from trainctl.cli.common import UsageError, note, printer
 
 
 def is_slurm_run(run_dir: Path) -> bool:
-    from trainctl.hosts.slurm.commands import read_jobs
+    from trainctl.hosts.slurm.queue import read_jobs
     return bool(read_jobs(run_dir))
 
 
@@ -21,7 +21,7 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
     (bad partition, time over the limit, no such gres) or an unreachable slurmctld is a
     UsageError of one line; a run directory made for it is removed."""
     import shutil
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.paths import RunFiles
     cfg = dict(spec.slurm or {})
     try:
@@ -82,7 +82,7 @@ class _Between:
         self.run_dir, self.last = run_dir, None
 
     async def __call__(self, hello: dict) -> bool:
-        from trainctl.hosts.slurm import commands as slurm
+        from trainctl.hosts.slurm import queue as slurm
         job = slurm.current_job(self.run_dir)
         if job is None:
             return False
@@ -118,7 +118,7 @@ def _run_ended(run_dir: Path) -> bool:
 
 def slurm_status(run_dir: Path) -> dict | None:
     """{"job", "jobs", "state", "reason"} of a Slurm run's current job; None for other runs."""
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     jobs = slurm.read_jobs(run_dir)
     if not jobs:
         return None
@@ -165,7 +165,7 @@ def cancel_waiting_job(run_dir: Path) -> str:
     began, end the run STOPPED in its journal (and its other nodes').  Blocks up to 30 s for the job to
     leave; its id.  UsageError (one line) when no job of the run waits or scancel fails."""
     from trainctl.core import events as E
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.agent.adopt import agent_running
     from trainctl.store.journal import Journal
     from trainctl.store.paths import RunFiles
