@@ -98,6 +98,7 @@ def test_a_dead_nodes_agent_leaves_the_journal_to_read_here(tmp_path, monkeypatc
     the journal is read here (the dashboard then shows the queued job); while it runs, the node
     is what cannot be reached."""
     from trainctl.core import events as E
+    from trainctl.hosts.registry import transport_for   # through the run's host: Slurm's
     from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.journal import Journal
     config = tmp_path / "ssh_config"

@@ -10,9 +10,12 @@ import shutil
 import sys
 from pathlib import Path
 
+from trainctl.hosts.base import Refused
 
-class UsageError(Exception):
-    """Bad usage or configuration: printed as `trainctl: ...`, exit 2."""
+
+# Bad usage or configuration: printed as `trainctl: ...`, exit 2.  The layers below raise it
+# as hosts.base.Refused (the same class), without importing the CLI.
+UsageError = Refused
 
 
 def command_name(argv: list[str]) -> str:

@@ -502,7 +502,8 @@ def cmd_run(args) -> int:
         return run_remote(args, RunsSource())
     run_dir, spec, created = _prepare(args)
     if spec.slurm is not None:
-        from trainctl.hosts.slurm.jobs import run_slurm, submit_run
+        from trainctl.cli.slurm import run_slurm
+        from trainctl.hosts.slurm.jobs import submit_run
         job_id = submit_run(args, run_dir, spec, created)
         _link_latest(run_dir)
         from trainctl.hosts.all_runs import RunsSource
@@ -733,7 +734,7 @@ def _resolve_run_dir(ref: str | None) -> Path:
 
 
 def _attach_local(run_dir: Path) -> int:
-    from trainctl.hosts.where import client_for
+    from trainctl.hosts.registry import client_for
     from trainctl.tui.app import run_dashboard
     from trainctl.hosts.all_runs import RunsSource
     return run_dashboard(lambda: client_for(run_dir),
@@ -754,7 +755,7 @@ def cmd_attach(args) -> int:
     run_dir = _resolve_run_dir(args.target)
     _adopt_if_orphaned(run_dir)
     if args.json or args.headless:
-        from trainctl.hosts.where import client_for
+        from trainctl.hosts.registry import client_for
         from trainctl.client.follow import follow
         return asyncio.run(follow(lambda: client_for(run_dir), printer(args.json), note,
                                   tail=args.tail, from_snapshot=args.from_snapshot,
@@ -804,7 +805,7 @@ def _adopt_if_orphaned(run_dir: Path) -> bool:
 async def _one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
     """One command's reply; AgentUnavailable when no agent runs, AgentNotResponding when
     it does not answer the hello (a few seconds) or the command (``timeout``)."""
-    from trainctl.hosts.where import client_for
+    from trainctl.hosts.registry import client_for
     from trainctl.client.connection import COMMAND_TIMEOUT_S
     client = client_for(run_dir)
     try:
@@ -839,14 +840,16 @@ def cmd_ctl(args) -> int:
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except (AgentNotResponding, AgentUnreachable) as e:
-        from trainctl.hosts.slurm.jobs import is_slurm_run, stop_waiting_job
+        from trainctl.cli.slurm import stop_waiting_job
+        from trainctl.hosts.slurm.jobs import is_slurm_run
         if isinstance(e, AgentUnreachable) and args.command == "stop" and is_slurm_run(run_dir):
             note(f"{e}; stopping the run through Slurm instead (scancel)")
             return stop_waiting_job(run_dir)   # its agent gets SIGTERM: STOPPED by the user
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except AgentUnavailable as e:
-        from trainctl.hosts.slurm.jobs import is_slurm_run, stop_waiting_job
+        from trainctl.cli.slurm import stop_waiting_job
+        from trainctl.hosts.slurm.jobs import is_slurm_run
         if args.command == "stop" and is_slurm_run(run_dir):
             return stop_waiting_job(run_dir)   # its job waits in the queue: scancel it
         print(f"trainctl: {e}", file=sys.stderr)
