@@ -93,7 +93,7 @@ class SshBox:
 
     def client_factory(self, run_dir: str):
         from trainctl.client.connection import AgentClient
-        from trainctl.hosts.ssh import SshTransport
+        from trainctl.hosts.ssh_transport import SshTransport
         return lambda: AgentClient(SshTransport(self.link, run_dir))
 
     def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:

@@ -107,7 +107,8 @@ class NodeTransport:
 
     def __init__(self, node: str, run_dir: Path, job: str = "",
                  job_gone: Callable[[str], bool] | None = None) -> None:
-        from trainctl.hosts.ssh import SshHost, SshTransport
+        from trainctl.hosts.ssh import SshHost
+        from trainctl.hosts.ssh_transport import SshTransport
         config = os.environ.get("TRAINCTL_SSH_CONFIG")
         try:
             host = SshHost(node, ssh_config=Path(config) if config else None,
