@@ -70,6 +70,9 @@ class FolderHost:
     def cancel_waiting(self, run_dir: str) -> str:
         raise Refused(f"{run_dir}: nothing waits in a folder")
 
+    def between_agents(self, run_dir: str, say):
+        return None
+
     def url(self, run_dir: str) -> str:
         return f"{self.where}{run_dir}"
 

@@ -23,6 +23,9 @@ def test_a_run_directory_is_this_machines_unless_it_is_a_slurm_runs(tmp_path):
     assert isinstance(registry.host_for(queued), SlurmHost)
     assert isinstance(registry.host_for(ran), SlurmHost)
     assert isinstance(registry.host_for("slurm:"), SlurmHost)
+    assert isinstance(registry.host_for_launch(slurm=True), SlurmHost)
+    assert isinstance(registry.host_for_launch(), LocalHost)
+    assert registry.host_for_launch("gpu-box", slurm=True).where == "gpu-box"
 
 
 def test_urls_destinations_and_rows_name_their_host():

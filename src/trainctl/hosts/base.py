@@ -84,6 +84,12 @@ class Host(Protocol):
         Refused when nothing of the run waits."""
         ...
 
+    def between_agents(self, run_dir: str, say: Callable[[str], None]):
+        """What a follow does when no agent answers and the journal does not end the run
+        (``async (hello) -> bool``: True to wait for the next agent; ``say``: a line for the
+        user), or None: the follow ends.  A Slurm run waits for its next job."""
+        ...
+
     def url(self, run_dir: str) -> str:
         """What `trainctl attach` takes to come back to the run."""
         ...

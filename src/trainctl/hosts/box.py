@@ -85,6 +85,9 @@ class SshBox:
         self.where = destination
         self.link = connect_box(destination, trainctl_cmd)
 
+    def between_agents(self, run_dir: str, say):
+        return None
+
     def url(self, run_dir: str) -> str:
         return attach_url(self.where, run_dir)
 

@@ -45,6 +45,9 @@ class LocalHost:
     def cancel_waiting(self, run_dir: str) -> str:
         raise Refused(f"{run_dir}: no Slurm job of this run is waiting")
 
+    def between_agents(self, run_dir: str, say):
+        return None
+
     def url(self, run_dir: str) -> str:
         return str(run_dir)
 
@@ -53,7 +56,8 @@ class LocalHost:
 
 
 def claim(target: str) -> LocalHost | None:
-    """A run directory (a path): this machine's, the last host asked."""
+    """A run directory (a path), ``local:`` (`trainctl run` here): this machine's, the
+    last host asked."""
     return None if "://" in target else LocalHost()
 
 

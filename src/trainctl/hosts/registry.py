@@ -69,6 +69,14 @@ def host_for_destination(destination: str, trainctl_cmd: str | None = None) -> H
     return kind.named(destination, trainctl_cmd)
 
 
+def host_for_launch(destination: str | None = None, slurm: bool = False) -> Host:
+    """Where `trainctl run` starts a run: ``--host DEST`` (or a job's ``[host]``), else
+    ``--slurm`` (or a job's ``[slurm]``), else this machine."""
+    if destination:
+        return host_for_destination(destination)
+    return host_for("slurm:" if slurm else "local:")
+
+
 def host_for_row(row: dict) -> Host:
     """The host of a row of `ls` (the dashboard's run picker): "local" is a run directory
     here; a URL is its kind's; a bare destination (hosts.toml's) the default remote's."""

@@ -71,6 +71,11 @@ class SlurmHost:
         from trainctl.hosts.slurm.jobs import cancel_waiting_job
         return cancel_waiting_job(Path(run_dir))
 
+    def between_agents(self, run_dir: str, say):
+        """Wait while the run's current job is queued or starting (hosts/slurm/jobs.py)."""
+        from trainctl.hosts.slurm.jobs import BetweenJobs
+        return BetweenJobs(Path(run_dir), say)
+
     def url(self, run_dir: str) -> str:
         return str(run_dir)
 
@@ -84,7 +89,7 @@ def claim(target: str) -> SlurmHost | None:
     directory that is not the user's own is not read: this machine's host refuses it."""
     if target == "slurm:":
         return SlurmHost()
-    if "://" in target:
+    if "://" in target or target == "local:":
         return None
     from trainctl.hosts.where import agent_info
     from trainctl.store.paths import UnsafePathError, trusted_run_dir
