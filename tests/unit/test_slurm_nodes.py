@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.hosts.slurm import nodes as slurm_nodes
 from trainctl.config import ConfigError, load_job
 from trainctl.store.journal import Journal

@@ -323,7 +323,7 @@ class Agent:
     def _killed_before(self) -> str | None:
         """In a Slurm job: the agent before this one in the same job was killed and its
         keeper (slurm-agent.sh) started this one, which adopts its trainer: said, and how."""
-        from trainctl.hosts.slurm.commands import AGENT_RESTARTS, RESTARTED_ENV
+        from trainctl.hosts.slurm.queue import AGENT_RESTARTS, RESTARTED_ENV
         value = os.environ.get(RESTARTED_ENV, "")
         try:
             count, sig, pid = (int(v) for v in value.split(":"))

@@ -51,7 +51,7 @@ def _slurm_node(files, spec):
     """A Slurm job of several nodes: this agent's place (src/trainctl/hosts/slurm/nodes.py); node N > 0
     supervises in its own run directory, <run_dir>/node<N>; every node's torchrun joins the
     job's rendezvous.  (None, files, spec) for a job of one node."""
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.hosts.slurm import nodes as slurm_nodes
     from trainctl.store.paths import RunFiles
     from trainctl.core.torchrun import across_nodes, is_torchrun

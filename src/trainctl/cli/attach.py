@@ -12,7 +12,7 @@ from trainctl.cli.starting import adopt_if_orphaned
 
 
 def attach_local(run_dir: Path) -> int:
-    from trainctl.hosts.where import client_for
+    from trainctl.hosts.registry import client_for
     from trainctl.tui.app import run_dashboard
     from trainctl.hosts.all_runs import RunsSource
     return run_dashboard(lambda: client_for(run_dir),
@@ -33,7 +33,7 @@ def cmd_attach(args) -> int:
     run_dir = resolve_run_dir(args.target)
     adopt_if_orphaned(run_dir)
     if args.json or args.headless:
-        from trainctl.hosts.where import client_for
+        from trainctl.hosts.registry import client_for
         from trainctl.client.follow import follow
         return asyncio.run(follow(lambda: client_for(run_dir), printer(args.json), note,
                                   tail=args.tail, from_snapshot=args.from_snapshot,

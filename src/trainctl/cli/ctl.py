@@ -36,14 +36,16 @@ def cmd_ctl(args) -> int:
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except (AgentNotResponding, AgentUnreachable) as e:
-        from trainctl.hosts.slurm.jobs import is_slurm_run, stop_waiting_job
+        from trainctl.cli.slurm import stop_waiting_job
+        from trainctl.hosts.slurm.jobs import is_slurm_run
         if isinstance(e, AgentUnreachable) and args.command == "stop" and is_slurm_run(run_dir):
             note(f"{e}; stopping the run through Slurm instead (scancel)")
             return stop_waiting_job(run_dir)   # its agent gets SIGTERM: STOPPED by the user
         print(f"trainctl: {e}", file=sys.stderr)
         return e.exit_code
     except AgentUnavailable as e:
-        from trainctl.hosts.slurm.jobs import is_slurm_run, stop_waiting_job
+        from trainctl.cli.slurm import stop_waiting_job
+        from trainctl.hosts.slurm.jobs import is_slurm_run
         if args.command == "stop" and is_slurm_run(run_dir):
             return stop_waiting_job(run_dir)   # its job waits in the queue: scancel it
         print(f"trainctl: {e}", file=sys.stderr)

@@ -32,7 +32,8 @@ def cmd_run(args) -> int:
         return run_remote(args, RunsSource())
     run_dir, spec, created = prepare_run(args, note)
     if spec.slurm is not None:
-        from trainctl.hosts.slurm.jobs import run_slurm, submit_run
+        from trainctl.cli.slurm import run_slurm
+        from trainctl.hosts.slurm.jobs import submit_run
         job_id = submit_run(args, run_dir, spec, created)
         link_latest(run_dir)
         from trainctl.hosts.all_runs import RunsSource

@@ -21,7 +21,7 @@ class RunStatus:
 async def one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
     """One command's reply; AgentUnavailable when no agent runs, AgentNotResponding when
     it does not answer the hello (a few seconds) or the command (``timeout``)."""
-    from trainctl.hosts.where import client_for
+    from trainctl.hosts.registry import client_for
     from trainctl.client.connection import COMMAND_TIMEOUT_S
     client = client_for(run_dir)
     try:

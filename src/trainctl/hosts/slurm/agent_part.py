@@ -26,7 +26,7 @@ import statistics
 import time
 
 from trainctl.core import events as E
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.store.journal import read_events
 from trainctl.core.recovery import FINAL_STATES, RunState
 from trainctl.hosts.slurm import nodes as slurm_nodes

@@ -253,7 +253,7 @@ class DashboardScreen(Screen[None]):
         self._busy.discard("slurm")
         if gen != self.gen or not self._offline or error is not None:
             return
-        from trainctl.hosts.slurm.commands import ENDED
+        from trainctl.hosts.slurm.queue import ENDED
         state = str((info or {}).get("state") or "").split(" ")[0]
         self.queued = info if state and state not in ENDED else None
         if self.queued is not None:
