@@ -270,12 +270,12 @@ class AttemptLoop:
         ctx.detector.reset(now)
         intake.begin(now)
         if adopted is not None:   # what its trainer declared before this agent took over
-            intake.save_on_request = getattr(adopted, "save_on_request", False)
+            intake.save_on_request = adopted.save_on_request
             intake.replay_until = ctx.furthest   # lines read again since the last saved offset
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
-        if hasattr(trainer, "rank_output"):   # torchrun: each rank's own output files
+        if trainer.rank_output() is not None:   # torchrun: each rank's own output files
             readers.append(supervise("ranks", lambda: self.read_ranks(trainer), self.report,
                                      self.on_give_up))
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)
@@ -325,7 +325,7 @@ class AttemptLoop:
     def _judge_unknown_exit(self, trainer: Trainer, intake: Intake, returncode: int) -> int:
         """An adopted trainer whose holder was killed ends with no exit status anyone can
         read: finished (0) when it had reached its end, else a crash (as read, -9)."""
-        unknown = getattr(trainer, "exit_unknown", None)
+        unknown = trainer.exit_unknown
         if not unknown or intake.stalled:
             return returncode
         p = intake.last_progress
@@ -368,12 +368,11 @@ class AttemptLoop:
     async def keep_offsets(self, trainer: Trainer) -> None:
         """Where a new agent would read this trainer's files on from, every OFFSETS_S."""
         from trainctl.agent.holder_spawner import save_offsets
-        offsets = getattr(trainer, "offsets", None)
-        if offsets is None:
+        if trainer.offsets() is None:
             return
         while True:
             await asyncio.sleep(OFFSETS_S)
-            save_offsets(self.ctx.files.dir, offsets())
+            save_offsets(self.ctx.files.dir, trainer.offsets())
 
     async def kill(self, trainer: Trainer, why: str, waiter: asyncio.Task) -> None:
         """Kill it; if killing fails (no file descriptors left, a psutil race), say so and
@@ -406,7 +405,7 @@ class AttemptLoop:
             self.report_log_loss(trainer)
         self.intake.end_output()
 
-    async def read_ranks(self, trainer) -> None:
+    async def read_ranks(self, trainer: Trainer) -> None:
         async for rank, stream, data in trainer.rank_output():
             self.intake.on_rank_output(rank, stream, data)
         self.intake.end_rank_output()

@@ -135,7 +135,11 @@ class HeldHandle(TreeOps):
         async for data in self.log_tail:
             yield data
 
-    async def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
+    def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
+        """Each rank's output (:meth:`_rank_output`); a held trainer's always read."""
+        return self._rank_output()
+
+    async def _rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
         """torchrun: (global rank, file, bytes) from every rank's stdout and stderr files,
         found as torchrun makes them, until the trainer has exited and all are read."""
         if self.layout is None:

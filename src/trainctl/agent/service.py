@@ -285,7 +285,7 @@ class Agent:
                   if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
             handle.save_on_request = was.save_on_request
-            if getattr(handle, "orphan", False):
+            if handle.orphan:
                 try:
                     await self.spawner.rehold(handle)
                     ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
