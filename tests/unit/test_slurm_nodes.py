@@ -205,13 +205,13 @@ def test_a_node_stops_when_the_lead_ends_after_it_began(tmp_path, monkeypatch):
     async def go():
         watch = asyncio.ensure_future(part._watch_nodes())
         await asyncio.sleep(0.1)
-        assert not ctx.stop_requested.is_set()
+        assert not ctx.requests.stop_requested.is_set()
         write_state(tmp_path / "run", "PENDING", 101.0)
         write_state(tmp_path / "run", "STOPPED", 102.0)
         await asyncio.wait_for(watch, 5)
     asyncio.run(go())
-    assert ctx.stop_requested.is_set()
-    assert ctx.stop_reason == "node 0 ended STOPPED: every node of Slurm job 77 stops"
+    assert ctx.requests.stop_requested.is_set()
+    assert ctx.requests.stop_reason == "node 0 ended STOPPED: every node of Slurm job 77 stops"
 
 
 def test_the_lead_stops_when_a_node_gives_up_and_the_others_outwait_a_finish(tmp_path, monkeypatch):
@@ -227,12 +227,12 @@ def test_the_lead_stops_when_a_node_gives_up_and_the_others_outwait_a_finish(tmp
         await asyncio.wait_for(lead._watch_nodes(), 5)
         watch = asyncio.ensure_future(node._watch_nodes())
         await asyncio.sleep(0.1)
-        assert not node_ctx.stop_requested.is_set()   # the lead finished: its grace first
+        assert not node_ctx.requests.stop_requested.is_set()   # the lead finished: its grace first
         now[0] += 31
         await asyncio.wait_for(watch, 5)
     asyncio.run(go())
-    assert lead_ctx.stop_reason.startswith("node 1 ended FAILED")
-    assert node_ctx.stop_reason.startswith("the lead node finished the run 30 s ago")
+    assert lead_ctx.requests.stop_reason.startswith("node 1 ended FAILED")
+    assert node_ctx.requests.stop_reason.startswith("the lead node finished the run 30 s ago")
 
 
 def test_only_the_lead_submits_the_next_job(tmp_path, monkeypatch):

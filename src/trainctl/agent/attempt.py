@@ -23,7 +23,8 @@ from trainctl.core.parse import last_exception
 from trainctl.system.process import signal_name
 from trainctl.core.recovery import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
 from trainctl.core.torchrun import SETUP_MARK, rendezvous_wait
-from trainctl.agent.context import EndRequest, Interrupt, RunContext
+from trainctl.agent.context import RunContext
+from trainctl.agent.requests import EndRequest
 from trainctl.agent.intake import Intake
 from trainctl.agent.launch import runner_for, trainer_env
 from trainctl.agent.spawner import Spawner, Trainer
@@ -103,7 +104,7 @@ class AttemptLoop:
                 restart = outcome = None
                 if (code := await self.backoff(delay, preset)) is not None:
                     return code
-                preset, ctx.next_preset = ctx.next_preset or preset, None
+                preset = ctx.requests.take_next(preset)
                 continue
             if outcome is None:
                 if adopted is None:
@@ -112,11 +113,12 @@ class AttemptLoop:
                 ctx.projector.preset = preset
                 outcome = await self.run_attempt(preset, resume_from, adopted)
                 adopted = None
-            if ctx.ending is not None:   # Slurm ends the job: why decides what comes next
-                await asyncio.wait({ctx.ending}, timeout=15)
-                if ctx.suspend_requested.is_set() and not ctx.stop_requested.is_set():
+            asked = ctx.requests
+            if asked.ending is not None:   # Slurm ends the job: why decides what comes next
+                await asyncio.wait({asked.ending}, timeout=15)
+                if asked.suspend_requested.is_set() and not asked.stop_requested.is_set():
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.SUSPEND)
-                elif ctx.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH,
+                elif asked.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH,
                                                                       OutcomeKind.STALL):
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.USER_STOP)
             decision = ctx.policy.decide(outcome)
@@ -124,37 +126,36 @@ class AttemptLoop:
                 ctx.set_state(RunState.FINISHED, decision.reason)
                 return exit_code(RunState.FINISHED)
             if decision.action == "stop":
-                return self.stopped(ctx.stop_reason or decision.reason)
+                return self.stopped(asked.stop_reason or decision.reason)
             if decision.action == "suspend":
                 return await self.suspend()
             if decision.action == "fail":
                 await self.fail(decision.reason, outcome)
                 return exit_code(RunState.FAILED)
-            preset = ctx.next_preset or decision.preset
-            ctx.next_preset = None
+            preset = asked.take_next(decision.preset)
             resume_from = await self.find_resume()
             ctx.set_state(RunState.BACKOFF, decision.reason)
             ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
                                resume_from, decision.delay_s))
             if (code := await self.backoff(decision.delay_s, preset)) is not None:
                 return code
-            preset, ctx.next_preset = ctx.next_preset or preset, None
+            preset = asked.take_next(preset)
             outcome = None
 
     async def backoff(self, delay_s: float, preset: str | None) -> int | None:
         """Wait out a back-off: the run's exit code when a stop or a suspend ends it."""
-        ctx = self.ctx
-        stop = asyncio.create_task(ctx.stop_requested.wait())
-        suspend = asyncio.create_task(ctx.suspend_requested.wait())
+        ctx, asked = self.ctx, self.ctx.requests
+        stop = asyncio.create_task(asked.stop_requested.wait())
+        suspend = asyncio.create_task(asked.suspend_requested.wait())
         await asyncio.wait({stop, suspend}, timeout=delay_s, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         suspend.cancel()
-        if ctx.stop_requested.is_set():
-            return self.stopped(ctx.stop_reason or "stopped by the user during backoff")
-        if ctx.suspend_requested.is_set():
+        if asked.stop_requested.is_set():
+            return self.stopped(asked.stop_reason or "stopped by the user during backoff")
+        if asked.suspend_requested.is_set():
             return await self.suspend()
-        if ctx.next_preset is not None and ctx.next_preset != preset:   # picked meanwhile
-            ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
+        if asked.next_preset is not None and asked.next_preset != preset:   # picked meanwhile
+            ctx.info(f"attempt {ctx.attempt + 1} uses preset {asked.next_preset}, "
                      "picked during the backoff", "next_preset")
         return None
 
@@ -169,8 +170,8 @@ class AttemptLoop:
         """The run ends on a stop: the user's (STOPPED, 130), or the agent's own when its
         supervision could not go on (FAILED, EXIT_SUPERVISION_LOST)."""
         ctx = self.ctx
-        if ctx.lost is not None:
-            ctx.set_state(RunState.FAILED, ctx.lost)
+        if ctx.requests.lost is not None:
+            ctx.set_state(RunState.FAILED, ctx.requests.lost)
             return EXIT_SUPERVISION_LOST
         ctx.set_state(RunState.STOPPED, reason)
         return exit_code(RunState.STOPPED)
@@ -250,11 +251,7 @@ class AttemptLoop:
     async def run_attempt(self, preset: str | None, resume_from: str | None,
                           adopted: Trainer | None = None) -> Outcome:
         ctx, intake = self.ctx, self.intake
-        ctx.interrupt = Interrupt()
-        if ctx.stop_requested.is_set():
-            ctx.interrupt.set(EndRequest.USER_STOP)
-        elif ctx.suspend_requested.is_set():
-            ctx.interrupt.set(EndRequest.SUSPEND)
+        asked = ctx.requests.new_attempt()
         if ctx.sm.state != RunState.STARTING:
             ctx.set_state(RunState.STARTING, f"attempt {ctx.attempt}")
         if adopted is not None:
@@ -281,12 +278,12 @@ class AttemptLoop:
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)
         offsets = supervise("offsets", lambda: self.keep_offsets(trainer), self.report)
         waiter = asyncio.create_task(trainer.wait())
-        interrupt = asyncio.create_task(ctx.interrupt.event.wait())
+        interrupt = asyncio.create_task(asked.event.wait())
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
         kind: OutcomeKind | None = None
         if not waiter.done():
-            kind = OutcomeKind(ctx.interrupt.kind.value)
-            if (ctx.interrupt.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND)
+            kind = OutcomeKind(asked.kind.value)
+            if (asked.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND)
                     and not intake.stalled):
                 # restart, preset switch, fallback, the editor's save-and-restart, a Slurm
                 # job's time limit: a healthy run saves first and loses nothing (bounded; a
@@ -319,7 +316,7 @@ class AttemptLoop:
         if kind is None or (kind == OutcomeKind.STALL and returncode == 0):
             kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
         return Outcome(kind, intake.progressed, returncode, preset,
-                       requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop,
+                       requested_preset=asked.preset, stop_reason=intake.fatal_stop,
                        exception=exception)
 
     def _judge_unknown_exit(self, trainer: Trainer, intake: Intake, returncode: int) -> int:
@@ -396,7 +393,7 @@ class AttemptLoop:
         except Exception as e:   # recovery must happen even if the stall report failed
             self.report("stall", e)
             if self.ctx.policy.auto_recover and self.ctx.trainer is not None:
-                self.ctx.interrupt.set(EndRequest.STALL)
+                self.ctx.requests.recover()
 
     # ------------------------------------------------------------------ reading
     async def read_output(self, trainer: Trainer) -> None:

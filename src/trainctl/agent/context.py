@@ -3,8 +3,6 @@ machine, policy, detector, matcher, projector), the event bus, and the few facts
 outlive an attempt (attempt number, preset, last checkpoint, furthest batch)."""
 from __future__ import annotations
 
-import asyncio
-import enum
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -19,31 +17,7 @@ from trainctl.store.spec import RunSpec
 from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from trainctl.core.recovery import RecoveryPolicy, RunState, StateMachine
 from trainctl.agent.bus import EventBus
-
-
-class EndRequest(str, enum.Enum):
-    """Why an attempt must end before its trainer exits (also the attempt's outcome kind)."""
-
-    STALL = "stall"
-    USER_RESTART = "user_restart"
-    USER_STOP = "user_stop"
-    SUSPEND = "suspend"
-
-
-class Interrupt:
-    """Why the current attempt must end early (the first request wins)."""
-
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.kind: EndRequest | None = None
-        self.preset: str | None = None
-
-    def set(self, kind: EndRequest, preset: str | None = None) -> bool:
-        if self.kind is not None:
-            return False
-        self.kind, self.preset = kind, preset
-        self.event.set()
-        return True
+from trainctl.agent.requests import Requests
 
 
 class RunContext:
@@ -73,18 +47,12 @@ class RunContext:
                                    job=spec.job_name)
         self.load_detector_state()
         self.preset: str | None = spec.preset
-        self.next_preset: str | None = None
         self.attempt = 0
         self.trainer = None               # the live trainer's handle (spawner.Trainer)
         self.last_checkpoint: str | None = None
         self.furthest: tuple[int, int] = (0, 0)   # the furthest (epoch, batch) of the run
         self.instrumented = False   # this attempt's trainer got the zero-code bootstrap
-        self.stop_requested = asyncio.Event()
-        self.suspend_requested = asyncio.Event()   # a Slurm job's time-limit warning
-        self.stop_reason: str | None = None        # why the run stops, when not the user's `s`
-        self.ending: asyncio.Future | None = None  # finding out why Slurm ends the job
-        self.interrupt = Interrupt()
-        self.lost: str | None = None      # why supervision could not go on (the run then FAILS)
+        self.requests = Requests()   # stop, suspend, restart: asked through it only
         self._last_projection = 0.0
 
     # ------------------------------------------------------------------ events

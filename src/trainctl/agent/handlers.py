@@ -6,7 +6,7 @@ from trainctl.core.commands import COMMANDS, CommandError, check_request
 from trainctl.config import ConfigError, load_preset, preset_problems
 from trainctl.store.paths import write_private
 from trainctl.core.recovery import FINAL_STATES, RunState
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunContext
 
 
 class CommandHandlers:
@@ -51,10 +51,10 @@ class CommandHandlers:
         if target is not None:
             load_preset(ctx.preset_path(target))   # refuse a missing or invalid preset now
         if ctx.trainer is None:
-            ctx.next_preset = target
+            ctx.requests.pick_next(target)
             return {"restart": "next attempt", "preset": target}
-        if not ctx.interrupt.set(EndRequest.USER_RESTART, target):
-            raise ValueError(f"the attempt is already ending ({ctx.interrupt.kind.value})")
+        if not ctx.requests.restart(target):
+            raise ValueError(f"the attempt is already ending ({ctx.requests.interrupt.kind.value})")
         return {"restart": "now", "preset": target}
 
     async def cmd_restart(self) -> dict:
@@ -69,8 +69,7 @@ class CommandHandlers:
         return await self._restart(self._check_preset_name(preset))
 
     async def cmd_stop(self) -> dict:
-        self.ctx.stop_requested.set()
-        self.ctx.interrupt.set(EndRequest.USER_STOP)
+        self.ctx.requests.stop()
         return {"stopping": True}
 
     async def cmd_auto_recover(self, on: bool | None = None) -> dict:
@@ -79,7 +78,7 @@ class CommandHandlers:
         ctx.policy.auto_recover = on
         ctx.info(f"auto-recovery {'on' if on else 'off'}", "auto_recover")
         if on and ctx.sm.state == RunState.STALLED and ctx.trainer is not None:
-            ctx.interrupt.set(EndRequest.STALL)
+            ctx.requests.recover()
         return {"auto_recover": on}
 
     async def cmd_dump_stacks(self) -> dict:
@@ -127,7 +126,7 @@ class CommandHandlers:
         ctx = self.ctx
         pname = self._check_preset_name(name)
         load_preset(ctx.preset_path(pname))
-        ctx.next_preset = pname
+        ctx.requests.pick_next(pname)
         ctx.info(f"the next restart will use preset {pname}", "next_preset")
         return {"next_preset": pname}
 

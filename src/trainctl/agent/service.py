@@ -23,7 +23,7 @@ from trainctl.core.recovery import exit_code
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
 from trainctl.agent.handlers import CommandHandlers
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunContext
 from trainctl.agent.server import ClientServer
 from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.agent.adopt import where_the_run_was
@@ -113,12 +113,11 @@ class Agent:
         """A supervised task failed too often: supervision cannot go on.  Say so (an error
         warning, FAILED with the reason) and end the attempt; never silently."""
         ctx = self.ctx
-        ctx.lost = f"the agent's {where} task kept failing ({type(exc).__name__}: {exc})"
-        ctx.emit(E.Warning(ctx.clock(), "trainctl.supervision_lost", "fatal", ctx.lost,
+        lost = f"the agent's {where} task kept failing ({type(exc).__name__}: {exc})"
+        ctx.emit(E.Warning(ctx.clock(), "trainctl.supervision_lost", "fatal", lost,
                            f"See {ctx.files.dir / 'errors'}; the trainer is stopped rather than left "
                            "unwatched.", source="trainctl"))
-        ctx.stop_requested.set()
-        ctx.interrupt.set(EndRequest.USER_STOP)
+        ctx.requests.give_up(lost)
 
     def _alert_warning(self, ev: E.Warning) -> None:
         """From the alerts thread: journal it on the loop."""
@@ -340,8 +339,7 @@ class Agent:
         return said
 
     def _on_signal(self) -> None:
-        self.ctx.stop_requested.set()
-        self.ctx.interrupt.set(EndRequest.USER_STOP)
+        self.ctx.requests.stop()
 
     def _write_info(self) -> None:
         info = {"pid": os.getpid(), "version": __version__, "job": self.spec.job_name,

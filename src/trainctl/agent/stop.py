@@ -17,7 +17,7 @@ from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
 from trainctl.store.paths import make_private_dir
 from trainctl.core.recovery import RunState
 from trainctl.core.torchrun import rendezvous_wait
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunContext
 from trainctl.agent.intake import Intake
 from trainctl.agent.spawner import Trainer
 
@@ -82,7 +82,7 @@ class Stopper:
                 ctx.info(f"no rescue save: {why}; the restart goes on from the last checkpoint",
                          "save_request_skipped")
         if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
-            ctx.interrupt.set(EndRequest.STALL)
+            ctx.requests.recover()
 
     async def request_save(self, trainer: Trainer, kind: str) -> bool:
         """Ask a trainer that declared save-on-request to save now ("rescue" on a stall,

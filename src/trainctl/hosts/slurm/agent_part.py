@@ -31,7 +31,7 @@ from trainctl.store.journal import read_events
 from trainctl.core.recovery import FINAL_STATES, RunState
 from trainctl.hosts.slurm import nodes as slurm_nodes
 from trainctl.agent.attempt import AttemptLoop
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunContext
 
 WHY_TIMEOUT_S = 10.0
 INFO_RETRY_S, INFO_RETRIES = 15.0, 40   # the job's time limit asked again for 10 min
@@ -91,7 +91,7 @@ class SlurmPart:
         ctx = self.ctx
         for _ in range(INFO_RETRIES):
             await asyncio.sleep(INFO_RETRY_S)
-            if ctx.stop_requested.is_set() or ctx.suspend_requested.is_set():
+            if ctx.requests.over:
                 return
             try:
                 info = await asyncio.get_running_loop().run_in_executor(
@@ -139,9 +139,9 @@ class SlurmPart:
         module's doc)."""
         ctx, aio = self.ctx, asyncio.get_running_loop()
         finished_at: float | None = None
-        while not ctx.stop_requested.is_set():
+        while not ctx.requests.stop_requested.is_set():
             await asyncio.sleep(NODE_WATCH_S)
-            if ctx.sm.state in (RunState.PENDING, *FINAL_STATES) or ctx.ending is not None:
+            if ctx.sm.state in (RunState.PENDING, *FINAL_STATES) or ctx.requests.ending is not None:
                 return
             states = await aio.run_in_executor(None, self._node_states)
             why = None
@@ -153,10 +153,9 @@ class SlurmPart:
                 elif state in ("FAILED", "STOPPED"):
                     why = f"node {rank} ended {state}"
             if why is not None:
-                ctx.stop_reason = f"{why}: every node of Slurm job {self.job_id} stops"
-                ctx.info(ctx.stop_reason, "slurm.nodes")
-                ctx.stop_requested.set()
-                ctx.interrupt.set(EndRequest.USER_STOP)
+                reason = f"{why}: every node of Slurm job {self.job_id} stops"
+                ctx.info(reason, "slurm.nodes")
+                ctx.requests.stop(reason)
                 return
 
     def _node_states(self, since: float | None = None) -> dict[int, str]:
@@ -237,7 +236,7 @@ class SlurmPart:
 
     async def _look_for_preemption(self, period: float, grace: int) -> None:
         ctx = self.ctx
-        while not (ctx.stop_requested.is_set() or ctx.suspend_requested.is_set()):
+        while not ctx.requests.over:
             await asyncio.sleep(period)
             info = await self._ask()
             if info is None or info.preempt_ts is None or info.state.split()[0] != "RUNNING":
@@ -248,8 +247,7 @@ class SlurmPart:
             ctx.info(f"Slurm preempts job {self.job_id} (its partition's grace time: {grace} s, "
                      f"until {at}): saving now; Slurm requeues the job and the run goes on there "
                      "from this save", "slurm.preempted")
-            ctx.suspend_requested.set()
-            ctx.interrupt.set(EndRequest.SUSPEND)
+            ctx.requests.suspend()
             return
 
     async def _await_requeue(self) -> None:
@@ -273,12 +271,11 @@ class SlurmPart:
         without asking Slurm again (slurmctld may not answer just then; a warning that came
         early may be waiting on scontrol)."""
         ctx = self.ctx
-        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
+        if ctx.requests.over:
             return
         ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
                  "a next job", "slurm.time_limit")
-        ctx.suspend_requested.set()
-        ctx.interrupt.set(EndRequest.SUSPEND)
+        ctx.requests.suspend()
 
     async def _save_near_the_end(self) -> None:
         """Slurm's timer ticks every 30 s, so its warning comes early or late by up to that:
@@ -299,7 +296,7 @@ class SlurmPart:
             at = time.strftime("%H:%M:%S", time.localtime(ctx.clock() + wait))
             ctx.info(f"Slurm's time-limit warning for job {self.job_id} came {wait:.0f} s early "
                      f"(its timer ticks every 30 s): the save is asked at {at}", "slurm.time_limit")
-            stop = asyncio.ensure_future(ctx.stop_requested.wait())
+            stop = asyncio.ensure_future(ctx.requests.stop_requested.wait())
             await asyncio.wait({stop}, timeout=wait)
             stop.cancel()
         self.save_before_the_end()
@@ -307,10 +304,9 @@ class SlurmPart:
     def on_term(self) -> None:
         """Slurm ends the job (scancel, the time limit, a preemption): first hold every
         restart (the trainer got the same SIGTERM), then ask Slurm why."""
-        ctx = self.ctx
         if self._why is None:
-            ctx.ending = self._why = asyncio.ensure_future(self._find_why())
-        ctx.interrupt.set(EndRequest.USER_STOP)
+            self._why = asyncio.ensure_future(self._find_why())
+        self.ctx.requests.hold(self._why)
 
     async def _ask(self) -> slurm.JobInfo | None:
         if self.job_id is None:
@@ -338,30 +334,30 @@ class SlurmPart:
                      "requeue`): the run goes on when it starts again, from its last good "
                      "checkpoint", "slurm.requeued")
             self.requeued = True
-            ctx.suspend_requested.set()
+            ctx.requests.ends_suspended()
             return
         if state == "COMPLETING":
             # scontrol says COMPLETING while the job's processes (this agent) end: before the
             # end its time limit set (read when it started) that is a scancel, after it the limit
             past = self.planned_end is not None and ctx.clock() >= self.planned_end - 5
             state = "TIMEOUT" if past else "CANCELLED"
-        if state in ("TIMEOUT", "DEADLINE") and not ctx.stop_requested.is_set():
+        if state in ("TIMEOUT", "DEADLINE") and not ctx.requests.stop_requested.is_set():
             ctx.info(f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
                      "next job from its last good checkpoint", "slurm.ended")
-            ctx.suspend_requested.set()
+            ctx.requests.ends_suspended()
             return
         if self.job_id and slurm.cancel_was_ours(self.lead_dir, self.job_id):
-            ctx.stop_reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
+            reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
         elif state == "CANCELLED":
-            ctx.stop_reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
-                               "someone else, or an administrator)")
+            reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
+                      "someone else, or an administrator)")
         elif state in FINAL_STATES:   # a node's: the lead's end, which Slurm did not say
-            ctx.stop_reason = f"Slurm ends job {self.job_id}; its lead (node 0) ended {state}"
+            reason = f"Slurm ends job {self.job_id}; its lead (node 0) ended {state}"
         else:
-            ctx.stop_reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
-                               "stopped")
-        ctx.info(ctx.stop_reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
-        ctx.stop_requested.set()
+            reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
+                      "stopped")
+        ctx.info(reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
+        ctx.requests.ends_stopped(reason)
 
     async def _lead_says(self, since: float) -> str:
         """Slurm did not say why it ends this node's part of the job (seen in a requeue: the
@@ -388,8 +384,8 @@ class SlurmPart:
         ctx.save_detector_state()
         if self.preempted and not self.requeued:
             await self._await_requeue()
-            if ctx.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
-                return self.attempts.stopped(ctx.stop_reason or "stopped")
+            if ctx.requests.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
+                return self.attempts.stopped(ctx.requests.stop_reason or "stopped")
         if self.requeued:   # the same job starts again: nothing to submit
             ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
                                             "when it starts again")
