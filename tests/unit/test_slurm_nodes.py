@@ -187,8 +187,9 @@ def node_part(tmp_path: Path, rank: int, monkeypatch, now: list[float]):
     spec = RunSpec(job_name="big" if rank == 0 else "big-node1", kind="torchrun",
                    command=["torchrun", "t.py"], slurm={"nodes": 2})
     ctx = RunContext(place.run_dir, spec, lambda: now[0])
-    loop = types.SimpleNamespace(slurm_job=None, on_suspend=None)
-    return slurm_job.SlurmPart(ctx, loop, place), ctx
+    part = slurm_job.SlurmPart(place)
+    part.attach(ctx, types.SimpleNamespace())
+    return part, ctx
 
 
 def write_state(run_dir: Path, state: str, ts: float) -> None:

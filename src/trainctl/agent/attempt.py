@@ -27,6 +27,7 @@ from trainctl.agent.context import RunContext
 from trainctl.agent.requests import EndRequest
 from trainctl.agent.intake import Intake
 from trainctl.agent.launch import runner_for, trainer_env
+from trainctl.agent.plug import AgentPlug
 from trainctl.agent.spawner import Spawner, Trainer
 from trainctl.agent.stop import Stopper
 from trainctl.agent.tasks import ErrorReporter, supervise
@@ -52,7 +53,8 @@ _IMPORT_ERROR = ("ModuleNotFoundError:", "ImportError:")
 
 
 class AttemptLoop:
-    def __init__(self, ctx: RunContext, spawner: Spawner, report: ErrorReporter, on_give_up) -> None:
+    def __init__(self, ctx: RunContext, spawner: Spawner, report: ErrorReporter, on_give_up,
+                 plug: AgentPlug | None = None) -> None:
         self.ctx = ctx
         self.spawner = spawner
         self.report = report
@@ -62,10 +64,9 @@ class AttemptLoop:
         self.runner = runner_for(ctx.spec.kind)
         self._log_loss_warned = False
         self._instrument_said = False
-        # A Slurm job near its time limit: what ends this agent's part of the run (the next
-        # job is submitted); returns the agent's exit code.  None: a plain stop.
-        self.on_suspend = None
-        self.slurm_job: str | None = None   # journaled in each start event
+        # What the host adds (a Slurm job: what ends this agent's part of the run at a
+        # suspend, the job journaled in each start event).
+        self.plug = plug or AgentPlug()
         # Before each start: the run directory made again if it was deleted (the agent's
         # keeper looks every second; an attempt may start sooner).  None: not looked at.
         self.before_start: Callable[[], object] | None = None
@@ -162,9 +163,8 @@ class AttemptLoop:
     async def suspend(self) -> int:
         """The Slurm job's time limit is near and the trainer is saved and gone: the part
         that knows Slurm submits the next job (without it, the run stops)."""
-        if self.on_suspend is None:
-            return self.stopped("stopped: its time ran out")
-        return await self.on_suspend()
+        code = await self.plug.suspend()
+        return self.stopped("stopped: its time ran out") if code is None else code
 
     def stopped(self, reason: str) -> int:
         """The run ends on a stop: the user's (STOPPED, 130), or the agent's own when its
@@ -358,7 +358,7 @@ class AttemptLoop:
                                source="trainctl"))
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
         ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv),
-                         slurm_job=self.slurm_job))
+                         slurm_job=self.plug.job_id))
         self.say_instrument()
         return trainer
 

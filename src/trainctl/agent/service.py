@@ -17,7 +17,7 @@ from trainctl.core import events as E
 from trainctl.store.joblock import JobBusy, JobLock
 from trainctl.store.paths import make_private_dir, write_private
 from trainctl.system.process import become_subreaper
-from trainctl.hosts.where import where_i_run
+from trainctl.system.machine import where_i_run
 from trainctl.store.spec import RunSpec
 from trainctl.core.recovery import exit_code
 from trainctl.agent.attempt import AttemptLoop
@@ -28,6 +28,7 @@ from trainctl.agent.server import ClientServer
 from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.agent.adopt import where_the_run_was
 from trainctl.agent.holder_spawner import HeldSpawner
+from trainctl.agent.plug import AgentPlug
 from trainctl.agent.spawner import PipeSpawner, Spawner
 from trainctl.agent.tasks import ErrorReporter
 
@@ -39,16 +40,16 @@ class Agent:
                  clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
                  on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
                  kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True,
-                 slurm: bool = False, node=None):
+                 plug: AgentPlug | None = None):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
         ``spawner``: how trainers are started (a fake one in tests; by default each
         trainer runs under a holder and outlives this agent).  ``adopt``: take over a run
         whose agent died (its trainer, or its attempt loop, goes on).  ``subreaper``: become
         the child subreaper of orphans (off in tests that run an agent inside pytest).
-        ``slurm``: this agent is a run's Slurm batch job (`agent --slurm`): it goes on with
-        the run an earlier job began, and continues it in a next job at the time limit;
-        ``node``: its place in a job of several nodes (engine/slurm_nodes.NodePlace)."""
+        ``plug``: what the host adds (src/trainctl/agent/plug.py): a run's Slurm batch job
+        (`agent --slurm`, src/trainctl/hosts/slurm/agent_part.py) goes on with the run an
+        earlier job began, and continues it in a next job at the time limit."""
         self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
@@ -61,12 +62,10 @@ class Agent:
         if spawner is None and os.environ.get("TRAINCTL_SPAWNER") == "pipe":
             spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
-        self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
+        self.plug = plug or AgentPlug()
+        self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up, self.plug)
         self.loop.before_start = self._say_remade
-        self.slurm = None
-        if slurm:
-            from trainctl.hosts.slurm.agent_part import SlurmPart
-            self.slurm = SlurmPart(ctx, self.loop, node)
+        self.plug.attach(ctx, self.loop)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
         self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands,
@@ -128,15 +127,15 @@ class Agent:
     async def run(self) -> int:
         loop = self._loop = asyncio.get_running_loop()
         ctx = self.ctx
-        begun = self.slurm is not None and _begun(ctx.files.events)   # an earlier job's run
+        begun = self.plug.takes_over_begun and _begun(ctx.files.events)   # an earlier job's run
         if self.subreaper:
             become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal)
-        loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
-        if self.slurm is not None:
-            self.slurm.install(loop)
+        handlers = {signal.SIGINT: self._on_signal, signal.SIGTERM: self._on_signal,
+                    signal.SIGHUP: lambda: None}   # SIGHUP: the run outlives the terminal
+        handlers.update(self.plug.signals())
+        for sig, handler in handlers.items():
+            loop.add_signal_handler(sig, handler)
         try:
             make_private_dir(ctx.files.dir)
         except OSError as e:   # UnsafePathError: not ours, or open to others
@@ -171,11 +170,10 @@ class Agent:
             from trainctl.system.probes import detect_gpu_probe
             ctx.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
-            if self.slurm is not None:
-                try:
-                    await self.slurm.describe()
-                except Exception as e:   # supervision goes on without the job's facts
-                    self.report("slurm", e)
+            try:
+                await self.plug.begin()
+            except Exception as e:   # supervision goes on without the host's facts
+                self.report(self.plug.name, e)
             if self.adopt or begun:
                 return await self._take_over()
             return await self.loop.run()
@@ -266,7 +264,8 @@ class Agent:
         attempt loop was (it died in BACKOFF or STARTING: no trainer to adopt)."""
         ctx = self.ctx
         was = where_the_run_was(ctx.files.events)
-        lead = await self.slurm.lead_goes_on() if self.slurm is not None and was.ended else None
+        plug = self.plug
+        lead = await plug.lead_goes_on() if was.ended else None
         if was.ended and lead is None:
             ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
             return exit_code(was.state)
@@ -277,9 +276,9 @@ class Agent:
             ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
                      f"on (the lead is {lead}): from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
-        kept = self._killed_before() if self.slurm is not None else None
-        requeued = (self.slurm is not None and kept is None
-                    and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"))
+        kept = plug.killed_before()
+        restarts = plug.restarted()
+        requeued = kept is None and restarts not in ("", "0")
         handle = (self.spawner.adopt(was.attempt, ctx.files.log)
                   if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
@@ -304,9 +303,9 @@ class Agent:
             if was.exited is None:
                 ctx.emit(E.Exit(ctx.clock(), None, None))
             again = "" if was.state == "PENDING" else (
-                f" (Slurm started it again, restart {os.environ['SLURM_RESTART_COUNT']}: its node "
+                f" (Slurm started it again, restart {restarts}: its node "
                 "failed under it, or it was requeued before a save)")
-            ctx.info(f"Slurm job {self.slurm.job_id if self.slurm else '?'}{again} goes on with the "
+            ctx.info(f"Slurm job {plug.job_id if plug.name else '?'}{again} goes on with the "
                      f"run after attempt {was.attempt}, from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
         if was.attempt == 0:
@@ -318,25 +317,6 @@ class Agent:
         if was.exited is not None and was.restart is not None:   # it died in its back-off
             return await self.loop.run(restart=was.restart)
         return await self.loop.run(outcome=was.outcome())
-
-    def _killed_before(self) -> str | None:
-        """In a Slurm job: the agent before this one in the same job was killed and its
-        keeper (slurm-agent.sh) started this one, which adopts its trainer: said, and how."""
-        from trainctl.hosts.slurm.commands import AGENT_RESTARTS, RESTARTED_ENV
-        value = os.environ.get(RESTARTED_ENV, "")
-        try:
-            count, sig, pid = (int(v) for v in value.split(":"))
-        except ValueError:
-            return None
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        said = (f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
-                f"this one ({count} of {AGENT_RESTARTS} in Slurm job {self.slurm.job_id if self.slurm else '?'})")
-        self.ctx.info(said + ": it adopts the trainer, which went on meanwhile (what killed it? "
-                      "dmesg says when it was the OOM killer)", "slurm.agent_killed")
-        return said
 
     def _on_signal(self) -> None:
         self.ctx.requests.stop()

@@ -24,14 +24,15 @@ import shlex
 import signal
 import statistics
 import time
+from collections.abc import Callable
 
 from trainctl.core import events as E
 from trainctl.hosts.slurm import commands as slurm
 from trainctl.store.journal import read_events
 from trainctl.core.recovery import FINAL_STATES, RunState
 from trainctl.hosts.slurm import nodes as slurm_nodes
-from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.context import RunContext
+from trainctl.agent.plug import AgentPlug, Attempts
 
 WHY_TIMEOUT_S = 10.0
 INFO_RETRY_S, INFO_RETRIES = 15.0, 40   # the job's time limit asked again for 10 min
@@ -39,17 +40,15 @@ NODE_WATCH_S = 2.0     # how often a node reads the other nodes' journals
 NODE_GRACE_S = 30.0    # a node still running this long after the lead FINISHED is stopped
 
 
-class SlurmPart:
-    def __init__(self, ctx: RunContext, loop: AttemptLoop,
-                 node: slurm_nodes.NodePlace | None = None) -> None:
-        self.ctx, self.attempts = ctx, loop
+class SlurmPart(AgentPlug):
+    """The agent's plug (src/trainctl/agent/plug.py) in a Slurm batch job."""
+
+    name = "slurm"
+    takes_over_begun = True   # a next job's agent goes on with the run an earlier job began
+
+    def __init__(self, node: slurm_nodes.NodePlace | None = None) -> None:
         self.node = node                         # its place in a job of several nodes
-        self.lead_dir = node.lead_dir if node else ctx.files.dir   # the run's own directory
-        self.started = ctx.clock()
         self.job_id = os.environ.get("SLURM_JOB_ID") or None
-        self.cfg = dict(ctx.spec.slurm or {})
-        loop.slurm_job = self.job_id
-        loop.on_suspend = self.submit_next
         self._why: asyncio.Future | None = None
         self._warned: asyncio.Future | None = None
         self.planned_end: float | None = None   # start + time limit, from Slurm at the start
@@ -60,9 +59,42 @@ class SlurmPart:
         self._gaps: list[float] = []             # measured gaps between the run's jobs
         self._pending_ts: float | None = None
 
-    def install(self, aio: asyncio.AbstractEventLoop) -> None:
-        aio.add_signal_handler(signal.SIGUSR1, self.on_time_warning)
-        aio.add_signal_handler(signal.SIGTERM, self.on_term)
+    def attach(self, ctx: RunContext, attempts: Attempts) -> None:
+        self.ctx, self.attempts = ctx, attempts
+        self.lead_dir = self.node.lead_dir if self.node else ctx.files.dir   # the run's own directory
+        self.started = ctx.clock()
+        self.cfg = dict(ctx.spec.slurm or {})
+
+    def signals(self) -> dict[int, Callable[[], None]]:
+        """Slurm's time-limit warning (SIGUSR1), and its SIGTERM: asked why (:meth:`on_term`)."""
+        return {signal.SIGUSR1: self.on_time_warning, signal.SIGTERM: self.on_term}
+
+    async def begin(self) -> None:
+        await self.describe()
+
+    async def suspend(self) -> int | None:
+        return await self.submit_next()
+
+    def restarted(self) -> str:
+        return os.environ.get("SLURM_RESTART_COUNT", "0")
+
+    def killed_before(self) -> str | None:
+        """In a Slurm job: the agent before this one in the same job was killed and its
+        keeper (slurm-agent.sh) started this one, which adopts its trainer: said, and how."""
+        value = os.environ.get(slurm.RESTARTED_ENV, "")
+        try:
+            count, sig, pid = (int(v) for v in value.split(":"))
+        except ValueError:
+            return None
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        said = (f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
+                f"this one ({count} of {slurm.AGENT_RESTARTS} in Slurm job {self.job_id})")
+        self.ctx.info(said + ": it adopts the trainer, which went on meanwhile (what killed it? "
+                      "dmesg says when it was the OOM killer)", "slurm.agent_killed")
+        return said
 
     async def describe(self) -> None:
         """An info on where this job runs and its time limit (read from Slurm)."""
