@@ -177,7 +177,9 @@ def node_part(tmp_path: Path, rank: int, monkeypatch, now: list[float]):
     on a clock the test moves."""
     import types
     from trainctl.hosts.slurm import agent_part as slurm_job
-    from trainctl.agent.context import RunContext
+    from trainctl.agent.context import RunConfig, RunContext
+    from trainctl.core.signatures import Catalog
+    from trainctl.store.paths import RunFiles
     monkeypatch.setattr(slurm_job, "NODE_WATCH_S", 0.01)
     monkeypatch.setattr(slurm_job, "NODE_GRACE_S", 30.0)
     monkeypatch.setenv("SLURM_JOB_ID", "77")
@@ -186,7 +188,8 @@ def node_part(tmp_path: Path, rank: int, monkeypatch, now: list[float]):
     place.run_dir.mkdir(parents=True, exist_ok=True)
     spec = RunSpec(job_name="big" if rank == 0 else "big-node1", kind="torchrun",
                    command=["torchrun", "t.py"], slurm={"nodes": 2})
-    ctx = RunContext(place.run_dir, spec, lambda: now[0])
+    files = RunFiles(place.run_dir)
+    ctx = RunContext(RunConfig(files, spec, lambda: now[0]), Journal(files.events), Catalog([]))
     part = slurm_job.SlurmPart(place)
     part.attach(ctx, types.SimpleNamespace())
     return part, ctx

@@ -75,13 +75,13 @@ class AttemptLoop:
     async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None,
                   resume: bool = False, restart: E.Restart | None = None) -> int:
         """The attempts, from the first one; or, for an agent that takes over a run, from
-        the ``adopted`` trainer of attempt ``ctx.attempt``, or from the ``outcome`` of an
+        the ``adopted`` trainer of attempt ``ctx.facts.attempt``, or from the ``outcome`` of an
         attempt whose decision its dead agent never journaled, or from the ``restart`` it
         journaled before it died in the back-off (waited out, never decided nor journaled
         again); ``resume``: the next attempt of a run an earlier Slurm job suspended, from
         its last good checkpoint."""
         ctx = self.ctx
-        preset = ctx.preset
+        preset = ctx.facts.preset
         resume_from: str | None = None
         waits = rendezvous_wait(ctx.spec.command)
         if waits and adopted is None and outcome is None:
@@ -94,7 +94,7 @@ class AttemptLoop:
         elif adopted is None and outcome is None:
             resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
             if resume_from:
-                ctx.last_checkpoint = resume_from
+                ctx.facts.last_checkpoint = resume_from
                 ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
         while True:
             if restart is not None:   # the dead agent's back-off, what is left of it
@@ -109,8 +109,8 @@ class AttemptLoop:
                 continue
             if outcome is None:
                 if adopted is None:
-                    ctx.attempt += 1
-                ctx.preset = preset
+                    ctx.facts.attempt += 1
+                ctx.facts.preset = preset
                 ctx.projector.preset = preset
                 outcome = await self.run_attempt(preset, resume_from, adopted)
                 adopted = None
@@ -136,7 +136,7 @@ class AttemptLoop:
             preset = asked.take_next(decision.preset)
             resume_from = await self.find_resume()
             ctx.set_state(RunState.BACKOFF, decision.reason)
-            ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
+            ctx.emit(E.Restart(ctx.clock(), ctx.facts.attempt + 1, decision.reason, preset,
                                resume_from, decision.delay_s))
             if (code := await self.backoff(decision.delay_s, preset)) is not None:
                 return code
@@ -156,7 +156,7 @@ class AttemptLoop:
         if asked.suspend_requested.is_set():
             return await self.suspend()
         if asked.next_preset is not None and asked.next_preset != preset:   # picked meanwhile
-            ctx.info(f"attempt {ctx.attempt + 1} uses preset {asked.next_preset}, "
+            ctx.info(f"attempt {ctx.facts.attempt + 1} uses preset {asked.next_preset}, "
                      "picked during the backoff", "next_preset")
         return None
 
@@ -206,7 +206,7 @@ class AttemptLoop:
         ctx = self.ctx
         say = say or ctx.info
         return self.runner.resume_checkpoint(
-            ctx.spec, ctx.files, ctx.last_checkpoint,
+            ctx.spec, ctx.files, ctx.facts.last_checkpoint,
             on_skip=lambda path, why: say(f"not resuming from {path}: {why}", "resume_skip"),
             on_unverified=lambda path, why: say(f"resuming from {path} without verifying it: {why}",
                                                 "resume_unverified"))
@@ -225,22 +225,22 @@ class AttemptLoop:
     def command(self, preset_name: str | None, resume_from: str | None) -> tuple[list[str], dict[str, str]]:
         ctx = self.ctx
         preset = ctx.load_preset(preset_name)
-        env = trainer_env(ctx.files, preset_name, preset, ctx.attempt)
-        argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.attempt)
+        env = trainer_env(ctx.files, preset_name, preset, ctx.facts.attempt)
+        argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.facts.attempt)
         try:
             env = self.runner.env(ctx.spec, ctx.files, env, argv, resume_from)
         except OSError as e:   # the run directory's links (a full disk): run it as it is
             self._instrument_said = True
             ctx.info(f"no integration: cannot prepare trainctl's code for the trainer ({e}); "
                      "console parsing", OFF_KEY)
-        ctx.instrumented = INSTRUMENT_ENV in env
+        ctx.facts.instrumented = INSTRUMENT_ENV in env
         return with_setup(argv, ctx.spec.setup), env
 
     def say_instrument(self) -> None:
         """Once a run: why a command gets no zero-code integration (an instrumented one says
         itself which attached; the intake says when none did)."""
         ctx = self.ctx
-        if self._instrument_said or ctx.spec.kind != "command" or ctx.instrumented:
+        if self._instrument_said or ctx.spec.kind != "command" or ctx.facts.instrumented:
             return
         self._instrument_said = True
         why = ("off (--no-instrument)" if not ctx.spec.instrument else
@@ -253,7 +253,7 @@ class AttemptLoop:
         ctx, intake = self.ctx, self.intake
         asked = ctx.requests.new_attempt()
         if ctx.sm.state != RunState.STARTING:
-            ctx.set_state(RunState.STARTING, f"attempt {ctx.attempt}")
+            ctx.set_state(RunState.STARTING, f"attempt {ctx.facts.attempt}")
         if adopted is not None:
             trainer = adopted
         else:
@@ -261,14 +261,14 @@ class AttemptLoop:
             if isinstance(started, Outcome):
                 return started
             trainer = started
-        ctx.trainer = trainer
+        ctx.facts.trainer = trainer
         self._log_loss_warned = False
         now = ctx.clock()
         ctx.detector.reset(now)
         intake.begin(now)
         if adopted is not None:   # what its trainer declared before this agent took over
             intake.save_on_request = adopted.save_on_request
-            intake.replay_until = ctx.furthest   # lines read again since the last saved offset
+            intake.replay_until = ctx.facts.furthest   # lines read again since the last saved offset
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
@@ -312,7 +312,7 @@ class AttemptLoop:
         if returncode == 0:
             ctx.project(ctx.clock())     # the end: status and the dashboard say 'finished'
         ctx.save_detector_state()
-        ctx.trainer = None
+        ctx.facts.trainer = None
         if kind is None or (kind == OutcomeKind.STALL and returncode == 0):
             kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
         return Outcome(kind, intake.progressed, returncode, preset,
@@ -357,7 +357,7 @@ class AttemptLoop:
                                f"cannot start {argv[0]}: {e}", "Check the command and its path.",
                                source="trainctl"))
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
-        ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv),
+        ctx.emit(E.Start(ctx.clock(), ctx.facts.attempt, trainer.pid, preset, tuple(argv),
                          slurm_job=self.plug.job_id))
         self.say_instrument()
         return trainer
@@ -392,7 +392,7 @@ class AttemptLoop:
             await self.stopper.on_stall(verdict)
         except Exception as e:   # recovery must happen even if the stall report failed
             self.report("stall", e)
-            if self.ctx.policy.auto_recover and self.ctx.trainer is not None:
+            if self.ctx.policy.auto_recover and self.ctx.facts.trainer is not None:
                 self.ctx.requests.recover()
 
     # ------------------------------------------------------------------ reading

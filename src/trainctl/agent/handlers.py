@@ -50,7 +50,7 @@ class CommandHandlers:
             raise ValueError(f"the run is {ctx.sm.state.value}; start a new one with trainctl run")
         if target is not None:
             load_preset(ctx.preset_path(target))   # refuse a missing or invalid preset now
-        if ctx.trainer is None:
+        if ctx.facts.trainer is None:
             ctx.requests.pick_next(target)
             return {"restart": "next attempt", "preset": target}
         if not ctx.requests.restart(target):
@@ -58,7 +58,7 @@ class CommandHandlers:
         return {"restart": "now", "preset": target}
 
     async def cmd_restart(self) -> dict:
-        return await self._restart(self.ctx.preset)
+        return await self._restart(self.ctx.facts.preset)
 
     async def cmd_fallback(self) -> dict:
         if not self.ctx.spec.fallback:
@@ -77,17 +77,17 @@ class CommandHandlers:
         on = (not ctx.policy.auto_recover) if on is None else on
         ctx.policy.auto_recover = on
         ctx.info(f"auto-recovery {'on' if on else 'off'}", "auto_recover")
-        if on and ctx.sm.state == RunState.STALLED and ctx.trainer is not None:
+        if on and ctx.sm.state == RunState.STALLED and ctx.facts.trainer is not None:
             ctx.requests.recover()
         return {"auto_recover": on}
 
     async def cmd_dump_stacks(self) -> dict:
         ctx = self.ctx
-        trainer = ctx.trainer
+        trainer = ctx.facts.trainer
         if trainer is None:
             raise ValueError("no trainer is running")
         snapshot = ctx.sm.state != RunState.STALLED
-        diag = await self.stopper.diagnose(trainer, f"manual-{ctx.attempt}", snapshot=snapshot)
+        diag = await self.stopper.diagnose(trainer, f"manual-{ctx.facts.attempt}", snapshot=snapshot)
         what = "a snapshot" if snapshot else diag.diagnosis
         where = f"stacks dumped to {diag.stacks}" if diag.stacks else "no stacks written"
         ctx.info(f"{where} ({what}: {diag.detail})", "stacks")

@@ -15,7 +15,7 @@ from pathlib import Path
 from trainctl import __version__
 from trainctl.core import events as E
 from trainctl.store.joblock import JobBusy, JobLock
-from trainctl.store.paths import make_private_dir, write_private
+from trainctl.store.paths import RunFiles, make_private_dir, write_private
 from trainctl.system.process import become_subreaper
 from trainctl.system.machine import where_i_run
 from trainctl.store.spec import RunSpec
@@ -23,7 +23,9 @@ from trainctl.core.recovery import exit_code
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
 from trainctl.agent.handlers import CommandHandlers
-from trainctl.agent.context import RunContext
+from trainctl.agent.context import RunConfig, RunContext
+from trainctl.core.signatures import Catalog
+from trainctl.store.journal import Journal
 from trainctl.agent.server import ClientServer
 from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.agent.adopt import where_the_run_was
@@ -50,7 +52,9 @@ class Agent:
         ``plug``: what the host adds (src/trainctl/agent/plug.py): a run's Slurm batch job
         (`agent --slurm`, src/trainctl/hosts/slurm/agent_part.py) goes on with the run an
         earlier job began, and continues it in a next job at the time limit."""
-        self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
+        files = RunFiles(run_dir)   # the context is given what it reads, opened here
+        self.ctx = ctx = RunContext(RunConfig(files, spec, clock), Journal(files.events), Catalog.load(),
+                                    gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
         self.serve = serve
@@ -103,8 +107,8 @@ class Agent:
         ctx, spec = self.ctx, self.spec
         return {"op": "hello", "ok": True, "version": __version__, "job": spec.job_name,
                 "run_dir": str(ctx.files.dir), "host": spec.host, "state": ctx.sm.state.value,
-                "auto_recover": ctx.policy.auto_recover, "preset": ctx.preset,
-                "fallback": spec.fallback, "attempt": ctx.attempt,
+                "auto_recover": ctx.policy.auto_recover, "preset": ctx.facts.preset,
+                "fallback": spec.fallback, "attempt": ctx.facts.attempt,
                 "deadline": spec.deadline, "budget": spec.budget,
                 "currency": spec.currency, "live": True}
 
@@ -166,9 +170,9 @@ class Agent:
         # every second would make time race ahead while an executor job runs)
         keeper = asyncio.ensure_future(self._keep_run_dir()) if self.serve else None
         kernel = self._start_kernel_log()
-        if ctx.gpu_probe is None:
+        if ctx.facts.gpu_probe is None:
             from trainctl.system.probes import detect_gpu_probe
-            ctx.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
+            ctx.facts.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
             try:
                 await self.plug.begin()
@@ -269,8 +273,7 @@ class Agent:
         if was.ended and lead is None:
             ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
             return exit_code(was.state)
-        ctx.attempt, ctx.preset = was.attempt, was.preset or ctx.preset
-        ctx.last_checkpoint, ctx.furthest = was.last_checkpoint, was.furthest
+        ctx.facts.restore(was.attempt, was.preset, was.last_checkpoint, was.furthest)
         ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
         if lead is not None:   # a node of a Slurm job: its run is the lead's, which goes on
             ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
