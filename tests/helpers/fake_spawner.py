@@ -76,6 +76,9 @@ class FakeTrainer:
     save_on_request = False
     exit_unknown = None
 
+    def alive(self):
+        return self.returncode is None
+
     def rank_output(self):
         return None
 

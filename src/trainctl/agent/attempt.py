@@ -369,7 +369,8 @@ class AttemptLoop:
             return
         while True:
             await asyncio.sleep(OFFSETS_S)
-            save_offsets(self.ctx.files.dir, trainer.offsets())
+            if (offsets := trainer.offsets()) is not None:
+                save_offsets(self.ctx.files.dir, offsets)
 
     async def kill(self, trainer: Trainer, why: str, waiter: asyncio.Task) -> None:
         """Kill it; if killing fails (no file descriptors left, a psutil race), say so and
@@ -403,8 +404,10 @@ class AttemptLoop:
         self.intake.end_output()
 
     async def read_ranks(self, trainer: Trainer) -> None:
-        async for rank, stream, data in trainer.rank_output():
-            self.intake.on_rank_output(rank, stream, data)
+        ranks = trainer.rank_output()
+        if ranks is not None:
+            async for rank, stream, data in ranks:
+                self.intake.on_rank_output(rank, stream, data)
         self.intake.end_rank_output()
 
     async def read_side(self, trainer: Trainer) -> None:

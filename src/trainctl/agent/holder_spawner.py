@@ -20,7 +20,7 @@ from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_statu
 from trainctl.holder.main import status_path
 from trainctl.store.paths import read_private, write_private
 from trainctl.core.torchrun import Layout, layout, rank_files
-from trainctl.agent.spawner import TreeOps, split_lines
+from trainctl.agent.spawner import Trainer, TreeOps, split_lines
 
 OFFSETS_FILE = "intake.json"
 
@@ -74,9 +74,11 @@ class HeldSpawner:
         handle.orphan = orphan
         return handle
 
-    async def rehold(self, handle: HeldHandle) -> None:
+    async def rehold(self, handle: Trainer) -> None:
         """An adopted trainer whose holder was killed too gets a new holder (holder.py
         --adopt): its output read again, the job lock kept.  OSError when it cannot."""
+        if not isinstance(handle, HeldHandle):
+            raise OSError("not a trainer under a holder")
         try:
             handle.held = await HeldTrainer.start([], None, None, self.run_dir, handle.attempt,
                                                   lock_fd=self.lock_fd(), log=handle.log_tail.path,
@@ -110,6 +112,9 @@ class HeldHandle(TreeOps):
     @property
     def log_dropped(self) -> int:
         return self._dropped
+
+    def alive(self) -> bool:
+        return self.held.alive()
 
     @property
     def log_error(self) -> str | None:

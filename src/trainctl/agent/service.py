@@ -135,7 +135,7 @@ class Agent:
         if self.subreaper:
             become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
-        handlers = {signal.SIGINT: self._on_signal, signal.SIGTERM: self._on_signal,
+        handlers: dict[int, Callable[[], None]] = {signal.SIGINT: self._on_signal, signal.SIGTERM: self._on_signal,
                     signal.SIGHUP: lambda: None}   # SIGHUP: the run outlives the terminal
         handlers.update(self.plug.signals())
         for sig, handler in handlers.items():
@@ -296,7 +296,7 @@ class Agent:
                              f"its holder killed too, and no new holder could start ({e}): it is watched "
                              "by its pid, its output no longer read", "adopt.rehold")
             ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
-                     f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
+                     f"(pid {handle.pid}){'' if handle.alive() else ', which ended meanwhile'}",
                      "adopt")
             return await self.loop.run(adopted=handle)
         if was.state == "PENDING" or (requeued and was.attempt):

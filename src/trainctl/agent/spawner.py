@@ -46,6 +46,9 @@ class Trainer(Protocol):
     async def sweep(self) -> KillReport: ...
     def signal_main(self, sig: int) -> bool: ...
 
+    def alive(self) -> bool:
+        """Whether the trainer still runs (an adopted one may have ended meanwhile)."""
+
     def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]] | None:
         """torchrun: (global rank, file, bytes) of each rank's own output files (None: the
         trainer's ranks write nowhere of their own)."""
@@ -204,6 +207,9 @@ class PipeTrainer(TreeOps):
     @property
     def returncode(self) -> int | None:
         return self.proc.returncode
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
 
     async def wait(self) -> int:
         return await self.proc.wait()
