@@ -238,8 +238,9 @@ def test_the_still_tree_watch_takes_the_ranks_activity_not_the_launchers(monkeyp
         async def sample(self):
             return samples[-1]
 
-    ctx = SimpleNamespace(trainer=Trainer(), spec=SimpleNamespace(kind="torchrun"), detector=detector,
-                          gpu_probe=None, policy=SimpleNamespace(auto_recover=True), emit=lambda ev: None)
+    ctx = SimpleNamespace(facts=SimpleNamespace(trainer=Trainer(), gpu_probe=None),
+                          spec=SimpleNamespace(kind="torchrun"), detector=detector,
+                          policy=SimpleNamespace(auto_recover=True), emit=lambda ev: None)
     w = Watcher(ctx, SimpleNamespace(phase="startup"), on_stall=None)
     ranks = {}
     monkeypatch.setattr(diagnose, "find_ranks", lambda s: {p: r for p, r in ranks.items()

@@ -18,10 +18,10 @@ from trainctl.cli.common import UsageError, note, printer
 
 def run_agent(run_dir: Path, spec, as_json: bool,
                on_locked: Callable[[], None] | None = None, adopt: bool = False,
-               slurm: bool = False, node=None) -> int:
+               plug=None) -> int:
     from trainctl.agent import Agent
     agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt,
-                  slurm=slurm, node=node)
+                  plug=plug)
     return asyncio.run(agent.run())
 
 
