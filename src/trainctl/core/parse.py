@@ -41,12 +41,6 @@ _C0_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x1b), *range(0x
 _C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
 
 
-def strip_ansi(s: str) -> str:
-    """Remove escape sequences (colours, ``\\x1b[K``, OSC titles, malformed ones) and
-    controls from ``s``: :func:`trainctl.core.sanitize.sanitize`."""
-    return sanitize(s)
-
-
 class LineSplitter:
     """Split a byte stream into clean text lines, whatever the chunking.
 

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from trainctl.core.events import SEVERITIES, Progress, Warning
-from trainctl.core.sanitize import MAX_LINE, cut_line, sanitize
+from trainctl.core.sanitize import MAX_LINE, cut_line, sanitize, strip_ansi
 
 ACTIONS = ("ignore", "warn", "suggest_preset", "restart", "fallback", "stop")
 SOURCES = ("trainer", "kernel", "any")
@@ -97,16 +97,6 @@ class CodeRule:
     severity: str
     action: str
     advice: str
-
-
-def strip_ansi(line: str) -> str:
-    """``line`` without controls and escape sequences, line breaks kept as segment
-    separators (:func:`trainctl.core.sanitize.sanitize` on each segment)."""
-    if line.isprintable():
-        return line
-    if "\r" in line or "\n" in line:
-        return "\n".join(sanitize(seg) for seg in _SEGMENT_RE.split(line))
-    return sanitize(line)
 
 
 def normalise(line: str) -> str:
