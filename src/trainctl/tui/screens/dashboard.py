@@ -28,7 +28,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
-from trainctl.core.projection import checkpoint_phrase
+from trainctl.core.projection_text import checkpoint_phrase
 from trainctl.inside.report import SAVE_ON_REQUEST_KEY
 from trainctl.store.listing import attention_count
 from trainctl.core.runview import RANGES
