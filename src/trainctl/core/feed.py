@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 from trainctl.core import events as E
 from trainctl.core.formats import compile_user_pattern
-from trainctl.core.parse import ConsoleParser, LineSplitter
+from trainctl.core.lines import LineSplitter
+from trainctl.core.parse import ConsoleParser
 
 
 @dataclass(frozen=True)
