@@ -1084,7 +1084,8 @@ def cmd_alerts(args) -> int:
 
 
 def cmd_scan(args) -> int:
-    from trainctl.agent.scan import main_explain, main_scan
+    from trainctl.agent.scan import main_scan
+    from trainctl.agent.scan_explain import main_explain
     if args.explain or args.job:
         return main_explain(args.logfile, args.json, args.job)
     return main_scan(args.logfile, args.json, args.kernel_log)
