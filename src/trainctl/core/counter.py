@@ -7,6 +7,7 @@ time linear in the line's length (possessive repetitions; see :mod:`trainctl.cor
 from __future__ import annotations
 
 import re
+from typing import cast
 
 # The generic counter: one "N/M" in a line that says nothing else a reader knows, with a
 # sign of training next to it (a loss pair, a rate, an elapsed/ETA clock).  Not a date (3
@@ -53,7 +54,7 @@ def generic_counter(line: str, low: str) -> tuple[int, int, int] | None:
     n, m = int(found[0][0]), int(found[0][1])
     if m < 2 or n > m:
         return None
-    at = _GENERIC.search(line)
+    at = cast(re.Match[str], _GENERIC.search(line))   # findall found it
     before = low[:at.start()].replace(":", " ").replace("=", " ").split()
     word = before[-1].strip("[(#|,-") if before else ""
     if not word and len(before) > 1:   # "epoch # 1/10", "request | 2/5"

@@ -256,6 +256,8 @@ class ConsoleParser:
 
     def _known(self, line: str) -> F.Reading | None:
         """The trainers' own formats (:mod:`.formats`), each behind a substring test."""
+        batch: int | None
+        batches: int | None
         if line[:1] == "[":
             if line.startswith(("[epoch=", "[batch=", "[Eval batch=")):
                 r = F.read_composer(line)
@@ -323,7 +325,7 @@ class ConsoleParser:
             self.loss_names = tuple(names)
         self.ultralytics = True
 
-    def _ultralytics(self, m: re.Match, now: float, rank: int | None) -> list[Event]:
+    def _ultralytics(self, m: re.Match[str], now: float, rank: int | None) -> list[Event]:
         self.ultralytics = True
         epoch, epochs, desc, batch, batches, num, prefix, unit, tail = m.groups()
         self.last_format = "ultralytics84" if num is not None else "ultralytics"
@@ -339,6 +341,7 @@ class ConsoleParser:
             losses = dict(zip(names, map(float, values)))
         except ValueError:
             losses = self._some_losses(values)
+        rate: float | None
         if num is not None:
             rate = float(num) * _SCALE[prefix]
             rate = rate if unit == "it/s" else (1.0 / rate if rate else None)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from trainctl.core.events import Checkpoint, Event, Exit, Phase, Progress, Projection, Restart, Stall, Start
 from trainctl.core.events import Warning as WarningEvent
@@ -400,7 +400,7 @@ class Projector:
             if source == "declared" and own is not None:
                 item["declared"] = rate
                 if mine:
-                    rate = rate * own / mine
+                    rate = cast(float, rate) * own / mine
                     item.update(rate=rate, source="scaled", against=self.preset)
             if rate is not None:
                 eta = self._eta(now, rate, resume, total, batches, startup, False)

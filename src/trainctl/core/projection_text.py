@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import time
-from typing import Any
+from typing import Any, cast
 
 from trainctl.core.events import Projection
 from trainctl.core.events import Warning as WarningEvent
@@ -30,7 +30,7 @@ def deadline_warning(p: Projection, now: float) -> WarningEvent:
     band = ""
     if p.eta_low is not None and p.eta_high is not None:
         band = f" ± {humanize_duration((p.eta_high - p.eta_low) / 2)}"
-    verb = "is after" if p.eta > p.deadline else "may miss"
+    verb = "is after" if cast(float, p.eta) > cast(float, p.deadline) else "may miss"
     text = (f"ETA {format_when(p.eta, now)}{band} {verb} the deadline "
             f"{format_when(p.deadline, now)} (buffer {signed_duration(p.buffer_s)})")
     best = _best_alternative(p, "eta")

@@ -94,7 +94,7 @@ def _best(pattern: re.Pattern[str], kind: str) -> frozenset[str] | None:
         return None
     try:
         from re import _constants as C  # type: ignore[attr-defined]  # private, stable since 3.11
-        from re import _parser
+        from re import _parser  # type: ignore[attr-defined]
         parsed = _parser.parse(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - a Python without these: no prefilter, still correct
         return None

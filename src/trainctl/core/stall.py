@@ -78,6 +78,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass
+from typing import Literal, overload
 
 from trainctl.core.events import Progress
 from trainctl.core.stall_silence import SilenceWatch, SourceOutput
@@ -135,6 +136,10 @@ class _Rank:
         self.armed = True
 
 
+@overload
+def _positive(name: str, value: float | None, *, optional: Literal[False]) -> float: ...
+@overload
+def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None: ...
 def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None:
     if value is None and optional:
         return None

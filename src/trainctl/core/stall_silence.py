@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 
 SILENCE_FACTOR = 2.0         # × the high quantile of the intervals between output lines
 SILENCE_QUANTILE = 0.99      # ... this one (NVRx learns from intervals the same way)
@@ -53,6 +54,9 @@ class SilenceWatch:
     _outputs: dict[int | None, SourceOutput]
     _learned: dict[str, deque[float]]
     silence_floor: float
+
+    if TYPE_CHECKING:   # the thresholds' (trainctl.core.stall_thresholds.Thresholds)
+        def _learn(self, kind: str, seconds: float) -> None: ...
 
     def on_output(self, now: float, lines: int = 1, source: int | None = None) -> None:
         """``lines`` console lines from ``source`` (a torchrun rank; None: the trainer).

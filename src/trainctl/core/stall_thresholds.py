@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 FIRST_PHASE_MAX_S = 1800.0
 
@@ -42,6 +42,9 @@ class Thresholds:
     _evidence_t: float | None
     _evidence: dict[str, int]
     _busy_t: float | None
+
+    if TYPE_CHECKING:   # the output-silence watch's (trainctl.core.stall_silence.SilenceWatch)
+        def _silent(self) -> tuple[float, str]: ...
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
@@ -150,7 +153,7 @@ class Thresholds:
         return value, basis
 
 
-def _is_good(x: Any) -> bool:
+def _is_good(x: Any) -> TypeGuard[float]:
     return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
 
 

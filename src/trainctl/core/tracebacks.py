@@ -4,6 +4,7 @@ ends with it), for the report of an attempt that failed.  Pure.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
 _PY_CANT_OPEN = re.compile(r"^\S+: can't open file .+: \[Errno \d+\] .+$")
@@ -12,7 +13,7 @@ _ARGPARSE_ERROR = re.compile(r"^[\w.\-]+: error: (?:unrecognized arguments|the f
 TRACEBACK_TAIL = 6
 
 
-def last_exception(lines) -> tuple[str | None, tuple[str, ...]]:
+def last_exception(lines: Iterable[str]) -> tuple[str | None, tuple[str, ...]]:
     """The trainer's last exception line in ``lines`` (its last output, oldest first) and
     the traceback's tail that ends with it (at most TRACEBACK_TAIL lines); also Python's
     "can't open file" and an argparse usage error, which have no traceback.  (None, ())
