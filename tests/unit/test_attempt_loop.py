@@ -11,7 +11,7 @@ from tests.helpers.fake_spawner import FakeSpawner, run_virtual
 from trainctl.core import events as E
 from trainctl.agent import EXIT_SUPERVISION_LOST, Agent
 from trainctl.store.journal import read_events
-from trainctl.system.probes import NoGpuProbe
+from trainctl.system.gpu import NoGpuProbe
 from trainctl.store.spec import RunSpec
 
 pytestmark = pytest.mark.timeout(20)

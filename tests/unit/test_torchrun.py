@@ -157,7 +157,7 @@ def test_rank_output_tags_progress_lines_and_warnings_with_the_rank(tmp_path):
 
 
 def test_a_ranks_traceback_from_its_own_file_is_the_exit_exception():
-    from trainctl.core.parse import last_exception
+    from trainctl.core.tracebacks import last_exception
     tail = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "t.py", line 3, in <module>',
             "[rank1]:     x()", "[rank1]: ValueError: bad", "W1125 torchrun: failed"]
     exc, tb = last_exception(tail)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from trainctl.core import events as E
 from trainctl.config import ConfigError
 from trainctl.inside import INSTRUMENT_ENV, OFF_KEY
-from trainctl.core.parse import last_exception
+from trainctl.core.tracebacks import last_exception
 from trainctl.system.process import signal_name
 from trainctl.core.recovery import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
 from trainctl.core.torchrun import SETUP_MARK, rendezvous_wait

@@ -16,7 +16,8 @@ from trainctl.core import events as E
 from trainctl.config import ConfigError, load_preset
 from trainctl.store.journal import Journal
 from trainctl.store.paths import RunFiles, config_dir, write_private
-from trainctl.core.projection import Projector, RateHistory
+from trainctl.core.projection import Projector
+from trainctl.core.rates import RateHistory
 from trainctl.core.signatures import Catalog, WarningMatcher
 from trainctl.store.spec import RunSpec
 from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector

@@ -171,7 +171,7 @@ class Agent:
         keeper = asyncio.ensure_future(self._keep_run_dir()) if self.serve else None
         kernel = self._start_kernel_log()
         if ctx.facts.gpu_probe is None:
-            from trainctl.system.probes import detect_gpu_probe
+            from trainctl.system.gpu import detect_gpu_probe
             ctx.facts.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
             try:
