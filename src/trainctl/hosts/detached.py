@@ -144,13 +144,14 @@ class Adopting:
     ADOPT_WAIT_S = 30.0
 
     def __init__(self, run_dir: Path) -> None:
-        self.run_dir, self.since = run_dir, None
+        self.run_dir = run_dir
+        self.since: float | None = None
 
     async def __call__(self, hello: dict) -> bool:
         from trainctl.agent.adopt import agent_running, needs_adoption
         now = time.monotonic()
-        self.since = self.since or now
-        if now - self.since > self.ADOPT_WAIT_S:
+        since = self.since = self.since or now
+        if now - since > self.ADOPT_WAIT_S:
             return False
         if agent_running(self.run_dir):
             return True

@@ -28,12 +28,12 @@ async def one_command(run_dir: Path | str, name: str, timeout: float | None = No
     directory)."""
     from trainctl.hosts.registry import client_for
     from trainctl.client.connection import COMMAND_TIMEOUT_S
-    client = client() if client is not None else client_for(run_dir)
+    agent = client() if client is not None else client_for(run_dir)
     try:
-        await client.connect(since=10**12)
-        return await client.command(name, timeout=timeout or COMMAND_TIMEOUT_S, **kw)
+        await agent.connect(since=10**12)
+        return await agent.command(name, timeout=timeout or COMMAND_TIMEOUT_S, **kw)
     finally:
-        await client.close()
+        await agent.close()
 
 
 def run_status(run_dir: Path | str, host=None) -> RunStatus:
