@@ -19,13 +19,14 @@ def cmd_agent(args) -> int:
         spec = RunSpec.load(files.spec)
     except (OSError, ValueError) as e:
         raise UsageError(f"{args.run_dir}: {e}") from None
-    node = None
+    plug = None   # what the host adds to the agent (src/trainctl/agent/plug.py)
     if getattr(args, "slurm", False):
+        from trainctl.hosts.slurm.agent_part import SlurmPart
         node, files, spec = _slurm_node(files, spec)
+        plug = SlurmPart(node)
     print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
           f"dashboard: trainctl attach {files.dir}", flush=True)
-    code = _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False),
-                      slurm=getattr(args, "slurm", False), node=node)
+    code = _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False), plug=plug)
     if code in RUN_ENDED_CODES:
         _close_own_pane()
     return code

@@ -10,7 +10,7 @@ from trainctl.cli.common import printer
 
 def run_agent(run_dir: Path, spec, as_json: bool,
               on_locked: Callable[[], None] | None = None, adopt: bool = False,
-              slurm: bool = False, node=None) -> int:
+              plug=None) -> int:
     from trainctl.hosts.detached import run_agent as run_here
     return run_here(run_dir, spec, printer(as_json), on_locked=on_locked, adopt=adopt,
-                    slurm=slurm, node=node)
+                    plug=plug)

@@ -25,7 +25,7 @@ def cmd_status(args) -> int:
     if args.json:
         print(json.dumps(status, indent=2))
         return code
-    from trainctl.core.projection import format_projection
+    from trainctl.core.projection_text import format_projection
     print(f"run     {status.get('run_dir', run_dir)} ({agent})")
     print(f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
           f"   attempt {status.get('attempt', '?')}")

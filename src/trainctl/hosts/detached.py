@@ -19,11 +19,10 @@ from trainctl.core.usage import UsageError
 
 
 def run_agent(run_dir: Path, spec, printer: Callable, on_locked: Callable[[], None] | None = None,
-              adopt: bool = False, slurm: bool = False, node=None) -> int:
+              adopt: bool = False, plug=None) -> int:
     """The run's agent in this process, its events printed by ``printer``; its exit code."""
     from trainctl.agent import Agent
-    agent = Agent(run_dir, spec, printer=printer, on_locked=on_locked, adopt=adopt,
-                  slurm=slurm, node=node)
+    agent = Agent(run_dir, spec, printer=printer, on_locked=on_locked, adopt=adopt, plug=plug)
     return asyncio.run(agent.run())
 
 

@@ -1,9 +1,9 @@
 """Where a run's agent runs, and how a client reaches it from here.
 
-The agent records in agent.json where it runs (``where_i_run``): its Slurm node name, its
-hostname and the kernel's boot id (what says "this machine": a Unix socket can be connected
-from the same kernel only).  A client (attach, status, ctl, `run --slurm`'s follow, the
-dashboard: all through hosts/registry.py's ``client_for``, the run's host) connects to the run
+The agent records in agent.json where it runs (``where_i_run``, in system/machine.py): its
+Slurm node name, its hostname and the kernel's boot id (what says "this machine": a Unix socket
+can be connected from the same kernel only).  A client (attach, status, ctl, `run --slurm`'s
+follow, the dashboard: all through hosts/registry.py's ``client_for``, the run's host) connects to the run
 directory's agent.sock when the agent is on this machine, and goes over ssh to the agent's
 node (``ssh NODE trainctl bridge RUN_DIR``, the transport of `--host` runs) when it runs on
 another one: the run directory is on shared storage, its socket is not reachable from here.
@@ -23,15 +23,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from trainctl.client.connection import AgentUnavailable, UnixTransport
 from trainctl.store.paths import RunFiles, UnsafePathError, read_private, trusted_run_dir
+from trainctl.system.machine import BOOT_ID as BOOT_ID, boot_id as boot_id  # moved down, re-exported
+from trainctl.system.machine import where_i_run
 
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 MODES = ("auto", "always", "never")
 
 
@@ -46,20 +46,6 @@ class UntrustedRun(AgentUnavailable):
     read or acted on; ``str()`` says which and why."""
 
     exit_code = 2
-
-
-def boot_id() -> str:
-    try:
-        return BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
-def where_i_run() -> dict:
-    """What an agent writes in agent.json about its machine."""
-    return {"node": os.environ.get("SLURMD_NODENAME", ""),
-            "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "hostname": socket.gethostname(),
-            "boot_id": boot_id()}
 
 
 def own_trainctl() -> tuple[str, ...]:
