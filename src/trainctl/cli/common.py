@@ -1,6 +1,7 @@
 """What the modules of `src/trainctl/cli/` share: the usage error, the run's name, the lines
 printed for a followed run, the run directory a command acts on (src/trainctl/hosts/here.py's);
 nothing of cli/ is imported here, so no two command modules import each other through it."""
+
 from __future__ import annotations
 
 import sys
@@ -8,13 +9,13 @@ import sys
 from trainctl.core.usage import UsageError
 from trainctl.hosts.here import resolve_run_dir, self_command
 
-__all__ = ["UsageError", "note", "printer", "resolve_alerts", "resolve_run_dir", "run_name",
-           "self_command"]
+__all__ = ["UsageError", "note", "printer", "resolve_alerts", "resolve_run_dir", "run_name", "self_command"]
 
 
 def run_name(args, job) -> str:
     """The run's name (src/trainctl/agent/prepare.py's ``run_name``: the spec builder's)."""
     from trainctl.agent.prepare import run_name as name_of
+
     return name_of(args, job)
 
 
@@ -32,17 +33,24 @@ def printer(as_json: bool):
     text = Printer()
 
     def emit(ev) -> None:
-        if isinstance(ev, ViewSnapshot):   # the run's view up to next_seq (--from-snapshot)
-            line = (json.dumps({"op": "snapshot", "next_seq": ev.next_seq, "view": ev.view},
-                               separators=(",", ":"), ensure_ascii=True) if as_json else
-                    f"snapshot of events 0-{ev.next_seq - 1}: state {sanitize(str(ev.view.get('state')))}, "
-                    f"attempt {ev.view.get('attempt')}")
+        if isinstance(ev, ViewSnapshot):  # the run's view up to next_seq (--from-snapshot)
+            line = (
+                json.dumps(
+                    {"op": "snapshot", "next_seq": ev.next_seq, "view": ev.view},
+                    separators=(",", ":"),
+                    ensure_ascii=True,
+                )
+                if as_json
+                else f"snapshot of events 0-{ev.next_seq - 1}: state {sanitize(str(ev.view.get('state')))}, "
+                f"attempt {ev.view.get('attempt')}"
+            )
         elif as_json:
             line = json.dumps(to_dict(ev), separators=(",", ":"), ensure_ascii=True)
         else:
-            line = text.format(ev)   # sanitised; "ETA unknown" once
+            line = text.format(ev)  # sanitised; "ETA unknown" once
         if line is not None:
             print(line, flush=True)
+
     return emit
 
 
@@ -55,4 +63,5 @@ def resolve_alerts(args, job) -> tuple[list[str], list[str]]:
     """The run's alert (urls, on) (src/trainctl/agent/prepare.py's ``resolve_alerts``), its
     notes on stderr."""
     from trainctl.agent.prepare import resolve_alerts as alerts_of
+
     return alerts_of(args, job, note)

@@ -4,6 +4,7 @@ on it; or in this process with --json/--headless), on a box (--host, a job's [ho
 Slurm batch jobs (--slurm, a job's [slurm]).  Here: the options, what is printed, the
 follow or the dashboard.  The run's spec comes from the spec builder
 (src/trainctl/agent/prepare.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -18,6 +19,7 @@ def _load_job(args):
     if not getattr(args, "job", None):
         return None
     from trainctl.config import ConfigError, load_job
+
     try:
         return load_job(Path(args.job))
     except ConfigError as e:
@@ -45,29 +47,40 @@ def _forwarded_options(args) -> list[str]:
         out.append("--no-auto-recover")
     if getattr(args, "no_instrument", False):
         out.append("--no-instrument")
-    out.append("--via-ssh")   # the box's agent says so in its advice
+    out.append("--via-ssh")  # the box's agent says so in its advice
     return out
 
 
 def cmd_run(args) -> int:
     from trainctl.hosts.base import LaunchRequest
     from trainctl.hosts.registry import host_for_launch
+
     job = _load_job(args)
     host_cfg = dict(job.host or {}) if job else {}
-    if (args.host or host_cfg) and args.slurm:   # an option pair, before any host is asked
+    if (args.host or host_cfg) and args.slurm:  # an option pair, before any host is asked
         raise UsageError("give --host or --slurm, not both (run from the cluster's login node)")
-    host = host_for_launch(args.host or host_cfg.get("destination"),
-                           slurm=args.slurm or (job is not None and job.slurm is not None),
-                           trainctl_cmd=host_cfg.get("trainctl"))
-    request = LaunchRequest(naming=lambda: run_name(args, job), job=job,
-                            command=list(args.command_argv or []), run_dir=args.run_dir,
-                            preset=args.preset, fallback=args.fallback, setup=args.setup or "",
-                            options=_forwarded_options(args), alerts=lambda: resolve_alerts(args, job),
-                            prepare=lambda: prepare_run(args, note),
-                            foreground=bool(args.json or args.headless), use_tmux=not args.no_tmux)
+    host = host_for_launch(
+        args.host or host_cfg.get("destination"),
+        slurm=args.slurm or (job is not None and job.slurm is not None),
+        trainctl_cmd=host_cfg.get("trainctl"),
+    )
+    request = LaunchRequest(
+        naming=lambda: run_name(args, job),
+        job=job,
+        command=list(args.command_argv or []),
+        run_dir=args.run_dir,
+        preset=args.preset,
+        fallback=args.fallback,
+        setup=args.setup or "",
+        options=_forwarded_options(args),
+        alerts=lambda: resolve_alerts(args, job),
+        prepare=lambda: prepare_run(args, note),
+        foreground=bool(args.json or args.headless),
+        use_tmux=not args.no_tmux,
+    )
     launched = host.launch(request)
     run_dir = launched.run_dir
-    if launched.run_here is not None:   # its agent runs in this process, printing its events
+    if launched.run_here is not None:  # its agent runs in this process, printing its events
         if not args.json:
             print(launched.said, flush=True)
         return launched.run_here(printer(args.json))
@@ -79,8 +92,15 @@ def cmd_run(args) -> int:
         return 0
     if args.headless or args.json:
         from trainctl.client.follow import follow
-        return asyncio.run(follow(host.client_factory(run_dir), printer(args.json), note,
-                                  between_agents=host.between_agents(run_dir, note)))
+
+        return asyncio.run(
+            follow(
+                host.client_factory(run_dir),
+                printer(args.json),
+                note,
+                between_agents=host.between_agents(run_dir, note),
+            )
+        )
     code = dashboard(host, run_dir)
     after = launched.after()
     if after:

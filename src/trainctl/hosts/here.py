@@ -1,6 +1,7 @@
 """This machine as a command names it: the run directory a command acts on (checked before
 anything in it is read), and how to type this trainctl again.  The hosts whose run
 directories are here (src/trainctl/hosts/local.py, hosts/slurm/host.py) locate runs with it."""
+
 from __future__ import annotations
 
 import os
@@ -17,7 +18,7 @@ def self_command() -> str:
     """How to type this trainctl again: `trainctl` when that name on PATH is this one, else
     its path (`.venv/bin/trainctl` run by `make demo` before the venv is activated)."""
     argv0 = sys.argv[0] if sys.argv else ""
-    if Path(argv0).name != "trainctl":   # `python -m trainctl`: no script of ours to name
+    if Path(argv0).name != "trainctl":  # `python -m trainctl`: no script of ours to name
         return "trainctl"
     mine = Path(argv0).absolute()
     found = shutil.which("trainctl")
@@ -34,6 +35,7 @@ def resolve_run_dir(ref: str | None) -> Path:
     user's (or root's) and not writable by others; else one line says why (UsageError) and
     nothing in it is read, run or stopped."""
     from trainctl.store.paths import UnsafePathError, latest_link
+
     if ref:
         path = Path(ref).expanduser()
     else:

@@ -7,15 +7,16 @@ destination of hosts.toml (a box: DEFAULT_REMOTE), ``--slurm`` / a job's ``[slur
 target, and which of its hosts `ls` asks; a new host is one file and one ``register`` line
 (a test registers its own: tests/unit/test_fake_host.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainctl.core.usage import UsageError
 from trainctl.hosts import box, local
 from trainctl.hosts.base import Host
-from trainctl.core.usage import UsageError
 from trainctl.hosts.slurm import host as slurm_host
 
 
@@ -34,7 +35,7 @@ class Kind:
 
 
 KINDS: list[Kind] = []
-DEFAULT_REMOTE = "ssh"   # a bare destination (`--host gpu-box`, hosts.toml) is a box's
+DEFAULT_REMOTE = "ssh"  # a bare destination (`--host gpu-box`, hosts.toml) is a box's
 
 
 def register(kind: Kind) -> Kind:
@@ -70,8 +71,9 @@ def host_for_destination(destination: str, trainctl_cmd: str | None = None) -> H
     return kind.named(destination, trainctl_cmd)
 
 
-def host_for_launch(destination: str | None = None, slurm: bool = False,
-                    trainctl_cmd: str | None = None) -> Host:
+def host_for_launch(
+    destination: str | None = None, slurm: bool = False, trainctl_cmd: str | None = None
+) -> Host:
     """Where `trainctl run` starts a run: ``--host DEST`` (or a job's ``[host]``; its
     ``trainctl``: trainctl's path there), else ``--slurm`` (or a job's ``[slurm]``), else
     this machine."""
@@ -85,6 +87,7 @@ def locate(target: str | None) -> tuple[Host, str]:
     URL is its host's, a run directory (none: the latest run here) this machine's or its
     Slurm host's; the run directory checked by that host (UsageError when it is not one)."""
     from trainctl.store.paths import latest_link
+
     host = host_for(target or str(latest_link()))
     return host, host.locate(target)
 
