@@ -1,6 +1,7 @@
 """A new host is one file and one registration (src/trainctl/hosts/registry.py): a host that
 lives "in a folder", defined here, registered by the test, runs a real agent for a tiny job,
-and `trainctl run`, `attach --json`, `status`, `ctl` and `ls` reach it through the seam.  The
+and `trainctl run`, `attach --json`, `status`, `ctl` (`stop` too, of a run that waits in its
+"queue") and `ls` reach it through the seam.  The
 host counts what is asked of it: a CLI that chose the place itself (bypassing the seam) would
 leave it unasked, and the run in its folder would not be listed at all (nothing else knows
 the folder)."""
@@ -79,11 +80,30 @@ class FolderHost:
             if (d / "spec.json").is_file()
         ]
 
-    def waits_in_queue(self, run_dir: str) -> bool:
+    def locate(self, target: str | None) -> str:
+        from trainctl.hosts.here import resolve_run_dir
+
+        self.asked.append("locate")
+        return str(resolve_run_dir(target))
+
+    def adopt(self, run_dir: str, say) -> bool:
         return False
 
+    def waits_in_queue(self, run_dir: str) -> bool:
+        return (Path(run_dir) / "queued").exists()  # a run the test marks as queued
+
     def cancel_waiting(self, run_dir: str) -> str:
-        raise UsageError(f"{run_dir}: nothing waits in a folder")
+        self.asked.append("cancel")
+        if not self.waits_in_queue(run_dir):
+            raise UsageError(f"{run_dir}: nothing waits in a folder")
+        (Path(run_dir) / "queued").unlink()
+        return "folder-job-1"
+
+    def queue_status(self, run_dir: str) -> dict | None:
+        return None
+
+    def node_status(self, run_dir: str) -> list[dict]:
+        return []
 
     def between_agents(self, run_dir: str, say):
         return None
@@ -153,7 +173,7 @@ def test_a_host_defined_in_a_test_runs_a_job_through_the_seam(folder_host, monke
     del folder_host.asked[:]
     code, out, err = trainctl("attach", "--json", str(run_dir))
     assert code == 0, (out, err)
-    assert folder_host.asked == ["client"]  # the seam chose the folder's host
+    assert folder_host.asked == ["locate", "client"]  # the seam chose the folder's host
     assert any(
         json.loads(line).get("state") == "FINISHED" for line in out.splitlines() if line.startswith("{")
     ), out
@@ -161,7 +181,7 @@ def test_a_host_defined_in_a_test_runs_a_job_through_the_seam(folder_host, monke
     del folder_host.asked[:]
     code, out, err = trainctl("status", "--json", str(run_dir))
     assert json.loads(out)["state"] == "FINISHED", (out, err)
-    assert folder_host.asked == ["client"]
+    assert folder_host.asked == ["locate", "client"]
 
     del folder_host.asked[:]
     code, out, err = trainctl("ls", "--json")
@@ -170,3 +190,38 @@ def test_a_host_defined_in_a_test_runs_a_job_through_the_seam(folder_host, monke
     assert [(r["run_dir"], r["state"]) for r in rows] == [(str(run_dir), "FINISHED")]
     assert folder_host.asked == ["runs"]
     assert os.path.isdir(run_dir)
+
+
+def test_ctl_stop_reaches_a_run_of_the_fake_host_through_the_seam(folder_host, monkeypatch):
+    """`run --detach` leaves the folder's agent running; `ctl stop` asks that host's client;
+    a run of its that waits with no agent is cancelled by the host (its `cancel_waiting`)."""
+    monkeypatch.setenv("TRAINCTL_NODE_SSH", "never")
+    code, out, err = trainctl(
+        "run",
+        "--host",
+        folder_host.where,
+        "--name",
+        "long",
+        "--detach",
+        "--",
+        sys.executable,
+        "-c",
+        "import time; time.sleep(120)",
+    )
+    assert code == 0, (out, err)
+    (run_dir,) = [d for d in folder_host.root.iterdir() if d.is_dir()]
+    assert out == f"trainctl: started in {folder_host.root}: {run_dir}\n"
+
+    del folder_host.asked[:]
+    code, out, err = trainctl("ctl", str(run_dir), "stop")
+    assert code == 0, (out, err)
+    assert folder_host.asked == ["locate", "client"]
+    folder_host.agents[-1].wait(timeout=60)
+    code, out, err = trainctl("status", "--json", str(run_dir))
+    assert json.loads(out)["state"] == "STOPPED", (out, err)
+
+    (run_dir / "queued").write_text("")  # now it "waits", with no agent to ask
+    del folder_host.asked[:]
+    code, out, err = trainctl("ctl", str(run_dir), "stop")
+    assert (code, json.loads(out)) == (0, {"stopped": True, "slurm_job": "folder-job-1"}), (out, err)
+    assert folder_host.asked == ["locate", "client", "cancel"]

@@ -222,7 +222,7 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     from trainctl.agent.prepare import prepare_run
     from trainctl.cli import main as cli
     from trainctl.cli.common import UsageError, note
-    from trainctl.cli.starting import start_detached_agent
+    from trainctl.hosts.detached import start_detached_agent
     from trainctl.store.joblock import JobLock
 
     for key, value in runs.env.items():

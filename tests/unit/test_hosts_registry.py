@@ -58,3 +58,24 @@ def test_a_registered_kind_is_asked_first_and_taken_back():
         registry.unregister(kind)
     with pytest.raises(UsageError):
         registry.host_for("mine://x")
+
+
+def test_locate_gives_the_host_and_the_checked_run_directory(tmp_path, monkeypatch):
+    """`attach`, `ctl`, `status` ask ``locate``: a run directory (given as typed, `~` too)
+    is its host's, checked by it; a path that is not a run is
+    refused by the host that claims it."""
+    from trainctl.hosts.slurm import queue as slurm
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    plain, queued = tmp_path / "plain", tmp_path / "queued"
+    for d in (plain, queued):
+        d.mkdir(mode=0o700)
+        (d / "events.jsonl").write_text("")
+    slurm.add_job(queued, "41")
+    host, run_dir = registry.locate(str(plain))
+    assert isinstance(host, LocalHost) and run_dir == str(plain.resolve())
+    host, run_dir = registry.locate("~/queued")
+    assert isinstance(host, SlurmHost) and run_dir == str(queued.resolve())
+    (tmp_path / "empty").mkdir(mode=0o700)
+    with pytest.raises(UsageError, match="not a trainctl run directory"):
+        registry.locate(str(tmp_path / "empty"))

@@ -1,67 +1,108 @@
-"""`trainctl run`: a job file or `-- COMMAND`, here (the agent detached, the dashboard on
-it; or in this process with --json/--headless), on a box (--host: src/trainctl/cli/remote.py)
-or as Slurm batch jobs (--slurm).  The run's spec comes from the spec builder
+"""`trainctl run`: a job file or `-- COMMAND`, started by the host the registry picks
+(src/trainctl/hosts/registry.py `host_for_launch`): here (the agent detached, the dashboard
+on it; or in this process with --json/--headless), on a box (--host, a job's [host]) or as
+Slurm batch jobs (--slurm, a job's [slurm]).  Here: the options, what is printed, the
+follow or the dashboard.  The run's spec comes from the spec builder
 (src/trainctl/agent/prepare.py)."""
 
 from __future__ import annotations
 
-import shutil
+import asyncio
 from pathlib import Path
 
-from trainctl.agent.prepare import link_latest, prepare_run
-from trainctl.cli.attach import attach_local
-from trainctl.cli.common import UsageError, note
-from trainctl.cli.starting import agent_answers, never_began, run_agent, start_detached_agent
+from trainctl.agent.prepare import prepare_run
+from trainctl.cli.attach import dashboard
+from trainctl.cli.common import UsageError, note, printer, resolve_alerts, run_name
 
 
-def _job_has_host(args) -> bool:
+def _load_job(args):
     if not getattr(args, "job", None):
-        return False
+        return None
     from trainctl.config import ConfigError, load_job
 
     try:
-        return bool(load_job(Path(args.job)).host)
+        return load_job(Path(args.job))
     except ConfigError as e:
         raise UsageError(str(e)) from e
 
 
+def _forwarded_options(args) -> list[str]:
+    """The options a box's `trainctl run` gets (what the box cannot read from the job)."""
+    out: list[str] = []
+    for flag in ("preset", "fallback", "deadline", "name", "resume_from"):
+        value = getattr(args, flag, None)
+        if value:
+            out += [f"--{flag.replace('_', '-')}", value]
+    for flag in ("stall_timeout", "startup_idle", "silence_floor"):
+        value = getattr(args, flag, None)
+        if value is not None:
+            out += [f"--{flag.replace('_', '-')}", repr(value)]
+    if args.max_restarts is not None:
+        out += ["--max-restarts", str(args.max_restarts)]
+    if getattr(args, "node_rank", None) is not None:
+        out += ["--node-rank", str(args.node_rank)]
+    for r in args.resume_arg or []:
+        out += ["--resume-arg", r]
+    if args.no_auto_recover:
+        out.append("--no-auto-recover")
+    if getattr(args, "no_instrument", False):
+        out.append("--no-instrument")
+    out.append("--via-ssh")  # the box's agent says so in its advice
+    return out
+
+
 def cmd_run(args) -> int:
-    if args.host or _job_has_host(args):
-        if args.slurm:
-            raise UsageError("give --host or --slurm, not both (run from the cluster's login node)")
-        from trainctl.cli.remote import run_remote
-        from trainctl.hosts.all_runs import RunsSource
+    from trainctl.hosts.base import LaunchRequest
+    from trainctl.hosts.registry import host_for_launch
 
-        return run_remote(args, RunsSource())
-    run_dir, spec, created = prepare_run(args, note)
-    if spec.slurm is not None:
-        from trainctl.cli.slurm import run_slurm
-        from trainctl.hosts.slurm.jobs import submit_run
-
-        job_id = submit_run(args, run_dir, spec, created)
-        link_latest(run_dir)
-        from trainctl.hosts.all_runs import RunsSource
-
-        return run_slurm(args, run_dir, job_id, RunsSource())
-    if args.headless or args.json:
+    job = _load_job(args)
+    host_cfg = dict(job.host or {}) if job else {}
+    if (args.host or host_cfg) and args.slurm:  # an option pair, before any host is asked
+        raise UsageError("give --host or --slurm, not both (run from the cluster's login node)")
+    host = host_for_launch(
+        args.host or host_cfg.get("destination"),
+        slurm=args.slurm or (job is not None and job.slurm is not None),
+        trainctl_cmd=host_cfg.get("trainctl"),
+    )
+    request = LaunchRequest(
+        naming=lambda: run_name(args, job),
+        job=job,
+        command=list(args.command_argv or []),
+        run_dir=args.run_dir,
+        preset=args.preset,
+        fallback=args.fallback,
+        setup=args.setup or "",
+        options=_forwarded_options(args),
+        alerts=lambda: resolve_alerts(args, job),
+        prepare=lambda: prepare_run(args, note),
+        foreground=bool(args.json or args.headless),
+        use_tmux=not args.no_tmux,
+    )
+    launched = host.launch(request)
+    run_dir = launched.run_dir
+    if launched.run_here is not None:  # its agent runs in this process, printing its events
         if not args.json:
-            print(f"trainctl: run directory {run_dir}", flush=True)
-        # `latest` names the run once the job is its own: a refused run never touches it.
-        code = run_agent(run_dir, spec, args.json, on_locked=lambda: link_latest(run_dir))
-        if code == 2 and created and never_began(run_dir):  # another run won: no trace
-            shutil.rmtree(run_dir, ignore_errors=True)
-        return code
-    try:
-        where = start_detached_agent(run_dir, spec, use_tmux=not args.no_tmux)
-    except UsageError:
-        if created and never_began(run_dir):  # refused before it began: leave no trace
-            shutil.rmtree(run_dir, ignore_errors=True)
-        raise
-    link_latest(run_dir)
+            print(launched.said, flush=True)
+        return launched.run_here(printer(args.json))
+    if launched.said:
+        print(launched.said, flush=True)
     if args.detach:
-        print(f"trainctl: {where}\ntrainctl: run directory {run_dir}", flush=True)
+        if launched.detached:
+            print(launched.detached, flush=True)
         return 0
-    code = attach_local(run_dir)
-    if agent_answers(run_dir):  # said after the dashboard: while it ran the line was hidden,
-        print(f"trainctl: {where}")  # and for a run that has ended it is no longer true
+    if args.headless or args.json:
+        from trainctl.client.follow import follow
+
+        return asyncio.run(
+            follow(
+                host.client_factory(run_dir),
+                printer(args.json),
+                note,
+                between_agents=host.between_agents(run_dir, note),
+            )
+        )
+    code = dashboard(host, run_dir)
+    after = launched.after()
+    if after:
+        print(after)
     return code

@@ -1,5 +1,5 @@
 """`trainctl status [RUN_DIR]`: the state and projection of a run, as the status builder
-(src/trainctl/hosts/run_status.py) assembles it; exit 4 (after the run directory's) when
+(src/trainctl/hosts/run_status.py) assembles it for the run's host; exit 4 (after the run directory's) when
 the agent is there but does not answer."""
 
 from __future__ import annotations
@@ -9,18 +9,17 @@ import json
 import sys
 import time
 
-from trainctl.cli.common import resolve_run_dir
-
 
 def cmd_status(args) -> int:
     """The agent's status, else the run directory's; exit 4 (after the run directory's)
     when the agent is there but does not answer."""
     from trainctl.core import events as E
     from trainctl.core.recovery import FINAL_STATES
+    from trainctl.hosts.registry import locate
     from trainctl.hosts.run_status import run_status
 
-    run_dir = resolve_run_dir(args.run_dir)
-    built = run_status(run_dir)
+    host, run_dir = locate(args.run_dir)
+    built = run_status(run_dir, host)
     if built.error is not None:
         print(f"trainctl: {built.error}", file=sys.stderr)
     status, code, agent = built.status, built.code, built.agent

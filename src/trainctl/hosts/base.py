@@ -29,7 +29,7 @@ class LaunchRequest:
     file loaded).  ``prepare`` builds the run directory and its spec on this machine (the
     CLI's spec builder): a host whose agent starts here calls it; a box builds its own."""
 
-    name: str  # the run's name (run_name)
+    naming: Callable[[], str] = lambda: "run"  # the run's name (run_name), asked by a host
     job: Any = None  # the loaded job file, or None: a command
     command: list[str] = field(default_factory=list)  # the command after `--` (no job)
     run_dir: str | None = None  # --run-dir
@@ -37,16 +37,32 @@ class LaunchRequest:
     fallback: str | None = None
     setup: str = ""  # --setup
     options: list[str] = field(default_factory=list)  # `trainctl run` options to forward
-    alerts: tuple[list, dict] = ((), {})  # the resolved alert URLs and their `on`
+    # the alert URLs and their `on`, resolved when a host asks (its notes said then)
+    alerts: Callable[[], tuple[list, Any]] = lambda: ((), {})
     prepare: Callable[[], tuple[Path, Any, bool]] | None = None  # -> run_dir, spec, created
+    foreground: bool = False  # --json/--headless: followed in this process
+    use_tmux: bool = True  # not --no-tmux (an agent detached here)
+
+    @property
+    def name(self) -> str:
+        """The run's name: a host that names the run asks (this machine's spec builder
+        names it itself, its refusals in their order)."""
+        return self.naming()
 
 
 @dataclass(frozen=True)
 class Launched:
-    """A run a host started (or queued): its run directory there, the line that says so."""
+    """A run a host started (or queued): its run directory there, the line that says so
+    (printed at once; "" for none), the lines `--detach` prints after it, and a line to
+    print after the dashboard (asked then: "" for none).  ``run_here``: the run's agent to
+    run in this process (a foreground run here), given the event printer: its exit code;
+    the CLI runs it instead of following the run."""
 
     run_dir: str
     said: str
+    detached: str = ""
+    after: Callable[[], str] = lambda: ""
+    run_here: Callable[[Callable], int] | None = None
 
 
 class Host(Protocol):
@@ -58,6 +74,16 @@ class Host(Protocol):
 
     def launch(self, request: LaunchRequest) -> Launched:
         """Start the run (its agent, or its first queued job); UsageError when it cannot."""
+        ...
+
+    def locate(self, target: str | None) -> str:
+        """The run directory a command's target names on this host (None: the latest run),
+        checked (a run directory the user owns; a box that answers); UsageError when not."""
+        ...
+
+    def adopt(self, run_dir: str, say: Callable[[str], None]) -> bool:
+        """A run whose agent died while its trainer lives on gets a new agent (attach, ctl):
+        True when one was started."""
         ...
 
     def client_factory(self, run_dir: str) -> ClientFactory:
@@ -77,6 +103,16 @@ class Host(Protocol):
     def cancel_waiting(self, run_dir: str) -> str:
         """Cancel a run that waits (no agent to ask): what was cancelled (a job id);
         UsageError when nothing of the run waits."""
+        ...
+
+    def queue_status(self, run_dir: str) -> dict | None:
+        """What `status` says of the run's queued job when no agent answers (a Slurm job:
+        its id, state, reason), or None."""
+        ...
+
+    def node_status(self, run_dir: str) -> list[dict]:
+        """The run's other nodes as `status` shows them (a Slurm job of several nodes:
+        their agents and ranks), or []."""
         ...
 
     def between_agents(self, run_dir: str, say: Callable[[str], None]):

@@ -91,6 +91,12 @@ class SshBox:
         self.where = destination
         self.link = connect_box(destination, trainctl_cmd)
 
+    def queue_status(self, run_dir: str) -> dict | None:
+        return None  # a box's runs wait in no queue
+
+    def node_status(self, run_dir: str) -> list[dict]:
+        return []
+
     def between_agents(self, run_dir: str, say):
         return None
 
@@ -151,7 +157,7 @@ class SshBox:
             host.check()
             opts = self._send_presets(request, base)
             argv = [*host.remote_trainctl, "run", "--detach", "--run-dir", run_dir, *opts]
-            alert_file = self._send_alerts(request.alerts, base, stamp, run_dir)
+            alert_file = self._send_alerts(request.alerts(), base, stamp, run_dir)
             if alert_file:
                 argv += ["--alert-file", alert_file]
             setup = request.setup or host_cfg.get("setup") or ""
@@ -165,7 +171,29 @@ class SshBox:
             raise UsageError(str(e)) from e
         if not run_dir.startswith("/"):
             run_dir = self._remote_abs(run_dir)
-        return Launched(run_dir, f"trainctl: started on {host.name}: {run_dir}")
+        return Launched(
+            run_dir,
+            f"trainctl: started on {host.name}: {run_dir}",
+            detached=f"trainctl: dashboard: {self.attach_hint(run_dir)}",
+        )
+
+    def locate(self, target: str | None) -> str:
+        """`ssh://HOST[/RUN_DIR]`'s run directory on the box (none: its latest run), once the
+        box answers."""
+        from trainctl.hosts.ssh import parse_attach_url
+
+        run_dir = None
+        try:
+            if target:
+                _, run_dir = parse_attach_url(target)
+        except ValueError as e:
+            raise UsageError(str(e)) from e
+        self.check()
+        run_dir = run_dir or "latest"
+        return self.latest_run() if run_dir == "latest" else run_dir
+
+    def adopt(self, run_dir: str, say) -> bool:
+        return False  # the box's own trainctl adopts its runs
 
     def _send_presets(self, request: LaunchRequest, base: str) -> list[str]:
         """The job and every preset it may use travel to the box, next to each other: the

@@ -6,12 +6,14 @@ up with their agent's liveness (its lock), reached through the run directory's s
 from __future__ import annotations
 
 import shlex
+import shutil
 from pathlib import Path
 
 from trainctl.agent.adopt import agent_running
 from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.usage import UsageError
 from trainctl.hosts.base import Launched, LaunchRequest
+from trainctl.hosts.here import resolve_run_dir, self_command
 from trainctl.hosts.slurm import queue as slurm
 from trainctl.store.listing import LIVE, UNREADABLE, JournalFold, run_dirs
 from trainctl.store.paths import trusted_run_dir
@@ -24,12 +26,49 @@ class LocalHost:
     where = "local"
 
     def launch(self, request: LaunchRequest) -> Launched:
-        """Prepare the run here (the CLI's spec builder); its agent is started by the CLI,
-        in the foreground (`--json`, `--headless`) or detached (tmux)."""
+        """Prepare the run here (the CLI's spec builder) and start its agent: in this
+        process when the run is followed in the foreground (`--json`, `--headless`: the
+        CLI runs ``run_here``), else detached, in tmux when there (hosts/detached.py).  A
+        run refused before it began leaves no run directory it made."""
+        from trainctl.agent.prepare import link_latest
+        from trainctl.hosts.detached import agent_answers, never_began, run_agent, start_detached_agent
+
         if request.prepare is None:
             raise UsageError("a run here is prepared on this machine: no spec builder given")
-        run_dir, _, _ = request.prepare()
-        return Launched(str(run_dir), f"trainctl: run directory {run_dir}")
+        run_dir, spec, created = request.prepare()
+        if request.foreground:
+
+            def run_here(printer) -> int:
+                # `latest` names the run once the job is its own: a refused run never touches it.
+                code = run_agent(run_dir, spec, printer, on_locked=lambda: link_latest(run_dir))
+                if code == 2 and created and never_began(run_dir):  # another run won: no trace
+                    shutil.rmtree(run_dir, ignore_errors=True)
+                return code
+
+            return Launched(str(run_dir), f"trainctl: run directory {run_dir}", run_here=run_here)
+        try:
+            where = start_detached_agent(run_dir, spec, use_tmux=request.use_tmux)
+        except UsageError:
+            if created and never_began(run_dir):  # refused before it began: leave no trace
+                shutil.rmtree(run_dir, ignore_errors=True)
+            raise
+        link_latest(run_dir)
+        # said after the dashboard: while it ran the line was hidden, and for a run that
+        # has ended it is no longer true
+        return Launched(
+            str(run_dir),
+            "",
+            detached=f"trainctl: {where}\ntrainctl: run directory {run_dir}",
+            after=lambda: f"trainctl: {where}" if agent_answers(run_dir) else "",
+        )
+
+    def locate(self, target: str | None) -> str:
+        return str(resolve_run_dir(target))
+
+    def adopt(self, run_dir: str, say) -> bool:
+        from trainctl.hosts.detached import adopt_if_orphaned
+
+        return adopt_if_orphaned(Path(run_dir), say)
 
     def client_factory(self, run_dir: str):
         from trainctl.client.connection import AgentClient
@@ -51,14 +90,23 @@ class LocalHost:
     def cancel_waiting(self, run_dir: str) -> str:
         raise UsageError(f"{run_dir}: no Slurm job of this run is waiting")
 
+    def queue_status(self, run_dir: str) -> dict | None:
+        return None  # a run here waits in no queue
+
+    def node_status(self, run_dir: str) -> list[dict]:
+        return []
+
     def between_agents(self, run_dir: str, say):
-        return None
+        """Wait while an agent adopts the run (hosts/detached.py's Adopting)."""
+        from trainctl.hosts.detached import Adopting
+
+        return Adopting(Path(run_dir))
 
     def url(self, run_dir: str) -> str:
         return str(run_dir)
 
     def attach_hint(self, run_dir: str) -> str:
-        return f"trainctl attach {shlex.quote(str(run_dir))}"
+        return f"{self_command()} attach {shlex.quote(str(run_dir))}"
 
 
 def claim(target: str) -> LocalHost | None:

@@ -71,12 +71,25 @@ def host_for_destination(destination: str, trainctl_cmd: str | None = None) -> H
     return kind.named(destination, trainctl_cmd)
 
 
-def host_for_launch(destination: str | None = None, slurm: bool = False) -> Host:
-    """Where `trainctl run` starts a run: ``--host DEST`` (or a job's ``[host]``), else
-    ``--slurm`` (or a job's ``[slurm]``), else this machine."""
+def host_for_launch(
+    destination: str | None = None, slurm: bool = False, trainctl_cmd: str | None = None
+) -> Host:
+    """Where `trainctl run` starts a run: ``--host DEST`` (or a job's ``[host]``; its
+    ``trainctl``: trainctl's path there), else ``--slurm`` (or a job's ``[slurm]``), else
+    this machine."""
     if destination:
-        return host_for_destination(destination)
+        return host_for_destination(destination, trainctl_cmd)
     return host_for("slurm:" if slurm else "local:")
+
+
+def locate(target: str | None) -> tuple[Host, str]:
+    """The host and run directory a command's target names (`attach`, `ctl`, `status`): a
+    URL is its host's, a run directory (none: the latest run here) this machine's or its
+    Slurm host's; the run directory checked by that host (UsageError when it is not one)."""
+    from trainctl.store.paths import latest_link
+
+    host = host_for(target or str(latest_link()))
+    return host, host.locate(target)
 
 
 def host_for_row(row: dict) -> Host:

@@ -1,12 +1,14 @@
 """The status builder: one run's status as a dict (what `trainctl status --json` prints): the
 agent's own reply when it answers, else assembled from the run directory (its snapshot and
-journal, a trainer living on under its holder, its Slurm job); and for a Slurm job of
-several nodes, the other nodes' agents and their ranks.  `trainctl status`
+journal, a trainer living on under its holder, its queued job as its host says); and for a
+Slurm job of several nodes, the other nodes' agents and their ranks (the host's
+``queue_status`` and ``node_status``).  `trainctl status`
 (src/trainctl/cli/status.py) prints it."""
 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -19,28 +21,39 @@ class RunStatus:
     error: Exception | None  # why that agent did not answer; None when it did, or none runs
 
 
-async def one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
+async def one_command(
+    run_dir: Path | str, name: str, timeout: float | None = None, client: Callable | None = None, **kw
+) -> dict:
     """One command's reply; AgentUnavailable when no agent runs, AgentNotResponding when
-    it does not answer the hello (a few seconds) or the command (``timeout``)."""
+    it does not answer the hello (a few seconds) or the command (``timeout``).  ``client``:
+    the run's host's client factory (default: the host the registry picks for the run
+    directory)."""
     from trainctl.client.connection import COMMAND_TIMEOUT_S
     from trainctl.hosts.registry import client_for
 
-    client = client_for(run_dir)
+    agent = client() if client is not None else client_for(run_dir)
     try:
-        await client.connect(since=10**12)
-        return await client.command(name, timeout=timeout or COMMAND_TIMEOUT_S, **kw)
+        await agent.connect(since=10**12)
+        return await agent.command(name, timeout=timeout or COMMAND_TIMEOUT_S, **kw)
     finally:
-        await client.close()
+        await agent.close()
 
 
-def run_status(run_dir: Path) -> RunStatus:
+def run_status(run_dir: Path | str, host=None) -> RunStatus:
     """The agent's status, else the run directory's (``code`` 4, after the run directory's,
-    when the agent is there but does not answer)."""
+    when the agent is there but does not answer).  ``host``: the run's (default: the one
+    the registry picks for the run directory); it reaches the agent and says what it knows
+    of the run besides (a Slurm run's job and other nodes)."""
     from trainctl.client.connection import AgentNotResponding, AgentUnavailable
+    from trainctl.hosts.registry import host_for
 
+    host = host or host_for(str(run_dir))
+    run_dir = Path(run_dir)
     code, agent, error = 0, "agent live", None
     try:
-        reply = asyncio.run(one_command(run_dir, "status", timeout=10.0))
+        reply = asyncio.run(
+            one_command(run_dir, "status", timeout=10.0, client=host.client_factory(str(run_dir)))
+        )
         status = reply.get("result") or {}
         status["live"] = True
     except (AgentUnavailable, OSError) as e:
@@ -58,12 +71,12 @@ def run_status(run_dir: Path) -> RunStatus:
                 )
                 + "; from its journal",
             )
-        status, agent = _from_run_dir(run_dir, code, agent)
-    _add_nodes(run_dir, status)
+        status, agent = _from_run_dir(run_dir, code, agent, host)
+    _add_nodes(host.node_status(str(run_dir)), status)
     return RunStatus(status, code, agent, error)
 
 
-def _from_run_dir(run_dir: Path, code: int, agent: str) -> tuple[dict, str]:
+def _from_run_dir(run_dir: Path, code: int, agent: str, host) -> tuple[dict, str]:
     """(status, the agent in words) from the run directory, with no agent to ask."""
     from trainctl.client.connection import offline_hello, offline_view
     from trainctl.core import events as E
@@ -98,9 +111,8 @@ def _from_run_dir(run_dir: Path, code: int, agent: str) -> tuple[dict, str]:
             f"`trainctl attach {run_dir}` adopts it, `trainctl ctl {run_dir} stop` stops it"
         )
     from trainctl.core.recovery import FINAL_STATES as _FINAL
-    from trainctl.hosts.slurm.jobs import slurm_status
 
-    sl = slurm_status(run_dir)
+    sl = host.queue_status(str(run_dir))
     if sl is not None:
         status["slurm"] = sl
         if status.get("state") not in _FINAL and sl.get("state") == "PENDING":
@@ -108,10 +120,7 @@ def _from_run_dir(run_dir: Path, code: int, agent: str) -> tuple[dict, str]:
     return status, agent
 
 
-def _add_nodes(run_dir: Path, status: dict) -> None:
-    from trainctl.hosts.slurm.jobs import node_status
-
-    nodes = node_status(run_dir)
+def _add_nodes(nodes: list[dict], status: dict) -> None:
     if nodes:  # a Slurm job of several nodes: the others' agents, and their ranks in the run's
         status["nodes"] = nodes
         ranks = status.setdefault("ranks", {})

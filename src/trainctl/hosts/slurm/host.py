@@ -11,6 +11,7 @@ from pathlib import Path
 
 from trainctl.core.usage import UsageError
 from trainctl.hosts.base import Launched, LaunchRequest
+from trainctl.hosts.here import resolve_run_dir, self_command
 from trainctl.hosts.slurm import queue as slurm
 
 
@@ -50,13 +51,23 @@ class SlurmHost:
 
     def launch(self, request: LaunchRequest) -> Launched:
         """Prepare the run here (the CLI's spec builder), submit its first job."""
+        from trainctl.agent.prepare import link_latest
         from trainctl.hosts.slurm.jobs import submit_run
 
         if request.prepare is None:
             raise UsageError("a Slurm run is prepared on this machine: no spec builder given")
         run_dir, spec, created = request.prepare()
         job_id = submit_run(None, run_dir, spec, created)
+        link_latest(run_dir)
         return Launched(str(run_dir), f"trainctl: submitted Slurm job {job_id}; run directory {run_dir}")
+
+    def locate(self, target: str | None) -> str:
+        return str(resolve_run_dir(target))  # its run directory is here (shared storage)
+
+    def adopt(self, run_dir: str, say) -> bool:
+        from trainctl.hosts.detached import adopt_if_orphaned
+
+        return adopt_if_orphaned(Path(run_dir), say)
 
     def client_factory(self, run_dir: str):
         from trainctl.client.connection import AgentClient
@@ -77,6 +88,16 @@ class SlurmHost:
 
         return cancel_waiting_job(Path(run_dir))
 
+    def queue_status(self, run_dir: str) -> dict | None:
+        from trainctl.hosts.slurm.jobs import slurm_status
+
+        return slurm_status(Path(run_dir))
+
+    def node_status(self, run_dir: str) -> list[dict]:
+        from trainctl.hosts.slurm.jobs import node_status
+
+        return node_status(Path(run_dir))
+
     def between_agents(self, run_dir: str, say):
         """Wait while the run's current job is queued or starting (hosts/slurm/jobs.py)."""
         from trainctl.hosts.slurm.jobs import BetweenJobs
@@ -87,7 +108,7 @@ class SlurmHost:
         return str(run_dir)
 
     def attach_hint(self, run_dir: str) -> str:
-        return f"trainctl attach {shlex.quote(str(run_dir))}"
+        return f"{self_command()} attach {shlex.quote(str(run_dir))}"
 
 
 def claim(target: str) -> SlurmHost | None:
@@ -101,10 +122,11 @@ def claim(target: str) -> SlurmHost | None:
     from trainctl.hosts.where import agent_info
     from trainctl.store.paths import UnsafePathError, trusted_run_dir
 
+    path = Path(target).expanduser()
     try:
-        trusted_run_dir(target)
+        trusted_run_dir(path)
     except (UnsafePathError, OSError, ValueError):
         return None
-    if slurm.read_jobs(Path(target)) or agent_info(target).get("slurm_job"):
+    if slurm.read_jobs(path) or agent_info(str(path)).get("slurm_job"):
         return SlurmHost()
     return None

@@ -1,7 +1,8 @@
 """`trainctl run --slurm` (or a job's ``[slurm]``): the run's agent runs as a Slurm batch job,
 and goes on in a next job at each time limit.  Here: submit the first job, a run's jobs and
-nodes as status shows them, stop a run whose job waits.  Following the run across its jobs
-(PENDING with squeue's reason between them) is the CLI's, src/trainctl/cli/slurm.py."""
+nodes as status shows them, stop a run whose job waits, and what a follow does between two
+of its jobs (BetweenJobs: PENDING with squeue's reason), each through the Slurm host
+(src/trainctl/hosts/slurm/host.py)."""
 
 from __future__ import annotations
 
