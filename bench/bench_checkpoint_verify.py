@@ -63,10 +63,10 @@ def main() -> None:
             with open(path, "rb") as src, open(cut, "wb") as dst:
                 dst.write(src.read(int(size * 0.99)))
             v = verify_path(path)
-            t_ok = timed(lambda: verify_path(path))
-            t_cut = timed(lambda: verify_path(cut))
-            t_legacy = timed(lambda: verify_path(legacy))
-            t_load = timed(lambda: torch.load(path, map_location="cpu", weights_only=True), 2)
+            t_ok = timed(lambda p=path: verify_path(p))
+            t_cut = timed(lambda p=cut: verify_path(p))
+            t_legacy = timed(lambda p=legacy: verify_path(p))
+            t_load = timed(lambda p=path: torch.load(p, map_location="cpu", weights_only=True), 2)
             print(
                 f"{size / 2**20:7.1f} MiB torch zip: verify {t_ok * 1000:7.1f} ms "
                 f"({size / 2**20 / t_ok:6.0f} MiB/s, {v.status}); cut at 99% refused in "

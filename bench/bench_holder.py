@@ -50,7 +50,7 @@ def cpu(p: psutil.Process) -> float:
 
 async def starts(n: int) -> None:
     took = []
-    for k in range(n):
+    for _ in range(n):
         with tempfile.TemporaryDirectory() as d:
             t0 = time.monotonic()
             ht = await HeldTrainer.start(["/bin/true"], None, None, d, 1)
@@ -70,7 +70,8 @@ async def load(rate: float, seconds: float) -> None:
         await asyncio.sleep(seconds - 0.3)
         c1, t1 = cpu(holder), time.monotonic()
         await ht.wait()
-        lines = ht.status()["log_bytes"] and Path(d, "train.log").read_bytes().count(b"\n")
+        log = Path(d, "train.log")
+        lines = ht.status()["log_bytes"] and log.read_bytes().count(b"\n")  # noqa: ASYNC240 - the run has ended
         print(
             f"{rate:g} lines/s for {seconds:g}s ({lines} lines): holder CPU in the window "
             f"{1000 * (c1 - c0):.0f} ms = {100 * (c1 - c0) / (t1 - t0):.2f} % of a core; "

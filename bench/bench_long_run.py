@@ -293,23 +293,24 @@ def main() -> None:
 
         print("\n-- a live agent going on with the journal --")
         snap.unlink()  # the agent indexes it itself
-        agent = subprocess.Popen(
-            [*TRAINCTL, "agent", str(run_dir)],
-            cwd=ROOT,
-            start_new_session=True,
-            stdout=subprocess.DEVNULL,
-            stderr=open(tmp / "agent.err", "wb"),
-            env={**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs")},
-        )
-        try:
-            _live(agent, run_dir, tmp, args)
-        finally:
-            subprocess.run([*TRAINCTL, "ctl", str(run_dir), "stop"], capture_output=True, timeout=60)
+        with open(tmp / "agent.err", "wb") as agent_err:
+            agent = subprocess.Popen(
+                [*TRAINCTL, "agent", str(run_dir)],
+                cwd=ROOT,
+                start_new_session=True,
+                stdout=subprocess.DEVNULL,
+                stderr=agent_err,
+                env={**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs")},
+            )
             try:
-                agent.wait(30)
-            except subprocess.TimeoutExpired:
-                os.killpg(agent.pid, signal.SIGKILL)
-                agent.wait()
+                _live(agent, run_dir, tmp, args)
+            finally:
+                subprocess.run([*TRAINCTL, "ctl", str(run_dir), "stop"], capture_output=True, timeout=60)
+                try:
+                    agent.wait(30)
+                except subprocess.TimeoutExpired:
+                    os.killpg(agent.pid, signal.SIGKILL)
+                    agent.wait()
 
 
 def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:

@@ -136,7 +136,8 @@ async def bench_agent(server: LocalSshd, tmp: Path) -> None:
         "    print(f'Epoch 1/3 {i}/1000000 loss=0.5', flush=True)\n    time.sleep(0.002)\n"
     )
     trainctl = str(Path(sys.executable).parent / "trainctl")
-    r = subprocess.run(
+    r = await asyncio.to_thread(
+        subprocess.run,
         [
             trainctl,
             "run",
@@ -168,7 +169,7 @@ async def bench_agent(server: LocalSshd, tmp: Path) -> None:
             t0 = time.perf_counter()
             try:
                 hello = await client.connect(since=0)
-            except Exception as e:  # the agent is someone else's work in progress
+            except Exception as e:  # noqa: BLE001 - the agent is someone else's work in progress
                 print(f"agent via {label}: unavailable: {e}")
                 continue
             t_hello = time.perf_counter() - t0
@@ -193,7 +194,9 @@ async def bench_agent(server: LocalSshd, tmp: Path) -> None:
             if isinstance(transport, SshTransport):
                 await transport.close()
     finally:
-        subprocess.run([trainctl, "ctl", str(run_dir), "stop"], env=env, capture_output=True, timeout=60)
+        await asyncio.to_thread(
+            subprocess.run, [trainctl, "ctl", str(run_dir), "stop"], env=env, capture_output=True, timeout=60
+        )
         info = run_dir / "agent.json"
         if info.exists():
             pid = json.loads(info.read_text()).get("pid")
@@ -203,7 +206,7 @@ async def bench_agent(server: LocalSshd, tmp: Path) -> None:
                     os.kill(pid, 0)
                 except ProcessLookupError:
                     break
-                time.sleep(0.2)
+                await asyncio.sleep(0.2)
             else:
                 if pid:
                     os.kill(pid, signal.SIGKILL)

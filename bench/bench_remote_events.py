@@ -45,11 +45,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.helpers.sshd import LocalSshd
-from trainctl.client.connection import AgentClient, UnixTransport
-from trainctl.core import events as E
-from trainctl.core.recovery import FINAL_STATES
-from trainctl.hosts.ssh_transport import SshTransport
+from tests.helpers.sshd import LocalSshd  # noqa: E402 - after the sys.path insert
+from trainctl.client.connection import AgentClient, UnixTransport  # noqa: E402 - after the sys.path insert
+from trainctl.core import events as E  # noqa: E402 - after the sys.path insert
+from trainctl.core.recovery import FINAL_STATES  # noqa: E402 - after the sys.path insert
+from trainctl.hosts.ssh_transport import SshTransport  # noqa: E402 - after the sys.path insert
 
 TRAINER = """\
 import os, sys, time

@@ -41,14 +41,14 @@ import psutil
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tui"))
 
-from textual import events
-from tui_fakes import FakeAgent, replay_journal
+from textual import events  # noqa: E402 - after the sys.path insert
+from tui_fakes import FakeAgent, replay_journal  # noqa: E402 - after the sys.path insert
 
-from trainctl.client.connection import local_client
-from trainctl.core import events as ev
-from trainctl.store.paths import RunFiles
-from trainctl.tui.app import TrainctlApp
-from trainctl.tui.widgets.log_tail import LogTail
+from trainctl.client.connection import local_client  # noqa: E402 - after the sys.path insert
+from trainctl.core import events as ev  # noqa: E402 - after the sys.path insert
+from trainctl.store.paths import RunFiles  # noqa: E402 - after the sys.path insert
+from trainctl.tui.app import TrainctlApp  # noqa: E402 - after the sys.path insert
+from trainctl.tui.widgets.log_tail import LogTail  # noqa: E402 - after the sys.path insert
 
 LINE = (
     "      3/50      4.21G      1.301      1.482      1.094         41        640: "
