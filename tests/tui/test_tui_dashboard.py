@@ -582,7 +582,9 @@ async def test_z_cycles_the_loss_charts_range(make_app, agent):
             await pilot.press("z")
             assert app.dashboard.chart_range == span
             chart.flush()
-            await wait_for(pilot, lambda: label in str(chart.border_title), what=label or "whole run")
+            await wait_for(
+                pilot, lambda label=label: label in str(chart.border_title), what=label or "whole run"
+            )
             data = app.dashboard.chart_data()
             if span == "epoch":  # epoch 3 only: from its first batch on
                 assert min(data.series[0][1]) >= 2 * 300 and len(data.series[0][1]) < len(whole.series[0][1])

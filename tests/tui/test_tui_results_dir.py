@@ -12,11 +12,12 @@ from trainctl.core import events as ev
 
 pytestmark = pytest.mark.timeout(60)
 
+HOME = os.path.expanduser("~")
+
 
 @pytest.mark.parametrize("size", [(120, 40), (80, 24)])
 async def test_the_results_dir_is_on_the_progress_panel(make_app, agent, size):
-    home = os.path.expanduser("~")
-    save_dir = f"{home}/projects/boxes/runs/detect/train2"
+    save_dir = f"{HOME}/projects/boxes/runs/detect/train2"
     app = make_app()
     async with app.run_test(size=size) as pilot:
         await replayed(pilot, agent)

@@ -61,7 +61,7 @@ def test_a_torch_zip_cut_short_is_refused(good, tmp_path, fraction):
     v = verify_path(cut(good, tmp_path / "cut.pt", fraction))
     assert v.status == BAD and not v.usable, v
     assert "truncated" in v.detail, v.detail
-    with pytest.raises(Exception):  # and it really does not load
+    with pytest.raises(Exception):  # noqa: B017 - any error: torch raises RuntimeError or OSError, by where it is cut
         torch.load(v.path, weights_only=True)
 
 

@@ -342,7 +342,7 @@ def test_at_risk_once_not_every_tick_and_rearmed_after_clearly_safe():
     pj.on_event(E.Start(T0, 1, 1, "A"))
     t, b = feed_steady(pj, T0, 1, 10, 1.0, 31, batches=300_000, epochs=1)  # ~3.5 d at 1 it/s
     warnings = []
-    for i in range(120):  # an hour of 30 s ticks
+    for _ in range(120):  # an hour of 30 s ticks
         t += 30
         b += 30
         pj.on_event(E.Progress(t, 1, 1, b, 300_000))

@@ -566,7 +566,7 @@ def test_output_silence_alone_is_no_hang_while_the_tree_works():
     d = StallDetector()
     t = 1000.0
     d.reset(t)
-    for i in range(25):
+    for _ in range(25):
         t += 0.2
         d.on_output(t)
     assert d.watching_silence
