@@ -67,7 +67,7 @@ def _tqdm_generic() -> None:
     from tqdm import tqdm
 
     print("Epoch 1/2", flush=True)
-    for i in tqdm(range(30), mininterval=0):  # no desc: epoch comes from the line above
+    for _ in tqdm(range(30), mininterval=0):  # no desc: epoch comes from the line above
         time.sleep(0.01)
     for epoch in (1, 2):
         bar = tqdm(range(40), desc=f"Epoch {epoch}", mininterval=0.05)
@@ -76,7 +76,7 @@ def _tqdm_generic() -> None:
             bar.set_postfix(loss=f"{1.0 / (i + 1 + epoch):.3g}", lr=1e-3)
         for _ in tqdm(range(10), desc="Validation DataLoader 0", mininterval=0):
             time.sleep(0.005)
-    for i in tqdm((x for x in range(12)), desc="Epoch 3", mininterval=0):  # unknown total
+    for _ in tqdm((x for x in range(12)), desc="Epoch 3", mininterval=0):  # unknown total
         time.sleep(0.01)
     print("Training done", flush=True)
 

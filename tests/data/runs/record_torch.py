@@ -110,7 +110,7 @@ def child(out: Path, work: Path, resume: bool, hang: bool) -> None:
         emit(E.Phase(time.time(), "val"))
         model.eval()
         with torch.no_grad():
-            for x, y in val_dl:
+            for x, _y in val_dl:
                 model(x)
         emit(E.Phase(time.time(), "save"))
         torch.save({"epoch": epoch, "model": model.state_dict(), "opt": opt.state_dict()}, ckpt)
