@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test lint bench clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -48,6 +48,15 @@ test: venv
 .PHONY: test-fast
 test-fast: venv
 	$(VENV)/bin/pytest -n $(FAST_WORKERS) tests/unit tests/tui
+
+# ruff (lint, then format), mypy (src/ only: strict on trainctl.core), the import-linter layer
+# contracts; the settings are in pyproject.toml, and .pre-commit-config.yaml runs the same.
+LINT_PATHS = src tests bench examples
+lint: venv
+	$(VENV)/bin/ruff check $(LINT_PATHS)
+	$(VENV)/bin/ruff format --check $(LINT_PATHS)
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
 
 bench: venv
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done

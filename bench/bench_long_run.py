@@ -179,7 +179,8 @@ def child(args: list[str]) -> None:
         from trainctl.client.connection import AgentClient, UnixTransport
         target = int(args[2])
         if what.endswith("ssh"):
-            from trainctl.hosts.ssh import SshHost, SshTransport
+            from trainctl.hosts.ssh import SshHost
+            from trainctl.hosts.ssh_transport import SshTransport
             conf = json.loads(args[3])
             host = SshHost(conf["alias"], ssh_config=Path(conf["config"]), control_dir=Path(conf["control"]),
                            remote_trainctl=TRAINCTL)

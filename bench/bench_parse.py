@@ -13,7 +13,8 @@ import time
 import timeit
 from pathlib import Path
 
-from trainctl.core.parse import ConsoleParser, LineSplitter
+from trainctl.core.lines import LineSplitter
+from trainctl.core.parse import ConsoleParser
 from trainctl.core.signatures import WarningMatcher
 
 LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from trainctl.core import events as E
 from trainctl.store.journal import read_events
-from trainctl.core.projection import Projector, humanize_duration
+from trainctl.core.projection import Projector
+from trainctl.core.projection_text import humanize_duration
 
 RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "runs"
 MARKS = (0.2, 0.4, 0.6, 0.8)

@@ -27,7 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.helpers.sshd import LocalSshd  # noqa: E402
-from trainctl.hosts.ssh import SshTransport  # noqa: E402
+from trainctl.hosts.ssh_transport import SshTransport  # noqa: E402
 
 RELAY = "import sys\nfor line in sys.stdin.buffer:\n    sys.stdout.buffer.write(line)\n    sys.stdout.buffer.flush()\n"
 BULK = ("import sys\nn = int(sys.argv[-1])\nline = b'x' * 1023 + b'\\n'\n"

@@ -46,7 +46,7 @@ sys.path.insert(0, str(ROOT))
 
 from trainctl.core import events as E
 from trainctl.client.connection import AgentClient, UnixTransport
-from trainctl.hosts.ssh import SshTransport
+from trainctl.hosts.ssh_transport import SshTransport
 from trainctl.core.recovery import FINAL_STATES
 
 from tests.helpers.sshd import LocalSshd

@@ -19,7 +19,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 import bench_long_run as long_run  # noqa: E402
 from trainctl.core import events as E  # noqa: E402
 from trainctl.store.journal import Journal  # noqa: E402
-from trainctl.store.listing import summarize  # noqa: E402
+from trainctl.hosts.local import summarize  # noqa: E402
 
 
 def main() -> None:

@@ -168,7 +168,7 @@ def test_a_truncated_checkpoint_is_never_resumed_from(recovered, tmp_path):
 
     # A whole newer checkpoint is preferred to the older kept one ...
     shutil.copyfile(newest, last)
-    agent.ctx.last_checkpoint = str(last)
+    agent.ctx.facts.last_checkpoint = str(last)
     assert agent.loop.resume_checkpoint() == str(last)
     # ... but the same file cut short by a kill mid-write is skipped, with a word why.
     data = last.read_bytes()

@@ -32,7 +32,7 @@ import psutil
 import pytest
 from trainctl.hosts import tmux as tm
 from trainctl.client.connection import AgentClient
-from trainctl.hosts.ssh import SshTransport
+from trainctl.hosts.ssh_transport import SshTransport
 from trainctl.core.recovery import FINAL_STATES
 
 from tests.e2e.conftest import read_journal, start_trainctl

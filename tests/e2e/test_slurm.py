@@ -24,7 +24,7 @@ from tests.e2e.test_example_midepoch import attempts
 from tests.e2e.test_remote_run import box  # noqa: F401  (the loopback ssh box fixture)
 from tests.helpers.slurm import (SlurmctldStopped, cancel_all, job_field, lift_requeue_hold, queue_of,
                                  require_slurm, scontrol, slurm_env, wait_node_only, wait_queue_empty)
-from trainctl.hosts.slurm.commands import read_jobs
+from trainctl.hosts.slurm.queue import read_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 

@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, wait_until
 from tests.e2e.test_slurm import slurm_up  # noqa: F401  (autouse: Slurm up, our jobs cancelled after)
 from tests.helpers.slurm import wait_queue_empty
-from trainctl.hosts.slurm.commands import read_jobs
+from trainctl.hosts.slurm.queue import read_jobs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(150)]
 

@@ -154,20 +154,23 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     why within seconds — not 'did not start within 30 s'."""
     import time
 
+    from trainctl.agent.prepare import prepare_run
     from trainctl.cli import main as cli
+    from trainctl.cli.common import UsageError, note
+    from trainctl.cli.starting import start_detached_agent
     from trainctl.store.joblock import JobLock
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
     args = cli.build_parser().parse_args(["run", "--detach", "--name", "locked"])
     args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]
-    run_dir, spec, created = cli._prepare(args)
+    run_dir, spec, created = prepare_run(args, note)
     assert created and run_dir.is_dir()
     lock = JobLock("locked")
     lock.acquire("/the/other/run")
     try:
         started = time.monotonic()
-        with pytest.raises(cli.UsageError) as refused:
-            cli._start_detached_agent(run_dir, spec, use_tmux=use_tmux)
+        with pytest.raises(UsageError) as refused:
+            start_detached_agent(run_dir, spec, use_tmux=use_tmux)
         took = time.monotonic() - started
     finally:
         lock.release()
@@ -184,6 +187,8 @@ def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_p
     """Refused after the early check (the race, simulated by a holder() that saw nothing):
     a run directory trainctl made is removed; one the user named is left as it was."""
     from trainctl.cli import main as cli
+    from trainctl.cli.common import UsageError
+    from trainctl.cli.run import cmd_run
     from trainctl.store import joblock
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
@@ -198,8 +203,8 @@ def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_p
     lock = joblock.JobLock("taken")
     lock.acquire("/the/other/run")
     try:
-        with pytest.raises(cli.UsageError, match="job 'taken' is already running"):
-            cli.cmd_run(args)
+        with pytest.raises(UsageError, match="job 'taken' is already running"):
+            cmd_run(args)
     finally:
         lock.release()
     assert runs.run_dirs() == []

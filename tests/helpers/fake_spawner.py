@@ -72,6 +72,19 @@ def run_virtual(coro_fn):
 
 
 class FakeTrainer:
+    orphan = False              # the Trainer protocol's optional capabilities: not supported
+    save_on_request = False
+    exit_unknown = None
+
+    def alive(self):
+        return self.returncode is None
+
+    def rank_output(self):
+        return None
+
+    def offsets(self):
+        return None
+
     def __init__(self, spawner: "FakeSpawner", steps: list, pid: int, argv, env) -> None:
         self.spawner = spawner
         self.pid = pid
@@ -185,6 +198,12 @@ class FakeSpawner:
 
     def when(self, kind: str) -> list[float]:
         return [t for t, k, _pid, _arg in self.log if k == kind]
+
+    def adopt(self, attempt, log_path):
+        return None   # nothing recorded to adopt
+
+    async def rehold(self, trainer):
+        raise OSError("a fake trainer cannot be held again")
 
     async def spawn(self, argv, env, cwd, log_path):
         if not self.histories:

@@ -2,17 +2,25 @@
 the console must not end a save the trainer reported on its side channel."""
 from __future__ import annotations
 
+import time
+
 from trainctl.core import events as E
-from trainctl.agent import Agent
+from trainctl.core.signatures import Catalog
+from trainctl.agent.context import RunConfig, RunContext
+from trainctl.agent.intake import Intake
+from trainctl.store.journal import Journal
+from trainctl.store.paths import RunFiles
 from trainctl.store.spec import RunSpec
 
 
 def make_agent(tmp_path):
-    """The agent's intake, the part that keeps the phase."""
+    """The agent's intake, the part that keeps the phase: its context built without an agent
+    (given a journal and a catalog, as the service gives them)."""
     (tmp_path / "run").mkdir()
-    agent = Agent(tmp_path / "run", RunSpec(job_name="t", kind="command", command=["true"]),
-                  serve=False, gpu_probe=None)
-    return agent.intake
+    files = RunFiles(tmp_path / "run")
+    spec = RunSpec(job_name="t", kind="command", command=["true"])
+    ctx = RunContext(RunConfig(files, spec, time.time), Journal(files.events), Catalog([]))
+    return Intake(ctx)
 
 
 def batch(ts: float, b: int) -> E.Progress:

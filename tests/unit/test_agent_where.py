@@ -98,7 +98,8 @@ def test_a_dead_nodes_agent_leaves_the_journal_to_read_here(tmp_path, monkeypatc
     the journal is read here (the dashboard then shows the queued job); while it runs, the node
     is what cannot be reached."""
     from trainctl.core import events as E
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.registry import transport_for   # through the run's host: Slurm's
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.journal import Journal
     config = tmp_path / "ssh_config"
     config.write_text("Host gpu7\n  HostName 127.0.0.1\n  Port 1\n  BatchMode yes\n")

@@ -11,7 +11,7 @@ from tests.helpers.fake_spawner import FakeSpawner, run_virtual
 from trainctl.core import events as E
 from trainctl.agent import EXIT_SUPERVISION_LOST, Agent
 from trainctl.store.journal import read_events
-from trainctl.system.probes import NoGpuProbe
+from trainctl.system.gpu import NoGpuProbe
 from trainctl.store.spec import RunSpec
 
 pytestmark = pytest.mark.timeout(20)
@@ -65,7 +65,7 @@ def states(events):
 async def until_state(agent, state: str, attempt: int = 1, limit_s: float = 600.0) -> None:
     loop = asyncio.get_running_loop()
     end = loop.time() + limit_s
-    while agent.ctx.sm.state.value != state or agent.ctx.attempt < attempt:
+    while agent.ctx.sm.state.value != state or agent.ctx.facts.attempt < attempt:
         assert loop.time() < end, f"never reached {state} in attempt {attempt}"
         await asyncio.sleep(0.05)
 

@@ -239,7 +239,7 @@ def test_the_command_runner_resumes_from_the_newest_checkpoint_that_loads(good, 
     cut(good, newer, 0.99)   # killed while writing epoch 2's checkpoint
     for path in (older, newer):
         agent.ctx.emit(E.Checkpoint(agent.ctx.clock(), str(path.relative_to(tmp_path)), None, True))
-    agent.ctx.last_checkpoint = str(newer.relative_to(tmp_path))
+    agent.ctx.facts.last_checkpoint = str(newer.relative_to(tmp_path))
     try:
         chosen = agent.loop.resume_checkpoint()
         assert chosen == str(older), chosen
@@ -249,7 +249,7 @@ def test_the_command_runner_resumes_from_the_newest_checkpoint_that_loads(good, 
         note = ck / "epoch3.json"
         note.write_text("{}")
         agent.ctx.emit(E.Checkpoint(agent.ctx.clock(), str(note), None, True))
-        agent.ctx.last_checkpoint = str(note)
+        agent.ctx.facts.last_checkpoint = str(note)
         assert agent.loop.resume_checkpoint() == str(note)
     finally:
         agent.journal.close()

@@ -6,7 +6,7 @@ import pytest
 
 from trainctl.core import events as E
 from trainctl.agent.attempt import with_setup
-from trainctl.core.parse import last_exception
+from trainctl.core.tracebacks import last_exception
 from trainctl.core.printer import Printer, format_event
 from trainctl.core.signatures import Catalog
 from trainctl.core.recovery import Outcome, RecoveryPolicy

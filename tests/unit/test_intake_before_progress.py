@@ -9,9 +9,11 @@ import itertools
 import pytest
 
 from trainctl.core import events as E
-from trainctl.agent.context import RunContext
+from trainctl.agent.context import RunConfig, RunContext
+from trainctl.core.signatures import Catalog
 from trainctl.agent.intake import Intake
-from trainctl.store.journal import read_events
+from trainctl.store.journal import Journal, read_events
+from trainctl.store.paths import RunFiles
 from trainctl.store.spec import RunSpec
 
 pytestmark = pytest.mark.timeout(20)
@@ -21,9 +23,16 @@ NO_MODULE = b"ModuleNotFoundError: No module named 'torch'\n"
 BATCH = b"Epoch 2/10: 37/500 loss=0.41\n"          # a plain loop's progress line
 
 
+def context(tmp_path, clock) -> RunContext:
+    """A context as the service builds one, without an agent: given its journal and catalog."""
+    files = RunFiles(tmp_path)
+    return RunContext(RunConfig(files, RunSpec("t", "command", ["python", "train.py"]), clock),
+                      Journal(files.events), Catalog.load())
+
+
 def intake(tmp_path) -> Intake:
     ticks = itertools.count(1000.0, 0.5)
-    ctx = RunContext(tmp_path, RunSpec("t", "command", ["python", "train.py"]), lambda: next(ticks))
+    ctx = context(tmp_path, lambda: next(ticks))
     taken = Intake(ctx)
     taken.begin(ctx.clock())
     return taken
@@ -47,7 +56,7 @@ def test_before_the_first_batch_a_start_up_error_is_fatal(tmp_path, line, sig):
 def test_after_the_first_batch_the_same_line_is_only_a_warning(tmp_path, line, sig):
     taken = intake(tmp_path)
     taken.on_output(BATCH)
-    assert taken.seen_progress and taken.ctx.furthest == (2, 37)
+    assert taken.seen_progress and taken.ctx.facts.furthest == (2, 37)
     taken.on_output(line)
     assert taken.fatal_stop is None
     assert warnings(taken) == [sig]   # still reported, with its advice
@@ -87,8 +96,8 @@ def test_no_progress_format_is_not_said_where_an_integration_attaches(tmp_path, 
     """Zero-code: the integration's "attached" comes on the side channel, read at other
     moments than the console; the run is not also said to have no progress format."""
     now = [1000.0]
-    ctx = RunContext(tmp_path, RunSpec("t", "command", ["python", "train.py"]), lambda: now[0])
-    ctx.instrumented = True
+    ctx = context(tmp_path, lambda: now[0])
+    ctx.facts.instrumented = True
     taken = Intake(ctx)
     taken.begin(now[0])
     _unknown_output(taken, now, 21)   # an unknown format: 20 lines with no progress read
@@ -109,7 +118,7 @@ def test_a_refusal_on_the_side_channel_leaves_the_console_watched_for_silence(tm
     console: that console is still an unknown format to watch (only progress, an attached
     integration or trainctl's runner make the side channel the trainer's voice)."""
     now = [1000.0]
-    ctx = RunContext(tmp_path, RunSpec("t", "command", ["python", "train.py"]), lambda: now[0])
+    ctx = context(tmp_path, lambda: now[0])
     taken = Intake(ctx)
     taken.begin(now[0])
     taken.on_side_line(E.encode(E.Info(now[0], "integration not attached: console parsing",

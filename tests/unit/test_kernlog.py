@@ -95,7 +95,8 @@ def test_stop_kills_the_follower_and_its_children(follow):
     family = [pid] + [p.pid for p in psutil.Process(pid).children(recursive=True)]
     assert len(family) == 2
     f.stop()
-    deadline = time.monotonic() + 5   # SIGKILLed: on a loaded box the exit may lag the kill
+    # a SIGKILL is delivered asynchronously: on a loaded machine a member may still run a moment
+    deadline = time.monotonic() + 10
     while not all(gone(p) for p in family) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert all(gone(p) for p in family)

@@ -9,7 +9,9 @@ from pathlib import Path
 import pytest
 
 from trainctl.core.events import Phase, Progress
-from trainctl.core.parse import MAX_PARTIAL, ConsoleParser, LineSplitter, parse_rate, strip_ansi
+from trainctl.core.lines import MAX_PARTIAL, LineSplitter
+from trainctl.core.parse import ConsoleParser, parse_rate
+from trainctl.core.sanitize import strip_ansi
 from trainctl.core.sanitize import CUT_MARK, MAX_LINE
 
 LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import hangs
-from trainctl.system.probes import AmdSmiProbe, GpuSample, NoGpuProbe, NvmlProbe, RocmSmiProbe, TreeSampler, classify_role, detect_gpu_probe, parse_rocm_smi, process_tree
+from trainctl.system.gpu import AmdSmiProbe, GpuSample, NoGpuProbe, NvmlProbe, RocmSmiProbe, detect_gpu_probe, parse_rocm_smi
+from trainctl.system.probes import TreeSampler, classify_role, process_tree
 
 GPU_DATA = Path(__file__).resolve().parent.parent / "data" / "gpu"
 GiB = 1 << 30

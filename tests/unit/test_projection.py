@@ -12,7 +12,9 @@ import pytest
 
 from trainctl.core import events as E
 from trainctl.store.journal import read_events
-from trainctl.core.projection import REARM_S, Projector, RateHistory, RateMeter, format_projection, format_what_if, humanize_duration
+from trainctl.core.projection import REARM_S, Projector
+from trainctl.core.projection_text import format_projection, format_what_if, humanize_duration
+from trainctl.core.rates import RateHistory, RateMeter
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -74,7 +74,8 @@ def test_row_cells_say_state_where_progress_eta_incident_on_one_line_each():
 def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(tmp_path):
     from trainctl.core import events as E
     from trainctl.store.journal import Journal
-    from trainctl.store.listing import JournalFold, summarize
+    from trainctl.hosts.local import summarize
+    from trainctl.store.listing import JournalFold
     path = tmp_path / "events.jsonl"
     journal = Journal(path)
     journal.append(E.Start(10.0, 1, 42, "A"))
@@ -106,9 +107,9 @@ def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(t
 
 def test_the_frequent_look_asks_slurm_only_of_the_runs_still_going(tmp_path, monkeypatch):
     from trainctl.core import events as E
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.journal import Journal
-    from trainctl.store.listing import summarize
+    from trainctl.hosts.local import summarize
     asked: list[str] = []
     monkeypatch.setattr(slurm, "job_info", lambda job: asked.append(job))
     for name, state, job in (("done", "FINISHED", "7"), ("going", "RUNNING", "8")):

@@ -14,7 +14,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainctl.core.parse import ConsoleParser, LineSplitter
+from trainctl.core.lines import LineSplitter
+from trainctl.core.parse import ConsoleParser
 from trainctl.core.sanitize import CUT_MARK, MAX_LINE, cut_line, sanitize, sanitize_text
 from trainctl.core.signatures import WarningMatcher
 

@@ -120,7 +120,8 @@ def test_who_can_answer_a_save_request(tmp_path, status, cpu, frame, answers):
 
 
 def test_the_projection_says_where_the_last_checkpoint_is_and_counts_batches_redone():
-    from trainctl.core.projection import Projector, format_projection
+    from trainctl.core.projection import Projector
+    from trainctl.core.projection_text import format_projection
     proj = Projector()
 
     def batch(ts, e, b):

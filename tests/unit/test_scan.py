@@ -159,7 +159,7 @@ def test_scan_output_carries_no_escape_sequence(tmp_path, capsys):
 def test_explain_names_the_reader_of_each_line_and_what_it_read(tmp_path, capsys):
     import json as _json
 
-    from trainctl.agent.scan import main_explain
+    from trainctl.agent.scan_explain import main_explain
     log = tmp_path / "train.log"
     log.write_bytes(b"Epoch 1/5\n  32/1875 [>....] - ETA: 10s - loss: 0.5012\rhello\n"
                     b"it 7/90 L=0.25\n{'loss': 2.3, 'grad_norm': 1.0, 'epoch': 0.4}\n")

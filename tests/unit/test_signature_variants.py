@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.core.signatures import Catalog, normalise, required_literals, required_words
+from trainctl.core.signature_prefilter import required_literals, required_words
+from trainctl.core.signatures import Catalog, normalise
 
 pytestmark = pytest.mark.timeout(60)
 

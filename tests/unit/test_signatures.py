@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from trainctl.core.events import SEVERITIES, Progress
-from trainctl.core.signatures import ACTIONS, LOSS_NAN, MAX_TEXT, SOURCES, Catalog, CatalogError, WarningMatcher, nan_warning, normalise, required_literals, required_words
+from trainctl.core.signature_prefilter import required_literals, required_words
+from trainctl.core.signatures import ACTIONS, LOSS_NAN, MAX_TEXT, SOURCES, Catalog, CatalogError, WarningMatcher, nan_warning, normalise
 
 pytestmark = pytest.mark.timeout(60)
 

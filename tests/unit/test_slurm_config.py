@@ -9,7 +9,7 @@ import pytest
 
 from trainctl.config import ConfigError, load_job
 from trainctl.config.slurm import slurm_time_s
-from trainctl.hosts.slurm.commands import SlurmUnreachable, _why, sbatch_argv, warn_seconds
+from trainctl.hosts.slurm.queue import SlurmUnreachable, _why, sbatch_argv, warn_seconds
 
 
 def job(tmp_path: Path, slurm: str) -> Path:

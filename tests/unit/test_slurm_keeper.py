@@ -1,5 +1,5 @@
 """A node's agent kept going inside its Slurm job: the keeper (`slurm-agent.sh`, from
-src/trainctl/hosts/slurm/commands.py keeper_script) run for real by bash, with a stand-in agent."""
+src/trainctl/hosts/slurm/queue.py keeper_script) run for real by bash, with a stand-in agent."""
 from __future__ import annotations
 
 import os
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 
 # The stand-in agent: a bash script that counts its starts in a file and does what the
 # test's plan asks of its Nth start (an exit code, a kill -9 of itself, wait for USR1).

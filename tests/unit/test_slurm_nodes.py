@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.hosts.slurm import nodes as slurm_nodes
 from trainctl.config import ConfigError, load_job
 from trainctl.store.journal import Journal
@@ -177,7 +177,9 @@ def node_part(tmp_path: Path, rank: int, monkeypatch, now: list[float]):
     on a clock the test moves."""
     import types
     from trainctl.hosts.slurm import agent_part as slurm_job
-    from trainctl.agent.context import RunContext
+    from trainctl.agent.context import RunConfig, RunContext
+    from trainctl.core.signatures import Catalog
+    from trainctl.store.paths import RunFiles
     monkeypatch.setattr(slurm_job, "NODE_WATCH_S", 0.01)
     monkeypatch.setattr(slurm_job, "NODE_GRACE_S", 30.0)
     monkeypatch.setenv("SLURM_JOB_ID", "77")
@@ -186,9 +188,11 @@ def node_part(tmp_path: Path, rank: int, monkeypatch, now: list[float]):
     place.run_dir.mkdir(parents=True, exist_ok=True)
     spec = RunSpec(job_name="big" if rank == 0 else "big-node1", kind="torchrun",
                    command=["torchrun", "t.py"], slurm={"nodes": 2})
-    ctx = RunContext(place.run_dir, spec, lambda: now[0])
-    loop = types.SimpleNamespace(slurm_job=None, on_suspend=None)
-    return slurm_job.SlurmPart(ctx, loop, place), ctx
+    files = RunFiles(place.run_dir)
+    ctx = RunContext(RunConfig(files, spec, lambda: now[0]), Journal(files.events), Catalog([]))
+    part = slurm_job.SlurmPart(place)
+    part.attach(ctx, types.SimpleNamespace())
+    return part, ctx
 
 
 def write_state(run_dir: Path, state: str, ts: float) -> None:
@@ -205,13 +209,13 @@ def test_a_node_stops_when_the_lead_ends_after_it_began(tmp_path, monkeypatch):
     async def go():
         watch = asyncio.ensure_future(part._watch_nodes())
         await asyncio.sleep(0.1)
-        assert not ctx.stop_requested.is_set()
+        assert not ctx.requests.stop_requested.is_set()
         write_state(tmp_path / "run", "PENDING", 101.0)
         write_state(tmp_path / "run", "STOPPED", 102.0)
         await asyncio.wait_for(watch, 5)
     asyncio.run(go())
-    assert ctx.stop_requested.is_set()
-    assert ctx.stop_reason == "node 0 ended STOPPED: every node of Slurm job 77 stops"
+    assert ctx.requests.stop_requested.is_set()
+    assert ctx.requests.stop_reason == "node 0 ended STOPPED: every node of Slurm job 77 stops"
 
 
 def test_the_lead_stops_when_a_node_gives_up_and_the_others_outwait_a_finish(tmp_path, monkeypatch):
@@ -227,12 +231,12 @@ def test_the_lead_stops_when_a_node_gives_up_and_the_others_outwait_a_finish(tmp
         await asyncio.wait_for(lead._watch_nodes(), 5)
         watch = asyncio.ensure_future(node._watch_nodes())
         await asyncio.sleep(0.1)
-        assert not node_ctx.stop_requested.is_set()   # the lead finished: its grace first
+        assert not node_ctx.requests.stop_requested.is_set()   # the lead finished: its grace first
         now[0] += 31
         await asyncio.wait_for(watch, 5)
     asyncio.run(go())
-    assert lead_ctx.stop_reason.startswith("node 1 ended FAILED")
-    assert node_ctx.stop_reason.startswith("the lead node finished the run 30 s ago")
+    assert lead_ctx.requests.stop_reason.startswith("node 1 ended FAILED")
+    assert node_ctx.requests.stop_reason.startswith("the lead node finished the run 30 s ago")
 
 
 def test_only_the_lead_submits_the_next_job(tmp_path, monkeypatch):

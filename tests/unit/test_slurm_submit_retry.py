@@ -6,9 +6,9 @@ import asyncio
 
 import pytest
 
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.hosts.slurm.agent_part import submit_retrying
-from trainctl.hosts.slurm.commands import SUBMIT_MARGIN_S, submit_retry_wait, submit_timeout
+from trainctl.hosts.slurm.queue import SUBMIT_MARGIN_S, submit_retry_wait, submit_timeout
 
 
 @pytest.mark.parametrize("tries, now, end, wait", [

@@ -157,7 +157,7 @@ def test_rank_output_tags_progress_lines_and_warnings_with_the_rank(tmp_path):
 
 
 def test_a_ranks_traceback_from_its_own_file_is_the_exit_exception():
-    from trainctl.core.parse import last_exception
+    from trainctl.core.tracebacks import last_exception
     tail = ["[rank1]: Traceback (most recent call last):", '[rank1]:   File "t.py", line 3, in <module>',
             "[rank1]:     x()", "[rank1]: ValueError: bad", "W1125 torchrun: failed"]
     exc, tb = last_exception(tail)
@@ -178,7 +178,7 @@ def test_the_readme_torchrun_job_example_is_a_valid_job(tmp_path):
 
 def test_the_node_rank_comes_from_the_cli_the_job_or_the_torchrun_command(tmp_path):
     import argparse
-    from trainctl.cli.main import _node
+    from trainctl.agent.prepare import node as _node
     from trainctl.cli.common import UsageError
     path = tmp_path / "job.toml"
     path.write_text('kind = "torchrun"\n[torchrun]\nscript = "t.py"\nnnodes = 2\nnode_rank = 1\n'
@@ -238,8 +238,9 @@ def test_the_still_tree_watch_takes_the_ranks_activity_not_the_launchers(monkeyp
         async def sample(self):
             return samples[-1]
 
-    ctx = SimpleNamespace(trainer=Trainer(), spec=SimpleNamespace(kind="torchrun"), detector=detector,
-                          gpu_probe=None, policy=SimpleNamespace(auto_recover=True), emit=lambda ev: None)
+    ctx = SimpleNamespace(facts=SimpleNamespace(trainer=Trainer(), gpu_probe=None),
+                          spec=SimpleNamespace(kind="torchrun"), detector=detector,
+                          policy=SimpleNamespace(auto_recover=True), emit=lambda ev: None)
     w = Watcher(ctx, SimpleNamespace(phase="startup"), on_stall=None)
     ranks = {}
     monkeypatch.setattr(diagnose, "find_ranks", lambda s: {p: r for p, r in ranks.items()

@@ -19,13 +19,15 @@ from collections.abc import Callable
 from trainctl.core import events as E
 from trainctl.config import ConfigError
 from trainctl.inside import INSTRUMENT_ENV, OFF_KEY
-from trainctl.core.parse import last_exception
+from trainctl.core.tracebacks import last_exception
 from trainctl.system.process import signal_name
 from trainctl.core.recovery import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
 from trainctl.core.torchrun import SETUP_MARK, rendezvous_wait
-from trainctl.agent.context import EndRequest, Interrupt, RunContext
+from trainctl.agent.context import RunContext
+from trainctl.agent.requests import EndRequest
 from trainctl.agent.intake import Intake
 from trainctl.agent.launch import runner_for, trainer_env
+from trainctl.agent.plug import AgentPlug
 from trainctl.agent.spawner import Spawner, Trainer
 from trainctl.agent.stop import Stopper
 from trainctl.agent.tasks import ErrorReporter, supervise
@@ -51,7 +53,8 @@ _IMPORT_ERROR = ("ModuleNotFoundError:", "ImportError:")
 
 
 class AttemptLoop:
-    def __init__(self, ctx: RunContext, spawner: Spawner, report: ErrorReporter, on_give_up) -> None:
+    def __init__(self, ctx: RunContext, spawner: Spawner, report: ErrorReporter, on_give_up,
+                 plug: AgentPlug | None = None) -> None:
         self.ctx = ctx
         self.spawner = spawner
         self.report = report
@@ -61,10 +64,9 @@ class AttemptLoop:
         self.runner = runner_for(ctx.spec.kind)
         self._log_loss_warned = False
         self._instrument_said = False
-        # A Slurm job near its time limit: what ends this agent's part of the run (the next
-        # job is submitted); returns the agent's exit code.  None: a plain stop.
-        self.on_suspend = None
-        self.slurm_job: str | None = None   # journaled in each start event
+        # What the host adds (a Slurm job: what ends this agent's part of the run at a
+        # suspend, the job journaled in each start event).
+        self.plug = plug or AgentPlug()
         # Before each start: the run directory made again if it was deleted (the agent's
         # keeper looks every second; an attempt may start sooner).  None: not looked at.
         self.before_start: Callable[[], object] | None = None
@@ -73,13 +75,13 @@ class AttemptLoop:
     async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None,
                   resume: bool = False, restart: E.Restart | None = None) -> int:
         """The attempts, from the first one; or, for an agent that takes over a run, from
-        the ``adopted`` trainer of attempt ``ctx.attempt``, or from the ``outcome`` of an
+        the ``adopted`` trainer of attempt ``ctx.facts.attempt``, or from the ``outcome`` of an
         attempt whose decision its dead agent never journaled, or from the ``restart`` it
         journaled before it died in the back-off (waited out, never decided nor journaled
         again); ``resume``: the next attempt of a run an earlier Slurm job suspended, from
         its last good checkpoint."""
         ctx = self.ctx
-        preset = ctx.preset
+        preset = ctx.facts.preset
         resume_from: str | None = None
         waits = rendezvous_wait(ctx.spec.command)
         if waits and adopted is None and outcome is None:
@@ -92,7 +94,7 @@ class AttemptLoop:
         elif adopted is None and outcome is None:
             resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
             if resume_from:
-                ctx.last_checkpoint = resume_from
+                ctx.facts.last_checkpoint = resume_from
                 ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
         while True:
             if restart is not None:   # the dead agent's back-off, what is left of it
@@ -103,20 +105,21 @@ class AttemptLoop:
                 restart = outcome = None
                 if (code := await self.backoff(delay, preset)) is not None:
                     return code
-                preset, ctx.next_preset = ctx.next_preset or preset, None
+                preset = ctx.requests.take_next(preset)
                 continue
             if outcome is None:
                 if adopted is None:
-                    ctx.attempt += 1
-                ctx.preset = preset
+                    ctx.facts.attempt += 1
+                ctx.facts.preset = preset
                 ctx.projector.preset = preset
                 outcome = await self.run_attempt(preset, resume_from, adopted)
                 adopted = None
-            if ctx.ending is not None:   # Slurm ends the job: why decides what comes next
-                await asyncio.wait({ctx.ending}, timeout=15)
-                if ctx.suspend_requested.is_set() and not ctx.stop_requested.is_set():
+            asked = ctx.requests
+            if asked.ending is not None:   # Slurm ends the job: why decides what comes next
+                await asyncio.wait({asked.ending}, timeout=15)
+                if asked.suspend_requested.is_set() and not asked.stop_requested.is_set():
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.SUSPEND)
-                elif ctx.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH,
+                elif asked.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH,
                                                                       OutcomeKind.STALL):
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.USER_STOP)
             decision = ctx.policy.decide(outcome)
@@ -124,53 +127,51 @@ class AttemptLoop:
                 ctx.set_state(RunState.FINISHED, decision.reason)
                 return exit_code(RunState.FINISHED)
             if decision.action == "stop":
-                return self.stopped(ctx.stop_reason or decision.reason)
+                return self.stopped(asked.stop_reason or decision.reason)
             if decision.action == "suspend":
                 return await self.suspend()
             if decision.action == "fail":
                 await self.fail(decision.reason, outcome)
                 return exit_code(RunState.FAILED)
-            preset = ctx.next_preset or decision.preset
-            ctx.next_preset = None
+            preset = asked.take_next(decision.preset)
             resume_from = await self.find_resume()
             ctx.set_state(RunState.BACKOFF, decision.reason)
-            ctx.emit(E.Restart(ctx.clock(), ctx.attempt + 1, decision.reason, preset,
+            ctx.emit(E.Restart(ctx.clock(), ctx.facts.attempt + 1, decision.reason, preset,
                                resume_from, decision.delay_s))
             if (code := await self.backoff(decision.delay_s, preset)) is not None:
                 return code
-            preset, ctx.next_preset = ctx.next_preset or preset, None
+            preset = asked.take_next(preset)
             outcome = None
 
     async def backoff(self, delay_s: float, preset: str | None) -> int | None:
         """Wait out a back-off: the run's exit code when a stop or a suspend ends it."""
-        ctx = self.ctx
-        stop = asyncio.create_task(ctx.stop_requested.wait())
-        suspend = asyncio.create_task(ctx.suspend_requested.wait())
+        ctx, asked = self.ctx, self.ctx.requests
+        stop = asyncio.create_task(asked.stop_requested.wait())
+        suspend = asyncio.create_task(asked.suspend_requested.wait())
         await asyncio.wait({stop, suspend}, timeout=delay_s, return_when=asyncio.FIRST_COMPLETED)
         stop.cancel()
         suspend.cancel()
-        if ctx.stop_requested.is_set():
-            return self.stopped(ctx.stop_reason or "stopped by the user during backoff")
-        if ctx.suspend_requested.is_set():
+        if asked.stop_requested.is_set():
+            return self.stopped(asked.stop_reason or "stopped by the user during backoff")
+        if asked.suspend_requested.is_set():
             return await self.suspend()
-        if ctx.next_preset is not None and ctx.next_preset != preset:   # picked meanwhile
-            ctx.info(f"attempt {ctx.attempt + 1} uses preset {ctx.next_preset}, "
+        if asked.next_preset is not None and asked.next_preset != preset:   # picked meanwhile
+            ctx.info(f"attempt {ctx.facts.attempt + 1} uses preset {asked.next_preset}, "
                      "picked during the backoff", "next_preset")
         return None
 
     async def suspend(self) -> int:
         """The Slurm job's time limit is near and the trainer is saved and gone: the part
         that knows Slurm submits the next job (without it, the run stops)."""
-        if self.on_suspend is None:
-            return self.stopped("stopped: its time ran out")
-        return await self.on_suspend()
+        code = await self.plug.suspend()
+        return self.stopped("stopped: its time ran out") if code is None else code
 
     def stopped(self, reason: str) -> int:
         """The run ends on a stop: the user's (STOPPED, 130), or the agent's own when its
         supervision could not go on (FAILED, EXIT_SUPERVISION_LOST)."""
         ctx = self.ctx
-        if ctx.lost is not None:
-            ctx.set_state(RunState.FAILED, ctx.lost)
+        if ctx.requests.lost is not None:
+            ctx.set_state(RunState.FAILED, ctx.requests.lost)
             return EXIT_SUPERVISION_LOST
         ctx.set_state(RunState.STOPPED, reason)
         return exit_code(RunState.STOPPED)
@@ -205,7 +206,7 @@ class AttemptLoop:
         ctx = self.ctx
         say = say or ctx.info
         return self.runner.resume_checkpoint(
-            ctx.spec, ctx.files, ctx.last_checkpoint,
+            ctx.spec, ctx.files, ctx.facts.last_checkpoint,
             on_skip=lambda path, why: say(f"not resuming from {path}: {why}", "resume_skip"),
             on_unverified=lambda path, why: say(f"resuming from {path} without verifying it: {why}",
                                                 "resume_unverified"))
@@ -224,22 +225,22 @@ class AttemptLoop:
     def command(self, preset_name: str | None, resume_from: str | None) -> tuple[list[str], dict[str, str]]:
         ctx = self.ctx
         preset = ctx.load_preset(preset_name)
-        env = trainer_env(ctx.files, preset_name, preset, ctx.attempt)
-        argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.attempt)
+        env = trainer_env(ctx.files, preset_name, preset, ctx.facts.attempt)
+        argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.facts.attempt)
         try:
             env = self.runner.env(ctx.spec, ctx.files, env, argv, resume_from)
         except OSError as e:   # the run directory's links (a full disk): run it as it is
             self._instrument_said = True
             ctx.info(f"no integration: cannot prepare trainctl's code for the trainer ({e}); "
                      "console parsing", OFF_KEY)
-        ctx.instrumented = INSTRUMENT_ENV in env
+        ctx.facts.instrumented = INSTRUMENT_ENV in env
         return with_setup(argv, ctx.spec.setup), env
 
     def say_instrument(self) -> None:
         """Once a run: why a command gets no zero-code integration (an instrumented one says
         itself which attached; the intake says when none did)."""
         ctx = self.ctx
-        if self._instrument_said or ctx.spec.kind != "command" or ctx.instrumented:
+        if self._instrument_said or ctx.spec.kind != "command" or ctx.facts.instrumented:
             return
         self._instrument_said = True
         why = ("off (--no-instrument)" if not ctx.spec.instrument else
@@ -250,13 +251,9 @@ class AttemptLoop:
     async def run_attempt(self, preset: str | None, resume_from: str | None,
                           adopted: Trainer | None = None) -> Outcome:
         ctx, intake = self.ctx, self.intake
-        ctx.interrupt = Interrupt()
-        if ctx.stop_requested.is_set():
-            ctx.interrupt.set(EndRequest.USER_STOP)
-        elif ctx.suspend_requested.is_set():
-            ctx.interrupt.set(EndRequest.SUSPEND)
+        asked = ctx.requests.new_attempt()
         if ctx.sm.state != RunState.STARTING:
-            ctx.set_state(RunState.STARTING, f"attempt {ctx.attempt}")
+            ctx.set_state(RunState.STARTING, f"attempt {ctx.facts.attempt}")
         if adopted is not None:
             trainer = adopted
         else:
@@ -264,29 +261,29 @@ class AttemptLoop:
             if isinstance(started, Outcome):
                 return started
             trainer = started
-        ctx.trainer = trainer
+        ctx.facts.trainer = trainer
         self._log_loss_warned = False
         now = ctx.clock()
         ctx.detector.reset(now)
         intake.begin(now)
         if adopted is not None:   # what its trainer declared before this agent took over
-            intake.save_on_request = getattr(adopted, "save_on_request", False)
-            intake.replay_until = ctx.furthest   # lines read again since the last saved offset
+            intake.save_on_request = adopted.save_on_request
+            intake.replay_until = ctx.facts.furthest   # lines read again since the last saved offset
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
         readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
                    supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
-        if hasattr(trainer, "rank_output"):   # torchrun: each rank's own output files
+        if trainer.rank_output() is not None:   # torchrun: each rank's own output files
             readers.append(supervise("ranks", lambda: self.read_ranks(trainer), self.report,
                                      self.on_give_up))
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)
         offsets = supervise("offsets", lambda: self.keep_offsets(trainer), self.report)
         waiter = asyncio.create_task(trainer.wait())
-        interrupt = asyncio.create_task(ctx.interrupt.event.wait())
+        interrupt = asyncio.create_task(asked.event.wait())
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
         kind: OutcomeKind | None = None
         if not waiter.done():
-            kind = OutcomeKind(ctx.interrupt.kind.value)
-            if (ctx.interrupt.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND)
+            kind = OutcomeKind(asked.kind.value)
+            if (asked.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND)
                     and not intake.stalled):
                 # restart, preset switch, fallback, the editor's save-and-restart, a Slurm
                 # job's time limit: a healthy run saves first and loses nothing (bounded; a
@@ -315,17 +312,17 @@ class AttemptLoop:
         if returncode == 0:
             ctx.project(ctx.clock())     # the end: status and the dashboard say 'finished'
         ctx.save_detector_state()
-        ctx.trainer = None
+        ctx.facts.trainer = None
         if kind is None or (kind == OutcomeKind.STALL and returncode == 0):
             kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
         return Outcome(kind, intake.progressed, returncode, preset,
-                       requested_preset=ctx.interrupt.preset, stop_reason=intake.fatal_stop,
+                       requested_preset=asked.preset, stop_reason=intake.fatal_stop,
                        exception=exception)
 
     def _judge_unknown_exit(self, trainer: Trainer, intake: Intake, returncode: int) -> int:
         """An adopted trainer whose holder was killed ends with no exit status anyone can
         read: finished (0) when it had reached its end, else a crash (as read, -9)."""
-        unknown = getattr(trainer, "exit_unknown", None)
+        unknown = trainer.exit_unknown
         if not unknown or intake.stalled:
             return returncode
         p = intake.last_progress
@@ -360,20 +357,20 @@ class AttemptLoop:
                                f"cannot start {argv[0]}: {e}", "Check the command and its path.",
                                source="trainctl"))
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
-        ctx.emit(E.Start(ctx.clock(), ctx.attempt, trainer.pid, preset, tuple(argv),
-                         slurm_job=self.slurm_job))
+        ctx.emit(E.Start(ctx.clock(), ctx.facts.attempt, trainer.pid, preset, tuple(argv),
+                         slurm_job=self.plug.job_id))
         self.say_instrument()
         return trainer
 
     async def keep_offsets(self, trainer: Trainer) -> None:
         """Where a new agent would read this trainer's files on from, every OFFSETS_S."""
         from trainctl.agent.holder_spawner import save_offsets
-        offsets = getattr(trainer, "offsets", None)
-        if offsets is None:
+        if trainer.offsets() is None:
             return
         while True:
             await asyncio.sleep(OFFSETS_S)
-            save_offsets(self.ctx.files.dir, offsets())
+            if (offsets := trainer.offsets()) is not None:
+                save_offsets(self.ctx.files.dir, offsets)
 
     async def kill(self, trainer: Trainer, why: str, waiter: asyncio.Task) -> None:
         """Kill it; if killing fails (no file descriptors left, a psutil race), say so and
@@ -396,8 +393,8 @@ class AttemptLoop:
             await self.stopper.on_stall(verdict)
         except Exception as e:   # recovery must happen even if the stall report failed
             self.report("stall", e)
-            if self.ctx.policy.auto_recover and self.ctx.trainer is not None:
-                self.ctx.interrupt.set(EndRequest.STALL)
+            if self.ctx.policy.auto_recover and self.ctx.facts.trainer is not None:
+                self.ctx.requests.recover()
 
     # ------------------------------------------------------------------ reading
     async def read_output(self, trainer: Trainer) -> None:
@@ -406,9 +403,11 @@ class AttemptLoop:
             self.report_log_loss(trainer)
         self.intake.end_output()
 
-    async def read_ranks(self, trainer) -> None:
-        async for rank, stream, data in trainer.rank_output():
-            self.intake.on_rank_output(rank, stream, data)
+    async def read_ranks(self, trainer: Trainer) -> None:
+        ranks = trainer.rank_output()
+        if ranks is not None:
+            async for rank, stream, data in ranks:
+                self.intake.on_rank_output(rank, stream, data)
         self.intake.end_rank_output()
 
     async def read_side(self, trainer: Trainer) -> None:

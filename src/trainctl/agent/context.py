@@ -1,58 +1,68 @@
-"""What every part of the agent reads: the run's spec and files, its pure pieces (state
-machine, policy, detector, matcher, projector), the event bus, and the few facts that
-outlive an attempt (attempt number, preset, last checkpoint, furthest batch)."""
+"""What every part of the agent reads: the run's configuration (:class:`RunConfig`, fixed),
+its pure pieces (state machine, policy, detector, matcher, projector), the event bus, the
+requests that change its course (src/trainctl/agent/requests.py), and the few facts that
+outlive an attempt (:class:`RunFacts`: attempt number, preset, last checkpoint, furthest
+batch), each with one writer.  The context opens nothing of its own: the service gives it
+the run's journal and signature catalog, so a test builds one without a whole agent."""
 from __future__ import annotations
 
-import asyncio
-import enum
+import dataclasses
 import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainctl.core import events as E
 from trainctl.config import ConfigError, load_preset
 from trainctl.store.journal import Journal
 from trainctl.store.paths import RunFiles, config_dir, write_private
-from trainctl.core.projection import Projector, RateHistory
+from trainctl.core.projection import Projector
+from trainctl.core.rates import RateHistory
 from trainctl.core.signatures import Catalog, WarningMatcher
 from trainctl.store.spec import RunSpec
 from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from trainctl.core.recovery import RecoveryPolicy, RunState, StateMachine
 from trainctl.agent.bus import EventBus
+from trainctl.agent.requests import Requests
 
 
-class EndRequest(str, enum.Enum):
-    """Why an attempt must end before its trainer exits (also the attempt's outcome kind)."""
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """The run's configuration, fixed for the agent's life."""
 
-    STALL = "stall"
-    USER_RESTART = "user_restart"
-    USER_STOP = "user_stop"
-    SUSPEND = "suspend"
+    files: RunFiles                  # the run directory's files
+    spec: RunSpec                    # what to run, and how to supervise it
+    clock: Callable[[], float]       # the time (a virtual one in the replayed tests)
 
 
-class Interrupt:
-    """Why the current attempt must end early (the first request wins)."""
+@dataclasses.dataclass
+class RunFacts:
+    """What the run has come to that outlives an attempt, beyond its state (the state
+    machine's) and its journal.  Each fact has one writer, named; an adopting agent's
+    service sets them once, from the journal, before its attempt loop runs (:meth:`restore`)."""
 
-    def __init__(self) -> None:
-        self.event = asyncio.Event()
-        self.kind: EndRequest | None = None
-        self.preset: str | None = None
+    preset: str | None               # the attempt loop: the current attempt's preset
+    attempt: int = 0                 # the attempt loop: the current attempt's number
+    trainer: Any = None              # the attempt loop: the live trainer's handle (spawner.Trainer)
+    instrumented: bool = False       # the attempt loop: this attempt's trainer got the zero-code bootstrap
+    last_checkpoint: str | None = None   # the intake (a good checkpoint read); the loop: --resume-from
+    furthest: tuple[int, int] = (0, 0)   # the intake: the furthest (epoch, batch) of the run
+    gpu_probe: Any = None            # the service: found once, before the first attempt
 
-    def set(self, kind: EndRequest, preset: str | None = None) -> bool:
-        if self.kind is not None:
-            return False
-        self.kind, self.preset = kind, preset
-        self.event.set()
-        return True
+    def restore(self, attempt: int, preset: str | None, last_checkpoint: str | None,
+                furthest: tuple[int, int]) -> None:
+        """Where a dead agent's run was (read from its journal), before this agent goes on."""
+        self.attempt, self.preset = attempt, preset or self.preset
+        self.last_checkpoint, self.furthest = last_checkpoint, furthest
 
 
 class RunContext:
-    def __init__(self, run_dir: Path, spec: RunSpec, clock: Callable[[], float], gpu_probe=None) -> None:
-        self.files = RunFiles(run_dir)
-        self.spec = spec
-        self.clock = clock
-        self.gpu_probe = gpu_probe
-        self.journal = Journal(self.files.events)
+    def __init__(self, config: RunConfig, journal: Journal, catalog: Catalog, gpu_probe=None) -> None:
+        """``journal``: the run's events.jsonl, opened by the service; ``catalog``: the
+        signatures its warnings are matched against."""
+        self.config = config
+        spec, clock = config.spec, config.clock
+        self.journal = journal
         self.bus = EventBus(self.journal, clock)
         self.sm = StateMachine()
         self.policy = RecoveryPolicy(spec.preset, spec.fallback, max_restarts=spec.max_restarts,
@@ -65,27 +75,29 @@ class RunContext:
                                       save_timeout=spec.stall.get("save_timeout"),
                                       silence_floor=spec.stall.get("silence_floor", SILENCE_FLOOR_S),
                                       startup_idle=spec.stall.get("startup_idle", STARTUP_IDLE_S))
-        self.matcher = WarningMatcher(Catalog.load())
+        self.matcher = WarningMatcher(catalog)
         self.projector = Projector(deadline=spec.deadline, cost_per_hour=spec.cost_per_hour,
                                    budget=spec.budget, preset=spec.preset,
                                    expected_rates=self.expected_rates(),
                                    history=RateHistory(config_dir() / "rates.json"),
                                    job=spec.job_name)
         self.load_detector_state()
-        self.preset: str | None = spec.preset
-        self.next_preset: str | None = None
-        self.attempt = 0
-        self.trainer = None               # the live trainer's handle (spawner.Trainer)
-        self.last_checkpoint: str | None = None
-        self.furthest: tuple[int, int] = (0, 0)   # the furthest (epoch, batch) of the run
-        self.instrumented = False   # this attempt's trainer got the zero-code bootstrap
-        self.stop_requested = asyncio.Event()
-        self.suspend_requested = asyncio.Event()   # a Slurm job's time-limit warning
-        self.stop_reason: str | None = None        # why the run stops, when not the user's `s`
-        self.ending: asyncio.Future | None = None  # finding out why Slurm ends the job
-        self.interrupt = Interrupt()
-        self.lost: str | None = None      # why supervision could not go on (the run then FAILS)
-        self._last_projection = 0.0
+        self.facts = RunFacts(spec.preset, gpu_probe=gpu_probe)
+        self.requests = Requests()   # stop, suspend, restart: asked through it only
+        self._last_projection = 0.0   # project()'s own
+
+    # ------------------------------------------------------------------ the configuration
+    @property
+    def files(self) -> RunFiles:
+        return self.config.files
+
+    @property
+    def spec(self) -> RunSpec:
+        return self.config.spec
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.config.clock
 
     # ------------------------------------------------------------------ events
     def emit(self, ev: E.Event) -> E.Event:

@@ -6,7 +6,7 @@ from trainctl.core.commands import COMMANDS, CommandError, check_request
 from trainctl.config import ConfigError, load_preset, preset_problems
 from trainctl.store.paths import write_private
 from trainctl.core.recovery import FINAL_STATES, RunState
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunContext
 
 
 class CommandHandlers:
@@ -50,15 +50,15 @@ class CommandHandlers:
             raise ValueError(f"the run is {ctx.sm.state.value}; start a new one with trainctl run")
         if target is not None:
             load_preset(ctx.preset_path(target))   # refuse a missing or invalid preset now
-        if ctx.trainer is None:
-            ctx.next_preset = target
+        if ctx.facts.trainer is None:
+            ctx.requests.pick_next(target)
             return {"restart": "next attempt", "preset": target}
-        if not ctx.interrupt.set(EndRequest.USER_RESTART, target):
-            raise ValueError(f"the attempt is already ending ({ctx.interrupt.kind.value})")
+        if not ctx.requests.restart(target):
+            raise ValueError(f"the attempt is already ending ({ctx.requests.interrupt.kind.value})")
         return {"restart": "now", "preset": target}
 
     async def cmd_restart(self) -> dict:
-        return await self._restart(self.ctx.preset)
+        return await self._restart(self.ctx.facts.preset)
 
     async def cmd_fallback(self) -> dict:
         if not self.ctx.spec.fallback:
@@ -69,8 +69,7 @@ class CommandHandlers:
         return await self._restart(self._check_preset_name(preset))
 
     async def cmd_stop(self) -> dict:
-        self.ctx.stop_requested.set()
-        self.ctx.interrupt.set(EndRequest.USER_STOP)
+        self.ctx.requests.stop()
         return {"stopping": True}
 
     async def cmd_auto_recover(self, on: bool | None = None) -> dict:
@@ -78,17 +77,17 @@ class CommandHandlers:
         on = (not ctx.policy.auto_recover) if on is None else on
         ctx.policy.auto_recover = on
         ctx.info(f"auto-recovery {'on' if on else 'off'}", "auto_recover")
-        if on and ctx.sm.state == RunState.STALLED and ctx.trainer is not None:
-            ctx.interrupt.set(EndRequest.STALL)
+        if on and ctx.sm.state == RunState.STALLED and ctx.facts.trainer is not None:
+            ctx.requests.recover()
         return {"auto_recover": on}
 
     async def cmd_dump_stacks(self) -> dict:
         ctx = self.ctx
-        trainer = ctx.trainer
+        trainer = ctx.facts.trainer
         if trainer is None:
             raise ValueError("no trainer is running")
         snapshot = ctx.sm.state != RunState.STALLED
-        diag = await self.stopper.diagnose(trainer, f"manual-{ctx.attempt}", snapshot=snapshot)
+        diag = await self.stopper.diagnose(trainer, f"manual-{ctx.facts.attempt}", snapshot=snapshot)
         what = "a snapshot" if snapshot else diag.diagnosis
         where = f"stacks dumped to {diag.stacks}" if diag.stacks else "no stacks written"
         ctx.info(f"{where} ({what}: {diag.detail})", "stacks")
@@ -127,7 +126,7 @@ class CommandHandlers:
         ctx = self.ctx
         pname = self._check_preset_name(name)
         load_preset(ctx.preset_path(pname))
-        ctx.next_preset = pname
+        ctx.requests.pick_next(pname)
         ctx.info(f"the next restart will use preset {pname}", "next_preset")
         return {"next_preset": pname}
 

@@ -20,7 +20,7 @@ from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_statu
 from trainctl.holder.main import status_path
 from trainctl.store.paths import read_private, write_private
 from trainctl.core.torchrun import Layout, layout, rank_files
-from trainctl.agent.spawner import TreeOps, split_lines
+from trainctl.agent.spawner import Trainer, TreeOps, split_lines
 
 OFFSETS_FILE = "intake.json"
 
@@ -74,9 +74,11 @@ class HeldSpawner:
         handle.orphan = orphan
         return handle
 
-    async def rehold(self, handle: HeldHandle) -> None:
+    async def rehold(self, handle: Trainer) -> None:
         """An adopted trainer whose holder was killed too gets a new holder (holder.py
         --adopt): its output read again, the job lock kept.  OSError when it cannot."""
+        if not isinstance(handle, HeldHandle):
+            raise OSError("not a trainer under a holder")
         try:
             handle.held = await HeldTrainer.start([], None, None, self.run_dir, handle.attempt,
                                                   lock_fd=self.lock_fd(), log=handle.log_tail.path,
@@ -111,6 +113,9 @@ class HeldHandle(TreeOps):
     def log_dropped(self) -> int:
         return self._dropped
 
+    def alive(self) -> bool:
+        return self.held.alive()
+
     @property
     def log_error(self) -> str | None:
         return "disk full or I/O error (the holder counts the lines it could not keep)" if self._dropped else None
@@ -135,7 +140,11 @@ class HeldHandle(TreeOps):
         async for data in self.log_tail:
             yield data
 
-    async def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
+    def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
+        """Each rank's output (:meth:`_rank_output`); a held trainer's always read."""
+        return self._rank_output()
+
+    async def _rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
         """torchrun: (global rank, file, bytes) from every rank's stdout and stderr files,
         found as torchrun makes them, until the trainer has exited and all are read."""
         if self.layout is None:

@@ -148,7 +148,7 @@ class Intake:
         if self.integration is not None or self.structured:
             self.silence_seen = None
             return
-        if self.ctx.instrumented and now - self.silence_seen < SAY_FORMAT_AFTER_S:
+        if self.ctx.facts.instrumented and now - self.silence_seen < SAY_FORMAT_AFTER_S:
             return
         self.silence_said = True
         self.silence_seen = None
@@ -190,7 +190,7 @@ class Intake:
             self.set_phase(ev.phase, now, reported=True)
         elif isinstance(ev, E.Checkpoint):
             if ev.ok:
-                self.ctx.last_checkpoint = ev.path
+                self.ctx.facts.last_checkpoint = ev.path
             self.checkpoints += 1
             self.last_checkpoint = ev
             self.ctx.emit(ev)   # journaled with its position (epoch, batch) and kind
@@ -240,7 +240,7 @@ class Intake:
                 return
             self.replay_until = None
         self.seen_progress = True
-        if console and self.ctx.instrumented and not self.integration_said:
+        if console and self.ctx.facts.instrumented and not self.integration_said:
             self.integration_said = True
             self.ctx.info(NONE_ATTACHED_TEXT, NONE_KEY)
         # A batch line read from the console may be older than a val/save phase the trainer
@@ -250,8 +250,8 @@ class Intake:
         if self.phase != "train" and not late:
             self.set_phase("train", now)
         mark = (ev.epoch or 0, ev.batch or 0)
-        if mark > ctx.furthest:   # only a batch beyond any earlier attempt's is new progress
-            ctx.furthest = mark
+        if mark > ctx.facts.furthest:   # only a batch beyond any earlier attempt's is new progress
+            ctx.facts.furthest = mark
             self.progressed = True
         ctx.detector.on_progress(ev, now)
         if ev.rank is not None:

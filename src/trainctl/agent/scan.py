@@ -3,7 +3,8 @@
 Reads the raw log (bytes, ``\\r`` frames and ANSI codes included) through the same
 :class:`~trainctl.core.feed.OutputFeed` the agent uses (splitter, parser and warning
 matcher), and reports the phases seen,
-the first and last progress, the warnings, and where the run stopped.
+the first and last progress, the warnings, and where the run stopped.  ``--explain``
+(each line and the reader that claimed it) is :mod:`trainctl.agent.scan_explain`.
 """
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import sys
 from collections import deque
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any, Iterator, Protocol
+from typing import Any, Protocol
 
 from trainctl.core.events import Phase, Progress, merged_progress
 from trainctl.core.events import Warning as WarningEvent
@@ -262,114 +263,19 @@ def format_report(report: ScanReport) -> str:
     return "\n".join(out)
 
 
-def _json_safe(value: Any) -> Any:
+def json_safe(value: Any) -> Any:
     if isinstance(value, float) and not math.isfinite(value):
         return repr(value)  # 'nan', 'inf', '-inf', as the event codec writes them
     if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
+        return [json_safe(v) for v in value]
     return value
 
 
 def report_to_dict(report: ScanReport) -> dict[str, Any]:
     """The report as plain JSON-able data (non-finite losses as ``"nan"``/``"inf"``)."""
-    return _json_safe(asdict(report))
-
-
-# ---------------------------------------------------------------------------- --explain
-
-@dataclass(frozen=True)
-class Explained:
-    """One console line and what the parser made of it: ``parser`` names the reader that
-    claimed it (None: no reader did), ``events`` the progress/phase events it gave."""
-
-    line_no: int
-    text: str
-    parser: str | None
-    events: tuple[dict[str, Any], ...]
-
-
-def explain_log(path: str | Path, progress: dict | None = None) -> Iterator[Explained]:
-    """Each line of the log at ``path``, with the reader that claimed it and what it read.
-    ``progress``: a job's ``[progress]`` table (its pattern is tried first).  Raises OSError."""
-    feed = OutputFeed(None, progress=progress)
-    parser = feed.parser
-    n = 0
-
-    def lines(texts: list[str]) -> Iterator[Explained]:
-        nonlocal n
-        for text in texts:
-            n += 1
-            parser.last_format = None
-            events = parser.feed(text, 0.0)
-            yield Explained(n, text, parser.last_format,
-                            tuple(_event_dict(e) for e in events))
-
-    with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            yield from lines(feed.splitter.feed(chunk))
-    yield from lines(feed.splitter.flush())
-
-
-def _event_dict(ev: Any) -> dict[str, Any]:
-    if isinstance(ev, Progress):
-        d = {"type": "progress", "epoch": ev.epoch, "epochs": ev.epochs, "batch": ev.batch,
-             "batches": ev.batches, "losses": dict(ev.losses)}
-        if ev.rate is not None:
-            d["rate"] = ev.rate
-        if ev.rank is not None:
-            d["rank"] = ev.rank
-        return _json_safe(d)
-    return {"type": "phase", "phase": ev.phase}
-
-
-def format_explained(e: Explained, width: int = 100) -> str:
-    """``  12 timm            epoch 3, batch 100/1251; loss 6.91  | Train: 3 [ 100/1251 ...``"""
-    said = []
-    for ev in e.events:
-        if ev["type"] == "phase":
-            said.append(f"phase {ev['phase']}")
-        else:
-            p = ProgressPoint(e.line_no, ev["epoch"], ev["epochs"], ev["batch"], ev["batches"])
-            losses = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in ev["losses"].items())
-            said.append(describe_progress(p) + (f"; {losses}" if losses else ""))
-    if e.parser is not None and not said:
-        said.append("context")   # an "Epoch 2/10" or Ultralytics header line: read, no event
-    text = sanitize(e.text)
-    if len(text) > width:
-        text = text[:width - 1] + "…"
-    return f"{e.line_no:6d} {e.parser or '-':15s} {'; '.join(said) or '-':40s} | {text}"
-
-
-def main_explain(path: str, as_json: bool, job: str | None = None) -> int:
-    """``trainctl scan --explain LOG [--json] [--job FILE]``: each line, the reader that
-    claimed it and what it read (JSON: one object a line)."""
-    progress = None
-    if job is not None:
-        from trainctl.config import ConfigError, load_job
-        try:
-            progress = load_job(job).progress
-        except ConfigError as e:
-            print(f"trainctl scan: {e}", file=sys.stderr)
-            return 2
-    if not Path(path).is_file():
-        print(f"trainctl scan: cannot read log file {path}: not a regular file", file=sys.stderr)
-        return 2
-    try:
-        for e in explain_log(path, progress):
-            if as_json:
-                print(json.dumps({"line": e.line_no, "parser": e.parser, "events": list(e.events),
-                                  "text": e.text}, ensure_ascii=False))
-            else:
-                print(format_explained(e))
-    except BrokenPipeError:
-        raise   # the reader of our output left (`| head`): the CLI ends quietly
-    except OSError as e:
-        print(f"trainctl scan: cannot read log file {path}: {e.strerror or e}", file=sys.stderr)
-        return 2
-    return 0
+    return json_safe(asdict(report))
 
 
 def fatal_found(report: ScanReport, section: dict[str, Any] | None = None) -> bool:

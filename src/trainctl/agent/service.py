@@ -15,19 +15,22 @@ from pathlib import Path
 from trainctl import __version__
 from trainctl.core import events as E
 from trainctl.store.joblock import JobBusy, JobLock
-from trainctl.store.paths import make_private_dir, write_private
+from trainctl.store.paths import RunFiles, make_private_dir, write_private
 from trainctl.system.process import become_subreaper
-from trainctl.hosts.where import where_i_run
+from trainctl.system.machine import where_i_run
 from trainctl.store.spec import RunSpec
 from trainctl.core.recovery import exit_code
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
 from trainctl.agent.handlers import CommandHandlers
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunConfig, RunContext
+from trainctl.core.signatures import Catalog
+from trainctl.store.journal import Journal
 from trainctl.agent.server import ClientServer
 from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.agent.adopt import where_the_run_was
 from trainctl.agent.holder_spawner import HeldSpawner
+from trainctl.agent.plug import AgentPlug
 from trainctl.agent.spawner import PipeSpawner, Spawner
 from trainctl.agent.tasks import ErrorReporter
 
@@ -39,17 +42,19 @@ class Agent:
                  clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
                  on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
                  kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True,
-                 slurm: bool = False, node=None):
+                 plug: AgentPlug | None = None):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
         ``spawner``: how trainers are started (a fake one in tests; by default each
         trainer runs under a holder and outlives this agent).  ``adopt``: take over a run
         whose agent died (its trainer, or its attempt loop, goes on).  ``subreaper``: become
         the child subreaper of orphans (off in tests that run an agent inside pytest).
-        ``slurm``: this agent is a run's Slurm batch job (`agent --slurm`): it goes on with
-        the run an earlier job began, and continues it in a next job at the time limit;
-        ``node``: its place in a job of several nodes (engine/slurm_nodes.NodePlace)."""
-        self.ctx = ctx = RunContext(run_dir, spec, clock, gpu_probe)
+        ``plug``: what the host adds (src/trainctl/agent/plug.py): a run's Slurm batch job
+        (`agent --slurm`, src/trainctl/hosts/slurm/agent_part.py) goes on with the run an
+        earlier job began, and continues it in a next job at the time limit."""
+        files = RunFiles(run_dir)   # the context is given what it reads, opened here
+        self.ctx = ctx = RunContext(RunConfig(files, spec, clock), Journal(files.events), Catalog.load(),
+                                    gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
         self.serve = serve
@@ -61,12 +66,10 @@ class Agent:
         if spawner is None and os.environ.get("TRAINCTL_SPAWNER") == "pipe":
             spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
-        self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up)
+        self.plug = plug or AgentPlug()
+        self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up, self.plug)
         self.loop.before_start = self._say_remade
-        self.slurm = None
-        if slurm:
-            from trainctl.hosts.slurm.agent_part import SlurmPart
-            self.slurm = SlurmPart(ctx, self.loop, node)
+        self.plug.attach(ctx, self.loop)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
         self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands,
@@ -104,8 +107,8 @@ class Agent:
         ctx, spec = self.ctx, self.spec
         return {"op": "hello", "ok": True, "version": __version__, "job": spec.job_name,
                 "run_dir": str(ctx.files.dir), "host": spec.host, "state": ctx.sm.state.value,
-                "auto_recover": ctx.policy.auto_recover, "preset": ctx.preset,
-                "fallback": spec.fallback, "attempt": ctx.attempt,
+                "auto_recover": ctx.policy.auto_recover, "preset": ctx.facts.preset,
+                "fallback": spec.fallback, "attempt": ctx.facts.attempt,
                 "deadline": spec.deadline, "budget": spec.budget,
                 "currency": spec.currency, "live": True}
 
@@ -113,12 +116,11 @@ class Agent:
         """A supervised task failed too often: supervision cannot go on.  Say so (an error
         warning, FAILED with the reason) and end the attempt; never silently."""
         ctx = self.ctx
-        ctx.lost = f"the agent's {where} task kept failing ({type(exc).__name__}: {exc})"
-        ctx.emit(E.Warning(ctx.clock(), "trainctl.supervision_lost", "fatal", ctx.lost,
+        lost = f"the agent's {where} task kept failing ({type(exc).__name__}: {exc})"
+        ctx.emit(E.Warning(ctx.clock(), "trainctl.supervision_lost", "fatal", lost,
                            f"See {ctx.files.dir / 'errors'}; the trainer is stopped rather than left "
                            "unwatched.", source="trainctl"))
-        ctx.stop_requested.set()
-        ctx.interrupt.set(EndRequest.USER_STOP)
+        ctx.requests.give_up(lost)
 
     def _alert_warning(self, ev: E.Warning) -> None:
         """From the alerts thread: journal it on the loop."""
@@ -129,15 +131,15 @@ class Agent:
     async def run(self) -> int:
         loop = self._loop = asyncio.get_running_loop()
         ctx = self.ctx
-        begun = self.slurm is not None and _begun(ctx.files.events)   # an earlier job's run
+        begun = self.plug.takes_over_begun and _begun(ctx.files.events)   # an earlier job's run
         if self.subreaper:
             become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, self._on_signal)
-        loop.add_signal_handler(signal.SIGHUP, lambda: None)  # the run outlives the terminal
-        if self.slurm is not None:
-            self.slurm.install(loop)
+        handlers: dict[int, Callable[[], None]] = {signal.SIGINT: self._on_signal, signal.SIGTERM: self._on_signal,
+                    signal.SIGHUP: lambda: None}   # SIGHUP: the run outlives the terminal
+        handlers.update(self.plug.signals())
+        for sig, handler in handlers.items():
+            loop.add_signal_handler(sig, handler)
         try:
             make_private_dir(ctx.files.dir)
         except OSError as e:   # UnsafePathError: not ours, or open to others
@@ -168,15 +170,14 @@ class Agent:
         # every second would make time race ahead while an executor job runs)
         keeper = asyncio.ensure_future(self._keep_run_dir()) if self.serve else None
         kernel = self._start_kernel_log()
-        if ctx.gpu_probe is None:
-            from trainctl.system.probes import detect_gpu_probe
-            ctx.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
+        if ctx.facts.gpu_probe is None:
+            from trainctl.system.gpu import detect_gpu_probe
+            ctx.facts.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
-            if self.slurm is not None:
-                try:
-                    await self.slurm.describe()
-                except Exception as e:   # supervision goes on without the job's facts
-                    self.report("slurm", e)
+            try:
+                await self.plug.begin()
+            except Exception as e:   # supervision goes on without the host's facts
+                self.report(self.plug.name, e)
             if self.adopt or begun:
                 return await self._take_over()
             return await self.loop.run()
@@ -267,25 +268,25 @@ class Agent:
         attempt loop was (it died in BACKOFF or STARTING: no trainer to adopt)."""
         ctx = self.ctx
         was = where_the_run_was(ctx.files.events)
-        lead = await self.slurm.lead_goes_on() if self.slurm is not None and was.ended else None
+        plug = self.plug
+        lead = await plug.lead_goes_on() if was.ended else None
         if was.ended and lead is None:
             ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
             return exit_code(was.state)
-        ctx.attempt, ctx.preset = was.attempt, was.preset or ctx.preset
-        ctx.last_checkpoint, ctx.furthest = was.last_checkpoint, was.furthest
+        ctx.facts.restore(was.attempt, was.preset, was.last_checkpoint, was.furthest)
         ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
         if lead is not None:   # a node of a Slurm job: its run is the lead's, which goes on
             ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
                      f"on (the lead is {lead}): from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
-        kept = self._killed_before() if self.slurm is not None else None
-        requeued = (self.slurm is not None and kept is None
-                    and os.environ.get("SLURM_RESTART_COUNT", "0") not in ("", "0"))
+        kept = plug.killed_before()
+        restarts = plug.restarted()
+        requeued = kept is None and restarts not in ("", "0")
         handle = (self.spawner.adopt(was.attempt, ctx.files.log)
                   if was.exited is None and was.attempt and not requeued else None)
         if handle is not None:
             handle.save_on_request = was.save_on_request
-            if getattr(handle, "orphan", False):
+            if handle.orphan:
                 try:
                     await self.spawner.rehold(handle)
                     ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
@@ -295,7 +296,7 @@ class Agent:
                              f"its holder killed too, and no new holder could start ({e}): it is watched "
                              "by its pid, its output no longer read", "adopt.rehold")
             ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
-                     f"(pid {handle.pid}){'' if handle.held.alive() else ', which ended meanwhile'}",
+                     f"(pid {handle.pid}){'' if handle.alive() else ', which ended meanwhile'}",
                      "adopt")
             return await self.loop.run(adopted=handle)
         if was.state == "PENDING" or (requeued and was.attempt):
@@ -305,9 +306,9 @@ class Agent:
             if was.exited is None:
                 ctx.emit(E.Exit(ctx.clock(), None, None))
             again = "" if was.state == "PENDING" else (
-                f" (Slurm started it again, restart {os.environ['SLURM_RESTART_COUNT']}: its node "
+                f" (Slurm started it again, restart {restarts}: its node "
                 "failed under it, or it was requeued before a save)")
-            ctx.info(f"Slurm job {self.slurm.job_id if self.slurm else '?'}{again} goes on with the "
+            ctx.info(f"Slurm job {plug.job_id if plug.name else '?'}{again} goes on with the "
                      f"run after attempt {was.attempt}, from its last good checkpoint", "slurm.continue")
             return await self.loop.run(resume=True)
         if was.attempt == 0:
@@ -320,28 +321,8 @@ class Agent:
             return await self.loop.run(restart=was.restart)
         return await self.loop.run(outcome=was.outcome())
 
-    def _killed_before(self) -> str | None:
-        """In a Slurm job: the agent before this one in the same job was killed and its
-        keeper (slurm-agent.sh) started this one, which adopts its trainer: said, and how."""
-        from trainctl.hosts.slurm.commands import AGENT_RESTARTS, RESTARTED_ENV
-        value = os.environ.get(RESTARTED_ENV, "")
-        try:
-            count, sig, pid = (int(v) for v in value.split(":"))
-        except ValueError:
-            return None
-        try:
-            name = signal.Signals(sig).name
-        except ValueError:
-            name = f"signal {sig}"
-        said = (f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
-                f"this one ({count} of {AGENT_RESTARTS} in Slurm job {self.slurm.job_id if self.slurm else '?'})")
-        self.ctx.info(said + ": it adopts the trainer, which went on meanwhile (what killed it? "
-                      "dmesg says when it was the OOM killer)", "slurm.agent_killed")
-        return said
-
     def _on_signal(self) -> None:
-        self.ctx.stop_requested.set()
-        self.ctx.interrupt.set(EndRequest.USER_STOP)
+        self.ctx.requests.stop()
 
     def _write_info(self) -> None:
         info = {"pid": os.getpid(), "version": __version__, "job": self.spec.job_name,

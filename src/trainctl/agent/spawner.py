@@ -25,10 +25,17 @@ SIDE_LINE_MAX = 1 << 20   # a side-channel line longer than this is dropped, not
 
 
 class Trainer(Protocol):
+    """A running trainer.  Every capability the attempt loop asks of one is here; the
+    optional ones have a defined "not supported" answer (:class:`TreeOps` gives them)."""
+
     pid: int
     returncode: int | None
     log_dropped: int          # output lines train.log could not keep (disk full, I/O error)
     log_error: str | None     # the last such error, while it lasts
+    # optional, "not supported" answers in brackets:
+    orphan: bool              # adopted with its holder gone: Spawner.rehold gives it one (False)
+    save_on_request: bool     # it declared save-on-request before an agent adopted it (False)
+    exit_unknown: str | None  # why no exit status could be read, once it ended (None)
 
     def output(self) -> AsyncIterator[bytes]: ...
     def side_lines(self) -> AsyncIterator[bytes]: ...
@@ -39,17 +46,46 @@ class Trainer(Protocol):
     async def sweep(self) -> KillReport: ...
     def signal_main(self, sig: int) -> bool: ...
 
+    def alive(self) -> bool:
+        """Whether the trainer still runs (an adopted one may have ended meanwhile)."""
+
+    def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]] | None:
+        """torchrun: (global rank, file, bytes) of each rank's own output files (None: the
+        trainer's ranks write nowhere of their own)."""
+
+    def offsets(self) -> dict | None:
+        """Where a new agent would read this trainer's files on from (None: nowhere, an
+        agent that dies takes its trainer with it)."""
+
 
 class Spawner(Protocol):
+    """How the attempt loop gets a trainer: start one, or (optional) take over one that an
+    agent before this one started."""
+
     async def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> Trainer:
         """Start the trainer; OSError when it cannot be started."""
+
+    def adopt(self, attempt: int, log_path: Path) -> Trainer | None:
+        """The trainer of ``attempt``, started by an agent before this one (alive, or ended
+        while no agent watched); None when there is none (or the spawner cannot adopt)."""
+
+    async def rehold(self, trainer: Trainer) -> None:
+        """An adopted ``orphan`` trainer taken under this spawner's care again; OSError when
+        it cannot (a spawner that cannot adopt never has orphans)."""
 
 
 class PipeSpawner:
     """The trainer as the agent's child: its output on a pipe of the agent's own (not
     asyncio's, so reading it can pause to take a burst of lines in one read, and wait()
     does not wait for orphaned workers that hold it open), its side channel on another
-    pipe whose fd number is in TRAINCTL_EVENTS_FD."""
+    pipe whose fd number is in TRAINCTL_EVENTS_FD.  Its trainers die with their agent:
+    nothing to adopt."""
+
+    def adopt(self, attempt: int, log_path: Path) -> Trainer | None:
+        return None
+
+    async def rehold(self, trainer: Trainer) -> None:
+        raise OSError("a piped trainer cannot be held again")
 
     async def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path) -> Trainer:
         side_r, side_w = os.pipe()
@@ -72,7 +108,18 @@ class PipeSpawner:
 
 class TreeOps:
     """What every real trainer handle does to the trainer's process tree: sample it,
-    diagnose it, kill it (PID-safe: captured processes, not bare pids) and sweep it."""
+    diagnose it, kill it (PID-safe: captured processes, not bare pids) and sweep it; and
+    the "not supported" answers of the Trainer's optional capabilities."""
+
+    orphan = False
+    save_on_request = False
+    exit_unknown: str | None = None
+
+    def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]] | None:
+        return None
+
+    def offsets(self) -> dict | None:
+        return None
 
     def _init_tree(self, pid: int, run_dir: Path | None = None) -> None:
         from trainctl.system.probes import TreeSampler
@@ -160,6 +207,9 @@ class PipeTrainer(TreeOps):
     @property
     def returncode(self) -> int | None:
         return self.proc.returncode
+
+    def alive(self) -> bool:
+        return self.proc.returncode is None
 
     async def wait(self) -> int:
         return await self.proc.wait()

@@ -17,7 +17,7 @@ from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
 from trainctl.store.paths import make_private_dir
 from trainctl.core.recovery import RunState
 from trainctl.core.torchrun import rendezvous_wait
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.agent.context import RunContext
 from trainctl.agent.intake import Intake
 from trainctl.agent.spawner import Trainer
 
@@ -39,7 +39,7 @@ class Stopper:
             pass   # diagnose() says the stacks could not be written
         try:
             loop = asyncio.get_running_loop()
-            probe = ctx.gpu_probe
+            probe = ctx.facts.gpu_probe
             gpu = (await loop.run_in_executor(None, probe.sample)
                    if probe is not None and probe.available()[0] else None)
             return await trainer.diagnose(ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu,
@@ -51,12 +51,12 @@ class Stopper:
     async def on_stall(self, verdict) -> None:
         """A stall: say so, diagnose it, then end the attempt (when auto-recovery is on)."""
         ctx = self.ctx
-        trainer = ctx.trainer
+        trainer = ctx.facts.trainer
         if trainer is None:
             return
         if verdict.still and rendezvous_wait(ctx.spec.command):
             # several nodes: this node's ranks all still may be waiting for another node's
-            diag = await self.diagnose(trainer, f"{ctx.attempt}")
+            diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
             if diag.rank_pids and not diag.ranks:   # every rank waits in a collective
                 ctx.info(f"every rank of this node waits in a collective for "
                          f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
@@ -66,7 +66,7 @@ class Stopper:
             ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
         else:
             ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
-            diag = await self.diagnose(trainer, f"{ctx.attempt}")
+            diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
         ranks = tuple(diag.ranks) or tuple(verdict.ranks)   # the stacks know the culprit best
         self.intake.stuck_ranks = ranks
         ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
@@ -82,7 +82,7 @@ class Stopper:
                 ctx.info(f"no rescue save: {why}; the restart goes on from the last checkpoint",
                          "save_request_skipped")
         if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
-            ctx.interrupt.set(EndRequest.STALL)
+            ctx.requests.recover()
 
     async def request_save(self, trainer: Trainer, kind: str) -> bool:
         """Ask a trainer that declared save-on-request to save now ("rescue" on a stall,
@@ -156,7 +156,7 @@ class Stopper:
 
     async def wait_gpu_released(self, pids: tuple[int, ...], limit_s: float = GPU_RELEASE_S) -> None:
         ctx = self.ctx
-        probe = ctx.gpu_probe
+        probe = ctx.facts.gpu_probe
         try:
             if probe is None or not getattr(probe, "available", lambda: (False, ""))()[0]:
                 return

@@ -60,7 +60,7 @@ class Watcher:
 
     async def tick(self, now: float) -> None:
         ctx = self.ctx
-        trainer = ctx.trainer
+        trainer = ctx.facts.trainer
         processes: tuple = ()
         try:
             if trainer is not None and trainer.returncode is None:
@@ -86,10 +86,10 @@ class Watcher:
                     ctx.detector.on_tree(now, None, None)
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
-            if ctx.gpu_probe is not None and int(now) % 2 == 0:
+            if ctx.facts.gpu_probe is not None and int(now) % 2 == 0:
                 loop = asyncio.get_running_loop()
                 self._last_gpu = None   # a probe that fails leaves no stale figure behind
-                sample = await loop.run_in_executor(None, ctx.gpu_probe.sample)
+                sample = await loop.run_in_executor(None, ctx.facts.gpu_probe.sample)
                 self._last_gpu = sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
         except Exception as e:   # e.g. no file descriptor left to read /proc: no figures this tick
             if self.report is None:

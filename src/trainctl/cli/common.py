@@ -1,50 +1,25 @@
-"""What `src/trainctl/cli/main.py` and `src/trainctl/cli/remote.py` both need: the usage error, the run's
-name, and the lines printed for a followed run. Neither of them is imported here, so the
-two do not import each other (cli.py hands `--host` runs to remote_cli.py)."""
+"""What the modules of `src/trainctl/cli/` share: the usage error, the run's name, the lines
+printed for a followed run, the run directory a command acts on.  `cli/remote.py` (`--host`
+runs) imports it too; nothing of cli/ is imported here, so no two command modules import
+each other through it."""
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import sys
 from pathlib import Path
 
+from trainctl.core.usage import UsageError
 
-class UsageError(Exception):
-    """Bad usage or configuration: printed as `trainctl: ...`, exit 2."""
-
-
-def command_name(argv: list[str]) -> str:
-    """`python train.py --x` → train; `./run.sh` → run."""
-    for a in argv:
-        if a.endswith((".py", ".sh")):
-            return Path(a).stem
-    return Path(argv[0]).stem
+__all__ = ["UsageError", "note", "printer", "resolve_alerts", "resolve_run_dir", "run_name",
+           "self_command"]
 
 
 def run_name(args, job) -> str:
-    """The run's name, here and on a box alike: `--name`, else the job's, else the
-    command's; anything but letters, digits, '.', '_' and '-' becomes '-'.
-
-    `--name` and the job's name are checked as given (`check_name`: no `..`, `/`, leading
-    `-` or `.`, control characters; at most 64 characters; UsageError otherwise); a name
-    made from the command is made safe the same way (it names run directories, tmux
-    sessions and a path on a box)."""
-    from trainctl.store.paths import MAX_NAME, BadNameError, check_name
-    given = args.name if args.name is not None else (job.name if job else None)
-    if given is not None:
-        try:
-            check_name(given, "--name" if args.name is not None else "job name")
-        except BadNameError as e:
-            raise UsageError(str(e)) from None
-        name = given
-    else:
-        name = command_name(args.command_argv) if args.command_argv else "run"
-    name = "".join(c if c.isalnum() or c in "._-" else "-" for c in name)
-    if given is None:   # from the command: `../.x.py` names no path
-        name = re.sub(r"\.{2,}", ".", name).lstrip(".-")[:MAX_NAME]
-    return name or "run"
+    """The run's name (src/trainctl/agent/prepare.py's ``run_name``: the spec builder's)."""
+    from trainctl.agent.prepare import run_name as name_of
+    return name_of(args, job)
 
 
 def printer(as_json: bool):
@@ -97,14 +72,27 @@ def note(text: str) -> None:
 
 
 def resolve_alerts(args, job) -> tuple[list[str], list[str]]:
-    """The run's alert (urls, on): the job's [alerts], --alert, alerts.toml's default; a
-    raw URL on the command line is accepted with a note (the process list shows it)."""
-    from trainctl.alerts.settings import AlertConfigError, is_url, load_user_alerts, run_alerts
-    refs = list(getattr(args, "alert", None) or [])
-    if any(is_url(r) for r in refs):
-        note("an --alert URL is visible in the process list and your shell history; "
-             "name it in alerts.toml instead (trainctl alerts test NAME)")
+    """The run's alert (urls, on) (src/trainctl/agent/prepare.py's ``resolve_alerts``), its
+    notes on stderr."""
+    from trainctl.agent.prepare import resolve_alerts as alerts_of
+    return alerts_of(args, job, note)
+
+
+def resolve_run_dir(ref: str | None) -> Path:
+    """The run directory a command acts on: it and every directory above it must be the
+    user's (or root's) and not writable by others; else one line says why (UsageError) and
+    nothing in it is read, run or stopped."""
+    from trainctl.store.paths import UnsafePathError, latest_link, trusted_run_dir
+    if ref:
+        path = Path(ref).expanduser()
+    else:
+        path = latest_link()
+        if not path.exists():
+            raise UsageError(f"no run given and no latest run at {path}")
     try:
-        return run_alerts(job.alerts if job else None, refs, load_user_alerts())
-    except AlertConfigError as e:
-        raise UsageError(str(e)) from None
+        path = trusted_run_dir(path)
+    except UnsafePathError as e:
+        raise UsageError(f"{e}; not acting on it") from None
+    if not (path / "events.jsonl").exists() and not (path / "spec.json").exists():
+        raise UsageError(f"{path}: not a trainctl run directory (no events.jsonl)")
+    return path

@@ -1,6 +1,6 @@
 """``[slurm]`` in a job file: where and how big the Slurm job is (pure: no sbatch here).
 
-The keys become sbatch options (``src/trainctl/hosts/slurm/commands.py`` builds the argv); trainctl adds its own
+The keys become sbatch options (``src/trainctl/hosts/slurm/queue.py`` builds the argv); trainctl adds its own
 (``--signal``, ``--dependency``, ``--output``, ...), which ``options`` may not set.
 """
 from __future__ import annotations

@@ -8,6 +8,7 @@ here has a handler in the agent and that nothing else lists them.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -42,7 +43,7 @@ class CommandError(ValueError):
     """A command refused before it ran (unknown name, wrong argument types)."""
 
 
-def check_request(name: object, args: object) -> tuple[str, dict]:
+def check_request(name: object, args: object) -> tuple[str, dict[str, Any]]:
     """Validate a command request from a client: a known name and arguments of the right
     types (unknown arguments are refused too).  Raises CommandError with one clear line."""
     if not isinstance(name, str) or name not in COMMANDS:

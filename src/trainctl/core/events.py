@@ -12,8 +12,9 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from trainctl.core.recovery import RunState
 
@@ -283,7 +284,7 @@ def _is_num(v: Any) -> bool:
     return type(v) in (int, float)
 
 
-def _opt(check):
+def _opt(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: v is None or check(v)
 
 
@@ -295,7 +296,7 @@ def _is_str(v: Any) -> bool:
     return isinstance(v, str)
 
 
-def _tuple_of(check):
+def _tuple_of(check: Callable[[Any], bool]) -> Callable[[Any], bool]:
     return lambda v: isinstance(v, tuple) and all(check(x) for x in v)
 
 
@@ -327,7 +328,7 @@ def check(event: Event) -> Event:
     for f in dataclasses.fields(event):
         if f.name == "seq":
             continue
-        ok, what = _SCHEMA[f.type]
+        ok, what = _SCHEMA[cast(str, f.type)]   # the annotation's text (PEP 563)
         value = getattr(event, f.name)
         if not ok(value):
             shown = json.dumps(_clean(value), default=str)

@@ -7,10 +7,15 @@ signatures.  Pure: time is an argument; nothing here blocks or touches a file.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from trainctl.core import events as E
 from trainctl.core.formats import compile_user_pattern
-from trainctl.core.parse import ConsoleParser, LineSplitter
+from trainctl.core.lines import LineSplitter
+from trainctl.core.parse import ConsoleParser
+
+if TYPE_CHECKING:
+    from trainctl.core.signatures import WarningMatcher
 
 
 @dataclass(frozen=True)
@@ -22,7 +27,8 @@ class FedLine:
 
 
 class OutputFeed:
-    def __init__(self, matcher=None, source: str = "trainer", progress: dict | None = None) -> None:
+    def __init__(self, matcher: WarningMatcher | None = None, source: str = "trainer",
+                 progress: dict[str, Any] | None = None) -> None:
         """``matcher``: a :class:`~trainctl.core.signatures.WarningMatcher` (or None:
         no warnings).  ``source`` is passed to it ('trainer' or 'kernel').  ``progress``: a
         job's ``[progress]`` table (``{"pattern", "losses"}``, validated with the job), tried

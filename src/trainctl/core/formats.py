@@ -333,7 +333,7 @@ class UserPattern:
             return None
         g = m.groupdict()
         try:
-            pos = {k: int(g[k]) if g.get(k) else None for k in POSITION_GROUPS}
+            pos: dict[str, Any] = {k: int(g[k]) if g.get(k) else None for k in POSITION_GROUPS}
         except ValueError:
             return None
         if pos["epoch"] is None and pos["batch"] is None:
@@ -351,7 +351,7 @@ def linear_regex(pattern: str) -> Any:
     backtracking: a pattern such as ``(a+)+$`` costs what any other does).  RE2 has no
     backreferences nor lookaround; such a pattern is a :class:`PatternError` that says so."""
     try:
-        import re2
+        import re2  # type: ignore[import-untyped]
     except ImportError:   # a dependency of trainctl: only a broken installation lacks it
         raise PatternError("[progress] patterns need the google-re2 package (pip install "
                            "google-re2): it matches in linear time") from None

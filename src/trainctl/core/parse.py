@@ -2,16 +2,13 @@
 
 Two pieces:
 
-* :class:`LineSplitter` turns the raw byte stream of a trainer's stdout/stderr into text
-  lines.  It splits on both ``\\r`` and ``\\n`` (tqdm and Ultralytics redraw their bars with
-  ``\\r`` and no newline), removes every control and escape sequence
-  (:func:`trainctl.core.sanitize.sanitize`), decodes UTF-8 incrementally, never waits
-  for a newline longer than :data:`MAX_PARTIAL` characters and cuts a line longer than
-  :data:`~trainctl.core.sanitize.MAX_LINE` (the raw log, written elsewhere, keeps it whole).
+* :class:`~trainctl.core.lines.LineSplitter` (:mod:`trainctl.core.lines`) turns the raw
+  byte stream of a trainer's stdout/stderr into text lines.
 * :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
   events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars,
   plain ``key=value`` logs, and the trainers in :mod:`trainctl.core.formats` (HF Trainer,
-  timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first).
+  timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first),
+  and last the generic counter (:mod:`trainctl.core.counter`).
   ``ConsoleParser.last_format`` names the reader that claimed the last line it read.
   A line it cannot read gives no event, never an exception.
 
@@ -23,112 +20,13 @@ prints the time per line against its length; the tests feed long hostile lines.
 """
 from __future__ import annotations
 
-import codecs
 import math
 import re
 
 from trainctl.core import formats as F
+from trainctl.core.counter import generic_counter, training_sign
 from trainctl.core.events import Event, Phase, Progress
-from trainctl.core.sanitize import MAX_LINE, cut_line, sanitize, strip_escapes
-
-MAX_PARTIAL = 64 * 1024
-"""A line without terminator is cut into pieces of this many characters."""
-
-_SPLIT_RE = re.compile(r"[\r\n]+")
-# The bytes of the C0 controls but tab, LF, CR and ESC, and DEL: a chunk without any (and
-# without a C1 control, UTF-8 \xc2\x80-\xc2\x9f) needs only its escape sequences removed.
-_C0_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x1b), *range(0x1c, 0x20), 0x7f])
-_C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
-
-
-def strip_ansi(s: str) -> str:
-    """Remove escape sequences (colours, ``\\x1b[K``, OSC titles, malformed ones) and
-    controls from ``s``: :func:`trainctl.core.sanitize.sanitize`."""
-    return sanitize(s)
-
-
-class LineSplitter:
-    """Split a byte stream into clean text lines, whatever the chunking.
-
-    ``feed(data)`` returns the lines completed by ``data``; the unterminated tail is kept
-    until the next ``\\r``/``\\n`` or :meth:`flush`.  Empty and blank lines are dropped and
-    trailing whitespace is removed.  The output does not depend on how the stream was cut:
-    an escape sequence split across reads is whole once its line is (a line is only
-    sanitised when complete, or when cut at ``max_partial``, where a sequence cut in two
-    loses its controls on both sides).  A line is at most ``max_line`` characters.
-    """
-
-    def __init__(self, max_partial: int = MAX_PARTIAL, max_line: int = MAX_LINE) -> None:
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._pieces: list[str] = []  # the unterminated tail, in pieces (no quadratic joins)
-        self._size = 0
-        self._max = max_partial
-        self._max_line = max_line
-        # Whether the held tail may hold a control other than ESC (then lines get the whole
-        # sanitiser, else only escape sequences are removed: the common case, faster), and
-        # whether the last chunk ended in \xc2 (a C1 control may be split across reads).
-        self._dirty = False
-        self._c2 = False
-
-    def feed(self, data: bytes) -> list[str]:
-        new = self._decoder.decode(data)
-        dirty = ((self._c2 and b"\x80" <= data[:1] <= b"\x9f")
-                 or _C1_UTF8.search(data) is not None
-                 or len(data.translate(None, _C0_BYTES)) != len(data))
-        if data:
-            self._c2 = data[-1:] == b"\xc2"
-        if "\n" not in new and "\r" not in new:
-            self._pieces.append(new)
-            self._size += len(new)
-            self._dirty |= dirty
-            return self._clean(self._cut()) if self._size > self._max else []
-        self._pieces.append(new)
-        parts = _SPLIT_RE.split("".join(self._pieces))
-        tail = parts.pop()
-        self._pieces, self._size = [tail], len(tail)
-        self._dirty |= dirty
-        out = self._clean(parts)
-        self._dirty = dirty   # the tail is from this chunk (it follows its last line end)
-        if self._size > self._max:
-            out.extend(self._clean(self._cut()))
-        return out
-
-    def flush(self) -> list[str]:
-        """End of stream: return the unterminated tail (and any undecodable bytes) as lines."""
-        self._pieces.append(self._decoder.decode(b"", final=True))
-        text = "".join(self._pieces)
-        self._pieces, self._size = [], 0
-        self._dirty = True   # the decoder's last word (U+FFFD) or anything: the whole sanitiser
-        out = self._clean(_SPLIT_RE.split(text))
-        self._dirty = self._c2 = False
-        return out
-
-    @property
-    def pending(self) -> int:
-        """Characters held back waiting for a line end (never more than ``max_partial``)."""
-        return self._size
-
-    def _cut(self) -> list[str]:
-        """Cut the tail into ``max_partial`` pieces, keeping the (non-empty) rest."""
-        text = "".join(self._pieces)
-        n = (len(text) - 1) // self._max * self._max
-        pieces = [text[k:k + self._max] for k in range(0, n, self._max)]
-        self._pieces, self._size = [text[n:]], len(text) - n
-        return pieces
-
-    def _clean(self, parts: list[str]) -> list[str]:
-        out = []
-        cap = self._max_line
-        dirty = self._dirty
-        for p in parts:
-            if dirty:
-                p = sanitize(p)
-            elif "\x1b" in p:
-                p = strip_escapes(p)
-            p = p.rstrip()
-            if p:
-                out.append(p if len(p) <= cap else cut_line(p, cap))
-        return out
+from trainctl.core.sanitize import MAX_LINE, cut_line
 
 
 # ---------------------------------------------------------------------------- patterns
@@ -188,39 +86,6 @@ _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:?\s?")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
 # After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
 _AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
-# The generic counter: one "N/M" in a line that says nothing else a reader knows, with a
-# sign of training next to it (a loss pair, a rate, an elapsed/ETA clock).  Not a date (3
-# parts), a path or a version (a letter, dot or slash against it), a quantity (a unit after
-# it), a count of things that are not batches (a noun after it: "1/2 nodes", "3/10 kernels"),
-# or a ratio or an identifier (a word before it: accuracy, rank, GPU, ...).
-_GENERIC = re.compile(r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|%|(?i:"
-                      r"files?|images?|imgs|samples?|tokens?|items?|nodes?|workers?|ranks?|"
-                      r"shards?|kernels?|configs?|configurations?|trials?|folds?|attempts?|"
-                      r"requests?|retries|tries|gpus?|devices?|processes|jobs?|tasks?|tests?|"
-                      r"chunks?|parts?))\b)")
-# A rate anywhere in the line.  A clock is no sign by itself (nearly every log line starts
-# with a time of day): only an elapsed/ETA clock right after the counter is (_NEAR_CLOCK).
-_GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?)/s|s/it)\b", re.I)
-# Matched where the counter ends: separators, then tqdm's "[00:10<00:12" / "[00:00, ", a
-# labelled "ETA 00:41" / "elapsed: 0:12", or "00:12 elapsed" / "00:12 remaining".
-_NEAR_CLOCK = re.compile(
-    r"[\s|,;]*+(?:\[\s*+\d++:\d\d(?::\d\d)?\s*+[<,\]]|(?:eta|elapsed|remaining|left)\b\W{0,3}\d++:\d\d"
-    r"|\d++:\d\d(?::\d\d)?\s*+(?:elapsed|remaining|left|eta)\b)", re.I)
-# A word just before the counter that makes it something else than a batch counter:
-# "epoch 1/10" is the epoch (the key=value reader had its say on it), the rest a ratio, an
-# identifier or a count of things.
-_RATIO_WORDS = frozenset({"epoch", "epochs",
-                          "acc", "accuracy", "correct", "top1", "top5", "top-1", "top-5", "hits",
-                          "score", "ratio", "matched", "match", "rank", "node", "nodes", "gpu",
-                          "gpus", "device", "cuda", "worker", "workers", "process", "proc", "shard",
-                          "shards", "split", "layer", "layers", "head", "heads", "file", "files",
-                          "on", "at", "since", "until", "date", "day",
-                          "of", "passed", "failed", "tests", "checkpoint", "loading", "loaded",
-                          "downloading", "downloaded", "scanning", "caching", "cached", "saving",
-                          "fold", "folds", "trial", "trials", "attempt", "attempts", "request",
-                          "requests", "retry", "retries", "try", "kernel", "kernels", "config",
-                          "configs", "util", "utilization", "usage", "mem", "memory", "job",
-                          "jobs", "task", "tasks"})
 # A tqdm bar of bytes (a download, an upload): "570/570 [00:00<00:00, 2.1MB/s]", "?B/s".
 _BYTE_RATE = re.compile(r"[\d?]\s*+[kKMGTPE]?i?B/s\b")
 _EPOCH_LINE = re.compile(
@@ -391,6 +256,8 @@ class ConsoleParser:
 
     def _known(self, line: str) -> F.Reading | None:
         """The trainers' own formats (:mod:`.formats`), each behind a substring test."""
+        batch: int | None
+        batches: int | None
         if line[:1] == "[":
             if line.startswith(("[epoch=", "[batch=", "[Eval batch=")):
                 r = F.read_composer(line)
@@ -458,7 +325,7 @@ class ConsoleParser:
             self.loss_names = tuple(names)
         self.ultralytics = True
 
-    def _ultralytics(self, m: re.Match, now: float, rank: int | None) -> list[Event]:
+    def _ultralytics(self, m: re.Match[str], now: float, rank: int | None) -> list[Event]:
         self.ultralytics = True
         epoch, epochs, desc, batch, batches, num, prefix, unit, tail = m.groups()
         self.last_format = "ultralytics84" if num is not None else "ultralytics"
@@ -474,6 +341,7 @@ class ConsoleParser:
             losses = dict(zip(names, map(float, values)))
         except ValueError:
             losses = self._some_losses(values)
+        rate: float | None
         if num is not None:
             rate = float(num) * _SCALE[prefix]
             rate = rate if unit == "it/s" else (1.0 / rate if rate else None)
@@ -545,22 +413,12 @@ class ConsoleParser:
 
     def _generic(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
         """One clear ``N/M`` counter (N <= M) next to a loss pair, a rate or an elapsed/ETA clock."""
-        found = _GENERIC.findall(line)
-        if len(found) != 1:
+        found = generic_counter(line, low)
+        if found is None:
             return []
-        n, m = int(found[0][0]), int(found[0][1])
-        if m < 2 or n > m:
-            return []
-        at = _GENERIC.search(line)
-        before = low[:at.start()].replace(":", " ").replace("=", " ").split()
-        word = before[-1].strip("[(#|,-") if before else ""
-        if not word and len(before) > 1:   # "epoch # 1/10", "request | 2/5"
-            word = before[-2].strip("[(#|,-")
-        if word in _RATIO_WORDS:
-            return []
+        n, m, end = found
         losses = _kv_losses(line)
-        if (not losses and _GENERIC_SIGN.search(line) is None
-                and _NEAR_CLOCK.match(line, at.end()) is None):
+        if not losses and not training_sign(line, end):
             return []
         if _SKIP_DESC.search(line):
             return []
@@ -616,32 +474,6 @@ def is_nan_loss(progress: Progress) -> bool:
     return any(not math.isfinite(v) for v in progress.losses.values())
 
 
-_EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
-_PY_CANT_OPEN = re.compile(r"^\S+: can't open file .+: \[Errno \d+\] .+$")
-_ARGPARSE_ERROR = re.compile(r"^[\w.\-]+: error: (?:unrecognized arguments|the following arguments are "
-                             r"required|argument |invalid choice|one of the arguments)")
-TRACEBACK_TAIL = 6
-
-
-def last_exception(lines) -> tuple[str | None, tuple[str, ...]]:
-    """The trainer's last exception line in ``lines`` (its last output, oldest first) and
-    the traceback's tail that ends with it (at most TRACEBACK_TAIL lines); also Python's
-    "can't open file" and an argparse usage error, which have no traceback.  (None, ())
-    when there is none."""
-    lines = [_strip_rank(ln.rstrip()) for ln in lines]   # a rank's own output file's, too
-    for i in range(len(lines) - 1, -1, -1):
-        line = lines[i]
-        if _EXC_LINE.match(line) or _PY_CANT_OPEN.match(line) or _ARGPARSE_ERROR.match(line):
-            start = i
-            for j in range(i, max(-1, i - 40), -1):
-                if lines[j].startswith("Traceback (most recent call last)"):
-                    start = j
-                    break
-            tail = [ln for ln in lines[start:i + 1] if ln.strip()][-TRACEBACK_TAIL:]
-            return line, tuple(tail)
-    return None, ()
-
-
 _RANK_TAG = re.compile(r"\[(?:PG [^\]]*?)?Rank (\d+)\]")
 
 
@@ -650,9 +482,3 @@ def line_rank(line: str) -> int | None:
     ``[Rank 1]`` / ``[PG 0 (default_pg) Rank 1]`` tag of ProcessGroupNCCL/gloo messages."""
     m = _RANK_PREFIX.match(line) or _RANK_TAG.search(line)
     return int(m.group(1)) if m else None
-
-
-def _strip_rank(line: str) -> str:
-    """'[rank0]: ValueError: x' -> 'ValueError: x' (torchrun's and DDP's prefixes)."""
-    m = re.match(r"^\[(?:rank|default)\d+\]:\s?", line)
-    return line[m.end():] if m else line

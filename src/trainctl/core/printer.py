@@ -4,7 +4,7 @@ from __future__ import annotations
 import time
 
 from trainctl.core import events as E
-from trainctl.core.projection import format_money, humanize_duration, rate_phrase, signed_duration
+from trainctl.core.projection_text import format_money, humanize_duration, rate_phrase, signed_duration
 from trainctl.core.sanitize import sanitize_text
 
 

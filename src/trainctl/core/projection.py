@@ -1,6 +1,7 @@
 """Deadline and cost projection: ETA, buffer, cost, time lost to stalls, and the what-if
 for every other preset.  Pure: time is always an argument (`now`); the only I/O is
-:class:`RateHistory`'s small JSON file.
+:class:`~trainctl.core.rates.RateHistory`'s small JSON file.  The rate meter and history are
+in :mod:`trainctl.core.rates`, the words in :mod:`trainctl.core.projection_text`.
 
 Position is a global batch index ``g = (epoch - 1) * batches + batch`` (1-based epoch and
 batch, as the trainer shows them), so epoch rollover, restarts and resumed runs compare
@@ -9,185 +10,21 @@ outvoted); the ETA band comes from the 10th/90th percentile bucket rates.
 """
 from __future__ import annotations
 
-import json
 import math
-import os
 import statistics
-import tempfile
-import time
-from collections import deque
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from trainctl.core.events import Checkpoint, Event, Exit, Phase, Progress, Projection, Restart, Stall, Start
 from trainctl.core.events import Warning as WarningEvent
+from trainctl.core.projection_text import budget_warning, deadline_warning
+from trainctl.core.rates import RateHistory, RateMeter
 
 DEFAULT_JOB = "default"
 MIN_RECORDS = 5          # the current attempt's own rate is trusted from this many intervals on
 HISTORY_EVERY_S = 600.0  # how often a running attempt's rate is written to the history
 REARM_S = 900.0          # a risk warning re-arms after this long clearly safe
 SAFE_MARGIN_S = 900.0    # "clearly safe": the pessimistic ETA this far before the deadline
-
-
-# ---------------------------------------------------------------------------- rate meter
-@dataclass(frozen=True)
-class RateEstimate:
-    rate: float
-    low: float | None     # 10th percentile bucket rate (None: too little data for a band)
-    high: float | None    # 90th percentile bucket rate
-    records: int
-
-
-def _percentile(sorted_vals: list[float], q: float) -> float:
-    """Linear-interpolated percentile of an ascending list (q in 0..1)."""
-    pos = q * (len(sorted_vals) - 1)
-    lo = math.floor(pos)
-    hi = min(lo + 1, len(sorted_vals) - 1)
-    return sorted_vals[lo] + (sorted_vals[hi] - sorted_vals[lo]) * (pos - lo)
-
-
-class RateMeter:
-    """Turns (ts, global batch index) points into a robust recent rate (batches/s).
-
-    Points closer than ``window_s / 1000`` are coalesced so memory stays bounded at any
-    speed; a point that does not move forward, or a :meth:`cut` (phase change, stall,
-    restart, new epoch), starts a new chain so no interval spans a pause or goes negative.
-    """
-
-    def __init__(self, window_s: float = 300.0):
-        self.window_s = window_s
-        self.min_dt = window_s / 1000.0
-        self.records: deque[tuple[float, float, int]] = deque()  # (t_end, dt, batches)
-        self._anchor: tuple[float, int] | None = None
-
-    def cut(self) -> None:
-        self._anchor = None
-
-    def reset(self) -> None:
-        self.records.clear()
-        self._anchor = None
-
-    def add(self, ts: float, g: int) -> None:
-        if self._anchor is None or g < self._anchor[1] or ts < self._anchor[0]:
-            self._anchor = (ts, g)
-            return
-        t0, g0 = self._anchor
-        if g == g0 or ts - t0 < self.min_dt:
-            return  # nothing new yet, or too close: the record will span more
-        self.records.append((ts, ts - t0, g - g0))
-        self._anchor = (ts, g)
-        horizon = ts - self.window_s
-        while len(self.records) > 16 and self.records[0][0] < horizon:
-            self.records.popleft()
-
-    def estimate(self) -> RateEstimate | None:
-        if not self.records:
-            return None
-        horizon = self.records[-1][0] - self.window_s
-        recent = [r for r in self.records if r[0] >= horizon]
-        if len(recent) < 8:
-            recent = list(self.records)[-8:]
-        n = len(recent)
-        n_buckets = max(1, min(30, n // 4))
-        if n_buckets < 3:
-            return self._few(recent)
-        span = sum(r[1] for r in recent) / n_buckets
-        rates: list[float] = []
-        dt = db = 0.0
-        for _, r_dt, r_db in recent:
-            dt += r_dt
-            db += r_db
-            if dt >= span:
-                rates.append(db / dt)
-                dt = db = 0.0
-        if dt > 0:
-            rates.append(db / dt)
-        rates.sort()
-        return RateEstimate(statistics.median(rates), _percentile(rates, 0.1),
-                            _percentile(rates, 0.9), n)
-
-    @staticmethod
-    def _few(recent: list[tuple[float, float, int]]) -> RateEstimate:
-        """Too few intervals for buckets: the plain ratio, without intervals 4x slower
-        than the median (a pause)."""
-        per_batch = sorted(dt / db for _, dt, db in recent)
-        limit = 4 * statistics.median(per_batch)
-        kept = [(dt, db) for _, dt, db in recent if dt / db <= limit]
-        return RateEstimate(sum(db for _, db in kept) / sum(dt for dt, _ in kept), None, None,
-                            len(recent))
-
-
-# ---------------------------------------------------------------------------- history
-def _positive(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v > 0
-
-
-class RateHistory:
-    """Measured rates per job and preset across runs, in one small JSON file.
-
-    ``{"version": 1, "jobs": {job: {preset: [{"rate": r, "ts": t}, ...]}}}``; the last
-    20 values per preset are kept and :meth:`rate` is the median of the last 5.  Writes
-    are atomic (temp file + rename); a corrupt or unreadable file counts as empty.
-    """
-
-    KEEP = 20
-    RECENT = 5
-
-    def __init__(self, path: str | os.PathLike[str]):
-        self.path = Path(path)
-        self._data: dict[str, Any] | None = None
-
-    def _load(self) -> dict[str, Any]:
-        try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
-            return {"version": 1, "jobs": {}}
-        if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
-            return {"version": 1, "jobs": {}}
-        return data
-
-    @staticmethod
-    def _entries(data: dict[str, Any], job: str, preset: str) -> list[dict[str, Any]]:
-        """The valid entries of one job and preset (anything malformed is dropped)."""
-        job_d = data["jobs"].get(job)
-        entries = job_d.get(preset) if isinstance(job_d, dict) else None
-        if not isinstance(entries, list):
-            return []
-        return [e for e in entries if isinstance(e, dict) and _positive(e.get("rate"))]
-
-    def rate(self, job: str, preset: str) -> float | None:
-        if self._data is None:
-            self._data = self._load()
-        values = [float(e["rate"]) for e in self._entries(self._data, job, preset)][-self.RECENT:]
-        return statistics.median(values) if values else None
-
-    def record(self, job: str, preset: str, rate: float, now: float) -> bool:
-        """Append one measured rate; returns False (and keeps going) if it cannot write."""
-        if not (math.isfinite(rate) and rate > 0):
-            return False
-        data = self._load()
-        entries = self._entries(data, job, preset)
-        entries = (entries + [{"rate": round(rate, 6), "ts": round(now, 3)}])[-self.KEEP:]
-        jobs = data["jobs"]
-        if not isinstance(jobs.get(job), dict):
-            jobs[job] = {}
-        jobs[job][preset] = entries
-        data["version"] = 1
-        self._data = data
-        try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".rates-", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, indent=1)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-        except OSError:
-            return False
-        return True
 
 
 # ---------------------------------------------------------------------------- projector
@@ -563,7 +400,7 @@ class Projector:
             if source == "declared" and own is not None:
                 item["declared"] = rate
                 if mine:
-                    rate = rate * own / mine
+                    rate = cast(float, rate) * own / mine
                     item.update(rate=rate, source="scaled", against=self.preset)
             if rate is not None:
                 eta = self._eta(now, rate, resume, total, batches, startup, False)
@@ -597,13 +434,13 @@ class Projector:
             margin = max(SAFE_MARGIN_S, 0.02 * max(0.0, p.eta - now))
             if self._update_risk("deadline", now, pessimistic > self.deadline,
                                  pessimistic <= self.deadline - margin, True):
-                found = _deadline_warning(p, now)
+                found = deadline_warning(p, now)
         cost = self._cost(pessimistic)
         if self.budget is not None and cost is not None:
             # one warning per call: a budget warning due now comes with the next call
             if self._update_risk("budget", now, cost > self.budget, cost <= 0.98 * self.budget,
                                  found is None):
-                found = _budget_warning(p, now, cost)
+                found = budget_warning(p, now, cost)
         return found
 
     def _update_risk(self, kind: str, now: float, risky: bool, safe: bool, may_fire: bool) -> bool:
@@ -633,205 +470,3 @@ def across_jobs(now: float, eta: float, job_end: float | None, span_s: float | N
     base = max(now, job_end)
     left = eta - base                            # the work this job cannot do
     return base + math.ceil(left / span_s) * gap_s + left
-
-
-def _best_alternative(p: Projection, key: str) -> dict[str, Any] | None:
-    items = [w for w in p.what_if if w.get(key) is not None]
-    return min(items, key=lambda w: w[key]) if items else None
-
-
-def _guessed(w: dict[str, Any]) -> str:
-    """Words for a what-if that stands on a declared rate, not one measured here."""
-    if w.get("source") == "declared":
-        return " (at its declared rate, not measured here)"
-    if w.get("source") == "scaled":
-        return f" (its declared rate scaled to {w.get('against')}'s measured one)"
-    return ""
-
-
-def _deadline_warning(p: Projection, now: float) -> WarningEvent:
-    band = ""
-    if p.eta_low is not None and p.eta_high is not None:
-        band = f" ± {humanize_duration((p.eta_high - p.eta_low) / 2)}"
-    verb = "is after" if p.eta > p.deadline else "may miss"
-    text = (f"ETA {format_when(p.eta, now)}{band} {verb} the deadline "
-            f"{format_when(p.deadline, now)} (buffer {signed_duration(p.buffer_s)})")
-    best = _best_alternative(p, "eta")
-    if best is not None and best["buffer_s"] is not None and best["buffer_s"] > 0:
-        guess = _guessed(best)
-        text += (f"; {best['preset']} would finish {format_when(best['eta'], now)} with "
-                 f"{humanize_duration(best['buffer_s'])} to spare{guess}")
-        advice = f"Switch to preset {best['preset']}, or move the deadline."
-    else:
-        advice = "No known preset finishes in time: move the deadline or speed the run up."
-    return WarningEvent(now, "deadline.at_risk", "warning", text, advice, source="trainctl")
-
-
-def _budget_warning(p: Projection, now: float, cost: float) -> WarningEvent:
-    text = (f"cost at ETA {format_money(cost)} is over the budget {format_money(p.budget)} "
-            f"(spent {format_money(p.cost_so_far)}, ETA {format_when(p.eta, now)})")
-    best = _best_alternative(p, "cost_at_eta")
-    if best is not None and best["cost_at_eta"] <= p.budget:
-        text += f"; {best['preset']} would cost {format_money(best['cost_at_eta'])}{_guessed(best)}"
-        advice = f"Switch to preset {best['preset']}, or raise the budget."
-    else:
-        advice = "No known preset stays within the budget: raise it or speed the run up."
-    return WarningEvent(now, "budget.at_risk", "warning", text, advice, source="trainctl")
-
-
-# ---------------------------------------------------------------------------- text
-def humanize_duration(s: float | None) -> str:
-    """Two most significant units: '2 d 3 h', '5 h 12 m', '3 m 20 s', '45 s'; '-' before
-    a negative duration; '?' for None."""
-    if s is None or not math.isfinite(s):
-        return "?"
-    sign = "-" if s < 0 else ""
-    s = abs(s)
-    if s < 60:
-        return f"{sign}{round(s)} s"
-    if s < 3600:
-        m, sec = divmod(round(s), 60)
-        return f"{sign}{m} m {sec} s" if sec else f"{sign}{m} m"
-    if s < 86400:
-        h, m = divmod(round(s / 60), 60)
-        return f"{sign}{h} h {m} m" if m else f"{sign}{h} h"
-    d, h = divmod(round(s / 3600), 24)
-    return f"{sign}{d} d {h} h" if h else f"{sign}{d} d"
-
-
-def signed_duration(s: float | None) -> str:
-    if s is None:
-        return "?"
-    return humanize_duration(s) if s < 0 else "+" + humanize_duration(s)
-
-
-def format_when(ts: float | None, now: float | None = None) -> str:
-    """Local date and time like 'Nov 24 20:17' (with the year when it is not now's)."""
-    if ts is None:
-        return "?"
-    t = time.localtime(ts)
-    text = f"{time.strftime('%b', t)} {t.tm_mday} {time.strftime('%H:%M', t)}"
-    if now is not None and time.localtime(now).tm_year != t.tm_year:
-        text += f" {t.tm_year}"
-    return text
-
-
-def format_money(v: float | None, currency: str = "$") -> str:
-    if v is None:
-        return "?"
-    return f"{currency}{v:,.0f}" if abs(v) >= 100 else f"{currency}{v:,.2f}"
-
-
-def eta_phrase(p: Projection, now: float) -> str:
-    """'ETA Nov 24 18:00 (in 2 h 5 m)' or, once the run ended, 'finished … (3 m ago)'."""
-    assert p.eta is not None
-    rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
-           else f"{humanize_duration(now - p.eta)} ago")
-    return f"{'finished' if p.finished else 'ETA'} {format_when(p.eta, now)} ({rel})"
-
-
-RATE_WORDS = {"measured": "", "history": "measured in earlier runs", "declared": "declared"}
-
-
-def rate_phrase(rate: float | None, source: str | None, preset: str | None = None,
-                compact: bool = False) -> str:
-    """'14.30 it/s', '2.40 it/s (declared by preset A, not measured yet)', '2.10 it/s
-    (measured in earlier runs)'; '' without a rate.  Only a rate this run measured goes
-    without words."""
-    if not rate:
-        return ""
-    text = f"{rate:.2f} it/s"
-    if source == "declared":
-        if compact:
-            return text + " (declared)"
-        by = f" by preset {preset}" if preset else ""
-        return text + f" (declared{by}, not measured yet)"
-    words = RATE_WORDS.get(source or "measured", "")
-    if words and not compact:
-        text += f" ({words})"
-    elif words:
-        text += " (earlier runs)"
-    return text
-
-
-def format_projection(p: Projection, now: float, currency: str = "$") -> list[str]:
-    """Human lines for `trainctl status` and the TUI (colouring is the TUI's job)."""
-    lines = []
-    said = rate_phrase(p.rate, p.rate_source, p.preset)
-    rate = f" at {said}" if said else ""
-    if p.eta is None:
-        lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown")
-                     + rate)
-    else:
-        line = eta_phrase(p, now) + rate
-        if p.eta_low is not None and p.eta_high is not None and p.eta_high - p.eta_low >= 60:
-            line += f", likely {format_when(p.eta_low, now)} – {format_when(p.eta_high, now)}"
-        lines.append(line)
-    if p.deadline is not None:
-        line = f"deadline {format_when(p.deadline, now)}"
-        if p.buffer_s is not None:
-            line += f": buffer {signed_duration(p.buffer_s)}" + (" (late)" if p.buffer_s < 0 else "")
-        lines.append(line)
-    if p.cost_so_far is not None:
-        if p.finished:      # one figure
-            line = f"cost {format_money(p.cost_so_far, currency)} in all"
-        else:
-            line = (f"cost {format_money(p.cost_so_far, currency)} so far, "
-                    f"{format_money(p.cost_at_eta, currency)} at ETA")
-        if p.budget is not None:
-            line += f"; budget {format_money(p.budget, currency)}"
-            if p.cost_at_eta is not None:
-                spare = p.budget - p.cost_at_eta
-                line += (f" ({format_money(spare, currency)} to spare)" if spare >= 0 else
-                         f" (over by {format_money(-spare, currency)})")
-        lines.append(line)
-    elif p.budget is not None:
-        lines.append(f"budget {format_money(p.budget, currency)} (no cost per hour set)")
-    if p.lost_s:
-        lines.append(f"lost to stalls and restarts: {humanize_duration(p.lost_s)}")
-    if p.redone:
-        lines.append(f"batches redone per restart: {', '.join(map(str, p.redone))}")
-    if p.checkpoint and not p.finished:
-        lines += checkpoint_phrase(p.checkpoint, now).split("; ")
-    for w in p.what_if:
-        lines.append(format_what_if(w, now, currency))
-    return lines
-
-
-def checkpoint_phrase(c: dict[str, Any], now: float, compact: bool = False) -> str:
-    """'last checkpoint 3 m ago, epoch 2 batch 700 (periodic); a restart now loses 12 batches'."""
-    where = (f"epoch {c.get('epoch')} batch {c['batch']}" if c.get("batch") is not None
-             else f"end of epoch {c.get('epoch')}")
-    ago = humanize_duration(max(0.0, now - c.get("ts", now)))
-    if compact:
-        lose = f", loses {c['lose']}" if c.get("lose") is not None else ""
-        return f"ckpt {ago} ago, e{c.get('epoch')} b{c.get('batch') if c.get('batch') is not None else 'end'}{lose}"
-    line = f"last checkpoint {ago} ago, {where} ({c.get('kind', '?')})"
-    if c.get("lose") is not None:
-        n = c["lose"]
-        line += f"; a restart now loses {n} batch{'es' if n != 1 else ''}"
-    return line
-
-
-def format_what_if(w: dict[str, Any], now: float, currency: str = "$") -> str:
-    """'B (measured 2.1 it/s): ETA Nov 26 03:00, buffer +3 d 21 h, cost $412'; a declared
-    rate says so, and a scaled one what it was scaled from."""
-    name = w.get("preset", "?")
-    if w.get("rate") is None:
-        return f"{name} (rate unknown): no ETA"
-    source = w.get("source", "?")
-    if source == "scaled":
-        head = (f"{name} (~{w['rate']:.3g} it/s: declared {w['declared']:.3g}, scaled to "
-                f"{w.get('against') or '?'}'s measured)")
-    elif source == "declared":
-        head = f"{name} (declared {w['rate']:.3g} it/s, not measured here)"
-    elif source == "history":
-        head = f"{name} (measured {w['rate']:.3g} it/s in earlier runs)"
-    else:
-        head = f"{name} ({source} {w['rate']:.3g} it/s)"
-    parts = [f"ETA {format_when(w.get('eta'), now)}" if w.get("eta") is not None else "no ETA"]
-    if w.get("buffer_s") is not None:
-        parts.append(f"buffer {signed_duration(w['buffer_s'])}")
-    if w.get("cost_at_eta") is not None:
-        parts.append(f"cost {format_money(w['cost_at_eta'], currency)}")
-    return f"{head}: " + ", ".join(parts)

@@ -23,7 +23,7 @@ import bisect
 import math
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, cast
 
 from trainctl.core import events as ev
 from trainctl.core.sanitize import sanitize
@@ -232,7 +232,7 @@ class RunView:
 
     def _on_rank(self, e: ev.Progress) -> bool:
         """Update the rank's row; whether this rank leads (the chart follows one rank)."""
-        rank = e.rank
+        rank = cast(int, e.rank)   # called for a progress with a rank
         row = self.ranks.get(rank)
         if row is None:
             row = self.ranks[rank] = RankRow(rank)
@@ -415,7 +415,7 @@ class RunView:
         if d.get("format") != VIEW_FORMAT:
             raise ValueError(f"run view format {d.get('format')!r}, not {VIEW_FORMAT}")
 
-        def event(v: Any, cls: type) -> Any:
+        def event(v: Any, cls: type[ev.Event]) -> Any:
             if v is None:
                 return None
             e = ev.from_dict(v)
@@ -463,7 +463,7 @@ class RunView:
         self.projection = event(d["projection"], ev.Projection)
         self.exit = event(d["exit"], ev.Exit)
         self.save_dir = opt(d.get("save_dir"))   # absent in snapshots from before it
-        rows = [RankRow(int(r["rank"]), *(None if r[k] is None else (float if k in ("rate", "ts", "x") else int)(r[k])
+        rows = [RankRow(int(r["rank"]), *(None if r[k] is None else (float if k in ("rate", "ts", "x") else int)(r[k])  # type: ignore[arg-type]
                                           for k in ("epoch", "epochs", "batch", "batches", "rate", "ts", "x")))
                 for r in d.get("ranks", ())]
         self.ranks = {r.rank: r for r in rows}

@@ -19,7 +19,9 @@ one), so the time is linear in the length of the text.  The output never contain
 C0 control other than tab, DEL or a C1 control, whatever the input.
 
 :func:`sanitize` is for one line (a line break is a control, removed); :func:`sanitize_text`
-keeps line breaks (``\\n``) for multi-line text such as a log excerpt.
+keeps line breaks (``\\n``) for multi-line text such as a log excerpt; :func:`strip_ansi`
+keeps every run of line breaks (``\\r`` or ``\\n``) as one ``\\n``, for the warning matcher,
+which reads each segment as a line.
 """
 from __future__ import annotations
 
@@ -53,6 +55,7 @@ _SEQ = re.compile(
     # opens a sequence).
     + r"|[\x00-\x08\x0a-\x1a\x1c-\x1f\x7f-\x8f\x91-\x97\x99\x9a\x9c]++"
 )
+_BREAKS_RE = re.compile(r"[\r\n]+")
 _NEEDS = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
 """A character :func:`sanitize` removes or starts removing at."""
 
@@ -85,6 +88,17 @@ def sanitize_text(text: str) -> str:
     if text.isprintable() or _NEEDS.search(text) is None:
         return text
     return "\n".join(sanitize(line) for line in text.split("\n"))
+
+
+def strip_ansi(line: str) -> str:
+    """``line`` without controls and escape sequences, line breaks kept as segment
+    separators (:func:`sanitize` on each segment, joined by ``\\n``).  On a text without
+    ``\\r`` or ``\\n`` it is :func:`sanitize`."""
+    if line.isprintable():
+        return line
+    if "\r" in line or "\n" in line:
+        return "\n".join(sanitize(seg) for seg in _BREAKS_RE.split(line))
+    return sanitize(line)
 
 
 def needs_sanitize(text: str) -> bool:

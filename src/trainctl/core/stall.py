@@ -77,11 +77,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any
+from typing import Literal, overload
 
 from trainctl.core.events import Progress
+from trainctl.core.stall_silence import SilenceWatch, SourceOutput
+from trainctl.core.stall_thresholds import Thresholds
 
 FLOOR_S = 30.0
 FACTOR = 5.0
@@ -90,21 +91,10 @@ STARTUP_GRACE_S = 600.0
 STARTUP_MAX_S = 1800.0
 EVIDENCE_WINDOW_S = 300.0
 INITIAL_S = 300.0
-FIRST_PHASE_MAX_S = 1800.0
 WARMUP_BATCHES = 2
-MIN_SAMPLES = 3
 TRAIN_WINDOW = 512
 PHASE_WINDOW = 64
-STATE_VERSION = 1
 SILENCE_FLOOR_S = 60.0       # an unknown format: the least silence allowed
-SILENCE_FACTOR = 2.0         # × the high quantile of the intervals between output lines
-SILENCE_QUANTILE = 0.99      # ... this one (NVRx learns from intervals the same way)
-LONGEST_FACTOR = 1.5         # and never below 1.5 × the longest interval seen (a rare pause)
-BURST_GAP_S = 0.5            # a gap this long between lines is a healthy silence (learned)
-UNKNOWN_LINES = 20           # this many lines with no progress read: the format is unknown,
-UNKNOWN_SPAN_S = 2.0         #   if they span this long at least (a config dump is not output)
-UNKNOWN_AFTER_S = 30.0       # or output for this long (2 lines at least)
-OUT_WINDOW = 1024            # the intervals kept per output source (rank)
 STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
 PHASE_IDLE_S = 45.0          # ... in a validation, a save, or between epochs (at most)
 IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
@@ -146,26 +136,10 @@ class _Rank:
         self.armed = True
 
 
-class _Output:
-    """The console lines of one source (a rank, or the trainer) before the first batch."""
-
-    __slots__ = ("first_t", "last_t", "lines", "gaps", "unknown")
-
-    def __init__(self, now: float) -> None:
-        self.first_t = self.last_t = now
-        self.lines = 0
-        self.gaps: deque[float] = deque(maxlen=OUT_WINDOW)
-        self.unknown = False      # enough output with no progress: its silence is watched
-
-
-def _quantile(values: Iterable[float], q: float) -> float:
-    """The nearest-rank ``q`` quantile of ``values`` (0.0 when empty)."""
-    ordered = sorted(values)
-    if not ordered:
-        return 0.0
-    return ordered[min(len(ordered) - 1, max(0, math.ceil(q * len(ordered)) - 1))]
-
-
+@overload
+def _positive(name: str, value: float | None, *, optional: Literal[False]) -> float: ...
+@overload
+def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None: ...
 def _positive(name: str, value: float | None, *, optional: bool = True) -> float | None:
     if value is None and optional:
         return None
@@ -174,8 +148,11 @@ def _positive(name: str, value: float | None, *, optional: bool = True) -> float
     return float(value)
 
 
-class StallDetector:
-    """Phase-aware stall detection with thresholds learned from the run (see module doc)."""
+class StallDetector(SilenceWatch, Thresholds):
+    """Phase-aware stall detection with thresholds learned from the run (see module doc).
+
+    The output-silence watch is in :mod:`trainctl.core.stall_silence`, the thresholds and
+    what they learn in :mod:`trainctl.core.stall_thresholds`."""
 
     def __init__(self, train_timeout: float | None = None, startup_timeout: float | None = None,
                  val_timeout: float | None = None, save_timeout: float | None = None,
@@ -224,7 +201,7 @@ class StallDetector:
         self._evidence_t: float | None = None
         self._evidence: dict[str, int] = {}
         self._progressed = False         # a batch came in this attempt
-        self._outputs: dict[int | None, _Output] = {}   # console lines per source (rank)
+        self._outputs: dict[int | None, SourceOutput] = {}   # console lines per source (rank)
         self._silence = False            # unknown format: output silence is watched
         self._structured = False         # a side channel speaks: no format is guessed
         self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
@@ -298,42 +275,6 @@ class StallDetector:
         self._evidence_t = now if self._evidence_t is None else max(self._evidence_t, now)
         self._evidence[kind] = self._evidence.get(kind, 0) + 1
 
-    def on_output(self, now: float, lines: int = 1, source: int | None = None) -> None:
-        """``lines`` console lines from ``source`` (a torchrun rank; None: the trainer).
-        Before the first batch they are activity, and they teach the intervals of a trainer
-        whose progress format is unknown (see the module doc)."""
-        if self._phase == "finished" or lines <= 0:
-            return
-        self._active_t = max(self._active_t, now)
-        self._idle_armed = True
-        if self._progressed or self._phase != "startup" or self._structured:
-            return
-        out = self._outputs.get(source)
-        if out is None:
-            out = self._outputs[source] = _Output(now)
-        else:
-            gap = now - out.last_t
-            if gap >= 0:
-                out.gaps.append(gap)
-                if gap >= BURST_GAP_S:
-                    self._learn("silence", gap)
-        out.lines += lines
-        out.last_t = max(out.last_t, now)
-        if not out.unknown:
-            span = out.last_t - out.first_t
-            out.unknown = ((out.lines >= UNKNOWN_LINES and span >= UNKNOWN_SPAN_S)
-                           or (out.lines >= 2 and span >= UNKNOWN_AFTER_S))
-            self._silence = self._silence or out.unknown
-        if self._silence:
-            self._armed = True
-
-    def on_structured(self) -> None:
-        """The trainer speaks on trainctl's side channel (a runner, an integration, a
-        script calling report): its progress is not read from the console, so its console
-        is no unknown format (until :meth:`reset`)."""
-        self._structured = True
-        self._silence = False
-
     def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None,
                 gpu_percent: float | None = None) -> None:
         """One sample of the trainer's whole tree: its CPU (% of one core, summed; None:
@@ -357,11 +298,6 @@ class StallDetector:
             self._idle_armed = True
 
     # ------------------------------------------------------------------ asking
-    @property
-    def watching_silence(self) -> bool:
-        """The progress format is unknown: output silence is watched (until a first batch)."""
-        return self._silence and not self._progressed and self._phase == "startup"
-
     @property
     def phase(self) -> str:
         """The phase whose threshold applies now (a val/save stays until the next batch)."""
@@ -407,27 +343,6 @@ class StallDetector:
         if self._phase == "train" and len(named) > 1:
             return self._check_ranks(now)
         return None
-
-    # ------------------------------------------------------------------ persistence
-    def state_dict(self) -> dict[str, Any]:
-        """The learned statistics (JSON-friendly), to survive a restart of trainctl."""
-        out: dict[str, Any] = {"version": STATE_VERSION, "train": [round(x, 6) for x in self._train],
-                               "train_peak": round(self._train_peak, 6)}
-        for k, values in self._learned.items():
-            out[k] = [round(x, 6) for x in values]
-        return out
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict` output; bad or unknown entries are skipped."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-            return
-        self._train.clear()
-        self._train.extend(_good(state.get("train")))
-        peak = state.get("train_peak")
-        self._train_peak = float(peak) if _is_good(peak) else max(self._train, default=0.0)
-        for k, values in self._learned.items():
-            values.clear()
-            values.extend(_good(state.get(k)))
 
     # ------------------------------------------------------------------ inside
     def _enter(self, phase: str, now: float) -> None:
@@ -503,10 +418,6 @@ class StallDetector:
             self._train.append(gap)
             self._train_peak = max(self._train_peak, gap)
 
-    def _learn(self, kind: str, seconds: float) -> None:
-        if seconds >= 0 and math.isfinite(seconds):
-            self._learned[kind].append(seconds)
-
     def _mode_for(self, rank: _Rank | None) -> str:
         """train is split by what the next gap will be: warmup, boundary or steady train."""
         if self._phase != "train":
@@ -518,124 +429,6 @@ class StallDetector:
         if rank.n_in_epoch <= self.warmup_batches:
             return "warmup"
         return "train"
-
-    def _steady(self) -> tuple[float, str]:
-        if self.train_timeout is not None:
-            return self.train_timeout, "fixed train timeout"
-        samples, what = list(self._train), "batch intervals"
-        if len(samples) < MIN_SAMPLES:
-            samples += list(self._learned["warmup"])
-            what = "batch intervals (warm-up included)"
-        if len(samples) < MIN_SAMPLES:
-            return max(self.floor, self.initial), "nothing learned yet (default)"
-        slowest = max(samples)
-        value = self.factor * slowest
-        basis = f"{self.factor:g} × slowest of the last {len(samples)} {what} ({slowest:.3g}s)"
-        if 2 * self._train_peak > value:
-            value, basis = 2 * self._train_peak, f"2 × slowest interval ever ({self._train_peak:.3g}s)"
-        if value < self.floor:
-            value, basis = self.floor, f"floor ({basis} is below it)"
-        return value, basis
-
-    def _first_phase_default(self) -> float:
-        return max(self.initial, min(10 * self._steady()[0], FIRST_PHASE_MAX_S))
-
-    def _threshold(self, mode: str, now: float) -> tuple[float, str]:
-        if mode == "startup":
-            return self._startup()
-        if mode == "silence":
-            limit, basis = self._silent()
-            if self._busy_t is not None and now - self._busy_t < limit:
-                # Output silence alone is no hang while the tree works (a long kernel search
-                # or compile prints nothing): the start-up's limit then; the silence limit
-                # again once the tree has been still as long.
-                grace, grace_basis = self._startup()
-                if grace > limit:
-                    return grace, f"{grace_basis}: the tree is busy, output silence alone is no hang"
-            return limit, basis
-        if mode == "train":
-            return self._steady()
-        if mode == "warmup":
-            steady, basis = self._steady()
-            if self.train_timeout is not None:
-                return steady, basis
-            warm = self._learned["warmup"]
-            if not warm:
-                return max(steady, self.initial), "first batches of the run (default)"
-            value = self.factor * max(warm)
-            if value > steady:
-                return value, f"{self.factor:g} × slowest warm-up interval ({max(warm):.3g}s)"
-            return steady, basis
-        if mode == "boundary":
-            if self.train_timeout is not None:
-                return max(self.train_timeout, self.val_timeout or 0.0), "fixed train timeout (between epochs)"
-            return self._learned_phase("boundary", "gap between epochs")
-        fixed = self.val_timeout if mode == "val" else self.save_timeout
-        if fixed is not None:
-            return fixed, f"fixed {mode} timeout"
-        return self._learned_phase(mode, "validation" if mode == "val" else "checkpoint save")
-
-    def _learned_phase(self, kind: str, label: str) -> tuple[float, str]:
-        seen = self._learned[kind]
-        if not seen:
-            return self._first_phase_default(), f"first {label}: nothing learned yet"
-        longest = max(seen)
-        value = max(self.floor, self.phase_factor * longest)
-        if kind == "boundary":
-            value = max(value, self._steady()[0])
-        return value, f"{self.phase_factor:g} × longest {label} seen ({longest:.3g}s)"
-
-    def _startup(self) -> tuple[float, str]:
-        if self.startup_timeout is not None:
-            return self.startup_timeout, "fixed startup timeout"
-        value, basis = self.startup_grace, "startup grace"
-        if self._evidence_t is not None:
-            extended = self._evidence_t - self._phase_start + self.evidence_window
-            if extended > value:
-                value = min(extended, self.startup_max)
-                kinds = ", ".join(sorted(self._evidence))
-                basis = f"startup grace extended by evidence of work ({kinds}), at most {self.startup_max:.0f}s"
-        seen = self._learned["startup"]
-        if seen and 2 * max(seen) > value:
-            value, basis = 2 * max(seen), f"2 × longest startup seen ({max(seen):.0f}s)"
-        return value, basis
-
-    def _silence_limit(self, out: _Output) -> tuple[float, str]:
-        """The silence allowed after a source's last line: SILENCE_FACTOR × the high
-        quantile of its intervals (and of the healthy silences learned), at least the floor."""
-        gaps = [*out.gaps, *self._learned["silence"]]
-        q = _quantile(gaps, SILENCE_QUANTILE)
-        value = SILENCE_FACTOR * q
-        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × the {SILENCE_QUANTILE:g} quantile "
-                 f"of {len(gaps)} intervals between output lines ({q:.3g}s)")
-        longest = max(gaps, default=0.0)
-        if LONGEST_FACTOR * longest > value:   # a rare long pause, below the quantile
-            value = LONGEST_FACTOR * longest
-            basis = (f"unknown progress format: {LONGEST_FACTOR:g} × the longest interval "
-                     f"between output lines ({longest:.3g}s)")
-        if value < self.silence_floor:
-            value, basis = self.silence_floor, f"floor ({basis} is below it)"
-        return value, basis
-
-    def _silent_source(self) -> tuple[int | None, float, float, str]:
-        """(source, its last line, its limit, basis) of the watched source whose silence
-        ends last: the output is silent only when every watched source is (a torchrun rank
-        still printing keeps the job alive; its peers may wait for it)."""
-        best: tuple[int | None, float, float, str] | None = None
-        for key, out in self._outputs.items():
-            if not out.unknown:
-                continue
-            limit, basis = self._silence_limit(out)
-            if best is None or out.last_t + limit > best[1] + best[2]:
-                best = (key, out.last_t, limit, basis)
-        return best if best is not None else (None, self._ref, self.silence_floor, "floor")
-
-    def _silent(self) -> tuple[float, str]:
-        key, _, limit, basis = self._silent_source()
-        watched = sorted(k for k, o in self._outputs.items() if o.unknown and k is not None)
-        if watched:
-            basis = f"{basis}, rank {key}'s (ranks watched: {', '.join(map(str, watched))})"
-        return limit, basis
 
     def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
         what = {"startup": "no first batch yet", "train": "no progress", "warmup": "no progress",
@@ -662,13 +455,3 @@ class StallDetector:
         reason = (f"rank {names} made no progress for {idle:.0f}s while other ranks continue "
                   f"(threshold {limit:.0f}s)")
         return StallVerdict("train", idle, limit, reason, tuple(sorted(s[0] for s in stuck)))
-
-
-def _is_good(x: Any) -> bool:
-    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x >= 0
-
-
-def _good(values: Any) -> Iterable[float]:
-    if not isinstance(values, list):
-        return ()
-    return (float(x) for x in values if _is_good(x))

@@ -84,7 +84,7 @@ def supervised(argv: list[str] | tuple[str, ...], log_dir: str | Path) -> list[s
             *kept, *argv[script:]]
 
 
-def _launcher_options_without(argv, start: int, names: frozenset[str]) -> tuple[list[str], int]:
+def _launcher_options_without(argv: list[str] | tuple[str, ...], start: int, names: frozenset[str]) -> tuple[list[str], int]:
     """The launcher's options in ``argv`` (from ``start``) less those in ``names`` (with
     their values), and the index of the script."""
     _, script = options(argv)

@@ -1,30 +1,12 @@
 """Every run of this user, as `trainctl ls` lists them and the dashboard's run picker offers
-them: this machine's (run directories, Slurm jobs) and those of the hosts in
-``<config>/hosts.toml`` over ssh; and how the dashboard reaches the one picked (a local or
-Slurm run through its socket, an ssh host's through `trainctl bridge` there), a queued
-Slurm job's status, and its scancel."""
+them: every host's (hosts/registry.py: this machine's run directories and Slurm jobs, the
+boxes of ``<config>/hosts.toml`` over ssh); and how the dashboard reaches the one picked,
+a queued Slurm job's status, and its cancel: each through the run's host."""
 from __future__ import annotations
 
 from pathlib import Path
 
-from trainctl.cli.common import UsageError
-
-
-def ls_hosts() -> list[str]:
-    """The ssh destinations of ``<config>/hosts.toml`` (``hosts = ["gpu-box", ...]``)."""
-    import tomllib
-    from trainctl.store.paths import config_dir
-    path = config_dir() / "hosts.toml"
-    try:
-        data = tomllib.loads(path.read_text())
-    except FileNotFoundError:
-        return []
-    except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: {e}") from None
-    hosts = data.get("hosts", [])
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
-        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
-    return hosts
+from trainctl.core.usage import UsageError
 
 
 def all_rows(here: bool = False, folds: dict | None = None,
@@ -33,9 +15,8 @@ def all_rows(here: bool = False, folds: dict | None = None,
     host is a row with ``error``.  ``folds``: summarize's journal folds, kept by a caller that
     asks again; ``hosts``: the hosts' rows, already gathered; ``ended_slurm=False``: no
     scontrol for the Slurm runs that have ended."""
-    from trainctl.store.listing import run_dirs, summarize
-    rows = [dict(summarize(d, folds=folds, ended_slurm=ended_slurm), where="local")
-            for d in run_dirs()]
+    from trainctl.hosts.registry import hosts_here
+    rows = [row for host in hosts_here() for row in host.runs(folds=folds, ended_slurm=ended_slurm)]
     if not here:
         rows += host_rows() if hosts is None else hosts
     rows.sort(key=lambda r: r.get("started") or 0, reverse=True)
@@ -43,10 +24,10 @@ def all_rows(here: bool = False, folds: dict | None = None,
 
 
 def host_rows() -> list[dict]:
-    """The runs of every host in hosts.toml (over ssh; a row with ``error`` for one that
-    cannot be reached)."""
-    from trainctl.cli.remote import host_runs
-    return [row for dest in ls_hosts() for row in host_runs(dest)]
+    """The runs of every other host: hosts.toml's boxes (over ssh; a row with ``error`` for
+    one that cannot be reached).  UsageError when hosts.toml is broken."""
+    from trainctl.hosts.registry import hosts_elsewhere
+    return [row for host in hosts_elsewhere() for row in host.runs()]
 
 
 class RunsSource:
@@ -90,20 +71,12 @@ class RunsSource:
 
     def client_factory(self, row: dict):
         """A fresh client for the run of ``row`` at each call."""
-        from trainctl.hosts.where import client_for
-        where, run_dir = row.get("where", "local"), row["run_dir"]
-        if where == "local":   # a Slurm run's agent may be on another node: ssh to it
-            return lambda: client_for(run_dir)
-        from trainctl.cli.remote import _client_factory, _host
-        return _client_factory(_host(where), run_dir)
+        from trainctl.hosts.registry import host_for_row
+        return host_for_row(row).client_factory(row["run_dir"])
 
     def attach_hint(self, row: dict) -> str:
-        import shlex
-        where, run_dir = row.get("where", "local"), row["run_dir"]
-        if where == "local":
-            return f"trainctl attach {shlex.quote(run_dir)}"
-        from trainctl.cli.remote import attach_hint, attach_url
-        return attach_hint(attach_url(where, run_dir))
+        from trainctl.hosts.registry import host_for_row
+        return host_for_row(row).attach_hint(row["run_dir"])
 
     def slurm_status(self, run_dir: str) -> dict | None:
         """The Slurm run's current job ({job, state, reason, ...}); None for other runs."""
@@ -111,6 +84,6 @@ class RunsSource:
         return slurm_status(Path(run_dir))
 
     def stop_queued(self, run_dir: str) -> str:
-        """scancel the run's queued job and end the run STOPPED: its job id (UsageError)."""
-        from trainctl.hosts.slurm.jobs import cancel_waiting_job
-        return cancel_waiting_job(Path(run_dir))
+        """Cancel the run's queued job (scancel) and end the run STOPPED: its job id (UsageError)."""
+        from trainctl.hosts.registry import host_for
+        return host_for(run_dir).cancel_waiting(run_dir)

@@ -1,9 +1,9 @@
 """Where a run's agent runs, and how a client reaches it from here.
 
-The agent records in agent.json where it runs (``where_i_run``): its Slurm node name, its
-hostname and the kernel's boot id (what says "this machine": a Unix socket can be connected
-from the same kernel only).  A client (attach, status,
-ctl, `run --slurm`'s follow, the dashboard: all through ``client_for``) connects to the run
+The agent records in agent.json where it runs (``where_i_run``, in system/machine.py): its
+Slurm node name, its hostname and the kernel's boot id (what says "this machine": a Unix socket
+can be connected from the same kernel only).  A client (attach, status, ctl, `run --slurm`'s
+follow, the dashboard: all through hosts/registry.py's ``client_for``, the run's host) connects to the run
 directory's agent.sock when the agent is on this machine, and goes over ssh to the agent's
 node (``ssh NODE trainctl bridge RUN_DIR``, the transport of `--host` runs) when it runs on
 another one: the run directory is on shared storage, its socket is not reachable from here.
@@ -23,14 +23,15 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
-from trainctl.client.connection import AgentClient, AgentUnavailable, UnixTransport
+from trainctl.client.connection import AgentUnavailable, UnixTransport
 from trainctl.store.paths import RunFiles, UnsafePathError, read_private, trusted_run_dir
+from trainctl.system.machine import BOOT_ID as BOOT_ID, boot_id as boot_id  # moved down, re-exported
+from trainctl.system.machine import where_i_run
 
-BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
 MODES = ("auto", "always", "never")
 
 
@@ -45,20 +46,6 @@ class UntrustedRun(AgentUnavailable):
     read or acted on; ``str()`` says which and why."""
 
     exit_code = 2
-
-
-def boot_id() -> str:
-    try:
-        return BOOT_ID.read_text().strip()
-    except OSError:
-        return ""
-
-
-def where_i_run() -> dict:
-    """What an agent writes in agent.json about its machine."""
-    return {"node": os.environ.get("SLURMD_NODENAME", ""),
-            "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "hostname": socket.gethostname(),
-            "boot_id": boot_id()}
 
 
 def own_trainctl() -> tuple[str, ...]:
@@ -104,8 +91,10 @@ class NodeTransport:
     """``ssh NODE trainctl bridge RUN_DIR`` (SshTransport), whose failures to reach the node
     are AgentUnreachable (one line), a ConnectionError as a missing socket is."""
 
-    def __init__(self, node: str, run_dir: Path, job: str = "") -> None:
-        from trainctl.hosts.ssh import SshHost, SshTransport
+    def __init__(self, node: str, run_dir: Path, job: str = "",
+                 job_gone: Callable[[str], bool] | None = None) -> None:
+        from trainctl.hosts.ssh import SshHost
+        from trainctl.hosts.ssh_transport import SshTransport
         config = os.environ.get("TRAINCTL_SSH_CONFIG")
         try:
             host = SshHost(node, ssh_config=Path(config) if config else None,
@@ -114,6 +103,7 @@ class NodeTransport:
             raise AgentUnreachable(f"the agent's node {node!r}: {e}") from None
         self.node, self.inner = node, SshTransport(host, str(run_dir))
         self.run_dir, self.job = Path(run_dir), job   # the Slurm job its agent ran in
+        self.job_gone = job_gone   # its host's answer: has that job left its node (blocks)?
 
     def describe(self) -> str:
         return f"{self.inner.run_dir} on node {self.node} (over ssh)"
@@ -136,15 +126,11 @@ class NodeTransport:
     async def _agent_gone(self) -> bool:
         """ssh failed: is the agent gone with its job (a node failure leaves its socket
         file on the shared storage; the job is requeued, PENDING, or ended)?  Then the
-        journal is all there is, read here.  Asked of Slurm off the caller's loop."""
-        from trainctl.hosts.slurm import commands as slurm
-        if not self.job or not RunFiles(self.run_dir).events.exists():
+        journal is all there is, read here.  Asked of the run's host (Slurm) off the
+        caller's loop."""
+        if not self.job or self.job_gone is None or not RunFiles(self.run_dir).events.exists():
             return False
-        try:
-            info = await asyncio.get_running_loop().run_in_executor(None, slurm.job_info, self.job)
-        except slurm.SlurmError:
-            return False   # Slurm does not say either: the node is what cannot be reached
-        return info is None or info.state.split()[0] not in ("RUNNING", "COMPLETING")
+        return await asyncio.get_running_loop().run_in_executor(None, self.job_gone, self.job)
 
     def failed(self) -> AgentUnreachable | None:
         """Why ssh ended the stream, when ssh itself (or the remote trainctl) failed."""
@@ -178,10 +164,12 @@ class _Watched:
         return getattr(self.reader, name)
 
 
-def transport_for(run_dir: Path | str):
+def transport_for(run_dir: Path | str, job_gone: Callable[[str], bool] | None = None):
     """The run's agent socket here, or ssh to its node when it runs on another machine
     (its socket still there: an agent that ended removed it, and the journal is read here).
-    A run directory that is not the user's own is refused: nothing in it is followed."""
+    A run directory that is not the user's own is refused: nothing in it is followed.
+    ``job_gone``: the run's host says whether the agent's job has left its node (a Slurm
+    run's, hosts/slurm/host.py); the seam that picks it is hosts/registry.py's transport_for."""
     try:
         trusted_run_dir(run_dir)
     except UnsafePathError as e:
@@ -194,7 +182,7 @@ def transport_for(run_dir: Path | str):
         return _Refused(e)
     if node is None:
         return UnixTransport(files.sock, journal_fallback=True)
-    return NodeTransport(node, files.dir, str(info.get("slurm_job") or ""))
+    return NodeTransport(node, files.dir, str(info.get("slurm_job") or ""), job_gone)
 
 
 class _Refused:
@@ -208,9 +196,3 @@ class _Refused:
 
     async def open(self):
         raise self.error
-
-
-def client_for(run_dir: Path | str) -> AgentClient:
-    """A client of the run's agent, wherever it runs (decided at each connection: a Slurm
-    run's next job may run on another node)."""
-    return AgentClient(transport_for(run_dir))

@@ -4,7 +4,7 @@ built-in runner (src/trainctl/inside/ultralytics_runner.py) gives a job file, th
 ``attach`` wraps ``ultralytics.engine.model.Model.train`` (every YOLO task's); each call then
 * applies the preset natively: its ``[train]`` and ``workers`` replace what the script
   passed (a warning names each key it changed), its DataLoader keywords reach Ultralytics'
-  loaders (:func:`~trainctl.inside.ultralytics_runner.install_loader`), its threads are
+  loaders (:func:`~trainctl.inside.ultralytics_setup.install_loader`), its threads are
   kept (the runner's callbacks);
 * adds the runner's callbacks (phases, structured progress, the verified ``last_good.pt``),
   save on request and, on one device, the trainer class with mid-epoch saves and resume;
@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.config import ConfigError
-from trainctl.inside.ultralytics_runner import install_loader, mid_epoch_supported, preset_train_args, resume_plan, supervise_model
+from trainctl.inside.ultralytics_runner import mid_epoch_supported, resume_plan, supervise_model
+from trainctl.inside.ultralytics_setup import install_loader, preset_train_args
 from trainctl.inside import FAILED_KEY, Refused
 from trainctl.inside.session import TrainerSession, keep_spawned_workers_out_of_main
 
@@ -186,7 +187,7 @@ def _loader_changes(preset: Any) -> dict[str, tuple[Any, ...]]:
     loaders use without trainctl (a training loader with workers)."""
     import multiprocessing
 
-    from trainctl.inside.ultralytics_runner import loader_overrides
+    from trainctl.inside.ultralytics_setup import loader_overrides
     if preset is None:
         return {}
     own: dict[str, Any] = {"persistent_workers": False, "prefetch_factor": 4,

@@ -1,7 +1,7 @@
 """One run of a job at a time on a machine: the agent holds an flock on
 ``<runs dir>/.locks/<job>.lock`` for its whole life and writes its run directory into it.
 
-A node of a torchrun job of several nodes runs as ``JOB-node<N>`` (src/trainctl/cli/main.py), so the
+A node of a torchrun job of several nodes runs as ``JOB-node<N>`` (src/trainctl/agent/prepare.py), so the
 lock is one per (job, node rank).
 
 A lock (not a pid file) so that a crashed or killed agent never leaves a stale claim: the

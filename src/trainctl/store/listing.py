@@ -1,8 +1,10 @@
 """Every run of this user on this machine, for `trainctl ls`: the run directories under the
 runs directory, the ones started elsewhere (`--run-dir`, a job's ``run_dir``: each start
-records its directory in ``<runs dir>/known-runs``), and the Slurm jobs of trainctl runs in
-the queue (their working directory is their run directory).  Each is summed up from its own
-files: state, job, where, progress, ETA, last incident."""
+records its directory in ``<runs dir>/known-runs``), and those its hosts add (the Slurm
+jobs of trainctl runs in the queue: their working directory is their run directory).  What
+a journal says (state, progress, ETA, last incident) is folded here; a run summed up with
+its agent's liveness and its Slurm job is this machine's host's (hosts/local.py summarize);
+the rows as people read them (columns, attention) are here."""
 from __future__ import annotations
 
 import contextlib
@@ -11,12 +13,9 @@ import threading
 from pathlib import Path
 
 from trainctl.core import events as E
-from trainctl.hosts.slurm import commands as slurm
-from trainctl.agent.adopt import agent_running
 from trainctl.store.journal import JournalReader, lines_from
-from trainctl.store.paths import make_private_dir, open_private, runs_dir, trusted_run_dir
-from trainctl.store.spec import RunSpec
-from trainctl.core.recovery import FINAL_STATES, USER_RESTART_REASON
+from trainctl.store.paths import make_private_dir, open_private, runs_dir
+from trainctl.core.recovery import USER_RESTART_REASON
 
 KNOWN = "known-runs"
 UNREADABLE = "UNREADABLE"
@@ -51,26 +50,9 @@ def _read_known(path: Path) -> list[str]:
         return []
 
 
-def queued_slurm_runs() -> list[Path]:
-    """Run directories of this user's trainctl jobs in the Slurm queue ([] without Slurm)."""
-    if not slurm.configured():
-        return []
-    try:
-        r = slurm._run(["squeue", "-h", "--me", "-o", "%j|%Z"], timeout=15)
-    except slurm.SlurmError:
-        return []
-    if r.returncode != 0:
-        return []
-    out = []
-    for line in r.stdout.splitlines():
-        name, _, workdir = line.partition("|")
-        if name.startswith("trainctl-") and workdir:
-            out.append(Path(workdir))
-    return out
-
-
-def run_dirs() -> list[Path]:
-    """Every run directory known here, once each (resolved), those that still exist."""
+def run_dirs(elsewhere: list[Path] | None = None) -> list[Path]:
+    """Every run directory known here, once each (resolved), those that still exist.
+    ``elsewhere``: more candidates (the Slurm queue's run directories, hosts/local.py)."""
     seen: dict[str, Path] = {}
     root = runs_dir()
     candidates: list[Path] = []
@@ -79,7 +61,7 @@ def run_dirs() -> list[Path]:
     except OSError:
         pass
     candidates += [Path(p) for p in _read_known(root / KNOWN)]
-    candidates += queued_slurm_runs()
+    candidates += elsewhere or []
     for p in candidates:
         try:
             key = str(p.resolve())
@@ -142,57 +124,6 @@ class JournalFold:
             out["incident"] = {"ts": ev.ts, "text": f"restart: {ev.reason}"}
         elif isinstance(ev, E.Warning) and ev.severity in ("error", "fatal"):
             out["incident"] = {"ts": ev.ts, "text": f"{ev.id}: {ev.text}"}
-
-
-def summarize(run_dir: Path, with_slurm: bool = True,
-              folds: dict[str, JournalFold] | None = None, ended_slurm: bool = True) -> dict:
-    """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state`` (and its
-    ``reason``), ``live``, ``host``, ``started``, ``progress`` ({epoch, epochs, batch,
-    batches}), ``eta`` (and the deadline's ``buffer_s``), ``incident`` ({ts, text}), and for a Slurm run ``slurm`` ({job, state, reason,
-    partition}).  ``folds`` (run directory -> JournalFold), kept by a caller that asks
-    again (the dashboard, every few seconds): only the journal lines written since are read.
-    ``ended_slurm=False``: no scontrol for a Slurm run whose journal has ended (its job's
-    state and partition left out), for a caller that asks every few seconds."""
-    run_dir = Path(run_dir)
-    out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
-                 "live": False, "host": "", "started": None, "progress": None, "eta": None,
-                 "incident": None, "reason": "", "buffer_s": None}
-    try:   # another user's directory, or a spec that is not one: listed, never read further
-        trusted_run_dir(run_dir)
-        spec = RunSpec.load(run_dir / "spec.json")
-        out.update(job=spec.job_name, host=spec.host,
-                   started=(run_dir / "spec.json").stat().st_mtime)   # a queued run's: submitted
-    except FileNotFoundError:
-        pass   # its journal alone says what it is
-    except (OSError, ValueError) as e:
-        return {**out, "state": UNREADABLE, "reason": " ".join(str(e).split()),
-                "incident": {"ts": None, "text": f"unreadable: {' '.join(str(e).split())}"}}
-    fold = folds.setdefault(str(run_dir), JournalFold()) if folds is not None else JournalFold()
-    out.update(fold.advance(run_dir / "events.jsonl"))
-    out["live"] = agent_running(run_dir)
-    if not out["live"] and out["state"] in LIVE:   # its agent gone: does its trainer run on?
-        from trainctl.holder.handle import live_trainer
-        if (st := live_trainer(run_dir)) is not None:
-            out["trainer_pid"], out["unsupervised"] = st["pid"], not st["holder_alive"]
-    if with_slurm and slurm.read_jobs(run_dir):
-        job = slurm.current_job(run_dir)
-        sl: dict = {"job": job, "jobs": slurm.read_jobs(run_dir)}
-        info = None
-        if ended_slurm or out["state"] not in FINAL_STATES:
-            try:
-                info = slurm.job_info(job)
-            except slurm.SlurmError as e:
-                sl["error"] = str(e)
-        if info is not None:
-            sl.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node)
-            if info.state == "PENDING" and out["state"] not in FINAL_STATES:
-                out["state"] = "PENDING"
-            if info.state.split()[0] == "RUNNING" and not out["live"]:
-                # its agent runs on a node whose agent.lock this machine may not see
-                from trainctl.hosts.where import agent_info
-                out["live"] = agent_info(run_dir).get("slurm_job") == job
-        out["slurm"] = sl
-    return out
 
 
 # ---------------------------------------------------------------------- rows, as people read them

@@ -38,7 +38,8 @@ from pathlib import Path
 
 import psutil
 
-from trainctl.system.probes import GpuSample, ProcSample, TreeSampler
+from trainctl.system.gpu import GpuSample
+from trainctl.system.probes import ProcSample, TreeSampler
 
 BUSY_CPU = 50.0       # % of one core: above this without progress = spinning
 IDLE_CPU = 10.0       # % of one core: below this and sleeping = waiting

@@ -1,7 +1,7 @@
 """Small text formatters shared by the widgets (pure; local time via ``time.localtime``)."""
 from __future__ import annotations
 
-from trainctl.core.projection import humanize_duration
+from trainctl.core.projection_text import humanize_duration
 
 
 def duration(seconds: float | None) -> str:

@@ -12,7 +12,7 @@ import math
 import random
 from pathlib import Path
 
-from trainctl.engine import events as ev
+from trainctl.core import events as ev
 
 T0 = 1763200000.0          # Sat 15 Nov 2025 09:46:40 UTC
 BATCHES, EPOCHS = 300, 3
@@ -79,7 +79,7 @@ def main() -> None:
         return t
 
     add(ev.State(t, state="STARTING"))
-    command = ("python", "-m", "trainctl.engine.runners.ultralytics", "--job", f"{RUN_DIR}/job.toml")
+    command = ("python", "-m", "trainctl.inside.ultralytics_runner", "--job", f"{RUN_DIR}/job.toml")
     add(ev.Start(t, attempt=1, pid=48211, preset="A", command=command))
     add(ev.Phase(t, phase="startup"))
     t += 3

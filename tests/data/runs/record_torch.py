@@ -32,8 +32,8 @@ def child(out: Path, work: Path, resume: bool, hang: bool) -> None:
     from torch import nn
     from torch.utils.data import DataLoader, Dataset
 
-    from trainctl.engine import events as E
-    from trainctl.engine.journal import ProgressThrottle
+    from trainctl.core import events as E
+    from trainctl.store.journal import ProgressThrottle
     torch.set_num_threads(1)
     fd = os.open(out, os.O_WRONLY | os.O_APPEND)
     flag = work / "hang.flag"
@@ -108,7 +108,7 @@ def _finished(out: Path) -> bool:
 
 
 def main() -> int:
-    from trainctl.engine import events as E
+    from trainctl.core import events as E
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "torch_restart.jsonl"
     out.write_text("")
 

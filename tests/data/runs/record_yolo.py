@@ -50,7 +50,7 @@ def make_dataset(root: Path, n_train: int = 24, n_val: int = 8, size: int = 64) 
 def child(out: Path, data: Path, project: Path) -> None:
     from ultralytics import YOLO
 
-    from trainctl.engine import events as E
+    from trainctl.core import events as E
     fd = os.open(out, os.O_WRONLY | os.O_APPEND)
 
     def emit(ev: E.Event) -> None:
@@ -87,7 +87,7 @@ def child(out: Path, data: Path, project: Path) -> None:
 
 
 def main() -> int:
-    from trainctl.engine import events as E
+    from trainctl.core import events as E
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "yolo_cpu.jsonl"
     with tempfile.TemporaryDirectory(prefix="rec-yolo-") as tmp:
         tmp_p = Path(tmp)

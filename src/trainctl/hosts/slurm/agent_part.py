@@ -24,14 +24,16 @@ import shlex
 import signal
 import statistics
 import time
+from collections.abc import Callable
 
 from trainctl.core import events as E
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.store.journal import read_events
 from trainctl.core.recovery import FINAL_STATES, RunState
 from trainctl.hosts.slurm import nodes as slurm_nodes
-from trainctl.agent.attempt import AttemptLoop
-from trainctl.agent.context import EndRequest, RunContext
+from trainctl.hosts.slurm.next_job import gap_step, submit_retrying   # (tests import them here)
+from trainctl.agent.context import RunContext
+from trainctl.agent.plug import AgentPlug, Attempts
 
 WHY_TIMEOUT_S = 10.0
 INFO_RETRY_S, INFO_RETRIES = 15.0, 40   # the job's time limit asked again for 10 min
@@ -39,17 +41,15 @@ NODE_WATCH_S = 2.0     # how often a node reads the other nodes' journals
 NODE_GRACE_S = 30.0    # a node still running this long after the lead FINISHED is stopped
 
 
-class SlurmPart:
-    def __init__(self, ctx: RunContext, loop: AttemptLoop,
-                 node: slurm_nodes.NodePlace | None = None) -> None:
-        self.ctx, self.attempts = ctx, loop
+class SlurmPart(AgentPlug):
+    """The agent's plug (src/trainctl/agent/plug.py) in a Slurm batch job."""
+
+    name = "slurm"
+    takes_over_begun = True   # a next job's agent goes on with the run an earlier job began
+
+    def __init__(self, node: slurm_nodes.NodePlace | None = None) -> None:
         self.node = node                         # its place in a job of several nodes
-        self.lead_dir = node.lead_dir if node else ctx.files.dir   # the run's own directory
-        self.started = ctx.clock()
         self.job_id = os.environ.get("SLURM_JOB_ID") or None
-        self.cfg = dict(ctx.spec.slurm or {})
-        loop.slurm_job = self.job_id
-        loop.on_suspend = self.submit_next
         self._why: asyncio.Future | None = None
         self._warned: asyncio.Future | None = None
         self.planned_end: float | None = None   # start + time limit, from Slurm at the start
@@ -60,9 +60,42 @@ class SlurmPart:
         self._gaps: list[float] = []             # measured gaps between the run's jobs
         self._pending_ts: float | None = None
 
-    def install(self, aio: asyncio.AbstractEventLoop) -> None:
-        aio.add_signal_handler(signal.SIGUSR1, self.on_time_warning)
-        aio.add_signal_handler(signal.SIGTERM, self.on_term)
+    def attach(self, ctx: RunContext, attempts: Attempts) -> None:
+        self.ctx, self.attempts = ctx, attempts
+        self.lead_dir = self.node.lead_dir if self.node else ctx.files.dir   # the run's own directory
+        self.started = ctx.clock()
+        self.cfg = dict(ctx.spec.slurm or {})
+
+    def signals(self) -> dict[int, Callable[[], None]]:
+        """Slurm's time-limit warning (SIGUSR1), and its SIGTERM: asked why (:meth:`on_term`)."""
+        return {signal.SIGUSR1: self.on_time_warning, signal.SIGTERM: self.on_term}
+
+    async def begin(self) -> None:
+        await self.describe()
+
+    async def suspend(self) -> int | None:
+        return await self.submit_next()
+
+    def restarted(self) -> str:
+        return os.environ.get("SLURM_RESTART_COUNT", "0")
+
+    def killed_before(self) -> str | None:
+        """In a Slurm job: the agent before this one in the same job was killed and its
+        keeper (slurm-agent.sh) started this one, which adopts its trainer: said, and how."""
+        value = os.environ.get(slurm.RESTARTED_ENV, "")
+        try:
+            count, sig, pid = (int(v) for v in value.split(":"))
+        except ValueError:
+            return None
+        try:
+            name = signal.Signals(sig).name
+        except ValueError:
+            name = f"signal {sig}"
+        said = (f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
+                f"this one ({count} of {slurm.AGENT_RESTARTS} in Slurm job {self.job_id})")
+        self.ctx.info(said + ": it adopts the trainer, which went on meanwhile (what killed it? "
+                      "dmesg says when it was the OOM killer)", "slurm.agent_killed")
+        return said
 
     async def describe(self) -> None:
         """An info on where this job runs and its time limit (read from Slurm)."""
@@ -91,7 +124,7 @@ class SlurmPart:
         ctx = self.ctx
         for _ in range(INFO_RETRIES):
             await asyncio.sleep(INFO_RETRY_S)
-            if ctx.stop_requested.is_set() or ctx.suspend_requested.is_set():
+            if ctx.requests.over:
                 return
             try:
                 info = await asyncio.get_running_loop().run_in_executor(
@@ -139,9 +172,9 @@ class SlurmPart:
         module's doc)."""
         ctx, aio = self.ctx, asyncio.get_running_loop()
         finished_at: float | None = None
-        while not ctx.stop_requested.is_set():
+        while not ctx.requests.stop_requested.is_set():
             await asyncio.sleep(NODE_WATCH_S)
-            if ctx.sm.state in (RunState.PENDING, *FINAL_STATES) or ctx.ending is not None:
+            if ctx.sm.state in (RunState.PENDING, *FINAL_STATES) or ctx.requests.ending is not None:
                 return
             states = await aio.run_in_executor(None, self._node_states)
             why = None
@@ -153,10 +186,9 @@ class SlurmPart:
                 elif state in ("FAILED", "STOPPED"):
                     why = f"node {rank} ended {state}"
             if why is not None:
-                ctx.stop_reason = f"{why}: every node of Slurm job {self.job_id} stops"
-                ctx.info(ctx.stop_reason, "slurm.nodes")
-                ctx.stop_requested.set()
-                ctx.interrupt.set(EndRequest.USER_STOP)
+                reason = f"{why}: every node of Slurm job {self.job_id} stops"
+                ctx.info(reason, "slurm.nodes")
+                ctx.requests.stop(reason)
                 return
 
     def _node_states(self, since: float | None = None) -> dict[int, str]:
@@ -237,7 +269,7 @@ class SlurmPart:
 
     async def _look_for_preemption(self, period: float, grace: int) -> None:
         ctx = self.ctx
-        while not (ctx.stop_requested.is_set() or ctx.suspend_requested.is_set()):
+        while not ctx.requests.over:
             await asyncio.sleep(period)
             info = await self._ask()
             if info is None or info.preempt_ts is None or info.state.split()[0] != "RUNNING":
@@ -248,8 +280,7 @@ class SlurmPart:
             ctx.info(f"Slurm preempts job {self.job_id} (its partition's grace time: {grace} s, "
                      f"until {at}): saving now; Slurm requeues the job and the run goes on there "
                      "from this save", "slurm.preempted")
-            ctx.suspend_requested.set()
-            ctx.interrupt.set(EndRequest.SUSPEND)
+            ctx.requests.suspend()
             return
 
     async def _await_requeue(self) -> None:
@@ -273,12 +304,11 @@ class SlurmPart:
         without asking Slurm again (slurmctld may not answer just then; a warning that came
         early may be waiting on scontrol)."""
         ctx = self.ctx
-        if ctx.suspend_requested.is_set() or ctx.stop_requested.is_set():
+        if ctx.requests.over:
             return
         ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
                  "a next job", "slurm.time_limit")
-        ctx.suspend_requested.set()
-        ctx.interrupt.set(EndRequest.SUSPEND)
+        ctx.requests.suspend()
 
     async def _save_near_the_end(self) -> None:
         """Slurm's timer ticks every 30 s, so its warning comes early or late by up to that:
@@ -299,7 +329,7 @@ class SlurmPart:
             at = time.strftime("%H:%M:%S", time.localtime(ctx.clock() + wait))
             ctx.info(f"Slurm's time-limit warning for job {self.job_id} came {wait:.0f} s early "
                      f"(its timer ticks every 30 s): the save is asked at {at}", "slurm.time_limit")
-            stop = asyncio.ensure_future(ctx.stop_requested.wait())
+            stop = asyncio.ensure_future(ctx.requests.stop_requested.wait())
             await asyncio.wait({stop}, timeout=wait)
             stop.cancel()
         self.save_before_the_end()
@@ -307,10 +337,9 @@ class SlurmPart:
     def on_term(self) -> None:
         """Slurm ends the job (scancel, the time limit, a preemption): first hold every
         restart (the trainer got the same SIGTERM), then ask Slurm why."""
-        ctx = self.ctx
         if self._why is None:
-            ctx.ending = self._why = asyncio.ensure_future(self._find_why())
-        ctx.interrupt.set(EndRequest.USER_STOP)
+            self._why = asyncio.ensure_future(self._find_why())
+        self.ctx.requests.hold(self._why)
 
     async def _ask(self) -> slurm.JobInfo | None:
         if self.job_id is None:
@@ -338,30 +367,30 @@ class SlurmPart:
                      "requeue`): the run goes on when it starts again, from its last good "
                      "checkpoint", "slurm.requeued")
             self.requeued = True
-            ctx.suspend_requested.set()
+            ctx.requests.ends_suspended()
             return
         if state == "COMPLETING":
             # scontrol says COMPLETING while the job's processes (this agent) end: before the
             # end its time limit set (read when it started) that is a scancel, after it the limit
             past = self.planned_end is not None and ctx.clock() >= self.planned_end - 5
             state = "TIMEOUT" if past else "CANCELLED"
-        if state in ("TIMEOUT", "DEADLINE") and not ctx.stop_requested.is_set():
+        if state in ("TIMEOUT", "DEADLINE") and not ctx.requests.stop_requested.is_set():
             ctx.info(f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
                      "next job from its last good checkpoint", "slurm.ended")
-            ctx.suspend_requested.set()
+            ctx.requests.ends_suspended()
             return
         if self.job_id and slurm.cancel_was_ours(self.lead_dir, self.job_id):
-            ctx.stop_reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
+            reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
         elif state == "CANCELLED":
-            ctx.stop_reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
-                               "someone else, or an administrator)")
+            reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
+                      "someone else, or an administrator)")
         elif state in FINAL_STATES:   # a node's: the lead's end, which Slurm did not say
-            ctx.stop_reason = f"Slurm ends job {self.job_id}; its lead (node 0) ended {state}"
+            reason = f"Slurm ends job {self.job_id}; its lead (node 0) ended {state}"
         else:
-            ctx.stop_reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
-                               "stopped")
-        ctx.info(ctx.stop_reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
-        ctx.stop_requested.set()
+            reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
+                      "stopped")
+        ctx.info(reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
+        ctx.requests.ends_stopped(reason)
 
     async def _lead_says(self, since: float) -> str:
         """Slurm did not say why it ends this node's part of the job (seen in a requeue: the
@@ -388,8 +417,8 @@ class SlurmPart:
         ctx.save_detector_state()
         if self.preempted and not self.requeued:
             await self._await_requeue()
-            if ctx.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
-                return self.attempts.stopped(ctx.stop_reason or "stopped")
+            if ctx.requests.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
+                return self.attempts.stopped(ctx.requests.stop_reason or "stopped")
         if self.requeued:   # the same job starts again: nothing to submit
             ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
                                             "when it starts again")
@@ -421,56 +450,3 @@ class SlurmPart:
         ctx.set_state(RunState.PENDING, f"Slurm job {next_id} is queued; the run goes on there")
         return 0
 
-
-def gap_step(ev: E.Event, pending: float | None) -> tuple[float | None, float | None]:
-    """One event of the gaps between a run's jobs (a PENDING state to the next job's first
-    progress): (a gap it closes or None, the PENDING time still open)."""
-    if isinstance(ev, E.State) and ev.state == "PENDING":
-        return None, ev.ts
-    if isinstance(ev, E.Progress) and pending is not None:
-        return ev.ts - pending, None
-    return None, pending
-
-
-async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gave_up=lambda: False,
-                          submit=slurm.submit, sleep=asyncio.sleep, queued=None,
-                          cancel=slurm.cancel) -> str:
-    """sbatch, tried again (bounded, with backoff: ``slurm.submit_retry_wait``) while
-    slurmctld does not answer, each failure said (``say(tries, error, wait)``).  The job id;
-    SlurmUnreachable once no try is left (the job's end is near, or ``gave_up()``: Slurm
-    ends the job); a refusal (SlurmError) at once.  A try that timed out may still have
-    queued the job (slurmctld took it, then answered late): before each try again and
-    after one gets through, ``queued()`` (the jobs already queued after this one) is
-    asked; the first queued is the next job, any later one is cancelled."""
-    aio = asyncio.get_running_loop()
-
-    async def already() -> list[str]:
-        try:
-            return await aio.run_in_executor(None, queued) if queued is not None else []
-        except slurm.SlurmError:
-            return []
-
-    tries = 0
-    while True:
-        tries += 1
-        found = await already() if tries > 1 else []
-        try:
-            new = found[0] if found else await aio.run_in_executor(
-                None, submit, argv, slurm.submit_timeout(clock(), end))
-        except slurm.SlurmUnreachable as e:
-            wait = slurm.submit_retry_wait(tries, clock(), end)
-            if wait is None or gave_up():
-                raise slurm.SlurmUnreachable(f"slurmctld did not answer {tries} sbatch tries "
-                                             f"({e})") from None
-            say(tries, str(e), wait)
-            await sleep(wait)
-            continue
-        if tries == 1:
-            return new
-        ids = sorted(set(await already()) | {new}, key=int)   # one next job: the first
-        for extra in ids[1:]:
-            try:
-                await aio.run_in_executor(None, cancel, extra)
-            except slurm.SlurmError:
-                pass
-        return ids[0]

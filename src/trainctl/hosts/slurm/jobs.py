@@ -1,18 +1,19 @@
 """`trainctl run --slurm` (or a job's ``[slurm]``): the run's agent runs as a Slurm batch job,
-and goes on in a next job at each time limit.  Here: submit the first job, follow the run
-across its jobs (PENDING with squeue's reason between them), stop a run whose job waits."""
+and goes on in a next job at each time limit.  Here: submit the first job, a run's jobs and
+nodes as status shows them, stop a run whose job waits.  Following the run across its jobs
+(PENDING with squeue's reason between them) is the CLI's, src/trainctl/cli/slurm.py."""
 from __future__ import annotations
 
 import asyncio
-import json
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from trainctl.cli.common import UsageError, note, printer
+from trainctl.core.usage import UsageError
 
 
 def is_slurm_run(run_dir: Path) -> bool:
-    from trainctl.hosts.slurm.commands import read_jobs
+    from trainctl.hosts.slurm.queue import read_jobs
     return bool(read_jobs(run_dir))
 
 
@@ -21,7 +22,7 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
     (bad partition, time over the limit, no such gres) or an unreachable slurmctld is a
     UsageError of one line; a run directory made for it is removed."""
     import shutil
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.paths import RunFiles
     cfg = dict(spec.slurm or {})
     try:
@@ -42,21 +43,6 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
     return job_id
 
 
-def run_slurm(args, run_dir: Path, job_id: str, runs=None) -> int:
-    """``runs``: the user's other runs for the dashboard's picker (the CLI's RunsSource)."""
-    print(f"trainctl: submitted Slurm job {job_id}; run directory {run_dir}", flush=True)
-    if args.detach:
-        return 0
-    if args.headless or args.json:
-        return follow_slurm(run_dir, args.json)
-    from trainctl.hosts.where import client_for
-    from trainctl.tui.app import run_dashboard
-    # The dashboard at once: while the job waits it shows PENDING and squeue's reason, and
-    # follows the job's agent when it answers (and each next job's).
-    return run_dashboard(lambda: client_for(run_dir), attach_hint=f"trainctl attach {run_dir}",
-                         runs=runs, run_key=("local", str(Path(run_dir).resolve())))
-
-
 def _agent_began_in(run_dir: Path, job: str) -> bool:
     """An agent of ``job`` began in ``run_dir`` (its agent.json names the job and its socket
     is there): it may still run, on a node this machine cannot reach or see the lock of."""
@@ -65,24 +51,16 @@ def _agent_began_in(run_dir: Path, job: str) -> bool:
     return RunFiles(run_dir).sock.exists() and agent_info(run_dir).get("slurm_job") == job
 
 
-def follow_slurm(run_dir: Path, as_json: bool) -> int:
-    """`--json`/`--headless` across the run's jobs, until it ends."""
-    from trainctl.hosts.where import client_for
-    from trainctl.client.follow import follow
-    return asyncio.run(follow(lambda: client_for(run_dir), printer(as_json), note,
-                              between_agents=_Between(run_dir)))
-
-
-class _Between:
+class BetweenJobs:
     """Between two agents of a Slurm run: wait while its current job is queued or starting
     (saying PENDING and squeue's reason once per change); a job gone without ending the
     run ends the follow, saying how it ended."""
 
-    def __init__(self, run_dir: Path) -> None:
-        self.run_dir, self.last = run_dir, None
+    def __init__(self, run_dir: Path, say: Callable[[str], None]) -> None:
+        self.run_dir, self.last, self.say = run_dir, None, say
 
     async def __call__(self, hello: dict) -> bool:
-        from trainctl.hosts.slurm import commands as slurm
+        from trainctl.hosts.slurm import queue as slurm
         job = slurm.current_job(self.run_dir)
         if job is None:
             return False
@@ -95,22 +73,22 @@ class _Between:
             reason = f" ({info.reason})" if info.reason and info.reason != "None" else ""
             self._say(f"Slurm job {job} {info.state}{reason}")
             return True
-        if _run_ended(self.run_dir):   # the agent's last events came after our look
+        if run_ended(self.run_dir):   # the agent's last events came after our look
             return True
         state = info.state if info else "gone from the queue"
         ended = (f"cancelled outside trainctl (scancel by someone else?)" if state.startswith("CANCELLED")
                  else f"ended ({state})")
-        note(f"Slurm job {job} {ended} before its agent went on with the run; the run is "
-             f"{hello.get('state')}")
+        self.say(f"Slurm job {job} {ended} before its agent went on with the run; the run is "
+                 f"{hello.get('state')}")
         return False
 
     def _say(self, text: str) -> None:
         if text != self.last:
-            note(text)
+            self.say(text)
             self.last = text
 
 
-def _run_ended(run_dir: Path) -> bool:
+def run_ended(run_dir: Path) -> bool:
     from trainctl.client.connection import offline_hello
     from trainctl.core.recovery import FINAL_STATES
     return offline_hello(run_dir).get("state") in FINAL_STATES
@@ -118,7 +96,7 @@ def _run_ended(run_dir: Path) -> bool:
 
 def slurm_status(run_dir: Path) -> dict | None:
     """{"job", "jobs", "state", "reason"} of a Slurm run's current job; None for other runs."""
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     jobs = slurm.read_jobs(run_dir)
     if not jobs:
         return None
@@ -152,12 +130,6 @@ def node_status(run_dir: Path) -> list[dict]:
     return out
 
 
-def stop_waiting_job(run_dir: Path) -> int:
-    """`ctl RUN stop` with no agent to ask: scancel the run's job (:func:`cancel_waiting_job`)."""
-    print(json.dumps({"stopped": True, "slurm_job": cancel_waiting_job(run_dir)}))
-    return 0
-
-
 def cancel_waiting_job(run_dir: Path) -> str:
     """Stop a Slurm run with no agent to ask (none runs, or its node cannot be reached):
     `ctl RUN stop` and the dashboard's `s`.  scancel the run's job (marked as trainctl's: its
@@ -165,13 +137,13 @@ def cancel_waiting_job(run_dir: Path) -> str:
     began, end the run STOPPED in its journal (and its other nodes').  Blocks up to 30 s for the job to
     leave; its id.  UsageError (one line) when no job of the run waits or scancel fails."""
     from trainctl.core import events as E
-    from trainctl.hosts.slurm import commands as slurm
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.agent.adopt import agent_running
     from trainctl.store.journal import Journal
     from trainctl.store.paths import RunFiles
     from trainctl.core.recovery import RunState
     job = slurm.current_job(run_dir)
-    if job is None or _run_ended(run_dir):
+    if job is None or run_ended(run_dir):
         raise UsageError(f"{run_dir}: no Slurm job of this run is waiting")
     try:   # running: its agents (reached or not from here) say STOPPED themselves
         before = slurm.job_info(job)
@@ -194,7 +166,7 @@ def cancel_waiting_job(run_dir: Path) -> str:
         time.sleep(0.3)
     from trainctl.hosts.slurm.nodes import node_dirs
     for path in [run_dir, *(p for _, p in node_dirs(run_dir))]:   # and a job's other nodes
-        if _run_ended(path) or (running and _agent_began_in(path, job)):
+        if run_ended(path) or (running and _agent_began_in(path, job)):
             continue   # its agent says STOPPED itself: a journal has one writer
         journal = Journal(RunFiles(path).events)
         try:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainctl.hosts.slurm import commands as slurm
+from trainctl.hosts.slurm import queue as slurm
 from trainctl.store.paths import RunFiles, copy_private, make_private_dir
 from trainctl.store.spec import RunSpec
 

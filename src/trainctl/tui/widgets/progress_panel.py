@@ -8,7 +8,7 @@ from textual.containers import Vertical
 from textual.reactive import reactive
 from textual.widgets import Label, ProgressBar
 
-from trainctl.core.projection import rate_phrase
+from trainctl.core.projection_text import rate_phrase
 from trainctl.tui import fmt
 
 

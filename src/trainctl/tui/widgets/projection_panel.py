@@ -7,7 +7,7 @@ from textual.reactive import reactive
 from textual.widgets import Static
 
 from trainctl.core.events import Projection
-from trainctl.core.projection import checkpoint_phrase, eta_phrase, format_money, format_projection, format_what_if, format_when, rate_phrase, signed_duration
+from trainctl.core.projection_text import checkpoint_phrase, eta_phrase, format_money, format_projection, format_what_if, format_when, rate_phrase, signed_duration
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,369 @@
+"""Probes: the GPU (NVML, amdsmi, rocm-smi).
+
+Nothing here raises on a machine without a GPU: :func:`detect_gpu_probe` returns a
+:class:`NoGpuProbe` that says why ("no NVIDIA driver (NVML: ...); no amdsmi; no rocm-smi
+on PATH").  The parsers (:func:`parse_rocm_smi`, :func:`nvml_sample`,
+:func:`amdsmi_sample`) are pure functions over a tool's output or an injected module, so
+they are tested with recorded outputs (``tests/data/gpu/``) and fakes.
+"""
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class GpuSample:
+    """One GPU at one moment; a missing reading is None."""
+
+    name: str | None
+    util_percent: float | None
+    mem_used_bytes: int | None
+    mem_total_bytes: int | None
+    power_w: float | None
+    temperature_c: float | None
+    index: int = 0
+    source: str = ""                                           # nvml | amdsmi | rocm-smi
+    processes: tuple[tuple[int, int | None], ...] = ()         # (pid, GPU memory bytes)
+    devices: int = 1                                           # how many GPUs the tool saw
+
+    def as_dict(self) -> dict[str, Any]:
+        """The tick event's ``gpu`` dict (keys the TUI reads: name, util, mem_used, mem_total, power_w)."""
+        return {"name": self.name, "util": self.util_percent, "mem_used": self.mem_used_bytes,
+                "mem_total": self.mem_total_bytes, "power_w": self.power_w,
+                "temperature_c": self.temperature_c, "index": self.index, "source": self.source,
+                "devices": self.devices,
+                "processes": [{"pid": p, "mem_used": m} for p, m in self.processes]}
+
+
+class GpuProbe(Protocol):
+    def available(self) -> tuple[bool, str]: ...
+
+    def sample(self) -> GpuSample | None: ...
+
+
+@dataclass
+class NoGpuProbe:
+    """No GPU tool answered; ``reason`` says what was tried."""
+
+    reason: str = "no GPU probe"
+
+    def available(self) -> tuple[bool, str]:
+        return False, self.reason
+
+    def sample(self) -> GpuSample | None:
+        return None
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0]}" if text and text[0] else type(e).__name__
+
+
+# ----- NVIDIA (nvidia-ml-py's ``pynvml``)
+
+def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
+    """Read one device through an initialised NVML module (real ``pynvml`` or a fake).
+    Each reading that fails is None; a failing handle raises the module's error."""
+    handle = nvml.nvmlDeviceGetHandleByIndex(index)
+
+    def get(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:  # any NVMLError (not supported, GPU lost, ...) → missing metric
+            return None
+
+    name = get(lambda: nvml.nvmlDeviceGetName(handle))
+    if isinstance(name, bytes):
+        name = name.decode(errors="replace")
+    util = get(lambda: nvml.nvmlDeviceGetUtilizationRates(handle))
+    mem = get(lambda: nvml.nvmlDeviceGetMemoryInfo(handle))
+    power_mw = get(lambda: nvml.nvmlDeviceGetPowerUsage(handle))
+    temp = get(lambda: nvml.nvmlDeviceGetTemperature(handle, nvml.NVML_TEMPERATURE_GPU))
+    count = get(nvml.nvmlDeviceGetCount)
+    procs: dict[int, int | None] = {}
+    for fn_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
+        fn = getattr(nvml, fn_name, None)
+        for p in (get(lambda fn=fn: fn(handle)) if fn is not None else None) or ():
+            pid = getattr(p, "pid", None)
+            if isinstance(pid, int) and pid not in procs:
+                used = getattr(p, "usedGpuMemory", None)
+                procs[pid] = int(used) if isinstance(used, int) else None
+    return GpuSample(
+        name=name, util_percent=_num(getattr(util, "gpu", None)),
+        mem_used_bytes=_int(getattr(mem, "used", None)), mem_total_bytes=_int(getattr(mem, "total", None)),
+        power_w=None if _num(power_mw) is None else _num(power_mw) / 1000.0,
+        temperature_c=_num(temp), index=index, source="nvml",
+        processes=tuple(sorted(procs.items())), devices=count if isinstance(count, int) else 1)
+
+
+class NvmlProbe:
+    """NVIDIA GPUs through NVML (``pynvml`` from nvidia-ml-py, imported lazily)."""
+
+    def __init__(self, index: int = 0, nvml: Any = None) -> None:
+        self.index = index
+        self._nvml = nvml
+        self._state: tuple[bool, str] | None = None
+
+    def available(self) -> tuple[bool, str]:
+        if self._state is None:
+            self._state = self._init()
+        return self._state
+
+    def _init(self) -> tuple[bool, str]:
+        try:
+            if self._nvml is None:
+                import pynvml  # nvidia-ml-py
+                self._nvml = pynvml
+            self._nvml.nvmlInit()
+            count = self._nvml.nvmlDeviceGetCount()
+            if count <= self.index:
+                return False, f"NVML sees {count} GPU(s), none with index {self.index}"
+            self._nvml.nvmlDeviceGetHandleByIndex(self.index)
+            return True, f"NVML: {count} GPU(s)"
+        except ImportError as e:
+            return False, f"nvidia-ml-py not installed ({_first_line(e)})"
+        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+            return False, f"no NVIDIA driver (NVML: {_first_line(e)})"
+
+    def sample(self) -> GpuSample | None:
+        if not self.available()[0]:
+            return None
+        try:
+            return nvml_sample(self._nvml, self.index)
+        except Exception:
+            return None
+
+
+# ----- AMD: amdsmi (Python bindings of AMD SMI, ROCm 6+)
+
+def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) -> GpuSample:
+    """Read one device through an initialised ``amdsmi`` module (real or fake).
+
+    Units per the AMD SMI docs: VRAM in MB (MiB), power in W, temperature in °C; a
+    value may be the string "N/A"."""
+
+    def get(fn: Callable[[], Any]) -> Any:
+        try:
+            return fn()
+        except Exception:
+            return None
+
+    asic = get(lambda: amdsmi.amdsmi_get_gpu_asic_info(handle)) or {}
+    activity = get(lambda: amdsmi.amdsmi_get_gpu_activity(handle)) or {}
+    vram = get(lambda: amdsmi.amdsmi_get_gpu_vram_usage(handle)) or {}
+    power = get(lambda: amdsmi.amdsmi_get_power_info(handle)) or {}
+    temp = get(lambda: amdsmi.amdsmi_get_temp_metric(
+        handle, amdsmi.AmdSmiTemperatureType.EDGE, amdsmi.AmdSmiTemperatureMetric.CURRENT))
+    watts = _num(power.get("current_socket_power"))
+    if watts is None:
+        watts = _num(power.get("average_socket_power"))
+    procs: list[tuple[int, int | None]] = []
+    for p in get(lambda: amdsmi.amdsmi_get_gpu_process_list(handle)) or ():
+        if isinstance(p, dict) and isinstance(p.get("pid"), int):
+            mem = p.get("memory_usage") if isinstance(p.get("memory_usage"), dict) else {}
+            procs.append((p["pid"], _int(mem.get("vram_mem"))))
+    mib = 1 << 20
+    used, total = _num(vram.get("vram_used")), _num(vram.get("vram_total"))
+    return GpuSample(
+        name=asic.get("market_name") if isinstance(asic.get("market_name"), str) else None,
+        util_percent=_num(activity.get("gfx_activity")),
+        mem_used_bytes=None if used is None else int(used * mib),
+        mem_total_bytes=None if total is None else int(total * mib),
+        power_w=watts, temperature_c=_num(temp), index=index, source="amdsmi",
+        processes=tuple(procs), devices=devices)
+
+
+class AmdSmiProbe:
+    """AMD GPUs through the ``amdsmi`` Python package (imported lazily)."""
+
+    def __init__(self, index: int = 0, amdsmi: Any = None) -> None:
+        self.index = index
+        self._mod = amdsmi
+        self._handles: list[Any] = []
+        self._state: tuple[bool, str] | None = None
+
+    def available(self) -> tuple[bool, str]:
+        if self._state is None:
+            self._state = self._init()
+        return self._state
+
+    def _init(self) -> tuple[bool, str]:
+        try:
+            if self._mod is None:
+                import amdsmi  # type: ignore[import-not-found]
+                self._mod = amdsmi
+            self._mod.amdsmi_init()
+            self._handles = list(self._mod.amdsmi_get_processor_handles())
+        except ImportError:
+            return False, "no amdsmi Python package"
+        except Exception as e:
+            return False, f"amdsmi: {_first_line(e)}"
+        if len(self._handles) <= self.index:
+            return False, f"amdsmi sees {len(self._handles)} GPU(s), none with index {self.index}"
+        return True, f"amdsmi: {len(self._handles)} GPU(s)"
+
+    def sample(self) -> GpuSample | None:
+        if not self.available()[0]:
+            return None
+        try:
+            return amdsmi_sample(self._mod, self._handles[self.index], self.index, len(self._handles))
+        except Exception:
+            return None
+
+
+# ----- AMD: the rocm-smi command line
+
+ROCM_SMI_ARGS = ("--showuse", "--showmemuse", "--showpower", "--showmeminfo", "vram",
+                 "--showtemp", "--showproductname", "--showpids", "--json")
+
+# key names differ between rocm-smi versions (see tests/data/gpu/): matched case-insensitively
+_UTIL_KEYS = ("gpu use (%)",)
+_POWER_KEYS = ("average graphics package power (w)", "current socket graphics package power (w)",
+               "current graphics package power (w)")
+_TEMP_KEYS = ("temperature (sensor edge) (c)", "temperature (sensor junction) (c)")
+_VRAM_USED = ("vram total used memory (b)",)
+_VRAM_TOTAL = ("vram total memory (b)",)
+_NAME_KEYS = ("device name", "card series", "card model")
+_CARD = re.compile(r"^card(\d+)$")
+
+
+def parse_rocm_smi(text: str, index: int = 0) -> GpuSample | None:
+    """Parse ``rocm-smi ... --json`` output (anything before the first ``{`` is skipped:
+    some versions print warnings first).  None when the card is not in it."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        data = json.loads(text[start:])
+    except ValueError:
+        return None
+    if not isinstance(data, dict):
+        return None
+    cards = {int(m.group(1)): v for k, v in data.items()
+             if (m := _CARD.match(k)) and isinstance(v, dict)}
+    card = cards.get(index)
+    if card is None:
+        return None
+    low = {str(k).strip().lower(): v for k, v in card.items()}
+
+    def pick(keys: Sequence[str]) -> float | None:
+        for k in keys:
+            v = _num(low.get(k))
+            if v is not None:
+                return v
+        return None
+
+    name = None
+    for k in _NAME_KEYS:
+        v = low.get(k)
+        if isinstance(v, str) and v.strip() and v.strip().upper() != "N/A":
+            name = v.strip()
+            break
+    used, total = pick(_VRAM_USED), pick(_VRAM_TOTAL)
+    return GpuSample(name=name, util_percent=pick(_UTIL_KEYS),
+                     mem_used_bytes=None if used is None else int(used),
+                     mem_total_bytes=None if total is None else int(total),
+                     power_w=pick(_POWER_KEYS), temperature_c=pick(_TEMP_KEYS), index=index,
+                     source="rocm-smi", processes=_rocm_pids(data.get("system")), devices=len(cards))
+
+
+def _rocm_pids(system: Any) -> tuple[tuple[int, int | None], ...]:
+    """``--showpids --json``: ``"system": {"PID1234": "python3, 1, 4203741184, 0, 0"}``
+    (name, GPU count, VRAM bytes, SDMA, CU occupancy)."""
+    if not isinstance(system, dict):
+        return ()
+    out = []
+    for k, v in system.items():
+        m = re.fullmatch(r"PID(\d+)", str(k))
+        if not m:
+            continue
+        parts = [p.strip() for p in str(v).split(",")]
+        vram = _int(_num(parts[2])) if len(parts) > 2 else None
+        out.append((int(m.group(1)), vram))
+    return tuple(sorted(out))
+
+
+class RocmSmiProbe:
+    """AMD GPUs through ``rocm-smi --json`` (about 0.3–1 s per call: sample sparingly)."""
+
+    def __init__(self, index: int = 0, exe: str | None = None,
+                 run: Callable[[Sequence[str]], str] | None = None, timeout: float = 10.0) -> None:
+        self.index = index
+        self.exe = exe or shutil.which("rocm-smi")
+        self.timeout = timeout
+        self._run = run or self._subprocess
+        self._state: tuple[bool, str] | None = None
+
+    def _subprocess(self, argv: Sequence[str]) -> str:
+        r = subprocess.run(list(argv), capture_output=True, text=True, timeout=self.timeout,
+                           stdin=subprocess.DEVNULL)
+        return r.stdout
+
+    def available(self) -> tuple[bool, str]:
+        if self._state is None:
+            if self.exe is None:
+                self._state = (False, "no rocm-smi on PATH")
+            else:
+                self._state = (True, f"rocm-smi at {self.exe}") if self._read() is not None else \
+                    (False, f"rocm-smi ({self.exe}) reports no card {self.index}")
+        return self._state
+
+    def _read(self) -> GpuSample | None:
+        try:
+            return parse_rocm_smi(self._run([self.exe or "rocm-smi", *ROCM_SMI_ARGS]), self.index)
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+
+    def sample(self) -> GpuSample | None:
+        if not self.available()[0]:
+            return None
+        return self._read()
+
+
+def detect_gpu_probe(index: int = 0) -> GpuProbe:
+    """The first GPU probe that works here (NVML, amdsmi, rocm-smi), else a
+    :class:`NoGpuProbe` whose reason lists what was tried.  Never raises."""
+    reasons: list[str] = []
+    for make in (NvmlProbe, AmdSmiProbe, RocmSmiProbe):
+        try:
+            probe = make(index)
+            ok, why = probe.available()
+        except Exception as e:  # a broken tool must not break the agent
+            ok, why = False, f"{make.__name__}: {_first_line(e)}"
+        if ok:
+            return probe
+        reasons.append(why)
+    return NoGpuProbe("; ".join(reasons))
+
+
+# ---------------------------------------------------------------------------- helpers
+
+def _num(v: Any) -> float | None:
+    """A finite number from an int, float or numeric string ("34.0", "45 W"); else None."""
+    if isinstance(v, bool):
+        return None
+    if isinstance(v, (int, float)):
+        f = float(v)
+    elif isinstance(v, str):
+        m = re.match(r"\s*(-?\d+(?:\.\d+)?)", v)
+        if not m:
+            return None
+        f = float(m.group(1))
+    else:
+        return None
+    return f if f == f and f not in (float("inf"), float("-inf")) else None
+
+
+def _int(v: Any) -> int | None:
+    f = _num(v)
+    return None if f is None else int(f)
+
+
+__all__ = ["GpuSample", "GpuProbe", "NoGpuProbe", "NvmlProbe", "AmdSmiProbe", "RocmSmiProbe",
+           "parse_rocm_smi", "nvml_sample", "amdsmi_sample", "detect_gpu_probe", "ROCM_SMI_ARGS"]

@@ -1,0 +1,25 @@
+"""This machine, as an agent says where it runs (agent.json): its Slurm node name and job,
+its hostname and the kernel's boot id (what says "this machine": a Unix socket can be
+connected from the same kernel only).  src/trainctl/hosts/where.py decides from it how a
+client reaches an agent."""
+from __future__ import annotations
+
+import os
+import socket
+from pathlib import Path
+
+BOOT_ID = Path("/proc/sys/kernel/random/boot_id")
+
+
+def boot_id() -> str:
+    try:
+        return BOOT_ID.read_text().strip()
+    except OSError:
+        return ""
+
+
+def where_i_run() -> dict:
+    """What an agent writes in agent.json about its machine."""
+    return {"node": os.environ.get("SLURMD_NODENAME", ""),
+            "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "hostname": socket.gethostname(),
+            "boot_id": boot_id()}
