@@ -9,6 +9,7 @@ cut at 99% (refused from the zip's end alone), the legacy format, and ``torch.lo
 comparison; then deletes the files.  The page cache is warm (the file was just written),
 so the figures are CPU cost (CRC32 over every byte), not disk reads.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,12 +34,16 @@ def timed(fn, repeat: int = 3) -> float:
 
 
 def state(mb: int) -> dict:
-    n = mb * 2**20 // 4 // 2 // 64   # rows of 64 float32, model and optimizer halves
+    n = mb * 2**20 // 4 // 2 // 64  # rows of 64 float32, model and optimizer halves
     layers = max(1, n // 4096)
-    return {"epoch": 1,
-            "model": {f"layer{i}.weight": torch.randn(n // layers, 64) for i in range(layers)},
-            "optimizer": {"state": {i: {"exp_avg": torch.randn(n // layers, 64)} for i in range(layers)},
-                          "param_groups": [{"lr": 1e-3, "params": list(range(layers))}]}}
+    return {
+        "epoch": 1,
+        "model": {f"layer{i}.weight": torch.randn(n // layers, 64) for i in range(layers)},
+        "optimizer": {
+            "state": {i: {"exp_avg": torch.randn(n // layers, 64)} for i in range(layers)},
+            "param_groups": [{"lr": 1e-3, "params": list(range(layers))}],
+        },
+    }
 
 
 def main() -> None:
@@ -62,10 +67,12 @@ def main() -> None:
             t_cut = timed(lambda: verify_path(cut))
             t_legacy = timed(lambda: verify_path(legacy))
             t_load = timed(lambda: torch.load(path, map_location="cpu", weights_only=True), 2)
-            print(f"{size / 2**20:7.1f} MiB torch zip: verify {t_ok * 1000:7.1f} ms "
-                  f"({size / 2**20 / t_ok:6.0f} MiB/s, {v.status}); cut at 99% refused in "
-                  f"{t_cut * 1000:.2f} ms; legacy format {t_legacy * 1000:.1f} ms "
-                  f"({verify_path(legacy).status}); torch.load {t_load * 1000:.0f} ms")
+            print(
+                f"{size / 2**20:7.1f} MiB torch zip: verify {t_ok * 1000:7.1f} ms "
+                f"({size / 2**20 / t_ok:6.0f} MiB/s, {v.status}); cut at 99% refused in "
+                f"{t_cut * 1000:.2f} ms; legacy format {t_legacy * 1000:.1f} ms "
+                f"({verify_path(legacy).status}); torch.load {t_load * 1000:.0f} ms"
+            )
             for p in (path, legacy, cut):
                 p.unlink()
     finally:

@@ -6,6 +6,7 @@ is dropped (with a reason) instead of being buffered for.
 
 Usage: .venv/bin/python bench/bench_client_memory.py [--seconds 60] [--mbps 4]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,14 +49,35 @@ def main() -> int:
         env = dict(os.environ, TRAINCTL_CONFIG_DIR=str(tmp / "config"), TRAINCTL_RUNS_DIR=str(tmp / "runs"))
         (tmp / "flood.py").write_text(FLOOD)
         run_dir = tmp / "run"
-        agent = subprocess.Popen([PY, "-m", "trainctl", "run", "--json", "--run-dir", str(run_dir), "--",
-                                  PY, str(tmp / "flood.py"), str(a.mbps), str(a.seconds)],
-                                 env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True)
+        agent = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "trainctl",
+                "run",
+                "--json",
+                "--run-dir",
+                str(run_dir),
+                "--",
+                PY,
+                str(tmp / "flood.py"),
+                str(a.mbps),
+                str(a.seconds),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         while not (run_dir / "agent.sock").exists():
             time.sleep(0.1)
-        client = subprocess.Popen([PY, "-m", "trainctl", "attach", "--json", str(run_dir)], env=env,
-                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True)
+        client = subprocess.Popen(
+            [PY, "-m", "trainctl", "attach", "--json", str(run_dir)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         time.sleep(2.0)
         client.send_signal(signal.SIGSTOP)
         ps, rss, t0 = psutil.Process(agent.pid), [], time.monotonic()
@@ -69,12 +91,18 @@ def main() -> int:
         out, _ = client.communicate(timeout=60)
         written = (run_dir / "train.log").stat().st_size
         lines = out.decode(errors="replace").splitlines()
-        print(f"trainer wrote {written / 1e6:.0f} MB in {time.monotonic() - t0:.0f} s "
-              f"({written / 1e6 / a.seconds:.1f} MB/s asked {a.mbps:g})")
-        print(f"agent RSS: start {rss[0] / 2**20:.0f} MiB, peak {max(rss) / 2**20:.0f} MiB, "
-              f"end {rss[-1] / 2**20:.0f} MiB (goal < 100 MiB)")
-        print(f"stopped client: {len(lines)} lines when resumed; exit {client.returncode}; "
-              f"last: {lines[-1][:120] if lines else '-'}")
+        print(
+            f"trainer wrote {written / 1e6:.0f} MB in {time.monotonic() - t0:.0f} s "
+            f"({written / 1e6 / a.seconds:.1f} MB/s asked {a.mbps:g})"
+        )
+        print(
+            f"agent RSS: start {rss[0] / 2**20:.0f} MiB, peak {max(rss) / 2**20:.0f} MiB, "
+            f"end {rss[-1] / 2**20:.0f} MiB (goal < 100 MiB)"
+        )
+        print(
+            f"stopped client: {len(lines)} lines when resumed; exit {client.returncode}; "
+            f"last: {lines[-1][:120] if lines else '-'}"
+        )
         events = [json.loads(x) for x in (run_dir / "events.jsonl").read_text().splitlines()]
         print(f"agent: exit {agent.returncode}, final state {events[-1].get('state')}")
     return 0

@@ -18,6 +18,7 @@ trainctl runs from a scratch directory, so PYTHONPATH may name another tree's `t
 (an older commit's, as links: see tests/unit/test_import_hygiene.py) for a before/after
 on the same machine; the holder (`python -I`) is always this venv's.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -75,10 +76,30 @@ def one_rate(rate: float, seconds: float, probes: int) -> None:
         tmp = Path(tmp)
         run_dir = tmp / "run"
         env = {**os.environ, "XDG_DATA_HOME": str(tmp / "data"), "XDG_CONFIG_HOME": str(tmp / "cfg")}
-        agent = subprocess.Popen([PY, "-m", "trainctl", "run", "--json", "--no-tmux", "--run-dir", str(run_dir),
-                                  "--name", f"flood{int(rate)}", "--", PY, str(FLOOD), str(rate), str(seconds)],
-                                 cwd=tmp, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                 start_new_session=True)
+        agent = subprocess.Popen(
+            [
+                PY,
+                "-m",
+                "trainctl",
+                "run",
+                "--json",
+                "--no-tmux",
+                "--run-dir",
+                str(run_dir),
+                "--name",
+                f"flood{int(rate)}",
+                "--",
+                PY,
+                str(FLOOD),
+                str(rate),
+                str(seconds),
+            ],
+            cwd=tmp,
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
         try:
             log = run_dir / "train.log"
             deadline = time.monotonic() + 30
@@ -94,8 +115,13 @@ def one_rate(rate: float, seconds: float, probes: int) -> None:
                 hellos.append(h)
                 replies.append(r)
                 c0 = time.monotonic()
-                p = subprocess.run([PY, "-m", "trainctl", "status", "--json", str(run_dir)], cwd=tmp,
-                                   env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                p = subprocess.run(
+                    [PY, "-m", "trainctl", "status", "--json", str(run_dir)],
+                    cwd=tmp,
+                    env=env,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                )
                 cli.append(time.monotonic() - c0)
                 codes.append(p.returncode)
                 if time.monotonic() - t0 > seconds - 3:
@@ -111,16 +137,24 @@ def one_rate(rate: float, seconds: float, probes: int) -> None:
                 got = [x for x in xs if x is not None]
                 if not got:
                     return "none came"
-                return (f"median {1000 * statistics.median(got):6.0f} ms, max {1000 * max(got):6.0f} ms"
-                        + (f", {len(xs) - len(got)} of {len(xs)} never" if len(got) < len(xs) else ""))
-            print(f"{rate:5.0f} MB/s asked, {(size1 - size0) / window / 1e6:5.0f} MB/s written "
-                  f"({len(hellos)} probes):")
+                return f"median {1000 * statistics.median(got):6.0f} ms, max {1000 * max(got):6.0f} ms" + (
+                    f", {len(xs) - len(got)} of {len(xs)} never" if len(got) < len(xs) else ""
+                )
+
+            print(
+                f"{rate:5.0f} MB/s asked, {(size1 - size0) / window / 1e6:5.0f} MB/s written "
+                f"({len(hellos)} probes):"
+            )
             print(f"    hello            {fig(hellos)}")
             print(f"    status reply     {fig(replies)}")
-            print(f"    `trainctl status` median {statistics.median(cli):.2f} s, max {max(cli):.2f} s; "
-                  f"exit codes {codes} ({sum(1 for c in codes if c != 0)} of {len(codes)} not 0)")
-            print(f"    agent's intake {max(0, size1 - offset) / 1e6:.0f} MB behind train.log "
-                  f"(its last saved offset)")
+            print(
+                f"    `trainctl status` median {statistics.median(cli):.2f} s, max {max(cli):.2f} s; "
+                f"exit codes {codes} ({sum(1 for c in codes if c != 0)} of {len(codes)} not 0)"
+            )
+            print(
+                f"    agent's intake {max(0, size1 - offset) / 1e6:.0f} MB behind train.log "
+                f"(its last saved offset)"
+            )
         finally:
             try:
                 os.killpg(agent.pid, signal.SIGTERM)

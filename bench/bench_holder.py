@@ -12,6 +12,7 @@ Prints figures; asserts nothing.
    again just before it ends. "% core" is that CPU over the window's wall time. The holder's
    CPU from its start to the trainer running (interpreter + imports) is printed too.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,24 +56,27 @@ async def starts(n: int) -> None:
             ht = await HeldTrainer.start(["/bin/true"], None, None, d, 1)
             took.append(time.monotonic() - t0)
             await ht.wait()
-    print(f"start overhead ({n} starts): median {1000 * statistics.median(took):.0f} ms, "
-          f"max {1000 * max(took):.0f} ms")
+    print(
+        f"start overhead ({n} starts): median {1000 * statistics.median(took):.0f} ms, "
+        f"max {1000 * max(took):.0f} ms"
+    )
 
 
 async def load(rate: float, seconds: float) -> None:
     with tempfile.TemporaryDirectory() as d:
-        ht = await HeldTrainer.start([sys.executable, "-c", GEN, str(rate), str(seconds)],
-                                     None, None, d, 1)
+        ht = await HeldTrainer.start([sys.executable, "-c", GEN, str(rate), str(seconds)], None, None, d, 1)
         holder = psutil.Process(ht.holder_pid)
         c0, t0 = cpu(holder), time.monotonic()
         await asyncio.sleep(seconds - 0.3)
         c1, t1 = cpu(holder), time.monotonic()
         await ht.wait()
         lines = ht.status()["log_bytes"] and Path(d, "train.log").read_bytes().count(b"\n")
-        print(f"{rate:g} lines/s for {seconds:g}s ({lines} lines): holder CPU in the window "
-              f"{1000 * (c1 - c0):.0f} ms = {100 * (c1 - c0) / (t1 - t0):.2f} % of a core; "
-              f"{1e6 * (c1 - c0) / max(1, rate * (t1 - t0)):.0f} µs/line; "
-              f"CPU to start: {1000 * c0:.0f} ms")
+        print(
+            f"{rate:g} lines/s for {seconds:g}s ({lines} lines): holder CPU in the window "
+            f"{1000 * (c1 - c0):.0f} ms = {100 * (c1 - c0) / (t1 - t0):.2f} % of a core; "
+            f"{1e6 * (c1 - c0) / max(1, rate * (t1 - t0)):.0f} µs/line; "
+            f"CPU to start: {1000 * c0:.0f} ms"
+        )
 
 
 async def main() -> None:

@@ -21,6 +21,7 @@ The Ultralytics run (trainctl only): YOLOv8n from YAML on a synthetic data set, 
 imgsz 64, preset A (2 spawned DataLoader workers) with fallback B; the faults come from
 bench/ultralytics_faults/sitecustomize.py (on PYTHONPATH), at epoch 1 batch YOLO_HANG_AT.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,57 +42,137 @@ from trainctl.system.process import descendants
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "midepoch_resume.py"
 FAULTS = {"deadlock": "worker", "spin": "spin", "killed worker": "worker-exit", "planned restart": ""}
-PLANNED = "planned restart"    # trainctl only: `trainctl ctl RUN restart` on a healthy run mid-epoch
+PLANNED = "planned restart"  # trainctl only: `trainctl ctl RUN restart` on a healthy run mid-epoch
 HANG_AT = (1, 25)
-STALL_S = 4                    # trainctl --stall-timeout; NVRx --ft-rank-heartbeat-timeout
-WATCH_S = 0.5                  # NVRx --ft-workload-check-interval (trainctl watches every 0.5 s)
-NVRX = ["--ft-initial-rank-heartbeat-timeout", "60", "--ft-rank-heartbeat-timeout", str(STALL_S),
-        "--ft-workload-check-interval", str(WATCH_S), "--ft-enable-nic-monitor", "false"]
+STALL_S = 4  # trainctl --stall-timeout; NVRx --ft-rank-heartbeat-timeout
+WATCH_S = 0.5  # NVRx --ft-workload-check-interval (trainctl watches every 0.5 s)
+NVRX = [
+    "--ft-initial-rank-heartbeat-timeout",
+    "60",
+    "--ft-rank-heartbeat-timeout",
+    str(STALL_S),
+    "--ft-workload-check-interval",
+    str(WATCH_S),
+    "--ft-enable-nic-monitor",
+    "false",
+]
 YOLO = "trainctl (Ultralytics)"
-YOLO_TRAIN, YOLO_BATCH, YOLO_HANG_AT, YOLO_EVERY = 80, 4, 12, "3s"   # 20 batches an epoch
-YOLO_NBS = 8        # an optimizer step every 2 batches (Ultralytics' default nbs 64: every 16)
-YOLO_STALL_S = 10   # batches of 1-5 s on the 2 shared cores: 4 s saw false stalls
+YOLO_TRAIN, YOLO_BATCH, YOLO_HANG_AT, YOLO_EVERY = 80, 4, 12, "3s"  # 20 batches an epoch
+YOLO_NBS = 8  # an optimizer step every 2 batches (Ultralytics' default nbs 64: every 16)
+YOLO_STALL_S = 10  # batches of 1-5 s on the 2 shared cores: 4 s saw false stalls
 FAULTS_DIR = ROOT / "bench" / "ultralytics_faults"
 # Lines of the launchers' logs that say they saw the fault (their detection).
 LAUNCHER_SAW = re.compile(r"Did not get subsequent heartbeat|FT timeout elapsed|failed \(exitcode")
 
 
 def loop_args(ckpts: Path, kind: str) -> list[str]:
-    hang = ["--hang-at", f"{HANG_AT[0]}:{HANG_AT[1]}", "--hang-kind", kind, "--hang-attempt", "1"] if kind else []
-    return [str(EXAMPLE), "--epochs", "1", "--batches", "60", "--batch-time", "0.03",
-            "--save-every", "10", "--checkpoint-dir", str(ckpts), "--stamp", *hang]
+    hang = (
+        ["--hang-at", f"{HANG_AT[0]}:{HANG_AT[1]}", "--hang-kind", kind, "--hang-attempt", "1"]
+        if kind
+        else []
+    )
+    return [
+        str(EXAMPLE),
+        "--epochs",
+        "1",
+        "--batches",
+        "60",
+        "--batch-time",
+        "0.03",
+        "--save-every",
+        "10",
+        "--checkpoint-dir",
+        str(ckpts),
+        "--stamp",
+        *hang,
+    ]
 
 
 def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
     py = sys.executable
     if tool == "trainctl":
-        return [py, "-m", "trainctl", "run", "--json", "--stall-timeout", "4", "--rescue-wait", "10",
-                "--max-restarts", "2", "--run-dir", str(run_dir), "--resume-arg=--resume",
-                "--resume-arg={checkpoint}", "--", py, "-u", *loop_args(ckpts, kind)]
+        return [
+            py,
+            "-m",
+            "trainctl",
+            "run",
+            "--json",
+            "--stall-timeout",
+            "4",
+            "--rescue-wait",
+            "10",
+            "--max-restarts",
+            "2",
+            "--run-dir",
+            str(run_dir),
+            "--resume-arg=--resume",
+            "--resume-arg={checkpoint}",
+            "--",
+            py,
+            "-u",
+            *loop_args(ckpts, kind),
+        ]
     if tool == "nvrx":
-        return [py, "-m", "nvidia_resiliency_ext.fault_tolerance.launcher", "--standalone",
-                "--nproc-per-node", "1", "--max-restarts", "2", *NVRX, *loop_args(ckpts, kind),
-                "--resume", "auto", "--nvrx-heartbeat"]
-    return [py, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "1",
-            "--max-restarts", "2", *loop_args(ckpts, kind), "--resume", "auto"]
+        return [
+            py,
+            "-m",
+            "nvidia_resiliency_ext.fault_tolerance.launcher",
+            "--standalone",
+            "--nproc-per-node",
+            "1",
+            "--max-restarts",
+            "2",
+            *NVRX,
+            *loop_args(ckpts, kind),
+            "--resume",
+            "auto",
+            "--nvrx-heartbeat",
+        ]
+    return [
+        py,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "1",
+        "--max-restarts",
+        "2",
+        *loop_args(ckpts, kind),
+        "--resume",
+        "auto",
+    ]
 
 
 def nvrx_missing() -> str | None:
     """Why ft_launcher cannot run here (None: it imports)."""
-    r = subprocess.run([sys.executable, "-c", "import nvidia_resiliency_ext.fault_tolerance.launcher"],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        [sys.executable, "-c", "import nvidia_resiliency_ext.fault_tolerance.launcher"],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode == 0:
         return None
     last = (r.stderr.strip().splitlines() or ["?"])[-1]
-    return "not installed" if "No module named 'nvidia_resiliency_ext'" in last else f"does not import: {last}"
+    return (
+        "not installed" if "No module named 'nvidia_resiliency_ext'" in last else f"does not import: {last}"
+    )
 
 
 def yolo_job(root: Path) -> Path:
     sys.path.insert(0, str(ROOT))
     from tests.e2e.conftest import write_ultralytics_job
-    job = write_ultralytics_job(root, n_train=YOLO_TRAIN, n_val=4, epochs=1, batch=YOLO_BATCH, preset="A",
-                                fallback="B", extra={"nbs": YOLO_NBS})
-    job.write_text(f'checkpoint_every = "{YOLO_EVERY}"\n' + job.read_text())   # a top-level key
+
+    job = write_ultralytics_job(
+        root,
+        n_train=YOLO_TRAIN,
+        n_val=4,
+        epochs=1,
+        batch=YOLO_BATCH,
+        preset="A",
+        fallback="B",
+        extra={"nbs": YOLO_NBS},
+    )
+    job.write_text(f'checkpoint_every = "{YOLO_EVERY}"\n' + job.read_text())  # a top-level key
     return job
 
 
@@ -101,27 +182,55 @@ def measure(tool: str, fault: str, cap: float) -> dict:
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     if tool == YOLO:
         py = sys.executable
-        argv = [py, "-m", "trainctl", "run", str(yolo_job(tmp)), "--json", "--stall-timeout", str(YOLO_STALL_S),
-                "--rescue-wait", "10", "--max-restarts", "2", "--run-dir", str(run_dir)]
-        env.update(PYTHONPATH=os.pathsep.join([str(FAULTS_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
-                   BENCH_STAMPS=str(tmp / "stamps.txt"), BENCH_FAULT=FAULTS[fault],
-                   BENCH_FAULT_BATCH=str(YOLO_HANG_AT), BENCH_WORKERS="2", BENCH_BATCH_SIZE=str(YOLO_BATCH),
-                   YOLO_OFFLINE="1", YOLO_CONFIG_DIR=str(tmp / "yolo-config"))
-        env.pop("OMP_NUM_THREADS")   # the preset sets it
+        argv = [
+            py,
+            "-m",
+            "trainctl",
+            "run",
+            str(yolo_job(tmp)),
+            "--json",
+            "--stall-timeout",
+            str(YOLO_STALL_S),
+            "--rescue-wait",
+            "10",
+            "--max-restarts",
+            "2",
+            "--run-dir",
+            str(run_dir),
+        ]
+        env.update(
+            PYTHONPATH=os.pathsep.join([str(FAULTS_DIR), env.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+            BENCH_STAMPS=str(tmp / "stamps.txt"),
+            BENCH_FAULT=FAULTS[fault],
+            BENCH_FAULT_BATCH=str(YOLO_HANG_AT),
+            BENCH_WORKERS="2",
+            BENCH_BATCH_SIZE=str(YOLO_BATCH),
+            YOLO_OFFLINE="1",
+            YOLO_CONFIG_DIR=str(tmp / "yolo-config"),
+        )
+        env.pop("OMP_NUM_THREADS")  # the preset sets it
     else:
         argv = command(tool, ckpts, FAULTS[fault], run_dir)
     lines: list[tuple[float, str]] = []
     load0 = os.getloadavg()[0]
     t0 = time.time()
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, cwd=ROOT,
-                            env=env, start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        argv,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        text=True,
+    )
 
     def pump():
         for line in proc.stdout:
             lines.append((time.time(), line))
+
     reader = threading.Thread(target=pump, daemon=True)
     reader.start()
-    seen: set[psutil.Process] = set()     # every process of the tree, while it ran
+    seen: set[psutil.Process] = set()  # every process of the tree, while it ran
     capped = False
     stamped = tmp / "stamps.txt" if tool == YOLO else run_dir / "train.log"
     at = YOLO_HANG_AT if tool == YOLO else HANG_AT[1]
@@ -132,8 +241,11 @@ def measure(tool: str, fault: str, cap: float) -> dict:
             break
         seen |= set(descendants(proc.pid)) | set(_procs(ckpts))
         if fault == PLANNED and asked is None and _reached(stamped, at):
-            asked = subprocess.Popen([sys.executable, "-m", "trainctl", "ctl", str(run_dir), "restart"],
-                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            asked = subprocess.Popen(
+                [sys.executable, "-m", "trainctl", "ctl", str(run_dir), "restart"],
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+            )
         time.sleep(0.2)
     if asked is not None:
         asked.wait(30)
@@ -141,22 +253,22 @@ def measure(tool: str, fault: str, cap: float) -> dict:
     left = [p for p in seen if p.pid != proc.pid and _alive(p)] if not capped else []
     left_what = sorted({_what(p) for p in left})
     _kill_all(proc, ckpts)
-    for p in seen:   # a capped run: its holder and trainer live in their own sessions
+    for p in seen:  # a capped run: its holder and trainer live in their own sessions
         for q in [p, *descendants(p.pid)]:
             try:
                 q.kill()
             except psutil.Error:
                 pass
     reader.join(2)
-    (tmp / "output.txt").write_text("".join(f"{t:.3f} {ln}" for t, ln in lines))   # to look into a row
+    (tmp / "output.txt").write_text("".join(f"{t:.3f} {ln}" for t, ln in lines))  # to look into a row
     text = [(float(m[1]), ln.rstrip()) for _t, ln in lines if (m := re.search(r" t=([0-9.]+)$", ln.rstrip()))]
     text += [(t, "STALL") for t, ln in lines if LAUNCHER_SAW.search(ln)]
-    if tool in ("trainctl", YOLO):   # the trainer's own lines are in train.log, the events on stdout
+    if tool in ("trainctl", YOLO):  # the trainer's own lines are in train.log, the events on stdout
         text = _trainctl_lines(run_dir, tmp / "stamps.txt" if tool == YOLO else run_dir / "train.log")
     row = _figures(tool, fault, sorted(text, key=lambda x: x[0]), left, capped, run_dir)
     row["load"] = (load0, os.getloadavg()[0])
     if fault == PLANNED and row["detect"] is not None:
-        row["detect"] = "asked"   # nothing to detect: `trainctl ctl restart`
+        row["detect"] = "asked"  # nothing to detect: `trainctl ctl restart`
     if left_what:
         row["note"] = "; ".join(filter(None, [row["note"], "left over: " + ", ".join(left_what)]))
     return row
@@ -186,6 +298,7 @@ def _trainctl_lines(run_dir: Path, stamped: Path) -> list[tuple[float, str]]:
     """The trainer's stamped lines (train.log, or the Ultralytics batch stamps); the first
     of stall, exit and restart after the fault, and the save-request infos, from the journal."""
     import json
+
     out = []
     try:
         log = stamped.read_text(errors="replace").splitlines()
@@ -214,7 +327,7 @@ def _trainctl_lines(run_dir: Path, stamped: Path) -> list[tuple[float, str]]:
 def _figures(tool, fault, text, left, capped, run_dir) -> dict:
     attempts: list[dict] = []
     stalls: list[float] = []
-    spawns: dict[int, float] = {}   # trainctl: when each attempt was started
+    spawns: dict[int, float] = {}  # trainctl: when each attempt was started
     for t, ln in text:
         if m := re.match(r"resume epoch=(\d+) batch=(\d+)", ln):
             attempts.append({"start": t, "resume": (int(m[1]), int(m[2])), "last": None, "first": None})
@@ -230,12 +343,20 @@ def _figures(tool, fault, text, left, capped, run_dir) -> dict:
         elif ln.startswith("SPAWN "):
             spawns[int(ln[6:])] = t
         elif ln.startswith("INFO "):
-            if attempts:   # the last answer before the restart (a false stall may have asked earlier)
+            if attempts:  # the last answer before the restart (a false stall may have asked earlier)
                 attempts[-1]["save"] = re.sub(r"/\S*/", "", ln[5:].strip())
         elif ln.startswith("FROM ") and attempts:
             attempts[-1].setdefault("from", ln[5:])
-    row = {"tool": tool, "fault": fault, "detect": None, "recover": None, "redone": None,
-           "left": None if capped else len(left), "note": "", "startup": None}
+    row = {
+        "tool": tool,
+        "fault": fault,
+        "detect": None,
+        "recover": None,
+        "redone": None,
+        "left": None if capped else len(left),
+        "note": "",
+        "startup": None,
+    }
     if not attempts or attempts[0]["last"] is None:
         row["note"] = "no batch"
         return row
@@ -244,15 +365,19 @@ def _figures(tool, fault, text, left, capped, run_dir) -> dict:
         row["note"] = "not detected" if capped else "ended without a restart"
         return row
     second = attempts[1]
-    stall_ts = next((t for t in stalls if t >= last_t), None)   # not a false stall before the fault
+    stall_ts = next((t for t in stalls if t >= last_t), None)  # not a false stall before the fault
     row["detect"] = (stall_ts if stall_ts is not None else second["start"]) - last_t
     if second["first"] is not None:
         row["recover"] = second["first"] - last_t
         if 2 in spawns:
             row["startup"] = second["first"] - spawns[2]
     row["redone"] = (last_pos[1] - second["resume"][1]) if last_pos[0] == second["resume"][0] else None
-    row["note"] = "; ".join(filter(None, [attempts[0].get("save", ""),
-                                          attempts[0].get("from") and f"resumed from {attempts[0]['from']}"]))
+    row["note"] = "; ".join(
+        filter(
+            None,
+            [attempts[0].get("save", ""), attempts[0].get("from") and f"resumed from {attempts[0]['from']}"],
+        )
+    )
     return row
 
 
@@ -260,7 +385,10 @@ def _procs(marker: Path) -> list[psutil.Process]:
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if str(marker) in " ".join(p.info["cmdline"] or ()) and "trainctl" not in (p.info["cmdline"] or [""])[1:3]:
+            if (
+                str(marker) in " ".join(p.info["cmdline"] or ())
+                and "trainctl" not in (p.info["cmdline"] or [""])[1:3]
+            ):
                 out.append(p)
         except psutil.Error:
             continue
@@ -293,10 +421,14 @@ def trainer_lines() -> dict[str, int | str]:
     torchrun needs none beyond that (and `--resume auto`).  The Ultralytics runner: none
     (``checkpoint_every`` in the job file)."""
     text = EXAMPLE.read_text().splitlines()
-    return {"trainctl": sum(1 for ln in text if "report." in ln and not ln.lstrip().startswith("#")
-                            and "``" not in ln),
-            "nvrx": sum(1 for ln in text if ln.rstrip().endswith("# nvrx")),
-            "torchrun": 0, YOLO: "0 (job file)"}
+    return {
+        "trainctl": sum(
+            1 for ln in text if "report." in ln and not ln.lstrip().startswith("#") and "``" not in ln
+        ),
+        "nvrx": sum(1 for ln in text if ln.rstrip().endswith("# nvrx")),
+        "torchrun": 0,
+        YOLO: "0 (job file)",
+    }
 
 
 def fmt(v, spec=".1f") -> str:
@@ -305,17 +437,24 @@ def fmt(v, spec=".1f") -> str:
 
 def table(rows: list[dict]) -> str:
     code = trainer_lines()
-    out = ["| fault | tool | detection s | hang → first new batch s | of which start-up s | batches redone | "
-           "processes left over | trainer lines changed | load avg | notes |",
-           "|---|---|---|---|---|---|---|---|---|---|"]
+    out = [
+        "| fault | tool | detection s | hang → first new batch s | of which start-up s | batches redone | "
+        "processes left over | trainer lines changed | load avg | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for r in rows:
-        detect = (r["detect"] if isinstance(r["detect"], str) else fmt(r["detect"])) if r["detect"] is not None \
+        detect = (
+            (r["detect"] if isinstance(r["detect"], str) else fmt(r["detect"]))
+            if r["detect"] is not None
             else (r["note"] or "—")
+        )
         name = "NVRx ft_launcher" if r["tool"] == "nvrx" else r["tool"]
         load = "{:.1f}→{:.1f}".format(*r["load"]) if r.get("load") else "—"
-        out.append(f"| {r['fault']} | {name} | {detect} | {fmt(r['recover'])} | {fmt(r.get('startup'))} | "
-                   f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool']]} | {load} | "
-                   f"{r['note'] if r['detect'] is not None else ''} |")
+        out.append(
+            f"| {r['fault']} | {name} | {detect} | {fmt(r['recover'])} | {fmt(r.get('startup'))} | "
+            f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool']]} | {load} | "
+            f"{r['note'] if r['detect'] is not None else ''} |"
+        )
     return "\n".join(out)
 
 
@@ -332,10 +471,18 @@ def main() -> int:
     for fault in args.faults.split(","):
         for tool in tools:
             if fault == PLANNED and tool in ("torchrun", "nvrx"):
-                continue   # a launcher restarts on a failure only
+                continue  # a launcher restarts on a failure only
             if tool == "nvrx" and missing:
-                row = {"tool": tool, "fault": fault, "detect": None, "recover": None, "redone": None,
-                       "left": None, "note": f"ft_launcher {missing}", "startup": None}
+                row = {
+                    "tool": tool,
+                    "fault": fault,
+                    "detect": None,
+                    "recover": None,
+                    "redone": None,
+                    "left": None,
+                    "note": f"ft_launcher {missing}",
+                    "startup": None,
+                }
             else:
                 row = measure(tool, fault, args.yolo_cap if tool == YOLO else args.cap)
             print(row, flush=True)

@@ -16,6 +16,7 @@ Measured (2 loaded cores, load average ~5-9, Python 3.11, torch 2.14 CPU, two ru
 Transformers 3.0-3.5 us a step, Lightning 2.1-2.6 us (the loss tensor is read only when a progress
 line is due).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -62,10 +63,16 @@ def main() -> None:
         lt.throttle.fresh = 0
         progress = types.SimpleNamespace(processed=0)
         trainer = types.SimpleNamespace(
-            num_training_batches=1000, max_epochs=3, max_steps=-1, accumulate_grad_batches=1, current_epoch=0,
+            num_training_batches=1000,
+            max_epochs=3,
+            max_steps=-1,
+            accumulate_grad_batches=1,
+            current_epoch=0,
             callback_metrics={"train_loss": torch.tensor(0.5)},
-            fit_loop=types.SimpleNamespace(epoch_loop=types.SimpleNamespace(
-                batch_progress=types.SimpleNamespace(current=progress))))
+            fit_loop=types.SimpleNamespace(
+                epoch_loop=types.SimpleNamespace(batch_progress=types.SimpleNamespace(current=progress))
+            ),
+        )
 
         def lt_step(i: int) -> None:
             progress.processed = i % 1000 + 1

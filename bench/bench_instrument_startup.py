@@ -14,6 +14,7 @@ compare the medians, and run it again.  With PYTHONDONTWRITEBYTECODE set (and no
 Measured (2 loaded cores, bytecode cached, Python 3.11): ``-c pass`` +2.4 ms CPU (of 26),
 ``-c "import json"`` +0.6 ms (the bootstrap's own cost is mostly importing json).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -57,9 +58,13 @@ def main() -> None:
                 med = {k: statistics.median(r[i] for r in v) * 1000 for k, v in runs.items()}
                 for k, v in runs.items():
                     q = statistics.quantiles([r[i] * 1000 for r in v], n=4)
-                    print(f"python -c {code!r:14} {what:4} {k:13} median {med[k]:6.1f} ms "
-                          f"(quartiles {q[0]:.1f}-{q[2]:.1f} ms)")
-                print(f"python -c {code!r:14} {what:4} bootstrap cost: {med['instrumented'] - med['plain']:+.1f} ms (median)")
+                    print(
+                        f"python -c {code!r:14} {what:4} {k:13} median {med[k]:6.1f} ms "
+                        f"(quartiles {q[0]:.1f}-{q[2]:.1f} ms)"
+                    )
+                print(
+                    f"python -c {code!r:14} {what:4} bootstrap cost: {med['instrumented'] - med['plain']:+.1f} ms (median)"
+                )
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ process (its peak RSS is the client's memory):
   tests/helpers/sshd.py, `trainctl bridge` on the far side): before (a full replay, what
   the bridge asked before) and after (a snapshot, then the events after it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,9 +47,11 @@ DEMO = ROOT / "tests" / "data" / "journals" / "demo_run.jsonl"
 HANDMADE = ROOT / "tests" / "data" / "journals" / "handmade_run.jsonl"
 TRAINCTL = [sys.executable, "-m", "trainctl"]
 BATCHES, EPOCHS, RATE = 41163, 50, 2.4
-TRAINER = ("import time\nfor i in range(1, 10**6):\n"
-           "    print(f'Epoch 50/50 {i}/41163 box_loss=0.9 cls_loss=0.8 dfl_loss=1.1', flush=True)\n"
-           "    time.sleep(0.5)\n")
+TRAINER = (
+    "import time\nfor i in range(1, 10**6):\n"
+    "    print(f'Epoch 50/50 {i}/41163 box_loss=0.9 cls_loss=0.8 dfl_loss=1.1', flush=True)\n"
+    "    time.sleep(0.5)\n"
+)
 
 
 # ---------------------------------------------------------------------- building the journal
@@ -78,6 +81,7 @@ def build(run_dir: Path, days: float, source: Path) -> tuple[int, float, int]:
         nonlocal n, full
         full += len(E.encode(journal.append(ev)).encode()) + 1
         n += 1
+
     put(E.Start(t0, 1, 4242, "A", ("yolo", "train")))
     put(E.State(t0, "RUNNING", "progress"))
     for s in range(1, seconds + 1):
@@ -87,13 +91,22 @@ def build(run_dir: Path, days: float, source: Path) -> tuple[int, float, int]:
         tpl = progress[s % len(progress)]
         decay = 1.0 / (1.0 + s / 86400)
         losses = {k: round(v * (0.5 + 0.5 * decay), 4) for k, v in tpl.losses.items()}
-        put(E.Progress(ts, min(epoch + 1, EPOCHS), EPOCHS, batch + 1, BATCHES, losses,
-                       rate=round(RATE + (s % 7 - 3) / 100, 2)))
+        put(
+            E.Progress(
+                ts,
+                min(epoch + 1, EPOCHS),
+                EPOCHS,
+                batch + 1,
+                BATCHES,
+                losses,
+                rate=round(RATE + (s % 7 - 3) / 100, 2),
+            )
+        )
         if s % 30 == 0:
             put(dataclasses.replace(projection, ts=ts, seq=None))
         if s % 3600 == 0:
             put(dataclasses.replace(warnings[(s // 3600) % len(warnings)], ts=ts, seq=None))
-        if s % 86400 == 43200:   # a stall and a restart a day
+        if s % 86400 == 43200:  # a stall and a restart a day
             attempt += 1
             put(E.Stall(ts, "train", 300.0, "deadlock", detail="a worker in futex_wait"))
             put(E.State(ts, "STALLED", "no batch for 300 s"))
@@ -106,8 +119,15 @@ def build(run_dir: Path, days: float, source: Path) -> tuple[int, float, int]:
 
 def write_spec(run_dir: Path, job: str) -> None:
     from trainctl.store.spec import RunSpec
-    RunSpec(job_name=job, kind="command", command=[sys.executable, "-c", TRAINER], preset=None,
-            host="bench", stall={"startup_timeout": 3600, "train_timeout": 3600}).save(run_dir / "spec.json")
+
+    RunSpec(
+        job_name=job,
+        kind="command",
+        command=[sys.executable, "-c", TRAINER],
+        preset=None,
+        host="bench",
+        stall={"startup_timeout": 3600, "train_timeout": 3600},
+    ).save(run_dir / "spec.json")
 
 
 # ---------------------------------------------------------------------- measurements (child)
@@ -119,6 +139,7 @@ def status_before(run_dir: Path) -> dict:
     """What `trainctl status` did with no agent before snapshots: the spec, then the whole
     journal read twice (the offline hello, then the last event of each type)."""
     from trainctl.store.journal import read_events
+
     status = {"state": "UNKNOWN"}
     for ev in read_events(run_dir / "events.jsonl"):
         if isinstance(ev, E.State):
@@ -150,13 +171,14 @@ class _FullReplay:
         await self.client.close()
 
 
-LIMIT_S = 300.0   # a before that takes longer is reported as "over", with how far it got
+LIMIT_S = 300.0  # a before that takes longer is reported as "over", with how far it got
 
 
 async def dashboard(factory, target: int) -> dict:
     """The real dashboard, headless: seconds from its start until it shows the run's state
     and the journal up to seq ``target`` (or, past LIMIT_S, how far it got)."""
     from trainctl.tui.app import TrainctlApp
+
     app = TrainctlApp(factory)
     t0 = time.perf_counter()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -177,13 +199,19 @@ def child(args: list[str]) -> None:
         out = {"s": time.perf_counter() - t0}
     elif what.startswith("dash"):
         from trainctl.client.connection import AgentClient, UnixTransport
+
         target = int(args[2])
         if what.endswith("ssh"):
             from trainctl.hosts.ssh import SshHost
             from trainctl.hosts.ssh_transport import SshTransport
+
             conf = json.loads(args[3])
-            host = SshHost(conf["alias"], ssh_config=Path(conf["config"]), control_dir=Path(conf["control"]),
-                           remote_trainctl=TRAINCTL)
+            host = SshHost(
+                conf["alias"],
+                ssh_config=Path(conf["config"]),
+                control_dir=Path(conf["control"]),
+                remote_trainctl=TRAINCTL,
+            )
             base = lambda: AgentClient(SshTransport(host, str(run_dir)))  # noqa: E731
         else:
             base = lambda: AgentClient(UnixTransport(run_dir / "agent.sock"))  # noqa: E731
@@ -198,8 +226,9 @@ def child(args: list[str]) -> None:
 
 
 def measure(*args: str) -> dict:
-    r = subprocess.run([sys.executable, __file__, "--child", *args], capture_output=True, text=True,
-                       timeout=900)
+    r = subprocess.run(
+        [sys.executable, __file__, "--child", *args], capture_output=True, text=True, timeout=900
+    )
     if r.returncode != 0:
         raise RuntimeError(f"{args[0]}: {r.stderr.strip()[-1500:]}")
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -238,9 +267,11 @@ def main() -> None:
         n, dt, full = build(run_dir, args.days, args.source)
         size = (run_dir / "events.jsonl").stat().st_size
         print(f"journal: {args.days:g} days, {n:,} events from {args.source.name}, written in {dt:.1f} s")
-        print(f"journal size: {size / 2**20:.1f} MiB, {size / 1e6 / args.days:.1f} MB/day "
-              f"({size / 2**20 / args.days:.1f} MiB/day), {size / n:.0f} bytes/event; "
-              f"before (every line in full): {full / 2**20:.1f} MiB, {full / 1e6 / args.days:.1f} MB/day")
+        print(
+            f"journal size: {size / 2**20:.1f} MiB, {size / 1e6 / args.days:.1f} MB/day "
+            f"({size / 2**20 / args.days:.1f} MiB/day), {size / n:.0f} bytes/event; "
+            f"before (every line in full): {full / 2**20:.1f} MiB, {full / 1e6 / args.days:.1f} MB/day"
+        )
         write_spec(run_dir, f"bench-long-{os.getpid()}")
 
         print("\n-- no agent (the run ended, or its agent died) --")
@@ -248,19 +279,28 @@ def main() -> None:
         print(f"status before (whole journal):       {before['s']:.2f} s, {before['rss_mb']:.0f} MB peak")
         first, first_cpu = cli_time("status", str(run_dir))
         snap = run_dir / "snapshot.json"
-        print(f"status, first (indexes the journal): {first:.2f} s ({first_cpu:.2f} s CPU; "
-              f"snapshot.json {snap.stat().st_size / 1024:.0f} KiB)")
+        print(
+            f"status, first (indexes the journal): {first:.2f} s ({first_cpu:.2f} s CPU; "
+            f"snapshot.json {snap.stat().st_size / 1024:.0f} KiB)"
+        )
         nexts = [cli_time("status", str(run_dir)) for _ in range(5)]
         version = cli_time("--version")
-        print(f"status after (snapshot + tail):      median {statistics.median(t for t, _ in nexts):.2f} s "
-              f"({statistics.median(c for _, c in nexts):.2f} s CPU; n=5; `python -m trainctl --version` "
-              f"takes {version[0]:.2f} s, {version[1]:.2f} s CPU)")
+        print(
+            f"status after (snapshot + tail):      median {statistics.median(t for t, _ in nexts):.2f} s "
+            f"({statistics.median(c for _, c in nexts):.2f} s CPU; n=5; `python -m trainctl --version` "
+            f"takes {version[0]:.2f} s, {version[1]:.2f} s CPU)"
+        )
 
         print("\n-- a live agent going on with the journal --")
-        snap.unlink()   # the agent indexes it itself
-        agent = subprocess.Popen([*TRAINCTL, "agent", str(run_dir)], cwd=ROOT, start_new_session=True,
-                                 stdout=subprocess.DEVNULL, stderr=open(tmp / "agent.err", "wb"),
-                                 env={**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs")})
+        snap.unlink()  # the agent indexes it itself
+        agent = subprocess.Popen(
+            [*TRAINCTL, "agent", str(run_dir)],
+            cwd=ROOT,
+            start_new_session=True,
+            stdout=subprocess.DEVNULL,
+            stderr=open(tmp / "agent.err", "wb"),
+            env={**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs")},
+        )
         try:
             _live(agent, run_dir, tmp, args)
         finally:
@@ -274,13 +314,16 @@ def main() -> None:
 
 def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:
     import psutil
+
     snap = run_dir / "snapshot.json"
     t0 = time.perf_counter()
     while not snap.exists():
         if agent.poll() is not None:
             raise RuntimeError(f"the agent ended: {(tmp / 'agent.err').read_text()[-1500:]}")
         time.sleep(0.05)
-    print(f"agent: indexed the journal (snapshot.json written) {time.perf_counter() - t0:.2f} s after its start")
+    print(
+        f"agent: indexed the journal (snapshot.json written) {time.perf_counter() - t0:.2f} s after its start"
+    )
     proc = psutil.Process(agent.pid)
     rss = [proc.memory_info().rss]
     live, live_cpu = cli_time("status", str(run_dir))
@@ -289,9 +332,11 @@ def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:
     if not args.no_ssh:
         rows.append(("ssh", "dash-before-ssh", "dash-after-ssh"))
         from tests.helpers.sshd import LocalSshd
+
         server = LocalSshd(tmp)
-        host_conf = json.dumps({"alias": server.alias, "config": str(server.ssh_config_path),
-                                "control": str(server.control_dir)})
+        host_conf = json.dumps(
+            {"alias": server.alias, "config": str(server.ssh_config_path), "control": str(server.control_dir)}
+        )
         host = server.make_host(remote_trainctl=TRAINCTL)
         t1 = time.perf_counter()
         host.connect()
@@ -299,8 +344,10 @@ def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:
         host.run([*TRAINCTL, "--version"], timeout=60)
         t3 = time.perf_counter()
         host.close()
-        print(f"ssh alone: a new shared connection {t2 - t1:.2f} s, then `ssh HOST python -m trainctl "
-              f"--version` {t3 - t2:.2f} s (each ssh attach below pays both, and the bridge's start)")
+        print(
+            f"ssh alone: a new shared connection {t2 - t1:.2f} s, then `ssh HOST python -m trainctl "
+            f"--version` {t3 - t2:.2f} s (each ssh attach below pays both, and the bridge's start)"
+        )
     try:
         for label, before_mode, after_mode in rows:
             extra = [host_conf] if label == "ssh" else []
@@ -309,10 +356,14 @@ def _live(agent: subprocess.Popen, run_dir: Path, tmp: Path, args) -> None:
                 got = measure(mode, str(run_dir), str(target), *extra)
                 rss.append(proc.memory_info().rss)
                 kind = "before (full replay)" if "before" in mode else "after (snapshot)    "
-                took = (f"not yet after {got['s']:.0f} s (at event {got['seq']:,} of {target:,})"
-                        if got.get("over") else f"{got['s']:.2f} s after start")
-                print(f"dashboard {label:5} {kind}: state on screen {took}, "
-                      f"client {got['rss_mb']:.0f} MB peak")
+                took = (
+                    f"not yet after {got['s']:.0f} s (at event {got['seq']:,} of {target:,})"
+                    if got.get("over")
+                    else f"{got['s']:.2f} s after start"
+                )
+                print(
+                    f"dashboard {label:5} {kind}: state on screen {took}, client {got['rss_mb']:.0f} MB peak"
+                )
     finally:
         if not args.no_ssh:
             server.stop()

@@ -48,6 +48,7 @@ Usage: .venv/bin/python bench/bench_overhead.py [--seconds S] [--repeats N] [--r
    load on a shared machine: read the medians and the spread; the trainer's own CPU ms per
    batch (process_time) is printed beside it as a load-insensitive check.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -71,8 +72,8 @@ THIS = Path(__file__).resolve()
 TRAIN_LOOP_DIR = ROOT / "tests" / "helpers" / "scripts"
 PY = sys.executable
 POLL_S = 0.1
-SKIP_S = 1.0          # the steady window starts this long after the first line
-QUIET_S = 0.5         # the generator's silence after its last line (the agent drains the pipe)
+SKIP_S = 1.0  # the steady window starts this long after the first line
+QUIET_S = 0.5  # the generator's silence after its last line (the agent drains the pipe)
 
 
 # ====================================================================== trainer side
@@ -83,7 +84,7 @@ def _gen_main(argv: list[str]) -> int:
     burst = int(argv[4]) if len(argv) > 4 else 1
     out = sys.stdout
     write, flush = out.write, out.flush
-    batches = 500                               # per epoch (ul84 and kv alike)
+    batches = 500  # per epoch (ul84 and kv alike)
     n = 0
     marks: list[tuple[float, int]] = []
 
@@ -92,14 +93,19 @@ def _gen_main(argv: list[str]) -> int:
         if kind == "kv":
             return f"epoch={epoch}/1000 batch={b}/{batches} loss={0.9 / (1 + i / 1000):.4f}\n"
         # Ultralytics 8.4: a header line per epoch, then \r\x1b[K frames, a newline at the end.
-        head = "\n      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n" \
-            if b == 1 else ""
+        head = (
+            "\n      Epoch    GPU_mem   box_loss   cls_loss   dfl_loss  Instances       Size\n"
+            if b == 1
+            else ""
+        )
         pct = b * 100 // batches
         fill = b * 12 // batches
         bar = "━" * fill + "─" * (12 - fill)
-        frame = (f"\r\x1b[K{f'{epoch}/1000':>11}{'0G':>11}{1.2 - i % 7 / 100:11.4g}{0.9 + i % 5 / 100:11.4g}"
-                 f"{1.05:11.4g}{7 + i % 9:11d}{640:11d}: {pct}% {bar} {b}/{batches} "
-                 f"{rate / 10:.1f}it/s {i / rate:.1f}s<{(batches - b) / rate:.1f}s")
+        frame = (
+            f"\r\x1b[K{f'{epoch}/1000':>11}{'0G':>11}{1.2 - i % 7 / 100:11.4g}{0.9 + i % 5 / 100:11.4g}"
+            f"{1.05:11.4g}{7 + i % 9:11d}{640:11d}: {pct}% {bar} {b}/{batches} "
+            f"{rate / 10:.1f}it/s {i / rate:.1f}s<{(batches - b) / rate:.1f}s"
+        )
         return head + frame + ("\n" if b == batches else "")
 
     if rate > 0:
@@ -138,9 +144,11 @@ def _train_main(argv: list[str]) -> int:
     """`_train STATUS mlp SECONDS THREADS` or `_train STATUS train_loop ARGS...`."""
     status, workload = argv[0], argv[1]
     import torch
+
     if workload == "train_loop":
         sys.path.insert(0, str(TRAIN_LOOP_DIR))
         import train_loop
+
         loop_argv = argv[2:]
         batches = next(int(loop_argv[i + 1]) for i, a in enumerate(loop_argv) if a == "--batches")
         epochs = next(int(loop_argv[i + 1]) for i, a in enumerate(loop_argv) if a == "--epochs")
@@ -149,13 +157,19 @@ def _train_main(argv: list[str]) -> int:
         wall, cpu, n = time.perf_counter() - w0, time.process_time() - c0, batches * epochs
     else:
         from torch.utils.data import DataLoader, TensorDataset
+
         seconds, threads = float(argv[2]), int(argv[3])
         torch.set_num_threads(threads)
         torch.manual_seed(0)
         data = TensorDataset(torch.randn(8192, 512), torch.randint(0, 10, (8192,)))
         loader = DataLoader(data, batch_size=128, shuffle=True, num_workers=0)
-        model = torch.nn.Sequential(torch.nn.Linear(512, 1024), torch.nn.ReLU(), torch.nn.Linear(1024, 1024),
-                                    torch.nn.ReLU(), torch.nn.Linear(1024, 10))
+        model = torch.nn.Sequential(
+            torch.nn.Linear(512, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Linear(1024, 1024),
+            torch.nn.ReLU(),
+            torch.nn.Linear(1024, 10),
+        )
         opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
         per_epoch = len(loader)
         warmup, n, epoch, rc = 10, 0, 0, 0
@@ -201,19 +215,26 @@ class Run:
     until it exits; finish() stops it (SIGINT first: the agent then stops its whole tree)."""
 
     def __init__(self, argv: list[str], env: dict[str, str], stdout: Path, via_cat: bool = False) -> None:
-        self._out = open(stdout, "wb")   # noqa: SIM115 (closed by finish())
+        self._out = open(stdout, "wb")  # noqa: SIM115 (closed by finish())
         self.cat: subprocess.Popen | None = None
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
-                                     stdout=subprocess.PIPE if via_cat else self._out, stderr=subprocess.STDOUT,
-                                     env=env, cwd=str(ROOT), start_new_session=True)
-        if via_cat:   # `python train.py | cat > /dev/null`: a pipe with a reader that does nothing
-            self.cat = subprocess.Popen(["cat"], stdin=self.proc.stdout, stdout=subprocess.DEVNULL,
-                                        start_new_session=True)
+        self.proc = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE if via_cat else self._out,
+            stderr=subprocess.STDOUT,
+            env=env,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
+        if via_cat:  # `python train.py | cat > /dev/null`: a pipe with a reader that does nothing
+            self.cat = subprocess.Popen(
+                ["cat"], stdin=self.proc.stdout, stdout=subprocess.DEVNULL, start_new_session=True
+            )
             self.proc.stdout.close()
         self.ps = psutil.Process(self.proc.pid)
-        self.samples: list[tuple[float, float]] = []      # (monotonic, user + system of the process)
+        self.samples: list[tuple[float, float]] = []  # (monotonic, user + system of the process)
         self.seen: dict[int, psutil.Process] = {self.proc.pid: self.ps}
-        self.helper_cpu: dict[int, float] = {}            # children that are not a trainer
+        self.helper_cpu: dict[int, float] = {}  # children that are not a trainer
 
     def _poll_children(self) -> None:
         try:
@@ -221,7 +242,7 @@ class Run:
                 p = self.seen.setdefault(c.pid, c)
                 with contextlib.suppress(psutil.Error):
                     cmd = p.cmdline()
-                    if cmd[1:2] != [str(THIS)]:   # not the generator itself (the holder is a helper)
+                    if cmd[1:2] != [str(THIS)]:  # not the generator itself (the holder is a helper)
                         t = p.cpu_times()
                         self.helper_cpu[p.pid] = t.user + t.system
         except psutil.Error:
@@ -263,7 +284,7 @@ class Run:
         _kill_tree(self.seen, self.proc)
         if self.cat is not None:
             with contextlib.suppress(subprocess.TimeoutExpired):
-                self.cat.wait(5)          # EOF once the trainer is gone
+                self.cat.wait(5)  # EOF once the trainer is gone
             if self.cat.poll() is None:
                 self.cat.kill()
                 self.cat.wait()
@@ -271,15 +292,30 @@ class Run:
 
 
 def bench_env(tmp: Path) -> dict[str, str]:
-    env = dict(os.environ, TRAINCTL_CONFIG_DIR=str(tmp / "config"), TRAINCTL_RUNS_DIR=str(tmp / "runs"),
-               PYTHONUNBUFFERED="1")
+    env = dict(
+        os.environ,
+        TRAINCTL_CONFIG_DIR=str(tmp / "config"),
+        TRAINCTL_RUNS_DIR=str(tmp / "runs"),
+        PYTHONUNBUFFERED="1",
+    )
     env.pop("GITHUB_ACTIONS", None)
     return env
 
 
 def supervised(tmp: Path, tag: str, command: list[str], env: dict[str, str]) -> list[str]:
-    return [PY, "-m", "trainctl", "run", "--headless", "--run-dir", str(tmp / f"run-{tag}"),
-            "--name", tag.split("-")[0], "--", *command]
+    return [
+        PY,
+        "-m",
+        "trainctl",
+        "run",
+        "--headless",
+        "--run-dir",
+        str(tmp / f"run-{tag}"),
+        "--name",
+        tag.split("-")[0],
+        "--",
+        *command,
+    ]
 
 
 # ---------------------------------------------------------------------- 1. agent CPU
@@ -294,8 +330,9 @@ def _lines_at(marks: list[list[float]], t: float) -> float:
     return na + (nb - na) * (t - ta) / (tb - ta) if tb > ta else nb
 
 
-def cpu_run(tmp: Path, env: dict[str, str], kind: str, rate: float, seconds: float, tag: str,
-            burst: int = 1) -> dict:
+def cpu_run(
+    tmp: Path, env: dict[str, str], kind: str, rate: float, seconds: float, tag: str, burst: int = 1
+) -> dict:
     status = tmp / f"{tag}.json"
     gen = [PY, str(THIS), "_gen", kind, str(rate), str(seconds), str(status), str(burst)]
     run = Run(supervised(tmp, tag, gen, env), env, tmp / f"{tag}.out")
@@ -313,9 +350,17 @@ def cpu_run(tmp: Path, env: dict[str, str], kind: str, rate: float, seconds: flo
     with contextlib.suppress(OSError):
         for line in (tmp / f"run-{tag}" / "events.jsonl").read_text().splitlines():
             progress += '"type":"progress"' in line
-    return {"wall": w1 - w0, "lines": lines, "cpu": cpu, "startup": run.cpu_at(st["t0"]),
-            "total": run.samples[-1][1] if run.samples else float("nan"), "n": st["n"],
-            "achieved": lines / (w1 - w0), "helpers": sum(run.helper_cpu.values()), "progress": progress}
+    return {
+        "wall": w1 - w0,
+        "lines": lines,
+        "cpu": cpu,
+        "startup": run.cpu_at(st["t0"]),
+        "total": run.samples[-1][1] if run.samples else float("nan"),
+        "n": st["n"],
+        "achieved": lines / (w1 - w0),
+        "helpers": sum(run.helper_cpu.values()),
+        "progress": progress,
+    }
 
 
 def _med(runs: list[dict], key: str) -> float:
@@ -323,29 +368,47 @@ def _med(runs: list[dict], key: str) -> float:
 
 
 def bench_cpu(tmp: Path, env: dict[str, str], a: argparse.Namespace) -> None:
-    print(f"\n1. agent CPU (psutil cpu_times of the trainctl process, user+sys, polled every {POLL_S:g} s; "
-          f"window = first line + {SKIP_S:g} s .. last line; median of {a.repeats} run(s) each)")
-    slow = 2 * a.seconds                       # a longer window where there is little CPU to count
+    print(
+        f"\n1. agent CPU (psutil cpu_times of the trainctl process, user+sys, polled every {POLL_S:g} s; "
+        f"window = first line + {SKIP_S:g} s .. last line; median of {a.repeats} run(s) each)"
+    )
+    slow = 2 * a.seconds  # a longer window where there is little CPU to count
     idle = [cpu_run(tmp, env, "kv", 0, slow + SKIP_S, f"idle-{r}") for r in range(a.repeats)]
     idle_pct = statistics.median(r["cpu"] / r["wall"] for r in idle)
     rows = [("idle trainer (no output)", 0, idle)]
     for kind, label in (("kv", "key=value lines"), ("ul84", "Ultralytics 8.4 frames")):
         for rate in a.rates:
             secs = (slow if rate <= 100 else a.seconds) + SKIP_S
-            rows.append((label, rate, [cpu_run(tmp, env, kind, rate, secs, f"{kind}{rate:g}-{r}")
-                                       for r in range(a.repeats)]))
+            rows.append(
+                (
+                    label,
+                    rate,
+                    [cpu_run(tmp, env, kind, rate, secs, f"{kind}{rate:g}-{r}") for r in range(a.repeats)],
+                )
+            )
     if a.burst > 1:
-        rows.append((f"key=value, {a.burst} per write", 50,
-                     [cpu_run(tmp, env, "kv", 50, slow + SKIP_S, f"kvburst-{r}", a.burst)
-                      for r in range(a.repeats)]))
-    print(f"{'trainer output':26s} {'asked/s':>8s} {'achieved/s':>10s} {'lines':>8s} {'agent CPU':>10s} "
-          f"{'% core':>7s} {'ms CPU/1000 lines':>18s} {'marginal':>9s}")
+        rows.append(
+            (
+                f"key=value, {a.burst} per write",
+                50,
+                [
+                    cpu_run(tmp, env, "kv", 50, slow + SKIP_S, f"kvburst-{r}", a.burst)
+                    for r in range(a.repeats)
+                ],
+            )
+        )
+    print(
+        f"{'trainer output':26s} {'asked/s':>8s} {'achieved/s':>10s} {'lines':>8s} {'agent CPU':>10s} "
+        f"{'% core':>7s} {'ms CPU/1000 lines':>18s} {'marginal':>9s}"
+    )
     at50: dict[str, float] = {}
     for label, rate, runs in rows:
         pct = statistics.median(100 * r["cpu"] / r["wall"] for r in runs)
         if rate:
             per = statistics.median(1000 * 1000 * r["cpu"] / r["lines"] for r in runs)
-            marg = statistics.median(1000 * 1000 * (r["cpu"] - idle_pct * r["wall"]) / r["lines"] for r in runs)
+            marg = statistics.median(
+                1000 * 1000 * (r["cpu"] - idle_pct * r["wall"]) / r["lines"] for r in runs
+            )
             per_s, marg_s = f"{per:18.1f}", f"{marg:9.1f}"
             if any(r["progress"] == 0 for r in runs):
                 label += " (NOT PARSED as progress!)"
@@ -353,23 +416,33 @@ def bench_cpu(tmp: Path, env: dict[str, str], a: argparse.Namespace) -> None:
             per_s, marg_s = f"{'-':>18s}", f"{'-':>9s}"
         if rate == 50 and "per write" not in label:
             at50[label] = pct
-        print(f"{label:26s} {rate:8,.0f} {_med(runs, 'achieved'):10,.0f} {_med(runs, 'lines'):8,.0f} "
-              f"{_med(runs, 'cpu'):9.3f}s {pct:6.2f}% {per_s} {marg_s}")
+        print(
+            f"{label:26s} {rate:8,.0f} {_med(runs, 'achieved'):10,.0f} {_med(runs, 'lines'):8,.0f} "
+            f"{_med(runs, 'cpu'):9.3f}s {pct:6.2f}% {per_s} {marg_s}"
+        )
     every = [r for _, _, runs in rows for r in runs]
-    print(f"agent start-up to the first line: {statistics.median(r['startup'] for r in every):.2f} s CPU "
-          f"(median); whole run, last poll before exit: {min(r['total'] for r in every):.2f} .. "
-          f"{max(r['total'] for r in every):.2f} s CPU")
-    print(f"agent helper processes (kernel-log follower, ...), CPU per run: "
-          f"{statistics.median(r['helpers'] for r in every):.3f} s median (not in the figures above)")
-    short = [f"{label} ({rate:,.0f}/s asked, {statistics.median(r['achieved'] for r in runs):,.0f}/s achieved)"
-             for label, rate, runs in rows if rate and "per write" not in label
-             and statistics.median(r["achieved"] for r in runs) < 0.97 * rate]
+    print(
+        f"agent start-up to the first line: {statistics.median(r['startup'] for r in every):.2f} s CPU "
+        f"(median); whole run, last poll before exit: {min(r['total'] for r in every):.2f} .. "
+        f"{max(r['total'] for r in every):.2f} s CPU"
+    )
+    print(
+        f"agent helper processes (kernel-log follower, ...), CPU per run: "
+        f"{statistics.median(r['helpers'] for r in every):.3f} s median (not in the figures above)"
+    )
+    short = [
+        f"{label} ({rate:,.0f}/s asked, {statistics.median(r['achieved'] for r in runs):,.0f}/s achieved)"
+        for label, rate, runs in rows
+        if rate and "per write" not in label and statistics.median(r["achieved"] for r in runs) < 0.97 * rate
+    ]
     if short:
         print("the agent could not keep up (the pipe filled, the trainer blocked): " + "; ".join(short))
     if at50:
         worst = max(at50.values())
-        print(f"goal: <= 1 % of one core at 50 lines/s -> {'met' if worst <= 1 else 'NOT met'} "
-              f"({', '.join(f'{k}: {v:.2f} %' for k, v in at50.items())})")
+        print(
+            f"goal: <= 1 % of one core at 50 lines/s -> {'met' if worst <= 1 else 'NOT met'} "
+            f"({', '.join(f'{k}: {v:.2f} %' for k, v in at50.items())})"
+        )
 
 
 # ---------------------------------------------------------------------- 2. throughput
@@ -378,8 +451,12 @@ def train_run(tmp: Path, env: dict[str, str], cmd: list[str], tag: str, mode: st
     through a pipe to `cat > /dev/null`) or agent (under `trainctl run --headless`)."""
     status = tmp / f"{tag}.json"
     argv = [PY, str(THIS), "_train", str(status), *cmd]
-    run = Run(supervised(tmp, tag, argv, env) if mode == "agent" else argv, env, tmp / f"{tag}.out",
-              via_cat=mode == "pipe")
+    run = Run(
+        supervised(tmp, tag, argv, env) if mode == "agent" else argv,
+        env,
+        tmp / f"{tag}.out",
+        via_cat=mode == "pipe",
+    )
     try:
         rc = run.wait(timeout)
     finally:
@@ -388,62 +465,109 @@ def train_run(tmp: Path, env: dict[str, str], cmd: list[str], tag: str, mode: st
         raise RuntimeError(f"training run {tag} failed (exit {rc}); see {tmp / f'{tag}.out'}")
     st = json.loads(status.read_text())
     agent_pct = float("nan")
-    if mode == "agent" and len(run.samples) > 2:      # the agent's CPU over the trainer's timed loop
+    if mode == "agent" and len(run.samples) > 2:  # the agent's CPU over the trainer's timed loop
         end = st["end"]
         agent_pct = 100 * (run.cpu_at(end) - run.cpu_at(end - st["wall"])) / st["wall"]
-    return {"rate": st["batches"] / st["wall"], "cpu_ms": 1000 * st["cpu"] / st["batches"],
-            "agent_pct": agent_pct, "batches": st["batches"]}
+    return {
+        "rate": st["batches"] / st["wall"],
+        "cpu_ms": 1000 * st["cpu"] / st["batches"],
+        "agent_pct": agent_pct,
+        "batches": st["batches"],
+    }
 
 
 MODES = ("file", "pipe", "agent")
 
 
 def bench_throughput(tmp: Path, env: dict[str, str], a: argparse.Namespace) -> None:
-    print(f"\n2. training throughput: bare with stdout to a file (`> train.log`), bare through a pipe "
-          f"(`| cat > /dev/null`) and under `trainctl run --headless`; {a.train_repeats} alternating rounds "
-          f"(file, pipe, agent / agent, pipe, file, ...); the trainer times itself; medians")
+    print(
+        f"\n2. training throughput: bare with stdout to a file (`> train.log`), bare through a pipe "
+        f"(`| cat > /dev/null`) and under `trainctl run --headless`; {a.train_repeats} alternating rounds "
+        f"(file, pipe, agent / agent, pipe, file, ...); the trainer times itself; medians"
+    )
     workloads = [
-        ("mlp", f"MLP 512-1024-1024-10, batch 128, {a.threads} torch thread(s)",
-         ["mlp", str(a.train_seconds), str(a.threads)]),
-        ("loop", f"train_loop.py --workers 0 --batch-time 0, {a.loop_batches:,} batches",
-         ["train_loop", "--workers", "0", "--batch-time", "0", "--epochs", "1",
-          "--batches", str(a.loop_batches)]),
+        (
+            "mlp",
+            f"MLP 512-1024-1024-10, batch 128, {a.threads} torch thread(s)",
+            ["mlp", str(a.train_seconds), str(a.threads)],
+        ),
+        (
+            "loop",
+            f"train_loop.py --workers 0 --batch-time 0, {a.loop_batches:,} batches",
+            [
+                "train_loop",
+                "--workers",
+                "0",
+                "--batch-time",
+                "0",
+                "--epochs",
+                "1",
+                "--batches",
+                str(a.loop_batches),
+            ],
+        ),
     ]
-    print(f"{'workload':52s} {'it/s file':>10s} {'pipe':>9s} {'agent':>9s} {'agent/file':>11s} "
-          f"{'agent/pipe':>10s}  {'trainer CPU ms/it file/pipe/agent':>33s} {'agent %core':>11s}")
+    print(
+        f"{'workload':52s} {'it/s file':>10s} {'pipe':>9s} {'agent':>9s} {'agent/file':>11s} "
+        f"{'agent/pipe':>10s}  {'trainer CPU ms/it file/pipe/agent':>33s} {'agent %core':>11s}"
+    )
     verdicts = []
     for key, label, cmd in workloads:
         res: dict[str, list[dict]] = {m: [] for m in MODES}
         for r in range(a.train_repeats):
-            for mode in (MODES if r % 2 == 0 else MODES[::-1]):
-                res[mode].append(train_run(tmp, env, cmd, f"{key}-{mode}-{r}", mode, a.train_seconds * 20 + 120))
+            for mode in MODES if r % 2 == 0 else MODES[::-1]:
+                res[mode].append(
+                    train_run(tmp, env, cmd, f"{key}-{mode}-{r}", mode, a.train_seconds * 20 + 120)
+                )
         rate = {m: statistics.median(x["rate"] for x in res[m]) for m in MODES}
         cpu = {m: statistics.median(x["cpu_ms"] for x in res[m]) for m in MODES}
         pairs = [s_["rate"] / b_["rate"] for s_, b_ in zip(res["agent"], res["file"])]
         best = max(x["rate"] for x in res["agent"]) / max(x["rate"] for x in res["file"])
         vs_file, vs_pipe = rate["agent"] / rate["file"], rate["agent"] / rate["pipe"]
-        spread = 100 * (max(x["rate"] for x in res["file"]) - min(x["rate"] for x in res["file"])) / rate["file"]
-        verdicts.append((key, 100 * (1 - vs_file), 100 * (1 - statistics.median(pairs)), 100 * (1 - best),
-                         100 * (1 - vs_pipe), spread))
-        print(f"{label:52s} {rate['file']:10,.1f} {rate['pipe']:9,.1f} {rate['agent']:9,.1f} {vs_file:11.3f} "
-              f"{vs_pipe:10.3f}  {cpu['file']:13.3f} / {cpu['pipe']:.3f} / {cpu['agent']:<6.3f} "
-              f"{statistics.median(x['agent_pct'] for x in res['agent']):10.1f}%")
-        print("    runs it/s: " + "; ".join(f"{m} {', '.join(format(x['rate'], ',.1f') for x in res[m])}"
-                                           for m in MODES)
-              + f"; agent/file per round {', '.join(f'{r:.3f}' for r in pairs)}, best-of {best:.3f}")
-    print("(it/s = batches/s = the trainer's lines/s, wall time; agent/file = the throughput ratio, "
-          "1 - ratio = the slowdown)")
-    print("goal: <= 2 % slower than bare -> " + "; ".join(
-        f"{key}: {'met' if s <= 2 else 'NOT met'} ({s:.1f} % by medians, {sp:.1f} % median of rounds, "
-        f"{sb:.1f} % best-of; {spipe:.1f} % vs the bare pipe; the bare runs alone vary by {spread:.1f} %)"
-        for key, s, sp, sb, spipe, spread in verdicts))
+        spread = (
+            100 * (max(x["rate"] for x in res["file"]) - min(x["rate"] for x in res["file"])) / rate["file"]
+        )
+        verdicts.append(
+            (
+                key,
+                100 * (1 - vs_file),
+                100 * (1 - statistics.median(pairs)),
+                100 * (1 - best),
+                100 * (1 - vs_pipe),
+                spread,
+            )
+        )
+        print(
+            f"{label:52s} {rate['file']:10,.1f} {rate['pipe']:9,.1f} {rate['agent']:9,.1f} {vs_file:11.3f} "
+            f"{vs_pipe:10.3f}  {cpu['file']:13.3f} / {cpu['pipe']:.3f} / {cpu['agent']:<6.3f} "
+            f"{statistics.median(x['agent_pct'] for x in res['agent']):10.1f}%"
+        )
+        print(
+            "    runs it/s: "
+            + "; ".join(f"{m} {', '.join(format(x['rate'], ',.1f') for x in res[m])}" for m in MODES)
+            + f"; agent/file per round {', '.join(f'{r:.3f}' for r in pairs)}, best-of {best:.3f}"
+        )
+    print(
+        "(it/s = batches/s = the trainer's lines/s, wall time; agent/file = the throughput ratio, "
+        "1 - ratio = the slowdown)"
+    )
+    print(
+        "goal: <= 2 % slower than bare -> "
+        + "; ".join(
+            f"{key}: {'met' if s <= 2 else 'NOT met'} ({s:.1f} % by medians, {sp:.1f} % median of rounds, "
+            f"{sb:.1f} % best-of; {spipe:.1f} % vs the bare pipe; the bare runs alone vary by {spread:.1f} %)"
+            for key, s, sp, sb, spipe, spread in verdicts
+        )
+    )
 
 
 def calibrate() -> None:
     timer = timeit.Timer("sum(range(1000))", timer=time.process_time)
     best = min(timer.repeat(number=2000, repeat=7)) / 2000
-    print(f"calibration: sum(range(1000)) = {best * 1e6:.1f} us on this core "
-          "(about 7-10 us on an idle modern x86 core)")
+    print(
+        f"calibration: sum(range(1000)) = {best * 1e6:.1f} us on this core "
+        "(about 7-10 us on an idle modern x86 core)"
+    )
 
 
 def main() -> int:
@@ -452,14 +576,26 @@ def main() -> int:
     if len(sys.argv) > 1 and sys.argv[1] == "_train":
         return _train_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seconds", type=float, default=2.5,
-                    help="steady window per agent-CPU run at >100 lines/s (twice that at <=100 and idle)")
+    ap.add_argument(
+        "--seconds",
+        type=float,
+        default=2.5,
+        help="steady window per agent-CPU run at >100 lines/s (twice that at <=100 and idle)",
+    )
     ap.add_argument("--repeats", type=int, default=2, help="runs per agent-CPU configuration (median)")
-    ap.add_argument("--rates", type=lambda s: [float(x) for x in s.split(",")], default=[50, 1000, 10000],
-                    help="lines/s to ask of the generator, comma-separated (50,1000,10000)")
-    ap.add_argument("--burst", type=int, default=1,
-                    help="add a row: key=value at 50 lines/s written N at a time (one agent wake-up per N "
-                         "lines), e.g. 10; 1 (the default) leaves it out")
+    ap.add_argument(
+        "--rates",
+        type=lambda s: [float(x) for x in s.split(",")],
+        default=[50, 1000, 10000],
+        help="lines/s to ask of the generator, comma-separated (50,1000,10000)",
+    )
+    ap.add_argument(
+        "--burst",
+        type=int,
+        default=1,
+        help="add a row: key=value at 50 lines/s written N at a time (one agent wake-up per N "
+        "lines), e.g. 10; 1 (the default) leaves it out",
+    )
     ap.add_argument("--train-seconds", type=float, default=2.0, help="timed training per MLP run")
     ap.add_argument("--train-repeats", type=int, default=3, help="rounds (file, pipe, agent) per workload")
     ap.add_argument("--loop-batches", type=int, default=3000, help="batches per train_loop.py run")
@@ -474,7 +610,9 @@ def main() -> int:
             print(f"run directories and outputs under {tmp}")
         env = bench_env(tmp)
         t0 = time.monotonic()
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; python {sys.version.split()[0]}")
+        print(
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; python {sys.version.split()[0]}"
+        )
         calibrate()
         if not a.skip_cpu:
             bench_cpu(tmp, env, a)

@@ -6,6 +6,7 @@ Figures are best-of-N in process CPU time (time.process_time), so other processe
 shared machine distort them less; the calibration line says how fast this core runs plain
 Python right now (``sum(range(1000))`` takes about 7-10 us on an idle modern x86 core).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,20 +23,27 @@ LOGS = Path(__file__).resolve().parent.parent / "tests" / "data" / "logs"
 
 def ul84_lines(n: int) -> list[str]:
     bar = "━━━━━━━━━━──"
-    return [f"{1 + i // 41163:9d}/50{'0G':>11}{1.2 + i % 7 / 10:11.4g}{0.9:11.4g}{1.05:11.4g}"
-            f"{31:11d}{640:11d}: {i % 41163 * 100 // 41163}% {bar} {i % 41163 + 1}/41163 "
-            f"{2.6:.1f}it/s 1:02:03<3:45:06" for i in range(n)]
+    return [
+        f"{1 + i // 41163:9d}/50{'0G':>11}{1.2 + i % 7 / 10:11.4g}{0.9:11.4g}{1.05:11.4g}"
+        f"{31:11d}{640:11d}: {i % 41163 * 100 // 41163}% {bar} {i % 41163 + 1}/41163 "
+        f"{2.6:.1f}it/s 1:02:03<3:45:06"
+        for i in range(n)
+    ]
 
 
 def ul83_lines(n: int) -> list[str]:
-    return [f"{1 + i // 351:11}/400      29.9G     0.6966     0.3341      1.085         31        640:"
-            f"  {i % 351 * 100 // 351:2d}%|██████    | {i % 351 + 1}/351 [04:18<00:00,  1.36it/s]"
-            for i in range(n)]
+    return [
+        f"{1 + i // 351:11}/400      29.9G     0.6966     0.3341      1.085         31        640:"
+        f"  {i % 351 * 100 // 351:2d}%|██████    | {i % 351 + 1}/351 [04:18<00:00,  1.36it/s]"
+        for i in range(n)
+    ]
 
 
 def tqdm_lines(n: int) -> list[str]:
-    return [f"Epoch 3:  {i % 100:2d}%|████▌     | {i % 100}/100 [00:10<00:12,  4.40it/s, loss={0.123 + i % 5:.3g}]"
-            for i in range(n)]
+    return [
+        f"Epoch 3:  {i % 100:2d}%|████▌     | {i % 100}/100 [00:10<00:12,  4.40it/s, loss={0.123 + i % 5:.3g}]"
+        for i in range(n)
+    ]
 
 
 def keyvalue_lines(n: int) -> list[str]:
@@ -68,14 +76,16 @@ def bench_splitter(seconds: float) -> None:
             t0 = time.process_time()
             n = 0
             for i in range(0, len(data), chunk):
-                n += len(s.feed(data[i:i + chunk]))
+                n += len(s.feed(data[i : i + chunk]))
             n += len(s.flush())
             dt = time.process_time() - t0
             best = max(best, len(data) / dt / 1e6)
-        print(f"LineSplitter chunk={chunk:<6d}     {best:12.1f} MB/s   ({n:,} lines from {len(data) / 1e6:.1f} MB)")
+        print(
+            f"LineSplitter chunk={chunk:<6d}     {best:12.1f} MB/s   ({n:,} lines from {len(data) / 1e6:.1f} MB)"
+        )
 
 
-LONG_LINES = {   # hostile long lines (issue 14): each took time quadratic in its length
+LONG_LINES = {  # hostile long lines (issue 14): each took time quadratic in its length
     "epoch + spaces": lambda n: "epoch" + " " * n + "x",
     "epoch + one long word": lambda n: "epoch 1 " + "a" * n,
     "epoch [ + spaces": lambda n: "epoch [" + " " * n + "x",

@@ -14,6 +14,7 @@ lines of ``--length`` ``a`` and a ``!``, one every 0.1 s, then ends.  Measured, 
 Usage: .venv/bin/python bench/bench_pattern.py [--lines 30] [--length 26] [--only-sigterm]
 (on a backtracking engine a line of 26 ``a`` costs about 7 s: keep --length <= 24 there)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,18 +45,29 @@ def printed(run_dir: Path) -> int:
 def one_run(tmp: Path, lines: int, length: int, sigterm: bool) -> dict:
     job = tmp / f"job-{time.monotonic_ns()}"
     job.mkdir()
-    (job / "t.py").write_text("import time\n"
-                              f"for i in range({lines}):\n"
-                              f"    print('a' * {length} + '!', flush=True)\n"
-                              "    time.sleep(0.1)\n")
-    (job / "trainctl.toml").write_text(f'kind = "command"\ncommand = ["{PY}", "t.py"]\n'
-                                       f"[progress]\npattern = '{PATTERN}'\n")
+    (job / "t.py").write_text(
+        "import time\n"
+        f"for i in range({lines}):\n"
+        f"    print('a' * {length} + '!', flush=True)\n"
+        "    time.sleep(0.1)\n"
+    )
+    (job / "trainctl.toml").write_text(
+        f'kind = "command"\ncommand = ["{PY}", "t.py"]\n[progress]\npattern = \'{PATTERN}\'\n'
+    )
     run_dir = job / "run"
-    env = {**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs"),
-           "TRAINCTL_CONFIG_DIR": str(tmp / "config")}
+    env = {**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs"), "TRAINCTL_CONFIG_DIR": str(tmp / "config")}
     t0 = time.monotonic()
-    proc = trainctl("run", "--json", "--run-dir", str(run_dir), str(job / "trainctl.toml"), env=env,
-                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = trainctl(
+        "run",
+        "--json",
+        "--run-dir",
+        str(run_dir),
+        str(job / "trainctl.toml"),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
     slowest, not_responding, termed = 0.0, 0, None
     try:
         while proc.poll() is None:
@@ -64,8 +76,12 @@ def one_run(tmp: Path, lines: int, length: int, sigterm: bool) -> dict:
                 termed = time.monotonic()
             if not sigterm and (run_dir / "agent.sock").exists():
                 s0 = time.monotonic()
-                r = subprocess.run([PY, "-m", "trainctl", "status", "--json", str(run_dir)], env=env,
-                                   capture_output=True, timeout=120)
+                r = subprocess.run(
+                    [PY, "-m", "trainctl", "status", "--json", str(run_dir)],
+                    env=env,
+                    capture_output=True,
+                    timeout=120,
+                )
                 slowest = max(slowest, time.monotonic() - s0)
                 not_responding += r.returncode == 4
             time.sleep(0.05 if sigterm else 0.5)
@@ -80,9 +96,15 @@ def one_run(tmp: Path, lines: int, length: int, sigterm: bool) -> dict:
     end = time.monotonic()
     states = [json.loads(ln).get("state") for ln in out.splitlines() if '"state"' in ln]
     warned = [json.loads(ln).get("text") for ln in out.splitlines() if "pattern" in ln and '"info"' in ln]
-    return {"wall_s": end - t0, "slowest_status_s": slowest, "not_responding": not_responding,
-            "after_sigterm_s": None if termed is None else end - termed, "rc": proc.returncode,
-            "last_state": states[-1] if states else None, "said": warned[:1]}
+    return {
+        "wall_s": end - t0,
+        "slowest_status_s": slowest,
+        "not_responding": not_responding,
+        "after_sigterm_s": None if termed is None else end - termed,
+        "rc": proc.returncode,
+        "last_state": states[-1] if states else None,
+        "said": warned[:1],
+    }
 
 
 def main() -> int:
@@ -92,20 +114,27 @@ def main() -> int:
     ap.add_argument("--only-sigterm", action="store_true", help="leave out the first run")
     a = ap.parse_args()
     from trainctl.core.formats import compile_user_pattern
+
     engine = type(compile_user_pattern(PATTERN).regex).__module__
-    print(f"pattern {PATTERN!r}, {a.lines} lines of {a.length} 'a' + '!' (trainer alone: "
-          f"{a.lines * 0.1:.1f} s); pattern engine: {engine}")
+    print(
+        f"pattern {PATTERN!r}, {a.lines} lines of {a.length} 'a' + '!' (trainer alone: "
+        f"{a.lines * 0.1:.1f} s); pattern engine: {engine}"
+    )
     with tempfile.TemporaryDirectory(prefix="tc-pat-") as tmp:
         if not a.only_sigterm:
             r = one_run(Path(tmp), a.lines, a.length, False)
-            print(f"run --json: {r['wall_s']:.1f} s, final state {r['last_state']}; slowest status "
-                  f"{r['slowest_status_s']:.2f} s, 'not responding' {r['not_responding']} times")
+            print(
+                f"run --json: {r['wall_s']:.1f} s, final state {r['last_state']}; slowest status "
+                f"{r['slowest_status_s']:.2f} s, 'not responding' {r['not_responding']} times"
+            )
         t = one_run(Path(tmp), a.lines, a.length, True)
         if t["after_sigterm_s"] is None:
             print(f"SIGTERM: the run ended before its trainer printed 3 lines ({t['wall_s']:.1f} s)")
         else:
-            print(f"SIGTERM after 3 lines printed: exited {t['after_sigterm_s']:.1f} s later "
-                  f"(rc {t['rc']}, final state {t['last_state']})")
+            print(
+                f"SIGTERM after 3 lines printed: exited {t['after_sigterm_s']:.1f} s later "
+                f"(rc {t['rc']}, final state {t['last_state']})"
+            )
     return 0
 
 

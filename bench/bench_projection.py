@@ -8,15 +8,16 @@ Errors are given two ways: of the run's whole duration (start -> end) and of the
 that was still left when the ETA was made.  `naive` is the whole-attempt mean rate with no
 epoch overhead, for comparison.
 """
+
 from __future__ import annotations
 
 import sys
 from pathlib import Path
 
 from trainctl.core import events as E
-from trainctl.store.journal import read_events
 from trainctl.core.projection import Projector
 from trainctl.core.projection_text import humanize_duration
+from trainctl.store.journal import read_events
 
 RUNS = Path(__file__).resolve().parent.parent / "tests" / "data" / "runs"
 MARKS = (0.2, 0.4, 0.6, 0.8)
@@ -41,7 +42,7 @@ def replay(path: Path) -> bool:
     t0 = starts[0].ts
     proj = Projector(preset=starts[0].preset)
     marks = list(MARKS)
-    first: tuple[float, int] | None = None   # the current attempt's first progress (naive)
+    first: tuple[float, int] | None = None  # the current attempt's first progress (naive)
     rows: list[tuple] = []
     first_err: float | None = None
     for ev in events:
@@ -69,18 +70,24 @@ def replay(path: Path) -> bool:
             first_err = err_total
     final = proj.project(end)
     lost = final.lost_s if final is not None and final.lost_s is not None else 0.0
-    print(f"{path.name}: {total} batches, actual duration {humanize_duration(end - t0)} "
-          f"({end - t0:.1f} s), attempts {len(starts)}, lost to stalls {lost:.1f} s")
+    print(
+        f"{path.name}: {total} batches, actual duration {humanize_duration(end - t0)} "
+        f"({end - t0:.1f} s), attempts {len(starts)}, lost to stalls {lost:.1f} s"
+    )
     print("   at work   t(s)   rate it/s  predicted(s)  err of run  err of left  naive err")
     for mark, frac, t, p, et, el, ne in rows:
         pred = f"{p.eta - t0:10.1f}" if p.eta else "         ?"
-        print(f"  {mark:4.0%} ({frac:4.0%}) {t:6.1f}  {p.rate or 0:9.2f}  {pred}   "
-              f"{_pct(et)}     {_pct(el)}     {_pct(ne)}")
+        print(
+            f"  {mark:4.0%} ({frac:4.0%}) {t:6.1f}  {p.rate or 0:9.2f}  {pred}   "
+            f"{_pct(et)}     {_pct(el)}     {_pct(ne)}"
+        )
     ok = first_err is not None and abs(first_err) <= GOAL_PCT
     if lost and rows and rows[0][3].eta:
         err_net = (rows[0][3].eta - (end - lost)) / (end - lost - t0) * 100
-        print(f"  the 20 % ETA against the end less the time lost to stalls: "
-              f"{_pct(err_net)} (a hang is not foreseeable at 20 %)")
+        print(
+            f"  the 20 % ETA against the end less the time lost to stalls: "
+            f"{_pct(err_net)} (a hang is not foreseeable at 20 %)"
+        )
         ok = ok or abs(err_net) <= GOAL_PCT
     return ok
 
@@ -92,8 +99,10 @@ def _pct(v: float | None) -> str:
 def main(argv: list[str]) -> int:
     paths = [Path(a) for a in argv] or sorted(RUNS.glob("*.jsonl"))
     results = [replay(p) for p in paths]
-    print(f"goal: |error of run| <= {GOAL_PCT:.0f} % at 20 % of the work (less the time lost "
-          f"to stalls, which no ETA foresees): {sum(results)}/{len(results)} journals")
+    print(
+        f"goal: |error of run| <= {GOAL_PCT:.0f} % at 20 % of the work (less the time lost "
+        f"to stalls, which no ETA foresees): {sum(results)}/{len(results)} journals"
+    )
     return 0
 
 

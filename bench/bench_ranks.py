@@ -13,6 +13,7 @@ named, processes of the first attempt left after the run.  Times: trainctl's jou
 clock, the agent's); torchrun alone: the lines as they arrive here, capped at ``--cap`` s
 after the last batch ("not detected": it watches exits, not progress; the bench kills it).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,9 @@ import time
 from pathlib import Path
 
 import psutil
-from bench_incidents import _alive, _kill_all as kill_all, _procs as job_procs   # same helpers
+from bench_incidents import _alive  # same helpers
+from bench_incidents import _kill_all as kill_all
+from bench_incidents import _procs as job_procs
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_resume.py"
@@ -34,26 +37,67 @@ HANG_AT = (1, 8)
 
 
 def loop_args(ckpts: Path) -> list[str]:
-    return [str(EXAMPLE), "--epochs", "1", "--batches", "30", "--batch-time", "0.05",
-            "--save-every", "5", "--checkpoint-dir", str(ckpts), "--hang-rank", "1",
-            "--hang-at", f"{HANG_AT[0]}:{HANG_AT[1]}", "--hang-attempt", "1"]
+    return [
+        str(EXAMPLE),
+        "--epochs",
+        "1",
+        "--batches",
+        "30",
+        "--batch-time",
+        "0.05",
+        "--save-every",
+        "5",
+        "--checkpoint-dir",
+        str(ckpts),
+        "--hang-rank",
+        "1",
+        "--hang-at",
+        f"{HANG_AT[0]}:{HANG_AT[1]}",
+        "--hang-attempt",
+        "1",
+    ]
 
 
 def launcher(restarts: int) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            "--max-restarts", str(restarts)]
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        str(restarts),
+    ]
 
 
 def under_trainctl(cap: float) -> dict:
     from trainctl.store.journal import read_events
+
     tmp = Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     ckpts, run_dir = tmp / "ckpts", tmp / "run"
-    argv = [sys.executable, "-m", "trainctl", "run", "--headless", "--stall-timeout", "4",
-            "--max-restarts", "2", "--run-dir", str(run_dir), "--resume-arg=--resume",
-            "--resume-arg={checkpoint}", "--", *launcher(3), *loop_args(ckpts)]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainctl",
+        "run",
+        "--headless",
+        "--stall-timeout",
+        "4",
+        "--max-restarts",
+        "2",
+        "--run-dir",
+        str(run_dir),
+        "--resume-arg=--resume",
+        "--resume-arg={checkpoint}",
+        "--",
+        *launcher(3),
+        *loop_args(ckpts),
+    ]
     first: set[psutil.Process] = set()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=ROOT, start_new_session=True
+    )
     t0 = time.time()
     while proc.poll() is None and time.time() - t0 < 240:
         events = list(read_events(run_dir / "events.jsonl")) if (run_dir / "events.jsonl").exists() else []
@@ -71,23 +115,36 @@ def under_trainctl(cap: float) -> dict:
     after = [e for e in events if e.type == "progress" and e.seq > restart.seq]
     last = max(e.ts for e in before)
     furthest = max(e.batch for e in before)
-    return {"tool": "trainctl", "detection": stall.ts - last, "recovered": min(e.ts for e in after) - last,
-            "redone": furthest - (min(e.batch for e in after) - 1),
-            "culprit": ", ".join(map(str, stall.ranks)) or "—", "left": len(left),
-            "finished": proc.returncode == 0}
+    return {
+        "tool": "trainctl",
+        "detection": stall.ts - last,
+        "recovered": min(e.ts for e in after) - last,
+        "redone": furthest - (min(e.batch for e in after) - 1),
+        "culprit": ", ".join(map(str, stall.ranks)) or "—",
+        "left": len(left),
+        "finished": proc.returncode == 0,
+    }
 
 
 def torchrun_alone(cap: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-ranks-"))
     ckpts = tmp / "ckpts"
     env = dict(os.environ, PYTHONUNBUFFERED="1", TRAINCTL_ATTEMPT="1")
-    proc = subprocess.Popen([*launcher(2), *loop_args(ckpts)], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, cwd=ROOT, env=env, start_new_session=True, text=True)
+    proc = subprocess.Popen(
+        [*launcher(2), *loop_args(ckpts)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        cwd=ROOT,
+        env=env,
+        start_new_session=True,
+        text=True,
+    )
     lines: list[tuple[float, str]] = []
 
     def pump():
         for line in proc.stdout:
             lines.append((time.time(), line))
+
     threading.Thread(target=pump, daemon=True).start()
     t0 = time.time()
     while proc.poll() is None and time.time() - t0 < 240:
@@ -95,12 +152,20 @@ def torchrun_alone(cap: float) -> dict:
         if batches and time.time() - batches[-1] > cap:
             break
         time.sleep(0.3)
-    restarted = sum(1 for _, ln in lines if "resume epoch=" in ln) > 2   # 2 ranks per attempt
+    restarted = sum(1 for _, ln in lines if "resume epoch=" in ln) > 2  # 2 ranks per attempt
     kill_all(proc, ckpts)
-    return {"tool": "torchrun", "detection": None if not restarted else float("nan"),
-            "recovered": None, "redone": None, "culprit": "—", "left": None,
-            "finished": False, "note": f"no restart within {cap:.0f}s of the last batch; killed by the bench"
-            if not restarted else "restarted"}
+    return {
+        "tool": "torchrun",
+        "detection": None if not restarted else float("nan"),
+        "recovered": None,
+        "redone": None,
+        "culprit": "—",
+        "left": None,
+        "finished": False,
+        "note": f"no restart within {cap:.0f}s of the last batch; killed by the bench"
+        if not restarted
+        else "restarted",
+    }
 
 
 def fmt(v, spec=".1f") -> str:
@@ -112,16 +177,20 @@ def main() -> int:
     ap.add_argument("--cap", type=float, default=30.0)
     args = ap.parse_args()
     rows = [under_trainctl(args.cap), torchrun_alone(args.cap)]
-    print("| fault | tool | detection s | hang → first new batch s | batches redone | culprit rank "
-          "| processes left over | notes |")
+    print(
+        "| fault | tool | detection s | hang → first new batch s | batches redone | culprit rank "
+        "| processes left over | notes |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         rec = "—" if r["recovered"] is None else f"{r['recovered']:.1f}"
         redone = "—" if r["redone"] is None else str(r["redone"])
         left = "—" if r["left"] is None else str(r["left"])
         note = r.get("note", "finished" if r["finished"] else "did not finish")
-        print(f"| 2-rank deadlock | {r['tool']} | {fmt(r['detection'])} | {rec} | {redone} | "
-              f"{r['culprit']} | {left} | {note} |")
+        print(
+            f"| 2-rank deadlock | {r['tool']} | {fmt(r['detection'])} | {rec} | {redone} | "
+            f"{r['culprit']} | {left} | {note} |"
+        )
     return 0
 
 

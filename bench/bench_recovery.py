@@ -16,6 +16,7 @@ run).  Also printed, per run: the diagnosis time
 first batch) and stall -> start (trainctl's whole share).  Timings are noisy on a shared
 machine: start-up varies by seconds from run to run, so read the medians.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -46,8 +47,14 @@ def read_journal(run_dir: Path) -> list[dict]:
 
 
 def first(events: list[dict], kind: str, after: float = 0.0, **fields) -> dict | None:
-    return next((e for e in events if e["type"] == kind and e["ts"] >= after
-                 and all(e.get(k) == v for k, v in fields.items())), None)
+    return next(
+        (
+            e
+            for e in events
+            if e["type"] == kind and e["ts"] >= after and all(e.get(k) == v for k, v in fields.items())
+        ),
+        None,
+    )
 
 
 class Trainctl:
@@ -55,9 +62,15 @@ class Trainctl:
 
     def __init__(self, args: list[str], run_dir: Path, env: dict[str, str]) -> None:
         self.run_dir = run_dir
-        self.proc = subprocess.Popen([PY, "-m", "trainctl", "run", "--json", "--run-dir", str(run_dir), *args],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                     stderr=subprocess.DEVNULL, env=env, cwd=str(ROOT), start_new_session=True)
+        self.proc = subprocess.Popen(
+            [PY, "-m", "trainctl", "run", "--json", "--run-dir", str(run_dir), *args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env=env,
+            cwd=str(ROOT),
+            start_new_session=True,
+        )
         self.seen: dict[int, psutil.Process] = {}
 
     def events(self) -> list[dict]:
@@ -76,7 +89,7 @@ class Trainctl:
                     return e
             if self.proc.poll() is not None:
                 break
-            time.sleep(0.2)   # light polling: the machine is shared with the trainer
+            time.sleep(0.2)  # light polling: the machine is shared with the trainer
         raise RuntimeError(f"no {what} within {timeout:.0f}s (exit {self.proc.poll()}) in {self.run_dir}")
 
     def wait(self, timeout: float) -> int:
@@ -114,23 +127,48 @@ def measure(events: list[dict], baseline: float) -> dict[str, float]:
     prog2 = first(events, "progress", after=start2["ts"])
     restart = first(events, "restart")
     assert restart["preset"] == "B", restart
-    if exit1["ts"] - stall["ts"] > 2.0:   # a slow kill: say what the agent said about it
+    if exit1["ts"] - stall["ts"] > 2.0:  # a slow kill: say what the agent said about it
         notes = [e["text"] for e in events if e["type"] == "info" and stall["ts"] <= e["ts"] <= exit1["ts"]]
         print(f"  slow kill ({exit1['ts'] - stall['ts']:.1f} s): {notes}")
-    return {"recovery": prog2["ts"] - stall["ts"] - baseline, "diagnosis": stall["ts"] - stalled["ts"],
-            "kill": exit1["ts"] - stall["ts"], "backoff+spawn": start2["ts"] - exit1["ts"],
-            "own start-up": prog2["ts"] - start2["ts"], "baseline start-up": baseline,
-            "stall->start": start2["ts"] - stall["ts"]}
+    return {
+        "recovery": prog2["ts"] - stall["ts"] - baseline,
+        "diagnosis": stall["ts"] - stalled["ts"],
+        "kill": exit1["ts"] - stall["ts"],
+        "backoff+spawn": start2["ts"] - exit1["ts"],
+        "own start-up": prog2["ts"] - start2["ts"],
+        "baseline start-up": baseline,
+        "stall->start": start2["ts"] - stall["ts"],
+    }
 
 
 # ---------------------------------------------------------------------- generic loop
 def generic_round(tmp: Path, i: int, env: dict[str, str], stall_timeout: float) -> dict[str, float]:
     loop = [PY, "-u", str(TRAIN_LOOP), "--batches", "6"]
     ckpt = tmp / f"ckpt-{i}.json"
-    run = Trainctl(["--preset", "A", "--fallback", "B", "--stall-timeout", str(stall_timeout),
-                    "--resume-arg=--resume", f"--resume-arg={ckpt}", "--", *loop, "--epochs", "2",
-                    "--hang-at", "2:3", "--hang-attempt", "1", "--checkpoint", str(ckpt)],
-                   tmp / f"run-{i}", env)
+    run = Trainctl(
+        [
+            "--preset",
+            "A",
+            "--fallback",
+            "B",
+            "--stall-timeout",
+            str(stall_timeout),
+            "--resume-arg=--resume",
+            f"--resume-arg={ckpt}",
+            "--",
+            *loop,
+            "--epochs",
+            "2",
+            "--hang-at",
+            "2:3",
+            "--hang-attempt",
+            "1",
+            "--checkpoint",
+            str(ckpt),
+        ],
+        tmp / f"run-{i}",
+        env,
+    )
     try:
         if run.wait(180) != 0:
             raise RuntimeError(f"recovery run failed: {run.run_dir}")
@@ -149,11 +187,14 @@ def generic_round(tmp: Path, i: int, env: dict[str, str], stall_timeout: float) 
 # ---------------------------------------------------------------------- ultralytics
 def yolo_job(tmp: Path, name: str, epochs: int) -> Path:
     from trainctl.config.demo import make_dataset
+
     data = make_dataset(tmp / "data", n_train=40, n_val=4)
     job = tmp / f"{name}.toml"
-    job.write_text(f'kind = "ultralytics"\nname = "{name}"\npreset = "A"\nfallback = "B"\n\n'
-                   f'[ultralytics]\nmodel = "yolov8n.yaml"\ndata = "{data}"\nepochs = {epochs}\n'
-                   f'imgsz = 64\nbatch = 4\ndevice = "cpu"\n')
+    job.write_text(
+        f'kind = "ultralytics"\nname = "{name}"\npreset = "A"\nfallback = "B"\n\n'
+        f'[ultralytics]\nmodel = "yolov8n.yaml"\ndata = "{data}"\nepochs = {epochs}\n'
+        f'imgsz = 64\nbatch = 4\ndevice = "cpu"\n'
+    )
     return job
 
 
@@ -169,9 +210,11 @@ def ultralytics_round(tmp: Path, i: int, env: dict[str, str], stall_timeout: flo
                 if "spawn_main" in " ".join(child.cmdline()):
                     child.send_signal(signal.SIGSTOP)
         restart = run.wait_for(lambda e: e["type"] == "restart", 120, "the restart")
-        shutil.copyfile(restart["resume_from"], saved)   # before attempt 2 replaces it
+        shutil.copyfile(restart["resume_from"], saved)  # before attempt 2 replaces it
         start2 = run.wait_for(lambda e: e["type"] == "start" and e["attempt"] == 2, 120, "attempt 2")
-        run.wait_for(lambda e: e["type"] == "progress" and e["ts"] > start2["ts"], 180, "attempt 2's progress")
+        run.wait_for(
+            lambda e: e["type"] == "progress" and e["ts"] > start2["ts"], 180, "attempt 2's progress"
+        )
         events = run.events()
     finally:
         run.kill()
@@ -183,12 +226,29 @@ def runner_startup(job: Path, ckpt: Path, run_dir: Path, env: dict[str, str]) ->
     """Seconds from spawning the Ultralytics runner (resuming ``ckpt`` under preset B, the
     way the agent starts an attempt) to its first progress event."""
     r_fd, w_fd = os.pipe()
-    argv = [PY, "-m", "trainctl.inside.ultralytics_runner", "--job", str(job), "--run-dir", str(run_dir),
-            "--preset", str(ROOT / "src" / "trainctl" / "presets" / "B.toml"), "--resume", str(ckpt)]
+    argv = [
+        PY,
+        "-m",
+        "trainctl.inside.ultralytics_runner",
+        "--job",
+        str(job),
+        "--run-dir",
+        str(run_dir),
+        "--preset",
+        str(ROOT / "src" / "trainctl" / "presets" / "B.toml"),
+        "--resume",
+        str(ckpt),
+    ]
     t0 = time.time()
-    proc = subprocess.Popen(argv, env=dict(env, TRAINCTL_EVENTS_FD=str(w_fd)), pass_fds=(w_fd,),
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        argv,
+        env=dict(env, TRAINCTL_EVENTS_FD=str(w_fd)),
+        pass_fds=(w_fd,),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
     os.close(w_fd)
     try:
         with os.fdopen(r_fd, "rb") as pipe:
@@ -206,8 +266,10 @@ def report(name: str, rounds: list[dict[str, float]]) -> None:
     print(f"\n{name}: {len(rounds)} runs")
     for key in rounds[0]:
         values = [r[key] for r in rounds]
-        print(f"  {key:18s} median {statistics.median(values):6.2f} s   max {max(values):6.2f} s   "
-              f"({', '.join(f'{v:.2f}' for v in values)})")
+        print(
+            f"  {key:18s} median {statistics.median(values):6.2f} s   max {max(values):6.2f} s   "
+            f"({', '.join(f'{v:.2f}' for v in values)})"
+        )
     worst = max(r["recovery"] for r in rounds)
     print(f"  goal: recovery <= 5 s -> {'met' if worst <= 5 else 'NOT met'} (max {worst:.2f} s)")
 
@@ -217,24 +279,40 @@ def main() -> int:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--stall-timeout", type=float, default=3.0)
     ap.add_argument("--ultralytics", action="store_true", help="also bench the Ultralytics runner (slow)")
-    ap.add_argument("--keep", action="store_true", help="keep the run directories (their journals) and say where")
+    ap.add_argument(
+        "--keep", action="store_true", help="keep the run directories (their journals) and say where"
+    )
     args = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-recovery-") as tmpdir:
         tmp = Path(tempfile.mkdtemp(prefix="bench-recovery-")) if args.keep else Path(tmpdir)
         if args.keep:
             print(f"run directories under {tmp}")
-        env = dict(os.environ, TRAINCTL_CONFIG_DIR=str(tmp / "config"), TRAINCTL_RUNS_DIR=str(tmp / "runs"),
-                   YOLO_OFFLINE="1", YOLO_CONFIG_DIR=str(tmp / "yolo"), TRAIN_MP_CONTEXT="fork",
-                   PYTHONUNBUFFERED="1")
+        env = dict(
+            os.environ,
+            TRAINCTL_CONFIG_DIR=str(tmp / "config"),
+            TRAINCTL_RUNS_DIR=str(tmp / "runs"),
+            YOLO_OFFLINE="1",
+            YOLO_CONFIG_DIR=str(tmp / "yolo"),
+            TRAIN_MP_CONTEXT="fork",
+            PYTHONUNBUFFERED="1",
+        )
         env.pop("GITHUB_ACTIONS", None)
-        print(f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; stall timeout {args.stall_timeout:g} s")
-        report("generic PyTorch loop (worker deadlock, A -> B)",
-               [generic_round(tmp, i, env, args.stall_timeout) for i in range(args.runs)])
+        print(
+            f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs; stall timeout {args.stall_timeout:g} s"
+        )
+        report(
+            "generic PyTorch loop (worker deadlock, A -> B)",
+            [generic_round(tmp, i, env, args.stall_timeout) for i in range(args.runs)],
+        )
         if args.ultralytics:
             env.pop("TRAIN_MP_CONTEXT")
-            report("Ultralytics runner (SIGSTOPped workers, A -> B)",
-                   [ultralytics_round(tmp, i, env, max(args.stall_timeout, 6.0))
-                    for i in range(max(1, args.runs // 2))])
+            report(
+                "Ultralytics runner (SIGSTOPped workers, A -> B)",
+                [
+                    ultralytics_round(tmp, i, env, max(args.stall_timeout, 6.0))
+                    for i in range(max(1, args.runs // 2))
+                ],
+            )
     return 0
 
 

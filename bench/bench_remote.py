@@ -9,6 +9,7 @@ also a real agent on this machine reached through `trainctl bridge` over ssh vs 
 socket: time to hello + journal replay, and the `status` command round trip.
 Loopback hides network latency: on a real link add the round-trip time to each command.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -30,8 +31,10 @@ from tests.helpers.sshd import LocalSshd  # noqa: E402
 from trainctl.hosts.ssh_transport import SshTransport  # noqa: E402
 
 RELAY = "import sys\nfor line in sys.stdin.buffer:\n    sys.stdout.buffer.write(line)\n    sys.stdout.buffer.flush()\n"
-BULK = ("import sys\nn = int(sys.argv[-1])\nline = b'x' * 1023 + b'\\n'\n"
-        "for _ in range(n):\n    sys.stdout.buffer.write(line)\n")
+BULK = (
+    "import sys\nn = int(sys.argv[-1])\nline = b'x' * 1023 + b'\\n'\n"
+    "for _ in range(n):\n    sys.stdout.buffer.write(line)\n"
+)
 
 
 def ms(seconds: float) -> str:
@@ -55,16 +58,25 @@ def bench_host(server: LocalSshd) -> None:
         t0 = time.perf_counter()
         host.connect()
         connects.append(time.perf_counter() - t0)
-    print(f"open the shared connection (ControlMaster):  median {ms(statistics.median(connects))}"
-          f"  (n=3)")
+    print(f"open the shared connection (ControlMaster):  median {ms(statistics.median(connects))}  (n=3)")
     shared = timed(lambda: host.run(["true"]), 20)
-    print(f"remote `true` over the shared connection:    median {ms(statistics.median(shared))}"
-          f"  p90 {ms(sorted(shared)[17])}  (n=20)")
-    direct_argv = ["ssh", "-F", str(server.ssh_config_path), "-o", "ControlPath=none",
-                   "-T", "--", server.alias, "true"]
+    print(
+        f"remote `true` over the shared connection:    median {ms(statistics.median(shared))}"
+        f"  p90 {ms(sorted(shared)[17])}  (n=20)"
+    )
+    direct_argv = [
+        "ssh",
+        "-F",
+        str(server.ssh_config_path),
+        "-o",
+        "ControlPath=none",
+        "-T",
+        "--",
+        server.alias,
+        "true",
+    ]
     direct = timed(lambda: subprocess.run(direct_argv, check=True, stdin=subprocess.DEVNULL), 10)
-    print(f"remote `true` over a new connection each:    median {ms(statistics.median(direct))}"
-          f"  (n=10)")
+    print(f"remote `true` over a new connection each:    median {ms(statistics.median(direct))}  (n=10)")
     blob = os.urandom(20 * 1024 * 1024)
     with tempfile.TemporaryDirectory() as d:
         t0 = time.perf_counter()
@@ -94,10 +106,12 @@ async def bench_transport(server: LocalSshd) -> None:
     writer.close()
     await transport.close()
     print(f"SshTransport open + first line echoed:       {ms(first)}")
-    print(f"SshTransport line round trip (relay):        median {ms(statistics.median(rtts))}"
-          f"  p90 {ms(sorted(rtts)[179])}  (n=200)")
+    print(
+        f"SshTransport line round trip (relay):        median {ms(statistics.median(rtts))}"
+        f"  p90 {ms(sorted(rtts)[179])}  (n=200)"
+    )
 
-    n = 50 * 1024                                   # 50 MiB of 1 KiB lines
+    n = 50 * 1024  # 50 MiB of 1 KiB lines
     host = server.make_host(remote_trainctl=[sys.executable, "-c", BULK])
     transport = SshTransport(host, str(n))
     t0 = time.perf_counter()
@@ -114,22 +128,42 @@ async def bench_transport(server: LocalSshd) -> None:
 
 async def bench_agent(server: LocalSshd, tmp: Path) -> None:
     from trainctl.client.connection import AgentClient, UnixTransport
+
     run_dir = tmp / "run"
     env = {**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs")}
-    trainer = ("import time\nfor i in range(1, 10**6):\n"
-               "    print(f'Epoch 1/3 {i}/1000000 loss=0.5', flush=True)\n    time.sleep(0.002)\n")
+    trainer = (
+        "import time\nfor i in range(1, 10**6):\n"
+        "    print(f'Epoch 1/3 {i}/1000000 loss=0.5', flush=True)\n    time.sleep(0.002)\n"
+    )
     trainctl = str(Path(sys.executable).parent / "trainctl")
-    r = subprocess.run([trainctl, "run", "--detach", "--no-tmux", "--run-dir", str(run_dir),
-                        "--", sys.executable, "-c", trainer], env=env, capture_output=True,
-                       text=True, timeout=60)
+    r = subprocess.run(
+        [
+            trainctl,
+            "run",
+            "--detach",
+            "--no-tmux",
+            "--run-dir",
+            str(run_dir),
+            "--",
+            sys.executable,
+            "-c",
+            trainer,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     if r.returncode != 0:
         print(f"agent: could not start one ({r.stderr.strip()[-300:]})")
         return
     try:
-        await asyncio.sleep(5)                      # let the journal grow a little
+        await asyncio.sleep(5)  # let the journal grow a little
         host = server.make_host(remote_trainctl=[trainctl])
-        for label, transport in (("unix socket", UnixTransport(run_dir / "agent.sock")),
-                                 ("ssh bridge ", SshTransport(host, str(run_dir)))):
+        for label, transport in (
+            ("unix socket", UnixTransport(run_dir / "agent.sock")),
+            ("ssh bridge ", SshTransport(host, str(run_dir))),
+        ):
             client = AgentClient(transport)
             t0 = time.perf_counter()
             try:
@@ -151,14 +185,15 @@ async def bench_agent(server: LocalSshd, tmp: Path) -> None:
                 await client.command("status")
                 rtts.append(time.perf_counter() - t1)
             await client.close()
-            print(f"agent via {label}: hello {ms(t_hello)}, hello + replay of {n} events "
-                  f"{ms(t_replay)}, `status` round trip median {ms(statistics.median(rtts))} "
-                  f"(n=20; state {hello.get('state')})")
+            print(
+                f"agent via {label}: hello {ms(t_hello)}, hello + replay of {n} events "
+                f"{ms(t_replay)}, `status` round trip median {ms(statistics.median(rtts))} "
+                f"(n=20; state {hello.get('state')})"
+            )
             if isinstance(transport, SshTransport):
                 await transport.close()
     finally:
-        subprocess.run([trainctl, "ctl", str(run_dir), "stop"], env=env, capture_output=True,
-                       timeout=60)
+        subprocess.run([trainctl, "ctl", str(run_dir), "stop"], env=env, capture_output=True, timeout=60)
         info = run_dir / "agent.json"
         if info.exists():
             pid = json.loads(info.read_text()).get("pid")
@@ -181,8 +216,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-remote-") as d:
         server = LocalSshd(Path(d))
         try:
-            print(f"sshd on 127.0.0.1:{server.port}; {os.cpu_count()} CPUs; "
-                  f"load {os.getloadavg()[0]:.1f}")
+            print(f"sshd on 127.0.0.1:{server.port}; {os.cpu_count()} CPUs; load {os.getloadavg()[0]:.1f}")
             bench_host(server)
             asyncio.run(bench_transport(server))
             if args.agent:

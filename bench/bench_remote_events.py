@@ -25,6 +25,7 @@ receives, latency = client receive time - the trainer's stamp (one machine, one 
 Prints median, p90 and max; asserts nothing. Loopback hides network latency: on a real
 link add about one one-way trip to each figure.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -44,12 +45,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from trainctl.core import events as E
-from trainctl.client.connection import AgentClient, UnixTransport
-from trainctl.hosts.ssh_transport import SshTransport
-from trainctl.core.recovery import FINAL_STATES
-
 from tests.helpers.sshd import LocalSshd
+from trainctl.client.connection import AgentClient, UnixTransport
+from trainctl.core import events as E
+from trainctl.core.recovery import FINAL_STATES
+from trainctl.hosts.ssh_transport import SshTransport
 
 TRAINER = """\
 import os, sys, time
@@ -76,8 +76,7 @@ def summary(label: str, values: list[float]) -> str:
         return f"{label:38} no events"
     v = sorted(values)
     p90 = v[min(len(v) - 1, round(0.9 * (len(v) - 1)))]
-    return (f"{label:38} median {ms(statistics.median(v))}  p90 {ms(p90)}  max {ms(v[-1])}"
-            f"  (n={len(v)})")
+    return f"{label:38} median {ms(statistics.median(v))}  p90 {ms(p90)}  max {ms(v[-1])}  (n={len(v)})"
 
 
 async def collect(client: AgentClient, out: dict[str, list]) -> None:
@@ -114,36 +113,57 @@ def stamps_of_log(recv: list) -> list[float]:
 
 async def measure(server: LocalSshd, tmp: Path, args) -> None:
     run_dir, go = tmp / "run", tmp / "go"
-    env = {**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs"),
-           "TRAINCTL_CONFIG_DIR": str(tmp / "config")}
+    env = {**os.environ, "TRAINCTL_RUNS_DIR": str(tmp / "runs"), "TRAINCTL_CONFIG_DIR": str(tmp / "config")}
     trainctl = str(Path(sys.executable).parent / "trainctl")
     r = await asyncio.to_thread(
-        subprocess.run, [trainctl, "run", "--detach", "--no-tmux", "--run-dir", str(run_dir),
-                         "--name", "bench-events", "--", sys.executable, "-c", TRAINER, str(go),
-                         str(args.lines), str(args.epoch_batches), str(1.0 / args.rate)],
-        env=env, capture_output=True, text=True, timeout=60, check=False)
+        subprocess.run,
+        [
+            trainctl,
+            "run",
+            "--detach",
+            "--no-tmux",
+            "--run-dir",
+            str(run_dir),
+            "--name",
+            "bench-events",
+            "--",
+            sys.executable,
+            "-c",
+            TRAINER,
+            str(go),
+            str(args.lines),
+            str(args.epoch_batches),
+            str(1.0 / args.rate),
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
     if r.returncode != 0:
         print(f"could not start an agent: {r.stderr.strip()[-500:]}")
         return
     host = server.make_host(remote_trainctl=[trainctl])
     ssh_transport = SshTransport(host, str(run_dir))
-    clients = {"ssh bridge": AgentClient(ssh_transport),
-               "unix socket": AgentClient(UnixTransport(run_dir / "agent.sock"))}
+    clients = {
+        "ssh bridge": AgentClient(ssh_transport),
+        "unix socket": AgentClient(UnixTransport(run_dir / "agent.sock")),
+    }
     got = {name: {"progress": [], "log": []} for name in clients}
     try:
         for client in clients.values():
             await asyncio.wait_for(client.connect(since=0), 30)
-        await asyncio.sleep(1.0)                    # replayed startup events drained
+        await asyncio.sleep(1.0)  # replayed startup events drained
         go.touch()
         timeout = args.lines / args.rate + 60
-        await asyncio.wait_for(asyncio.gather(*(collect(c, got[n]) for n, c in clients.items())),
-                               timeout)
+        await asyncio.wait_for(asyncio.gather(*(collect(c, got[n]) for n, c in clients.items())), timeout)
     finally:
         for client in clients.values():
             await client.close()
         await ssh_transport.close()
         info = run_dir / "agent.json"
-        if info.exists():                           # the agent ends with its run; make sure
+        if info.exists():  # the agent ends with its run; make sure
             pid = json.loads(info.read_text()).get("pid")
             deadline = time.monotonic() + 10
             while pid and time.monotonic() < deadline:
@@ -160,8 +180,10 @@ async def measure(server: LocalSshd, tmp: Path, args) -> None:
         m = LINE.search(line)
         if m:
             stamps[(int(m.group(1)), int(m.group(2)))] = float(m.group(3))
-    print(f"trainer: {len(stamps)} lines at {args.rate:g}/s, epochs of {args.epoch_batches} "
-          f"batches; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs")
+    print(
+        f"trainer: {len(stamps)} lines at {args.rate:g}/s, epochs of {args.epoch_batches} "
+        f"batches; load {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs"
+    )
     for name in clients:
         client_lat, agent_lat = stamps_of_progress(got[name]["progress"], stamps)
         if name == "ssh bridge":

@@ -4,6 +4,7 @@ kept fold (src/trainctl/store/listing.py JournalFold) that reads only the lines 
 
     .venv/bin/python bench/bench_runs_look.py [--days 1]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,9 +18,10 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
 import bench_long_run as long_run  # noqa: E402
+
 from trainctl.core import events as E  # noqa: E402
-from trainctl.store.journal import Journal  # noqa: E402
 from trainctl.hosts.local import summarize  # noqa: E402
+from trainctl.store.journal import Journal  # noqa: E402
 
 
 def main() -> None:
@@ -38,7 +40,7 @@ def main() -> None:
         summarize(run_dir, with_slurm=False, folds=folds)
         journal = Journal(run_dir / "events.jsonl")
         looks = []
-        for i in range(20):   # 5 s of a live run between looks: ~5 progress lines
+        for i in range(20):  # 5 s of a live run between looks: ~5 progress lines
             for j in range(5):
                 journal.append(E.Progress(2e9 + i * 5 + j, 1, 50, j, 100, {"loss": 1.0}))
             t = time.perf_counter()
@@ -46,8 +48,10 @@ def main() -> None:
             looks.append(time.perf_counter() - t)
         journal.close()
         assert kept["progress"]["batch"] == 4 and whole["state"] == kept["state"]
-        print(f"journal {size / 1e6:.1f} MB ({args.days:g} days): read whole {whole_s * 1e3:.0f} ms; "
-              f"kept fold, 5 new lines {sorted(looks)[len(looks) // 2] * 1e3:.2f} ms (median of 20)")
+        print(
+            f"journal {size / 1e6:.1f} MB ({args.days:g} days): read whole {whole_s * 1e3:.0f} ms; "
+            f"kept fold, 5 new lines {sorted(looks)[len(looks) // 2] * 1e3:.2f} ms (median of 20)"
+        )
 
 
 if __name__ == "__main__":

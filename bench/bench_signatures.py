@@ -11,6 +11,7 @@ prefilter, and a stream of warning lines for the slow path.  Prints lines/s.
 of 3 each), and prints both columns side by side, so a wider catalog's cost is read on the
 same core and load.
 """
+
 from __future__ import annotations
 
 import sys
@@ -29,9 +30,12 @@ def healthy_lines() -> list[str]:
 
 def progress_mix(healthy: list[str]) -> list[str]:
     """~90 % batch frames like a real run, the rest other healthy lines."""
-    frames = [f"       {e}/50      3.21G      1.234     0.8{b % 10}21      1.1{b % 7}3         42        640: "
-              f"{b * 100 // 41163}% ━━━━━━────── {b}/41163 2.4it/s 1:02:03<3:04:05"
-              for e in range(1, 4) for b in range(1, 301)]
+    frames = [
+        f"       {e}/50      3.21G      1.234     0.8{b % 10}21      1.1{b % 7}3         42        640: "
+        f"{b * 100 // 41163}% ━━━━━━────── {b}/41163 2.4it/s 1:02:03<3:04:05"
+        for e in range(1, 4)
+        for b in range(1, 301)
+    ]
     return frames + healthy[:100]
 
 
@@ -61,10 +65,12 @@ def unfiltered(catalog: Catalog) -> Catalog:
 def describe(name: str, catalog: Catalog, healthy: list[str]) -> None:
     pf = catalog._prefilter
     hits = sum(bool(pf.candidates(line)) for line in healthy)
-    print(f"{name}: {catalog.path}: {len(catalog)} signatures, "
-          f"{sum(len(s.patterns) for s in catalog)} patterns; prefilter: {len(pf.words)} trigger words, "
-          f"{len(pf.substrings)} substrings, {len(pf.always)} unfiltered patterns; "
-          f"healthy lines on the slow path: {hits}/{len(healthy)}")
+    print(
+        f"{name}: {catalog.path}: {len(catalog)} signatures, "
+        f"{sum(len(s.patterns) for s in catalog)} patterns; prefilter: {len(pf.words)} trigger words, "
+        f"{len(pf.substrings)} substrings, {len(pf.always)} unfiltered patterns; "
+        f"healthy lines on the slow path: {hits}/{len(healthy)}"
+    )
 
 
 def main() -> None:
@@ -73,7 +79,7 @@ def main() -> None:
     if "--compare" in args:
         i = args.index("--compare")
         other = Catalog.load(args[i + 1])
-        del args[i:i + 2]
+        del args[i : i + 2]
     seconds = float(args[0]) if args else 2.0
     catalogs = {"this": Catalog.load()}
     if other is not None:
@@ -90,8 +96,11 @@ def main() -> None:
         ("same mix, no prefilter", lambda c: rate(unfiltered(c), mix, seconds)),
         (f"warning lines ({len(bad)}, source=any)", lambda c: rate(c, bad, seconds, "any")),
     ]
-    print(f"{'lines/s':38s}" + "".join(f"{name:>14s}" for name in catalogs)
-          + ("     change" if other is not None else ""))
+    print(
+        f"{'lines/s':38s}"
+        + "".join(f"{name:>14s}" for name in catalogs)
+        + ("     change" if other is not None else "")
+    )
     rounds = 3 if other is not None else 1
     for label, measure in rows:
         # alternate the catalogs, best of `rounds` each: load on a shared box shifts both alike

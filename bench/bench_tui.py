@@ -20,6 +20,7 @@ two cores in the real set-up.
 
     .venv/bin/python bench/bench_tui.py [--lines 10000] [--presses 30] [--only real|fake]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -41,19 +42,23 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "tui"))
 
 from textual import events
-from trainctl.core import events as ev
+from tui_fakes import FakeAgent, replay_journal
+
 from trainctl.client.connection import local_client
+from trainctl.core import events as ev
 from trainctl.store.paths import RunFiles
 from trainctl.tui.app import TrainctlApp
 from trainctl.tui.widgets.log_tail import LogTail
-from tui_fakes import FakeAgent, replay_journal
 
-LINE = ("      3/50      4.21G      1.301      1.482      1.094         41        640: "
-        " 37% ━━━━──────── {n}/41163 2.1it/s 1:02:11<1:45:00")
+LINE = (
+    "      3/50      4.21G      1.301      1.482      1.094         41        640: "
+    " 37% ━━━━──────── {n}/41163 2.1it/s 1:02:11<1:45:00"
+)
 
 
-async def feed(agent: FakeAgent, lines_per_s: int, progress_per_s: int, stop: asyncio.Event,
-               counts: dict[str, int]) -> None:
+async def feed(
+    agent: FakeAgent, lines_per_s: int, progress_per_s: int, stop: asyncio.Event, counts: dict[str, int]
+) -> None:
     """Emit Log/Progress/Tick at the given rates until ``stop`` is set."""
     start = time.monotonic()
     last_tick = start
@@ -65,17 +70,23 @@ async def feed(agent: FakeAgent, lines_per_s: int, progress_per_s: int, stop: as
         now = time.monotonic()
         due = int((now - start) * lines_per_s) - counts["lines"]
         if due > 0:
-            agent.emit(ev.Log(ts0 + now - start,
-                              lines=tuple(LINE.format(n=n + i) for i in range(due))))
+            agent.emit(ev.Log(ts0 + now - start, lines=tuple(LINE.format(n=n + i) for i in range(due))))
             n += due
             counts["lines"] += due
         due_p = int((now - start) * progress_per_s) - counts["progress"]
         for _ in range(max(0, due_p)):
             batch_no += 1
-            agent.append(ev.Progress(ts0 + now - start, epoch=3, epochs=50,
-                                     batch=batch_no % 41163 + 1, batches=41163,
-                                     losses={"box_loss": 1.3, "cls_loss": 1.5, "dfl_loss": 1.1},
-                                     rate=2.1))
+            agent.append(
+                ev.Progress(
+                    ts0 + now - start,
+                    epoch=3,
+                    epochs=50,
+                    batch=batch_no % 41163 + 1,
+                    batches=41163,
+                    losses={"box_loss": 1.3, "cls_loss": 1.5, "dfl_loss": 1.1},
+                    rate=2.1,
+                )
+            )
             counts["progress"] += 1
         if now - last_tick >= 1.0:
             last_tick = now
@@ -99,18 +110,27 @@ async def press_l(app: TrainctlApp, args: argparse.Namespace) -> tuple[list[floa
 
 
 def report(latencies: list[float]) -> None:
-    print(f"key 'l' -> screen, {len(latencies)} presses: median {statistics.median(latencies):.1f} ms, "
-          f"p90 {sorted(latencies)[int(0.9 * len(latencies)) - 1]:.1f} ms, "
-          f"min {min(latencies):.1f} ms, max {max(latencies):.1f} ms "
-          f"(goal: median < 100 ms)")
+    print(
+        f"key 'l' -> screen, {len(latencies)} presses: median {statistics.median(latencies):.1f} ms, "
+        f"p90 {sorted(latencies)[int(0.9 * len(latencies)) - 1]:.1f} ms, "
+        f"min {min(latencies):.1f} ms, max {max(latencies):.1f} ms "
+        f"(goal: median < 100 ms)"
+    )
 
 
 async def measure_real(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_tui_real_"))
     run_dir = tmp / "run"
     seconds = 6.0 + args.presses * (args.gap + 0.1)
-    gen = [sys.executable, str(ROOT / "bench" / "bench_overhead.py"), "_gen", "ul84",
-           str(args.lines), str(seconds), str(tmp / "gen.json")]
+    gen = [
+        sys.executable,
+        str(ROOT / "bench" / "bench_overhead.py"),
+        "_gen",
+        "ul84",
+        str(args.lines),
+        str(seconds),
+        str(tmp / "gen.json"),
+    ]
     agent = start_agent(run_dir, gen, tmp / "agent.out")
     try:
         deadline = time.monotonic() + 30
@@ -124,7 +144,7 @@ async def measure_real(args: argparse.Namespace) -> None:
                 if agent.poll() is not None or time.monotonic() > deadline:
                     raise RuntimeError(f"no progress reached the dashboard; see {tmp / 'agent.out'}")
                 await pilot.pause(0.05)
-            await asyncio.sleep(1.0)                   # let the flood settle in
+            await asyncio.sleep(1.0)  # let the flood settle in
             cpu0 = _cpu(agent.pid)
             latencies, elapsed = await press_l(app, args)
             cpu1 = _cpu(agent.pid)
@@ -136,12 +156,15 @@ async def measure_real(args: argparse.Namespace) -> None:
         agent.wait(seconds + 30)
         st = json.loads((tmp / "gen.json").read_text())
         written = st["n"] / (st["t1"] - st["t0"])
-        progress = sum('"type":"progress"' in line
-                       for line in (run_dir / "events.jsonl").read_text().splitlines())
-        print(f"real agent + trainer: the trainer wrote {st['n']:,} lines ({written:,.0f} lines/s asked "
-              f"{args.lines:,}); the agent journaled {progress:,} progress events; its CPU while the "
-              f"keys were pressed: {100 * (cpu1 - cpu0) / elapsed:.0f} % of a core; log tail holds "
-              f"{log_lines} lines; {points:,} chart points")
+        progress = sum(
+            '"type":"progress"' in line for line in (run_dir / "events.jsonl").read_text().splitlines()
+        )
+        print(
+            f"real agent + trainer: the trainer wrote {st['n']:,} lines ({written:,.0f} lines/s asked "
+            f"{args.lines:,}); the agent journaled {progress:,} progress events; its CPU while the "
+            f"keys were pressed: {100 * (cpu1 - cpu0) / elapsed:.0f} % of a core; log tail holds "
+            f"{log_lines} lines; {points:,} chart points"
+        )
         report(latencies)
     finally:
         if agent.poll() is None:
@@ -155,10 +178,27 @@ async def measure_real(args: argparse.Namespace) -> None:
 
 def start_agent(run_dir: Path, trainer: list[str], out: Path) -> subprocess.Popen[bytes]:
     with open(out, "wb") as fh:
-        return subprocess.Popen([sys.executable, "-m", "trainctl", "run", "--headless", "--no-tmux",
-                                 "--no-auto-recover", "--run-dir", str(run_dir), "--name", "bench-tui",
-                                 "--", *trainer], stdout=fh, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, start_new_session=True)
+        return subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "trainctl",
+                "run",
+                "--headless",
+                "--no-tmux",
+                "--no-auto-recover",
+                "--run-dir",
+                str(run_dir),
+                "--name",
+                "bench-tui",
+                "--",
+                *trainer,
+            ],
+            stdout=fh,
+            stderr=subprocess.STDOUT,
+            stdin=subprocess.DEVNULL,
+            start_new_session=True,
+        )
 
 
 def _cpu(pid: int) -> float:
@@ -169,11 +209,23 @@ def _cpu(pid: int) -> float:
 async def measure_fake(args: argparse.Namespace) -> None:
     tmp = Path(tempfile.mkdtemp(prefix="bench_tui_"))
     try:
-        presets = {n: Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
-                   for n in ("A", "B")}
+        presets = {
+            n: Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
+            for n in ("A", "B")
+        }
         journal = replay_journal()
-        agent = FakeAgent(journal, {"job": "bench", "host": "here", "state": "RUNNING",
-                                    "preset": "B", "fallback": "B", "run_dir": str(tmp)}, presets)
+        agent = FakeAgent(
+            journal,
+            {
+                "job": "bench",
+                "host": "here",
+                "state": "RUNNING",
+                "preset": "B",
+                "fallback": "B",
+                "run_dir": str(tmp),
+            },
+            presets,
+        )
         app = TrainctlApp(agent.client)
         latencies: list[float] = []
         counts = {"lines": 0, "progress": 0}
@@ -182,16 +234,18 @@ async def measure_fake(args: argparse.Namespace) -> None:
                 await pilot.pause(0.01)
             stop = asyncio.Event()
             feeder = asyncio.create_task(feed(agent, args.lines, args.progress, stop, counts))
-            await asyncio.sleep(1.0)                   # let the flood settle in
+            await asyncio.sleep(1.0)  # let the flood settle in
             latencies, elapsed = await press_l(app, args)
             stop.set()
             await feeder
             shown_lines = len(app.dashboard.model.log)
             points = app.dashboard.model.chart_points()
         lines_per_s = counts["lines"] / (elapsed + 1.0)
-        print(f"fake agent: output fed {counts['lines']:,} lines ({lines_per_s:,.0f} lines/s), "
-              f"{counts['progress']:,} progress events; log tail holds {shown_lines} lines; "
-              f"{points:,} chart points")
+        print(
+            f"fake agent: output fed {counts['lines']:,} lines ({lines_per_s:,.0f} lines/s), "
+            f"{counts['progress']:,} progress events; log tail holds {shown_lines} lines; "
+            f"{points:,} chart points"
+        )
         report(latencies)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

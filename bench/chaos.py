@@ -10,6 +10,7 @@ pytest so the probe and its check are exactly the ones the suite keeps:
 
 Usage: .venv/bin/python bench/chaos.py [--quick]   (--quick leaves out the 50 s kill -9 loop)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,32 +23,55 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 
-BAD_INPUTS = ["tests/e2e/test_hostile_inputs.py", "tests/unit/test_sanitize.py",
-              "tests/unit/test_checkpoint_verify.py", "tests/unit/test_paths.py",
-              # issue 27: another user's run directory, links and parents; side-channel
-              # events, spec.json, preset strings, numeric options; a catastrophic pattern
-              "tests/e2e/test_trust_boundary.py", "tests/unit/test_trust_validators.py"]
-FAULTS = ["tests/e2e/test_agent_faults.py", "tests/e2e/test_containment.py",
-          "tests/e2e/test_client_backlog.py", "tests/e2e/test_holder.py",
-          "tests/e2e/test_agent_not_responding.py",
-          # issue 27: kill -9 of agent and holder, the run directory or socket deleted, two
-          # attach racing, an agent killed in its back-off, a 50 MB/s flood, 200 clients at once
-          "tests/e2e/test_lost_and_found.py",
-          "tests/unit/test_attempt_loop.py::test_a_failed_diagnosis_never_holds_up_recovery",
-          "tests/unit/test_attempt_loop.py::test_a_task_that_keeps_failing_fails_the_run_loudly",
-          "tests/unit/test_attempt_loop.py::test_requests_of_the_wrong_shape_get_one_line_errors",
-          "tests/unit/test_attempt_loop.py::test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start",
-          "tests/unit/test_joblock.py",
-          "tests/unit/test_side_lines.py"]
+BAD_INPUTS = [
+    "tests/e2e/test_hostile_inputs.py",
+    "tests/unit/test_sanitize.py",
+    "tests/unit/test_checkpoint_verify.py",
+    "tests/unit/test_paths.py",
+    # issue 27: another user's run directory, links and parents; side-channel
+    # events, spec.json, preset strings, numeric options; a catastrophic pattern
+    "tests/e2e/test_trust_boundary.py",
+    "tests/unit/test_trust_validators.py",
+]
+FAULTS = [
+    "tests/e2e/test_agent_faults.py",
+    "tests/e2e/test_containment.py",
+    "tests/e2e/test_client_backlog.py",
+    "tests/e2e/test_holder.py",
+    "tests/e2e/test_agent_not_responding.py",
+    # issue 27: kill -9 of agent and holder, the run directory or socket deleted, two
+    # attach racing, an agent killed in its back-off, a 50 MB/s flood, 200 clients at once
+    "tests/e2e/test_lost_and_found.py",
+    "tests/unit/test_attempt_loop.py::test_a_failed_diagnosis_never_holds_up_recovery",
+    "tests/unit/test_attempt_loop.py::test_a_task_that_keeps_failing_fails_the_run_loudly",
+    "tests/unit/test_attempt_loop.py::test_requests_of_the_wrong_shape_get_one_line_errors",
+    "tests/unit/test_attempt_loop.py::test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start",
+    "tests/unit/test_joblock.py",
+    "tests/unit/test_side_lines.py",
+]
 
 
 def run(paths: list[str], deselect: list[str]) -> list[tuple[str, str, float, str]]:
     with tempfile.TemporaryDirectory() as tmp:
         xml = Path(tmp) / "r.xml"
-        args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", f"--junitxml={xml}",
-                *paths, *[f"--deselect={d}" for d in deselect]]
-        subprocess.run(args, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                       env={**__import__("os").environ, "TRAINCTL_REQUIRE_SSHD": "1"})
+        args = [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            f"--junitxml={xml}",
+            *paths,
+            *[f"--deselect={d}" for d in deselect],
+        ]
+        subprocess.run(
+            args,
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={**__import__("os").environ, "TRAINCTL_REQUIRE_SSHD": "1"},
+        )
         rows = []
         for case in ET.parse(xml).getroot().iter("testcase"):
             outcome, why = "ok", ""
@@ -55,8 +79,14 @@ def run(paths: list[str], deselect: list[str]) -> list[tuple[str, str, float, st
                 el = case.find(tag)
                 if el is not None:
                     outcome, why = tag, (el.get("message") or "")[:70]
-            rows.append((case.get("classname", "").split(".")[-1], case.get("name", ""),
-                         float(case.get("time", 0)), outcome + (f": {why}" if why else "")))
+            rows.append(
+                (
+                    case.get("classname", "").split(".")[-1],
+                    case.get("name", ""),
+                    float(case.get("time", 0)),
+                    outcome + (f": {why}" if why else ""),
+                )
+            )
         return rows
 
 
@@ -73,8 +103,11 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="leave out the 10 x kill -9 adoption run")
     a = ap.parse_args()
-    skip = (["tests/e2e/test_agent_faults.py::test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted"]
-            if a.quick else [])
+    skip = (
+        ["tests/e2e/test_agent_faults.py::test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted"]
+        if a.quick
+        else []
+    )
     t0 = time.monotonic()
     bad = table("bad inputs (and the good ones beside them)", run(BAD_INPUTS, skip), "handled")
     faults = table("faults", run(FAULTS, skip), "survived, nothing lost")

@@ -22,6 +22,7 @@ wherever VAR is set (or is VALUE: ``SLURM_NODEID=1``, the second node of a Slurm
 ``epoch=E/EE batch=B/BB loss=X`` per batch.  The preset's DataLoader workers reach every
 rank through the environment (``TRAINCTL_WORKERS``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -34,10 +35,10 @@ from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from midepoch_resume import save  # the same atomic save (this directory is on sys.path)
 from torch.nn.parallel import DistributedDataParallel as DDP
 from torch.utils.data import DataLoader, Dataset, DistributedSampler
 
-from midepoch_resume import save   # the same atomic save (this directory is on sys.path)
 from trainctl.inside import report
 
 
@@ -50,7 +51,7 @@ class Synthetic(Dataset):
 
     def __getitem__(self, i: int):
         if i == self.hang_index:
-            threading.Event().wait()          # a worker deadlock: blocks forever
+            threading.Event().wait()  # a worker deadlock: blocks forever
         g = torch.Generator().manual_seed(i)
         x = torch.randn(8, generator=g)
         return x, x.sum().reshape(1)
@@ -62,17 +63,25 @@ def main(argv=None) -> int:
     p.add_argument("--batches", type=int, default=20, help="batches per epoch and rank")
     p.add_argument("--batch-size", type=int, default=4)
     p.add_argument("--batch-time", type=float, default=0.05)
-    p.add_argument("--workers", type=int, default=int(os.environ.get("TRAINCTL_WORKERS", "1")),
-                   help="DataLoader workers per rank (default: the preset's, TRAINCTL_WORKERS, else 1)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("TRAINCTL_WORKERS", "1")),
+        help="DataLoader workers per rank (default: the preset's, TRAINCTL_WORKERS, else 1)",
+    )
     p.add_argument("--save-every", type=int, default=5, help="periodic save every N batches (0: off)")
     p.add_argument("--checkpoint-dir", type=Path, default=Path("ckpts"))
     p.add_argument("--resume", type=Path, default=None)
     p.add_argument("--hang-rank", type=int, default=1)
     p.add_argument("--hang-at", default="")
     p.add_argument("--hang-attempt", type=int, default=0)
-    p.add_argument("--hang-if-env", default="", metavar="VAR[=VALUE]",
-                   help="hang only where VAR is set, or is VALUE (one node of several: ranks "
-                        "are numbered by the rendezvous)")
+    p.add_argument(
+        "--hang-if-env",
+        default="",
+        metavar="VAR[=VALUE]",
+        help="hang only where VAR is set, or is VALUE (one node of several: ranks "
+        "are numbered by the rendezvous)",
+    )
     args = p.parse_args(argv)
 
     backend = "nccl" if torch.cuda.is_available() and os.environ.get("DDP_BACKEND") != "gloo" else "gloo"
@@ -94,22 +103,33 @@ def main(argv=None) -> int:
         args.checkpoint_dir.mkdir(parents=True, exist_ok=True)
 
     def save_now(kind: str, batch: int) -> None:
-        dist.barrier()                       # every rank finished the same step
+        dist.barrier()  # every rank finished the same step
         path = args.checkpoint_dir / f"{kind}.pt"
         if rank == 0:
             with report.saving():
-                save(path, {"model": model.module.state_dict(), "opt": opt.state_dict(),
-                            "epoch": epoch, "batch": batch})
+                save(
+                    path,
+                    {
+                        "model": model.module.state_dict(),
+                        "opt": opt.state_dict(),
+                        "epoch": epoch,
+                        "batch": batch,
+                    },
+                )
             print(f"checkpoint kind={kind} epoch={epoch} batch={batch}", flush=True)
-        dist.barrier()                       # written: every node's agent may resume from it
-        report.report_checkpoint(path, epoch, batch=batch if batch < args.batches else None,
-                                 kind=kind)  # said once per node (local rank 0, see report.py)
+        dist.barrier()  # written: every node's agent may resume from it
+        report.report_checkpoint(
+            path, epoch, batch=batch if batch < args.batches else None, kind=kind
+        )  # said once per node (local rank 0, see report.py)
 
     hang_e, _, hang_b = args.hang_at.partition(":")
     var, eq, value = args.hang_if_env.partition("=")
     here = os.environ.get(var) == value if eq else bool(os.environ.get(var))
-    hanging = (bool(args.hang_at) and (rank == args.hang_rank if not args.hang_if_env else here)
-               and (not args.hang_attempt or os.environ.get("TRAINCTL_ATTEMPT") == str(args.hang_attempt)))
+    hanging = (
+        bool(args.hang_at)
+        and (rank == args.hang_rank if not args.hang_if_env else here)
+        and (not args.hang_attempt or os.environ.get("TRAINCTL_ATTEMPT") == str(args.hang_attempt))
+    )
     n = args.batches * args.batch_size * world
     while epoch <= args.epochs:
         sampler = DistributedSampler(range(n), num_replicas=world, rank=rank, shuffle=True, seed=0)
@@ -118,8 +138,12 @@ def main(argv=None) -> int:
         hang_index = None
         if hanging and int(hang_e) == epoch and int(hang_b) > done:
             hang_index = order[(int(hang_b) - 1) * args.batch_size]
-        loader = DataLoader(Synthetic(n, hang_index), batch_size=args.batch_size,
-                            sampler=order[done * args.batch_size:], num_workers=args.workers)
+        loader = DataLoader(
+            Synthetic(n, hang_index),
+            batch_size=args.batch_size,
+            sampler=order[done * args.batch_size :],
+            num_workers=args.workers,
+        )
         report.report_phase("train")
         for x, y in loader:
             loss = torch.nn.functional.mse_loss(model(x), y)
@@ -128,8 +152,9 @@ def main(argv=None) -> int:
             opt.step()
             time.sleep(args.batch_time)
             done += 1
-            print(f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}",
-                  flush=True)
+            print(
+                f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}", flush=True
+            )
             report.report_progress(epoch, args.epochs, done, args.batches, {"loss": loss.item()})
             if args.save_every and done % args.save_every == 0 and done < args.batches:
                 save_now("periodic", done)

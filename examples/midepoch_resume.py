@@ -24,6 +24,7 @@ newest save in the checkpoint directory (for launchers that restart with the sam
 ``epoch=E/EE batch=B/BB loss=X`` per batch.  ``--nvrx-heartbeat``: send NVRx ft_launcher's
 heartbeat per batch (bench/bench_incidents.py's comparison; the lines marked ``# nvrx``).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from trainctl.inside import report
 
-PLANNED_PAUSE_S = 60.0   # trainctl's planned_wait_s: the kill comes well before
+PLANNED_PAUSE_S = 60.0  # trainctl's planned_wait_s: the kill comes well before
 
 
 class Synthetic(Dataset):
@@ -52,9 +53,9 @@ class Synthetic(Dataset):
     def __getitem__(self, i: int):
         if i == self.hang_index:
             if self.hang_kind == "worker":
-                threading.Event().wait()          # a worker deadlock: blocks forever
+                threading.Event().wait()  # a worker deadlock: blocks forever
             elif self.hang_kind == "worker-exit":
-                os._exit(9)                       # a worker killed
+                os._exit(9)  # a worker killed
         g = torch.Generator().manual_seed(i)
         x = torch.randn(16, generator=g)
         return x, x.sum().reshape(1)
@@ -90,6 +91,7 @@ def main(argv=None) -> int:
     ft = None
     if args.nvrx_heartbeat:  # nvrx
         from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient  # nvrx
+
         ft = RankMonitorClient()  # nvrx
         ft.init_workload_monitoring()  # nvrx
 
@@ -97,9 +99,9 @@ def main(argv=None) -> int:
     model = torch.nn.Linear(16, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     gen = torch.Generator().manual_seed(args.seed)
-    epoch, done = 1, 0                 # the epoch in progress (1-based) and its batches done
+    epoch, done = 1, 0  # the epoch in progress (1-based) and its batches done
     epoch_gen_state = gen.get_state()
-    if args.resume is not None and args.resume.name == "auto":   # the newest save (torchrun)
+    if args.resume is not None and args.resume.name == "auto":  # the newest save (torchrun)
         saves = sorted(args.checkpoint_dir.glob("*.pt"), key=lambda f: f.stat().st_mtime)
         args.resume = saves[-1] if saves else None
     if args.resume is not None and args.resume.is_file():
@@ -107,9 +109,9 @@ def main(argv=None) -> int:
         model.load_state_dict(ck["model"])
         opt.load_state_dict(ck["opt"])
         epoch, done = ck["epoch"], ck["batch"]
-        gen.set_state(ck["gen_state"])   # the epoch's order is drawn again from it
+        gen.set_state(ck["gen_state"])  # the epoch's order is drawn again from it
         epoch_gen_state = ck["gen_state"]
-        if done >= args.batches:          # an epoch's end: draw its order to move on
+        if done >= args.batches:  # an epoch's end: draw its order to move on
             torch.randperm(args.batches * args.batch_size, generator=gen)
             epoch, done = epoch + 1, 0
             epoch_gen_state = gen.get_state()
@@ -121,16 +123,26 @@ def main(argv=None) -> int:
     def save_now(kind: str) -> None:
         path = args.checkpoint_dir / f"{kind}.pt"
         with report.saving():
-            save(path, {"model": model.state_dict(), "opt": opt.state_dict(), "epoch": pos["epoch"],
-                        "batch": pos["batch"], "gen_state": pos["gen_state"]})
+            save(
+                path,
+                {
+                    "model": model.state_dict(),
+                    "opt": opt.state_dict(),
+                    "epoch": pos["epoch"],
+                    "batch": pos["batch"],
+                    "gen_state": pos["gen_state"],
+                },
+            )
         report.report_checkpoint(path, pos["epoch"], batch=pos["batch"], kind=kind)
         print(f"checkpoint kind={kind} epoch={pos['epoch']} batch={pos['batch']}", flush=True)
-        if kind == "planned":   # trainctl restarts it now: take no batch it would redo
+        if kind == "planned":  # trainctl restarts it now: take no batch it would redo
             time.sleep(PLANNED_PAUSE_S)
 
     report.supports_save_on_request(save=save_now)
     hang_e, _, hang_b = args.hang_at.partition(":")
-    attempt = os.environ.get("TRAINCTL_ATTEMPT") or str(int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1)
+    attempt = os.environ.get("TRAINCTL_ATTEMPT") or str(
+        int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1
+    )
     hanging = bool(args.hang_at) and (not args.hang_attempt or attempt == str(args.hang_attempt))
     n = args.batches * args.batch_size
     while epoch <= args.epochs:
@@ -145,17 +157,23 @@ def main(argv=None) -> int:
             if args.hang_kind == "spin":
                 hang_index = None
         ds = Synthetic(n, hang_index, args.hang_kind)
-        loader = DataLoader(ds, batch_size=args.batch_size, sampler=order[done * args.batch_size:],
-                            num_workers=args.workers, persistent_workers=False)
+        loader = DataLoader(
+            ds,
+            batch_size=args.batch_size,
+            sampler=order[done * args.batch_size :],
+            num_workers=args.workers,
+            persistent_workers=False,
+        )
         pos.update(epoch=epoch, batch=done)
         report.report_phase("train")
         try:
-            done = run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b,
-                             stamp, ft)
-        except RuntimeError:              # a DataLoader worker died: keep what is done
+            done = run_epoch(
+                args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b, stamp, ft
+            )
+        except RuntimeError:  # a DataLoader worker died: keep what is done
             save_now("rescue")
             raise
-        save_now("epoch")            # position: all of this epoch done
+        save_now("epoch")  # position: all of this epoch done
         epoch, done = epoch + 1, 0
     report.report_phase("finished")
     if ft is not None:  # nvrx
@@ -164,11 +182,12 @@ def main(argv=None) -> int:
     return 0
 
 
-def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b,
-              stamp, ft=None) -> int:
+def run_epoch(
+    args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b, stamp, ft=None
+) -> int:
     for x, y in report.data_wait(loader):
         if hanging and args.hang_kind == "spin" and (epoch, done + 1) == (int(hang_e), int(hang_b)):
-            re.match(r"(a+)+$", "a" * 64 + "b")      # native: no Python runs until it ends
+            re.match(r"(a+)+$", "a" * 64 + "b")  # native: no Python runs until it ends
         loss = torch.nn.functional.mse_loss(model(x), y)
         opt.zero_grad()
         loss.backward()
@@ -176,8 +195,10 @@ def run_epoch(args, epoch, done, loader, model, opt, pos, save_now, hanging, han
         time.sleep(args.batch_time)
         done += 1
         pos["batch"] = done
-        print(f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}{stamp()}",
-              flush=True)
+        print(
+            f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}{stamp()}",
+            flush=True,
+        )
         report.report_progress(epoch, args.epochs, done, args.batches, {"loss": loss.item()})
         if ft is not None:  # nvrx
             ft.send_heartbeat()  # nvrx

@@ -1,4 +1,5 @@
 """Shared test setup: every test runs with private trainctl dirs, and nothing it starts survives it."""
+
 from __future__ import annotations
 
 import os
@@ -9,7 +10,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
-    sys.path.insert(0, str(ROOT))   # so tests can import tests.helpers.*
+    sys.path.insert(0, str(ROOT))  # so tests can import tests.helpers.*
 
 
 @pytest.hookimpl(tryfirst=True)
@@ -20,8 +21,9 @@ def pytest_configure(config):
     then passes the 108 bytes a Unix socket path may have.  Unique per session, so parallel
     sessions of other users of the machine never share one; removed when the session passes."""
     if hasattr(config, "workerinput") or config.option.basetemp:
-        return   # an xdist worker gets its base from the controller (BASE/popen-gwN)
+        return  # an xdist worker gets its base from the controller (BASE/popen-gwN)
     import tempfile
+
     config.option.basetemp = tempfile.mkdtemp(prefix="tc", dir="/tmp")
     config._trainctl_short_basetemp = config.option.basetemp
 
@@ -30,6 +32,7 @@ def pytest_unconfigure(config):
     base = getattr(config, "_trainctl_short_basetemp", None)
     if base and getattr(config, "_trainctl_passed", False):
         import shutil
+
         shutil.rmtree(base, ignore_errors=True)
 
 
@@ -46,8 +49,9 @@ def _private_trainctl_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(base / "yolo"))
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
     # The demo cache is shared across tests (dataset generation is deterministic).
-    monkeypatch.setenv("TRAINCTL_CACHE_DIR", os.environ.get("TRAINCTL_TEST_CACHE",
-                                                            str(Path("/tmp") / "trainctl-test-cache")))
+    monkeypatch.setenv(
+        "TRAINCTL_CACHE_DIR", os.environ.get("TRAINCTL_TEST_CACHE", str(Path("/tmp") / "trainctl-test-cache"))
+    )
     yield
 
 
@@ -57,13 +61,13 @@ def _no_leftover_processes():
     import time
 
     import psutil
+
     me = psutil.Process()
     before = {p.pid for p in me.children(recursive=True)}
     yield
     deadline = time.monotonic() + 3.0
     while True:
-        left = [p for p in me.children(recursive=True)
-                if p.pid not in before and _alive(p)]
+        left = [p for p in me.children(recursive=True) if p.pid not in before and _alive(p)]
         if not left or time.monotonic() > deadline:
             break
         time.sleep(0.1)
@@ -79,6 +83,7 @@ def _no_leftover_processes():
 
 def _alive(p) -> bool:
     import psutil
+
     try:
         return p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:

@@ -18,6 +18,7 @@ preset's figures.  BENCH_STAMPS gets ``resume epoch=E batch=B t=T`` once per tra
 this process's start) and ``epoch=E/EE batch=B/BB t=T`` per batch, the format of
 examples/midepoch_resume.py's ``--stamp`` lines.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -53,9 +54,10 @@ def _patch_callbacks(module) -> None:
             _stamp(f"resume epoch={epoch} batch={batch - 1}", STARTED)
         _stamp(f"epoch={epoch}/{trainer.epochs} batch={batch}/{len(trainer.train_loader)}")
 
-    def on_batch_start(trainer) -> None:   # trainctl_batch: still the batch before this one
+    def on_batch_start(trainer) -> None:  # trainctl_batch: still the batch before this one
         if FAULT == "spin" and (trainer.epoch + 1, getattr(trainer, "trainctl_batch", None)) == (1, AT):
-            re.match(r"(a+)+$", "a" * 64 + "b")     # native: no Python runs until it ends
+            re.match(r"(a+)+$", "a" * 64 + "b")  # native: no Python runs until it ends
+
     module.default_callbacks["on_train_batch_end"].append(on_batch_end)
     module.default_callbacks["on_train_batch_start"].append(on_batch_start)
 
@@ -64,19 +66,21 @@ def _patch_dataset(module) -> None:
     if FAULT not in ("worker", "worker-exit"):
         return
     calls = {"n": 0}
-    target = (AT - 1) // WORKERS * BATCH_SIZE + 1   # the first sample of that batch
+    target = (AT - 1) // WORKERS * BATCH_SIZE + 1  # the first sample of that batch
     getitem = module.BaseDataset.__getitem__
 
     def __getitem__(self, index):
         import torch.utils.data
+
         info = torch.utils.data.get_worker_info()
         if info is not None and info.id == (AT - 1) % WORKERS:
             calls["n"] += 1
             if calls["n"] == target:
                 if FAULT == "worker":
-                    threading.Event().wait()   # blocks forever
+                    threading.Event().wait()  # blocks forever
                 os._exit(9)
         return getitem(self, index)
+
     module.BaseDataset.__getitem__ = __getitem__
 
 
@@ -97,6 +101,7 @@ class _Finder(importlib.abc.MetaPathFinder):
         def run(module):
             exec_module(module)
             PATCHES[name](module)
+
         spec.loader.exec_module = run
         return spec
 

@@ -27,6 +27,7 @@ when the agent died) — that last one only for ``run``/``demo``/``agent``, so k
 was going (:meth:`Trainctl.tree_pids`) are remembered and killed too.  An autouse fixture
 kills every Trainctl a test made, even one it forgot.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -43,9 +44,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+from tests.helpers.hangs import wait_until  # noqa: F401  (re-exported for the e2e tests)
 from trainctl.core import events as E
 from trainctl.store.journal import read_events
-from tests.helpers.hangs import wait_until  # noqa: F401  (re-exported for the e2e tests)
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
@@ -60,7 +61,7 @@ class Result:
     stdout: str
     stderr: str
     run_dir: Path | None
-    pids: set[int] = field(default_factory=set)   # every process seen in the run's tree
+    pids: set[int] = field(default_factory=set)  # every process seen in the run's tree
 
     def of_type(self, *types: str) -> list[E.Event]:
         return of_type(self.events, *types)
@@ -68,8 +69,10 @@ class Result:
     def describe(self) -> str:
         """For assertion messages: exit code, stderr tail, event summary."""
         kinds = [e.type + (f":{getattr(e, 'state', '')}" if e.type == "state" else "") for e in self.events]
-        return (f"rc={self.returncode}\nstderr tail:\n{self.stderr[-2000:]}\nstdout tail:\n"
-                f"{self.stdout[-1500:]}\nevents: {kinds[-60:]}")
+        return (
+            f"rc={self.returncode}\nstderr tail:\n{self.stderr[-2000:]}\nstdout tail:\n"
+            f"{self.stdout[-1500:]}\nevents: {kinds[-60:]}"
+        )
 
 
 def of_type(events: Iterable[E.Event], *types: str) -> list[E.Event]:
@@ -84,8 +87,9 @@ def read_journal(run_dir: Path | str | None) -> list[E.Event]:
     return list(read_events(path)) if path.exists() else []
 
 
-def _with_run_dir(args: list[str], run_dir: Path | str | None,
-                  base: Path | None) -> tuple[list[str], Path | None]:
+def _with_run_dir(
+    args: list[str], run_dir: Path | str | None, base: Path | None
+) -> tuple[list[str], Path | None]:
     """For run/demo: make sure the command names a run directory, and return it."""
     args = [str(a) for a in args]
     head = args[: args.index("--")] if "--" in args else args
@@ -108,8 +112,13 @@ def _with_run_dir(args: list[str], run_dir: Path | str | None,
 class Trainctl:
     """A `trainctl` process running in the background (own session), output read in threads."""
 
-    def __init__(self, args: list[str], env: dict[str, str] | None = None,
-                 run_dir: Path | str | None = None, cwd: Path | str | None = None):
+    def __init__(
+        self,
+        args: list[str],
+        env: dict[str, str] | None = None,
+        run_dir: Path | str | None = None,
+        cwd: Path | str | None = None,
+    ):
         self.args, self.run_dir = _with_run_dir(list(args), run_dir, None)
         # Only a run it started is its to kill by run directory (not `ctl`, `attach`, ...).
         self.owns_run = bool(self.args) and self.args[0] in ("run", "demo", "agent")
@@ -117,15 +126,22 @@ class Trainctl:
         full_env.update(env or {})
         full_env.setdefault("PYTHONUNBUFFERED", "1")
         self.started = time.time()
-        self.proc = subprocess.Popen([PYTHON, "-m", "trainctl", *self.args],
-                                     stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                     stderr=subprocess.PIPE, env=full_env,
-                                     cwd=str(cwd or ROOT), start_new_session=True)
+        self.proc = subprocess.Popen(
+            [PYTHON, "-m", "trainctl", *self.args],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=full_env,
+            cwd=str(cwd or ROOT),
+            start_new_session=True,
+        )
         self.pid = self.proc.pid
         self._out: list[bytes] = []
         self._err: list[bytes] = []
-        self._threads = [threading.Thread(target=self._pump, args=(s, buf), daemon=True)
-                         for s, buf in ((self.proc.stdout, self._out), (self.proc.stderr, self._err))]
+        self._threads = [
+            threading.Thread(target=self._pump, args=(s, buf), daemon=True)
+            for s, buf in ((self.proc.stdout, self._out), (self.proc.stderr, self._err))
+        ]
         for t in self._threads:
             t.start()
         self._seen: dict[int, psutil.Process] = {}
@@ -187,8 +203,7 @@ class Trainctl:
                 continue
         return out
 
-    def wait_event(self, pred: Callable[[E.Event], bool] | str, timeout: float,
-                   what: str = "") -> E.Event:
+    def wait_event(self, pred: Callable[[E.Event], bool] | str, timeout: float, what: str = "") -> E.Event:
         """Poll the journal until an event matches (a type name or a predicate); TimeoutError
         (with the output tail) when it does not come or trainctl exits first."""
         if isinstance(pred, str):
@@ -205,16 +220,24 @@ class Trainctl:
                 for ev in self.events():
                     if pred(ev):
                         return ev
-                raise TimeoutError(f"trainctl exited before {what or 'the event'}:\n"
-                                   f"{self.result().describe()}")
+                raise TimeoutError(
+                    f"trainctl exited before {what or 'the event'}:\n{self.result().describe()}"
+                )
             if time.monotonic() > deadline:
-                raise TimeoutError(f"no {what or 'matching event'} within {timeout}s:\n"
-                                   f"{self.result().describe()}")
+                raise TimeoutError(
+                    f"no {what or 'matching event'} within {timeout}s:\n{self.result().describe()}"
+                )
             time.sleep(0.1)
 
     def result(self) -> Result:
-        return Result(self.proc.returncode if self.proc.returncode is not None else -999,
-                      self.events(), self.stdout, self.stderr, self.run_dir, set(self._seen))
+        return Result(
+            self.proc.returncode if self.proc.returncode is not None else -999,
+            self.events(),
+            self.stdout,
+            self.stderr,
+            self.run_dir,
+            set(self._seen),
+        )
 
     # ---------------------------------------------------------------- ending
     def signal(self, sig: int) -> None:
@@ -229,8 +252,9 @@ class Trainctl:
             time.sleep(0.1)
         if self.proc.poll() is None:
             self.kill()
-            raise TimeoutError(f"trainctl {' '.join(self.args)} still running after {timeout}s:\n"
-                               f"{self.result().describe()}")
+            raise TimeoutError(
+                f"trainctl {' '.join(self.args)} still running after {timeout}s:\n{self.result().describe()}"
+            )
         for t in self._threads:
             t.join(timeout=5)
         return self.result()
@@ -242,10 +266,10 @@ class Trainctl:
         own_group = os.getpgid(0)
         for pid, p in list(procs.items()):
             with contextlib.suppress(psutil.Error, OSError):
-                if not p.is_running():    # is_running also checks the pid was not reused
+                if not p.is_running():  # is_running also checks the pid was not reused
                     continue
                 pgid = os.getpgid(pid)
-                if pgid != own_group:     # each trainer runs in its own session: take its group
+                if pgid != own_group:  # each trainer runs in its own session: take its group
                     os.killpg(pgid, signal.SIGKILL)
                 p.kill()
         with contextlib.suppress(OSError):
@@ -263,14 +287,23 @@ class Trainctl:
         self.kill()
 
 
-def start_trainctl(args: list[str], env: dict[str, str] | None = None,
-                   run_dir: Path | str | None = None, cwd: Path | str | None = None) -> Trainctl:
+def start_trainctl(
+    args: list[str],
+    env: dict[str, str] | None = None,
+    run_dir: Path | str | None = None,
+    cwd: Path | str | None = None,
+) -> Trainctl:
     """Start `python -m trainctl *args` in the background (see the module docstring)."""
     return Trainctl(args, env=env, run_dir=run_dir, cwd=cwd)
 
 
-def run_trainctl(args: list[str], timeout: float, env: dict[str, str] | None = None,
-                 run_dir: Path | str | None = None, cwd: Path | str | None = None) -> Result:
+def run_trainctl(
+    args: list[str],
+    timeout: float,
+    env: dict[str, str] | None = None,
+    run_dir: Path | str | None = None,
+    cwd: Path | str | None = None,
+) -> Result:
     """Run `python -m trainctl *args` to the end; kill its whole tree afterwards either way."""
     tc = start_trainctl(args, env=env, run_dir=run_dir, cwd=cwd)
     try:
@@ -281,17 +314,34 @@ def run_trainctl(args: list[str], timeout: float, env: dict[str, str] | None = N
 
 def _toml(value) -> str:
     import json
-    return json.dumps(value) if isinstance(value, (str, list)) else str(value).lower() \
-        if isinstance(value, bool) else str(value)
+
+    return (
+        json.dumps(value)
+        if isinstance(value, (str, list))
+        else str(value).lower()
+        if isinstance(value, bool)
+        else str(value)
+    )
 
 
-def write_ultralytics_job(root: Path, *, n_train: int = 32, n_val: int = 8, epochs: int = 1,
-                          batch: int = 4, imgsz: int = 64, preset: str | None = None,
-                          fallback: str | None = None, stall: dict | None = None,
-                          extra: dict | None = None, max_restarts: int | None = None) -> Path:
+def write_ultralytics_job(
+    root: Path,
+    *,
+    n_train: int = 32,
+    n_val: int = 8,
+    epochs: int = 1,
+    batch: int = 4,
+    imgsz: int = 64,
+    preset: str | None = None,
+    fallback: str | None = None,
+    stall: dict | None = None,
+    extra: dict | None = None,
+    max_restarts: int | None = None,
+) -> Path:
     """A ``kind = "ultralytics"`` job in ``root`` (data set in ``root/data``, YOLOv8n from
     YAML, CPU); ``extra`` adds ``[ultralytics]`` keys, ``stall`` a ``[stall]`` table."""
     from trainctl.config.demo import make_dataset
+
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     data = make_dataset(root / "data", n_train=n_train, n_val=n_val, size=imgsz)
@@ -302,8 +352,16 @@ def write_ultralytics_job(root: Path, *, n_train: int = 32, n_val: int = 8, epoc
         lines.append(f"fallback = {_toml(str(fallback))}")
     if max_restarts is not None:
         lines.append(f"max_restarts = {max_restarts}")
-    ul = {"model": "yolov8n.yaml", "data": str(data), "epochs": epochs, "imgsz": imgsz,
-          "batch": batch, "device": "cpu", "project": str(root / "runs"), "plots": False}
+    ul = {
+        "model": "yolov8n.yaml",
+        "data": str(data),
+        "epochs": epochs,
+        "imgsz": imgsz,
+        "batch": batch,
+        "device": "cpu",
+        "project": str(root / "runs"),
+        "plots": False,
+    }
     ul.update(extra or {})
     lines.append("\n[ultralytics]")
     lines += [f"{k} = {_toml(v)}" for k, v in ul.items()]
@@ -315,8 +373,14 @@ def write_ultralytics_job(root: Path, *, n_train: int = 32, n_val: int = 8, epoc
     return job
 
 
-def write_command_job(root: Path, command: list[str], *, stall: dict | None = None,
-                      name: str = "e2e-cmd", preset: str | None = None) -> Path:
+def write_command_job(
+    root: Path,
+    command: list[str],
+    *,
+    stall: dict | None = None,
+    name: str = "e2e-cmd",
+    preset: str | None = None,
+) -> Path:
     """A ``kind = "command"`` job in ``root`` running ``command``."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
@@ -334,7 +398,7 @@ def write_command_job(root: Path, command: list[str], *, stall: dict | None = No
 _SLURM_MODULES = ("test_slurm.py", "test_slurm_nodes.py")
 
 
-@pytest.hookimpl(tryfirst=True)   # before xdist's worker reads the groups off the markers
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups off the markers
 def pytest_collection_modifyitems(config, items):
     """Under ``--dist loadgroup`` (``make test``) every test that uses the two-node test Slurm
     runs on one worker, one after the other: they drain, fail and preempt its nodes and wait
@@ -364,6 +428,7 @@ def tmux_runs(tmp_path):
     """Runs whose agents live in a private tmux server, and a second one for a terminal
     (tests/helpers/tmux_runs.py); nothing of them is left after the test."""
     from tests.helpers.tmux_runs import TmuxRuns
+
     r = TmuxRuns(tmp_path)
     try:
         yield r

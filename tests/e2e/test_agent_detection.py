@@ -6,6 +6,7 @@ MIOpen warning, a trainer stopped with SIGSTOP, a worker killed with SIGKILL; an
 Ultralytics run whose validation outlasts the train threshold without a false stall.
 Every run is killed as a whole tree afterwards (conftest).
 """
+
 from __future__ import annotations
 
 import os
@@ -16,8 +17,14 @@ import time
 import psutil
 import pytest
 
-from tests.e2e.conftest import (PYTHON, ROOT, run_trainctl, start_trainctl, write_command_job,
-                                write_ultralytics_job)
+from tests.e2e.conftest import (
+    PYTHON,
+    ROOT,
+    run_trainctl,
+    start_trainctl,
+    write_command_job,
+    write_ultralytics_job,
+)
 from tests.helpers.hangs import MIOPEN_SPIN, STEADY, TRAIN_LOOP
 
 pytestmark = pytest.mark.e2e
@@ -35,7 +42,9 @@ def _main_thread_stack(stacks_file: str, pid: int) -> str:
     text = open(stacks_file, encoding="utf-8").read()
     section = re.search(rf"^=== pid {pid} .*?(?=^=== pid |\Z)", text, re.M | re.S)
     assert section, f"no section for pid {pid} in {stacks_file}:\n{text[:3000]}"
-    main = re.search(r'^Thread \S+ \(\w+\): "MainThread"\n(.*?)(?=^Thread |\Z)', section.group(0), re.M | re.S)
+    main = re.search(
+        r'^Thread \S+ \(\w+\): "MainThread"\n(.*?)(?=^Thread |\Z)', section.group(0), re.M | re.S
+    )
     assert main, f"no MainThread stack for pid {pid}:\n{section.group(0)[:3000]}"
     return main.group(1)
 
@@ -51,9 +60,28 @@ def test_worker_deadlock_in_epoch_2_is_a_deadlock_and_waits_for_the_user():
     """Non-persistent workers: those of epoch 1 are gone in epoch 2 — still a deadlock,
     not a dead worker.  Auto-recovery off: STALLED, nothing killed, `ctl stop` ends it."""
     timeout = 5.0
-    with start_trainctl(["run", "--json", "--stall-timeout", str(timeout), "--no-auto-recover",
-                         "--", PYTHON, str(TRAIN_LOOP), "--epochs", "3", "--batches", "20",
-                         "--batch-time", "0.05", "--hang-at", "2:5", "--hang-kind", "worker"]) as tc:
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--stall-timeout",
+            str(timeout),
+            "--no-auto-recover",
+            "--",
+            PYTHON,
+            str(TRAIN_LOOP),
+            "--epochs",
+            "3",
+            "--batches",
+            "20",
+            "--batch-time",
+            "0.05",
+            "--hang-at",
+            "2:5",
+            "--hang-kind",
+            "worker",
+        ]
+    ) as tc:
         start = tc.wait_event("start", 30)
         stall = tc.wait_event("stall", 90)
         events = tc.events()
@@ -86,8 +114,7 @@ def test_worker_deadlock_in_epoch_2_is_a_deadlock_and_waits_for_the_user():
 
 @pytest.mark.timeout(60)
 def test_miopen_warning_then_spin_before_the_first_batch(tmp_path):
-    job = write_command_job(tmp_path / "job", [PYTHON, str(MIOPEN_SPIN)],
-                            stall={"startup_timeout": 3})
+    job = write_command_job(tmp_path / "job", [PYTHON, str(MIOPEN_SPIN)], stall={"startup_timeout": 3})
     with start_trainctl(["run", str(job), "--json", "--no-auto-recover"]) as tc:
         stall = tc.wait_event("stall", 45)
         events = tc.events()
@@ -102,16 +129,31 @@ def test_miopen_warning_then_spin_before_the_first_batch(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_a_trainer_stopped_with_sigstop_is_stopped():
-    with start_trainctl(["run", "--json", "--stall-timeout", "2", "--no-auto-recover", "--",
-                         PYTHON, str(STEADY), "--epochs", "1", "--batches", "2000",
-                         "--batch-time", "0.02"]) as tc:
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--stall-timeout",
+            "2",
+            "--no-auto-recover",
+            "--",
+            PYTHON,
+            str(STEADY),
+            "--epochs",
+            "1",
+            "--batches",
+            "2000",
+            "--batch-time",
+            "0.02",
+        ]
+    ) as tc:
         start = tc.wait_event("start", 30)
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 10, 30, "progress")
         os.kill(start.pid, signal.SIGSTOP)
         stall = tc.wait_event("stall", 30)
         assert stall.diagnosis == "stopped", stall
         assert f"kill -CONT {start.pid}" in stall.detail, stall.detail
-        tc.signal(signal.SIGINT)        # the agent must still kill a stopped tree (SIGCONT)
+        tc.signal(signal.SIGINT)  # the agent must still kill a stopped tree (SIGCONT)
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
     assert not _alive(start.pid)
@@ -120,8 +162,23 @@ def test_a_trainer_stopped_with_sigstop_is_stopped():
 @pytest.mark.timeout(90)
 def test_a_dataloader_worker_killed_with_sigkill_is_recognised():
     """torch notices the dead worker itself: its error is a warning; no restart budget → FAILED."""
-    with start_trainctl(["run", "--json", "--max-restarts", "0", "--", PYTHON, str(TRAIN_LOOP),
-                         "--epochs", "1", "--batches", "400", "--batch-time", "0.05"]) as tc:
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--max-restarts",
+            "0",
+            "--",
+            PYTHON,
+            str(TRAIN_LOOP),
+            "--epochs",
+            "1",
+            "--batches",
+            "400",
+            "--batch-time",
+            "0.05",
+        ]
+    ) as tc:
         start = tc.wait_event("start", 30)
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 3, 60, "progress")
         workers = psutil.Process(start.pid).children()
@@ -137,12 +194,29 @@ def test_a_dataloader_worker_killed_with_sigkill_is_recognised():
 @pytest.mark.timeout(60)
 def test_a_multiprocessing_worker_killed_with_sigkill_is_a_dead_worker():
     """A plain multiprocessing producer dies: the main process waits forever on the queue."""
-    with start_trainctl(["run", "--json", "--stall-timeout", "2", "--no-auto-recover", "--",
-                         PYTHON, str(STEADY), "--epochs", "1", "--batches", "2000",
-                         "--batch-time", "0.02", "--mp-workers", "1"]) as tc:
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--stall-timeout",
+            "2",
+            "--no-auto-recover",
+            "--",
+            PYTHON,
+            str(STEADY),
+            "--epochs",
+            "1",
+            "--batches",
+            "2000",
+            "--batch-time",
+            "0.02",
+            "--mp-workers",
+            "1",
+        ]
+    ) as tc:
         start = tc.wait_event("start", 30)
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 10, 30, "progress")
-        time.sleep(1.2)                 # the agent's 1 s tick has seen the worker
+        time.sleep(1.2)  # the agent's 1 s tick has seen the worker
         (worker,) = psutil.Process(start.pid).children()
         worker.send_signal(signal.SIGKILL)
         stall = tc.wait_event("stall", 30)
@@ -162,9 +236,22 @@ def test_long_validation_and_checkpoint_saves_are_not_stalls(tmp_path):
     train_timeout = 3
     job = write_ultralytics_job(tmp_path / "job", n_train=16, n_val=800, batch=1, epochs=1)
     preset = tmp_path / "Bval.toml"
-    preset.write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text())   # validation on, as shipped
-    r = run_trainctl(["run", str(job), "--json", "--preset", str(preset), "--stall-timeout",
-                      str(train_timeout), "--no-auto-recover"], timeout=140)
+    preset.write_text(
+        (ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text()
+    )  # validation on, as shipped
+    r = run_trainctl(
+        [
+            "run",
+            str(job),
+            "--json",
+            "--preset",
+            str(preset),
+            "--stall-timeout",
+            str(train_timeout),
+            "--no-auto-recover",
+        ],
+        timeout=140,
+    )
     assert r.returncode == 0, r.describe()
     assert r.of_type("stall") == [], r.of_type("stall")
     phases = r.of_type("phase")

@@ -1,6 +1,7 @@
 """Faults in the agent itself (issue 13): it is killed with -9 again and again, its
 file descriptors run out, its stacks directory cannot be written, its disk is full.
 Each time the trainer lives on, supervision goes on, and nothing is lost in silence."""
+
 from __future__ import annotations
 
 import json
@@ -62,15 +63,31 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
     run_dir = tmp_path / "run"
     rng = random.Random(1307)
     log = []
-    first = start_trainctl(["run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "20",
-                            "--", PYTHON, str(script), "450", "0.1"])
+    first = start_trainctl(
+        [
+            "run",
+            "--json",
+            "--run-dir",
+            str(run_dir),
+            "--stall-timeout",
+            "20",
+            "--",
+            PYTHON,
+            str(script),
+            "450",
+            "0.1",
+        ]
+    )
     attaches = []
     try:
         trainer = first.wait_event("start", 30).pid
         t0 = time.monotonic()
         for k in range(10):
-            pid = wait_until(lambda: (p := agent_pid(run_dir)) and p not in [x for _, x, _ in log] and p,
-                             20, what="a live agent")
+            pid = wait_until(
+                lambda: (p := agent_pid(run_dir)) and p not in [x for _, x, _ in log] and p,
+                20,
+                what="a live agent",
+            )
             time.sleep(rng.uniform(0.3, 1.6))
             events = read_journal(run_dir)
             last = events[-1].type if events else "-"
@@ -81,9 +98,15 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
             live = trainers(script)
             assert [p.pid for p in live] == [trainer], f"after kill {k + 1}: {live}"
             # `trainctl attach` finds the run orphaned and starts an agent that adopts it.
-            attaches.append(subprocess.Popen(
-                [PYTHON, "-m", "trainctl", "attach", "--json", str(run_dir)], cwd=str(ROOT),
-                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True))
+            attaches.append(
+                subprocess.Popen(
+                    [PYTHON, "-m", "trainctl", "attach", "--json", str(run_dir)],
+                    cwd=str(ROOT),
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,
+                )
+            )
         final = attaches[-1]
         out, err = final.communicate(timeout=90)
         assert final.returncode == 0, err.decode()[-2000:]
@@ -128,14 +151,35 @@ def test_a_hang_is_caught_while_idle_clients_use_up_the_agents_descriptors(tmp_p
         resource.setrlimit(resource.RLIMIT_NOFILE, (48, 48))
 
     proc = subprocess.Popen(
-        [PYTHON, "-m", "trainctl", "run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "4",
-         "--max-restarts", "2", "--", PYTHON, str(script), "60", "0.1", "15"],
-        cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, preexec_fn=few_fds,
-        start_new_session=True)
+        [
+            PYTHON,
+            "-m",
+            "trainctl",
+            "run",
+            "--json",
+            "--run-dir",
+            str(run_dir),
+            "--stall-timeout",
+            "4",
+            "--max-restarts",
+            "2",
+            "--",
+            PYTHON,
+            str(script),
+            "60",
+            "0.1",
+            "15",
+        ],
+        cwd=str(ROOT),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        preexec_fn=few_fds,
+        start_new_session=True,
+    )
     clients: list[socket.socket] = []
     try:
         wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="progress")
-        clients = _idle_clients(run_dir / "agent.sock", 80)   # never say hello
+        clients = _idle_clients(run_dir / "agent.sock", 80)  # never say hello
         assert len(clients) == 80
         out, err = proc.communicate(timeout=90)
     finally:
@@ -148,7 +192,7 @@ def test_a_hang_is_caught_while_idle_clients_use_up_the_agents_descriptors(tmp_p
     stall = of_type(events, "stall")
     assert stall, err.decode()[-2000:]
     last_batch = [e for e in of_type(events, "progress") if e.batch == 15][0]
-    assert stall[0].ts - last_batch.ts <= 4 + 2.5, (stall[0].ts - last_batch.ts)
+    assert stall[0].ts - last_batch.ts <= 4 + 2.5, stall[0].ts - last_batch.ts
     assert proc.returncode == 0 and of_type(events, "state")[-1].state == "FINISHED"
 
 
@@ -157,10 +201,24 @@ def test_recovery_happens_when_the_stacks_cannot_be_written(tmp_path):
     script = write_counter(tmp_path)
     run_dir = tmp_path / "run"
     run_dir.mkdir(mode=0o700)
-    (run_dir / "events.jsonl").touch(mode=0o600)          # an (empty) run of this user: reusable
-    (run_dir / "stacks").write_text("not a directory")   # root ignores modes: a file blocks it
-    with start_trainctl(["run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "3",
-                         "--", PYTHON, str(script), "40", "0.05", "10"]) as tc:
+    (run_dir / "events.jsonl").touch(mode=0o600)  # an (empty) run of this user: reusable
+    (run_dir / "stacks").write_text("not a directory")  # root ignores modes: a file blocks it
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--run-dir",
+            str(run_dir),
+            "--stall-timeout",
+            "3",
+            "--",
+            PYTHON,
+            str(script),
+            "40",
+            "0.05",
+            "10",
+        ]
+    ) as tc:
         r = tc.wait(60)
     assert r.returncode == 0, r.describe()
     stall = r.of_type("stall")[0]
@@ -170,8 +228,9 @@ def test_recovery_happens_when_the_stacks_cannot_be_written(tmp_path):
 
 def _mount_tmpfs(where: Path, size: str) -> bool:
     where.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)],
-                       capture_output=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)], capture_output=True
+    )
     return r.returncode == 0
 
 
@@ -181,13 +240,16 @@ def test_a_full_disk_never_kills_the_trainer(tmp_path):
     if os.geteuid() != 0 or not _mount_tmpfs(disk, "256k"):
         pytest.skip("cannot mount a tmpfs here")
     try:
-        noisy = tmp_path / "noisy.py"   # 2,000 progress lines of ~200 bytes: 400 KB > 256 KB
-        noisy.write_text("import time\nfor i in range(1, 2001):\n"
-                         "    print(f'epoch=1/1 batch={i}/2000 loss=0.5 ' + 'x' * 160, flush=True)\n"
-                         "    time.sleep(0.002)\n")
+        noisy = tmp_path / "noisy.py"  # 2,000 progress lines of ~200 bytes: 400 KB > 256 KB
+        noisy.write_text(
+            "import time\nfor i in range(1, 2001):\n"
+            "    print(f'epoch=1/1 batch={i}/2000 loss=0.5 ' + 'x' * 160, flush=True)\n"
+            "    time.sleep(0.002)\n"
+        )
         run_dir = disk / "run"
-        with start_trainctl(["run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "20",
-                             "--", PYTHON, str(noisy)]) as tc:
+        with start_trainctl(
+            ["run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "20", "--", PYTHON, str(noisy)]
+        ) as tc:
             r = tc.wait(60)
         printed = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
         kinds = [e["type"] for e in printed]
@@ -203,9 +265,10 @@ def test_a_full_disk_never_kills_the_trainer(tmp_path):
 def test_the_journal_survives_enospc(tmp_path):
     """/dev/full gives a real ENOSPC: the event is lost, the bus goes on, and the journal
     says how many were lost once it can write again."""
-    from trainctl.core import events as E
     from trainctl.agent.bus import EventBus
+    from trainctl.core import events as E
     from trainctl.store.journal import Journal
+
     journal = Journal(tmp_path / "events.jsonl")
     seen: list[E.Event] = []
     bus = EventBus(journal, time.time)
@@ -220,6 +283,7 @@ def test_the_journal_survives_enospc(tmp_path):
     bus.emit(E.Info(9.0, "after"))
     journal.close()
     from trainctl.store.journal import read_events
+
     kept = list(read_events(tmp_path / "events.jsonl"))
     assert [getattr(e, "text", "") for e in kept][0] == "before"
     assert any(e.type == "warning" and e.id == "trainctl.journal_gap" and "3 events" in e.text for e in kept)

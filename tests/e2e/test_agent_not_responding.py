@@ -1,6 +1,7 @@
 """Issue 13: no waits without a bound.  A real agent stopped with SIGSTOP: `trainctl status`,
 `ctl`, `attach --json` and `bridge` say "agent not responding (pid N, stopped)" within 5 s
 and exit 4; once it is continued, it answers again and a stop ends the run STOPPED (130)."""
+
 from __future__ import annotations
 
 import json
@@ -21,29 +22,45 @@ BOUND_S = 5.0
 
 def _timed(args: list[str], **kw) -> tuple[subprocess.CompletedProcess, float]:
     t0 = time.monotonic()
-    r = subprocess.run([PYTHON, "-m", "trainctl", *args], capture_output=True, text=True,
-                       timeout=30, cwd=str(ROOT), **kw)
+    r = subprocess.run(
+        [PYTHON, "-m", "trainctl", *args], capture_output=True, text=True, timeout=30, cwd=str(ROOT), **kw
+    )
     return r, time.monotonic() - t0
 
 
 @pytest.mark.timeout(90)
 def test_a_stopped_agent_is_reported_not_waited_on():
-    with start_trainctl(["run", "--json", "--", PYTHON, str(STEADY), "--epochs", "1",
-                         "--batches", "100000", "--batch-time", "0.05"]) as tc:
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--",
+            PYTHON,
+            str(STEADY),
+            "--epochs",
+            "1",
+            "--batches",
+            "100000",
+            "--batch-time",
+            "0.05",
+        ]
+    ) as tc:
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 3, 30, "progress")
         agent = json.loads((tc.run_dir / "agent.json").read_text())["pid"]
-        assert agent == tc.pid     # `run --json` is the agent
+        assert agent == tc.pid  # `run --json` is the agent
         os.kill(agent, signal.SIGSTOP)
         try:
-            wait_until(lambda: psutil.Process(agent).status() == psutil.STATUS_STOPPED, 5,
-                       what="the agent to stop")
+            wait_until(
+                lambda: psutil.Process(agent).status() == psutil.STATUS_STOPPED, 5, what="the agent to stop"
+            )
             needle = f"agent not responding (pid {agent}, stopped)"
             took = {}
             for name, args, stdin in (
-                    ("status", ["status", str(tc.run_dir)], None),
-                    ("ctl", ["ctl", str(tc.run_dir), "stop"], None),
-                    ("attach", ["attach", str(tc.run_dir), "--json"], None),
-                    ("bridge", ["bridge", str(tc.run_dir)], '{"op": "hello", "since": 0}\n')):
+                ("status", ["status", str(tc.run_dir)], None),
+                ("ctl", ["ctl", str(tc.run_dir), "stop"], None),
+                ("attach", ["attach", str(tc.run_dir), "--json"], None),
+                ("bridge", ["bridge", str(tc.run_dir)], '{"op": "hello", "since": 0}\n'),
+            ):
                 r, took[name] = _timed(args, input=stdin)
                 assert r.returncode == 4, (name, r.returncode, r.stdout[-500:], r.stderr[-500:])
                 assert needle in r.stderr, (name, r.stderr)
@@ -58,8 +75,12 @@ def test_a_stopped_agent_is_reported_not_waited_on():
         st = run_trainctl(["status", str(tc.run_dir), "--json"], timeout=30)
         assert st.returncode == 0 and json.loads(st.stdout)["live"] is True, st.describe()
         # The bridge relays a live agent as before: its hello first, then the journal.
-        bridge = subprocess.Popen([PYTHON, "-m", "trainctl", "bridge", str(tc.run_dir)],
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd=str(ROOT))
+        bridge = subprocess.Popen(
+            [PYTHON, "-m", "trainctl", "bridge", str(tc.run_dir)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=str(ROOT),
+        )
         try:
             bridge.stdin.write(b'{"op": "hello", "since": 0}\n')
             bridge.stdin.flush()

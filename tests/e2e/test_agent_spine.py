@@ -4,6 +4,7 @@ Real processes only: the Ultralytics demo (YOLOv8n on CPU), a PyTorch loop with 
 multi-worker DataLoader, presets reaching the trainer, bad config refused, Ctrl-C.
 Each run has a timeout and its whole process tree is killed afterwards (conftest).
 """
+
 from __future__ import annotations
 
 import re
@@ -13,11 +14,9 @@ import time
 import psutil
 import pytest
 
-from trainctl.store.journal import journal_lines
-
-from tests.e2e.conftest import (PYTHON, ROOT, of_type, run_trainctl, start_trainctl,
-                                write_ultralytics_job)
+from tests.e2e.conftest import PYTHON, ROOT, of_type, run_trainctl, start_trainctl, write_ultralytics_job
 from tests.helpers.hangs import TRAIN_LOOP
+from trainctl.store.journal import journal_lines
 
 pytestmark = pytest.mark.e2e
 PRESET_A = ROOT / "src" / "trainctl" / "presets" / "A.toml"
@@ -44,8 +43,11 @@ def _spawn_workers(pid: int) -> set[int]:
 def _training(events) -> bool:
     """The last phase event is "train" and a batch came after it."""
     last_phase = max((i for i, e in enumerate(events) if e.type == "phase"), default=None)
-    return (last_phase is not None and events[last_phase].phase == "train"
-            and any(e.type == "progress" for e in events[last_phase:]))
+    return (
+        last_phase is not None
+        and events[last_phase].phase == "train"
+        and any(e.type == "progress" for e in events[last_phase:])
+    )
 
 
 def _check_progress(progress, epochs: int) -> None:
@@ -61,7 +63,7 @@ def _check_progress(progress, epochs: int) -> None:
         assert len(batches) >= 2, f"epoch {epoch}: one progress event only"
 
 
-@pytest.mark.timeout(300)   # 120 real YOLO batches: ~30 s on a quiet box, 150+ at load 15
+@pytest.mark.timeout(300)  # 120 real YOLO batches: ~30 s on a quiet box, 150+ at load 15
 def test_demo_json_runs_a_real_yolo_training_to_the_end():
     r = run_trainctl(["demo", "--json", "--epochs", "1"], timeout=280)
     assert r.returncode == 0, r.describe()
@@ -72,7 +74,7 @@ def test_demo_json_runs_a_real_yolo_training_to_the_end():
     assert phases[0] == "startup" and phases[-1] == "finished"
     assert all(a != b for a, b in zip(phases, phases[1:])), f"repeated phase events: {phases}"
     progress = r.of_type("progress")
-    _check_progress(progress, epochs=1)   # 120 batches: 2 epochs take minutes on a busy box
+    _check_progress(progress, epochs=1)  # 120 batches: 2 epochs take minutes on a busy box
     assert all(set(p.losses) == LOSSES for p in progress), progress[-1].losses
     assert all(v > 0 for v in progress[-1].losses.values())
     assert [c.epoch for c in r.of_type("checkpoint") if c.ok] == [1]
@@ -92,9 +94,24 @@ def test_demo_json_runs_a_real_yolo_training_to_the_end():
 
 @pytest.mark.timeout(90)
 def test_generic_pytorch_loop_sees_the_preset(tmp_path):
-    r = run_trainctl(["run", "--json", "--preset", str(PRESET_A), "--",
-                      PYTHON, str(TRAIN_LOOP), "--epochs", "2", "--batches", "8",
-                      "--batch-time", "0.02"], timeout=80)
+    r = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--preset",
+            str(PRESET_A),
+            "--",
+            PYTHON,
+            str(TRAIN_LOOP),
+            "--epochs",
+            "2",
+            "--batches",
+            "8",
+            "--batch-time",
+            "0.02",
+        ],
+        timeout=80,
+    )
     assert r.returncode == 0, r.describe()
     log = (r.run_dir / "train.log").read_text()
     env_line = re.search(r"^env (.*)$", log, re.M)
@@ -111,7 +128,7 @@ def test_generic_pytorch_loop_sees_the_preset(tmp_path):
     assert r.of_type("exit")[0].returncode == 0 and r.events[-1].state == "FINISHED"
 
 
-@pytest.mark.timeout(300)   # bounds for a loaded box: two real YOLO epochs, spawn workers
+@pytest.mark.timeout(300)  # bounds for a loaded box: two real YOLO epochs, spawn workers
 def test_ultralytics_preset_a_really_uses_two_spawn_workers(tmp_path):
     """Ultralytics forces workers=0 on CPU; the runner restores the preset's 2 (spawn).
     Counted while the journal says "train" (validation adds its own loader's workers)."""
@@ -146,13 +163,13 @@ def test_preset_b_has_no_workers_and_ctrl_c_stops_the_whole_tree(tmp_path):
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 3, 90, "progress")
         pids = tc.tree_pids()
         children: set[int] = set()
-        for _ in range(15):                       # ~1.5 s of training: no worker appears
+        for _ in range(15):  # ~1.5 s of training: no worker appears
             children |= {c.pid for c in psutil.Process(start.pid).children(recursive=True)}
             pids |= tc.tree_pids()
             time.sleep(0.1)
         assert children == set(), "preset B (workers = 0) started child processes"
         assert start.pid in pids and tc.pid in pids
-        tc.signal(signal.SIGINT)                  # Ctrl-C
+        tc.signal(signal.SIGINT)  # Ctrl-C
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
     assert [e.type for e in r.events[-2:]] == ["exit", "state"], [e.type for e in r.events[-4:]]
@@ -164,8 +181,21 @@ def test_preset_b_has_no_workers_and_ctrl_c_stops_the_whole_tree(tmp_path):
 
 @pytest.mark.timeout(60)
 def test_ctrl_c_also_takes_the_dataloader_workers():
-    with start_trainctl(["run", "--json", "--", PYTHON, str(TRAIN_LOOP), "--epochs", "1",
-                         "--batches", "2000", "--batch-time", "0.02"]) as tc:
+    with start_trainctl(
+        [
+            "run",
+            "--json",
+            "--",
+            PYTHON,
+            str(TRAIN_LOOP),
+            "--epochs",
+            "1",
+            "--batches",
+            "2000",
+            "--batch-time",
+            "0.02",
+        ]
+    ) as tc:
         start = tc.wait_event("start", 30)
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 3, 45, "progress")
         workers = psutil.Process(start.pid).children()
@@ -187,16 +217,31 @@ def _alive(pid: int) -> bool:
 
 
 BAD = [
-    ("preset-context", "preset", "[dataloader]\nmultiprocessing_context = \"fork2\"\n",
-     ("multiprocessing_context", '"fork", "spawn", "forkserver"', "fork2")),
-    ("preset-workers", "fallback", "[dataloader]\nworkers = -1\n",
-     ("workers", "integer >= 0")),
-    ("preset-unknown-key", "preset", "[dataloader]\nnum_workers = 2\n",
-     ("num_workers", "allowed keys", "workers")),
-    ("job-kind", "job", "kind = \"bogus\"\ncommand = [\"true\"]\n",
-     ("kind", '"ultralytics", "command"', "bogus")),
-    ("job-stall", "job", "kind = \"command\"\ncommand = [\"true\"]\n[stall]\ntrain_timeout = -3\n",
-     ("[stall] train_timeout", "> 0")),
+    (
+        "preset-context",
+        "preset",
+        '[dataloader]\nmultiprocessing_context = "fork2"\n',
+        ("multiprocessing_context", '"fork", "spawn", "forkserver"', "fork2"),
+    ),
+    ("preset-workers", "fallback", "[dataloader]\nworkers = -1\n", ("workers", "integer >= 0")),
+    (
+        "preset-unknown-key",
+        "preset",
+        "[dataloader]\nnum_workers = 2\n",
+        ("num_workers", "allowed keys", "workers"),
+    ),
+    (
+        "job-kind",
+        "job",
+        'kind = "bogus"\ncommand = ["true"]\n',
+        ("kind", '"ultralytics", "command"', "bogus"),
+    ),
+    (
+        "job-stall",
+        "job",
+        'kind = "command"\ncommand = ["true"]\n[stall]\ntrain_timeout = -3\n',
+        ("[stall] train_timeout", "> 0"),
+    ),
 ]
 
 
@@ -220,7 +265,10 @@ def test_bad_config_is_refused_with_exit_2_naming_file_key_and_allowed(tmp_path,
 
 @pytest.mark.timeout(30)
 def test_unknown_preset_name_lists_the_available_ones(tmp_path):
-    r = run_trainctl(["run", "--json", "--preset", "nosuch", "--", PYTHON, "-c", "pass"], timeout=20,
-                     run_dir=tmp_path / "run")
+    r = run_trainctl(
+        ["run", "--json", "--preset", "nosuch", "--", PYTHON, "-c", "pass"],
+        timeout=20,
+        run_dir=tmp_path / "run",
+    )
     assert r.returncode == 2, r.describe()
     assert '"nosuch"' in r.stderr and "A, B" in r.stderr and "looked in" in r.stderr, r.stderr

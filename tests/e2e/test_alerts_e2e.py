@@ -2,12 +2,12 @@
 incident alert (stall, diagnosis, restart under B) and then a finished alert to a real
 receiver (apprise json:// to a local HTTP server); the holder says "unsupervised" when the
 agent is killed while the trainer runs."""
+
 from __future__ import annotations
 
 import json
 import os
 import signal
-import statistics
 import time
 
 import pytest
@@ -21,11 +21,39 @@ pytestmark = pytest.mark.e2e
 
 def steady_args(tmp_path, *extra: str) -> list[str]:
     ckpt = tmp_path / "ckpt.json"
-    return ["run", "--json", "--name", "alerted", "--preset", "A", "--fallback", "B",
-            "--stall-timeout", "2", "--resume-arg=--resume", f"--resume-arg={ckpt}", *extra,
-            "--", PYTHON, "-u", str(STEADY), "--epochs", "3", "--batches", "10",
-            "--batch-time", "0.03", "--mp-workers", "2", "--hang-at", "2:4",
-            "--hang-attempt", "1", "--checkpoint", str(ckpt)]
+    return [
+        "run",
+        "--json",
+        "--name",
+        "alerted",
+        "--preset",
+        "A",
+        "--fallback",
+        "B",
+        "--stall-timeout",
+        "2",
+        "--resume-arg=--resume",
+        f"--resume-arg={ckpt}",
+        *extra,
+        "--",
+        PYTHON,
+        "-u",
+        str(STEADY),
+        "--epochs",
+        "3",
+        "--batches",
+        "10",
+        "--batch-time",
+        "0.03",
+        "--mp-workers",
+        "2",
+        "--hang-at",
+        "2:4",
+        "--hang-attempt",
+        "1",
+        "--checkpoint",
+        str(ckpt),
+    ]
 
 
 def test_a_hang_under_A_gives_one_incident_alert_and_the_finish_a_finished_alert(tmp_path, monkeypatch):
@@ -56,14 +84,29 @@ def test_a_hang_under_A_gives_one_incident_alert_and_the_finish_a_finished_alert
             assert "hook-secret-token" not in path.read_text(errors="replace"), name
     assert "hook-secret-token" not in res.stdout + res.stderr
     assert os.stat(run_dir / "alerts.json").st_mode & 0o777 == 0o600
-    assert any(e.type == "info" and e.key == "alerts" and "json://127.0.0.1" in e.text
-               for e in res.events)
+    assert any(e.type == "info" and e.key == "alerts" and "json://127.0.0.1" in e.text for e in res.events)
 
 
 def test_the_holder_says_unsupervised_when_the_agent_dies(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINCTL_CONFIG_DIR", str(tmp_path / "config"))
-    args = ["run", "--json", "--name", "orphaned", "--alert", "", "--",
-            PYTHON, "-u", str(STEADY), "--epochs", "1000", "--batches", "10", "--batch-time", "0.05"]
+    args = [
+        "run",
+        "--json",
+        "--name",
+        "orphaned",
+        "--alert",
+        "",
+        "--",
+        PYTHON,
+        "-u",
+        str(STEADY),
+        "--epochs",
+        "1000",
+        "--batches",
+        "10",
+        "--batch-time",
+        "0.05",
+    ]
     with Receiver() as rx:
         args[args.index("--alert") + 1] = rx.url
         with start_trainctl(args) as tc:

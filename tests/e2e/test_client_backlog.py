@@ -1,5 +1,6 @@
 """A client that stops reading costs the agent a bounded backlog, then is dropped with a
 reason and where to catch up from (issue 14: memory per client bounded in bytes)."""
+
 from __future__ import annotations
 
 import json
@@ -40,7 +41,7 @@ def test_a_client_that_never_reads_is_dropped_and_the_agent_stays_small(tmp_path
         agent = psutil.Process(tc.pid)
         rss = []
         end = time.monotonic() + 14
-        while time.monotonic() < end:           # the client reads nothing meanwhile
+        while time.monotonic() < end:  # the client reads nothing meanwhile
             rss.append(agent.memory_info().rss)
             time.sleep(0.5)
         data = b""
@@ -62,6 +63,7 @@ def test_two_hundred_clients_connecting_at_once_all_get_their_hello(tmp_path):
     """The accept backlog holds 200 clients that connect in the same instant (a dashboard
     per user, scripts polling `status`): none fails at connect (issue 27)."""
     import asyncio
+
     from trainctl.client.connection import AgentClient, UnixTransport
 
     async def storm(sock_path) -> list[str]:
@@ -74,13 +76,14 @@ def test_two_hundred_clients_connecting_at_once_all_get_their_hello(tmp_path):
                 return repr(e)
             finally:
                 await client.close()
+
         results = await asyncio.gather(*(one() for _ in range(200)))
         return [r for r in results if r is not None]
 
     with start_trainctl(["run", "--json", "--", PYTHON, "-c", "import time; time.sleep(60)"]) as tc:
         tc.wait_event("start", 30)
         agent = psutil.Process(tc.pid)
-        agent.suspend()   # the agent accepts nothing meanwhile: all 200 wait in its backlog
+        agent.suspend()  # the agent accepts nothing meanwhile: all 200 wait in its backlog
         try:
             sock = tc.run_dir / "agent.sock"
             raw = []

@@ -1,8 +1,8 @@
 """Containment (issue 14): a trainer that double-forks a `setsid` daemon leaves nothing
 behind after stalls, kills and restarts: the holder is the daemon's subreaper and ends it."""
+
 from __future__ import annotations
 
-import time
 import uuid
 
 import psutil
@@ -39,11 +39,12 @@ def test_daemons_of_every_attempt_are_gone_after_restarts_and_the_end(tmp_path):
     marker = f"daemonizing-{uuid.uuid4().hex[:8]}"
     script = tmp_path / "daemonizing.py"
     script.write_text(DAEMONIZING)
-    with start_trainctl(["run", "--json", "--stall-timeout", "2", "--max-restarts", "2",
-                         "--", PYTHON, str(script), marker]) as tc:
+    with start_trainctl(
+        ["run", "--json", "--stall-timeout", "2", "--max-restarts", "2", "--", PYTHON, str(script), marker]
+    ) as tc:
         tc.wait_event(lambda e: e.type == "start" and e.attempt == 2, 60, "the second attempt")
         r = tc.wait(90)
-    assert r.returncode == 1, r.describe()     # every attempt hangs: the budget runs out
+    assert r.returncode == 1, r.describe()  # every attempt hangs: the budget runs out
     assert len(r.of_type("start")) >= 2
     try:
         wait_until(lambda: not marked(marker), 15, what="no daemon left")
@@ -73,6 +74,7 @@ while True:
 def _command(sock_path, name: str) -> dict:
     import json
     import socket
+
     s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     s.settimeout(10)
     s.connect(str(sock_path))
@@ -95,10 +97,14 @@ def test_twenty_restarts_of_a_daemonizing_trainer_leave_nothing(tmp_path):
     script.write_text(PROPER_DAEMON)
     with start_trainctl(["run", "--json", "--", PYTHON, str(script), marker]) as tc:
         for attempt in range(1, 21):
-            start = tc.wait_event(lambda e, a=attempt: e.type == "start" and e.attempt == a, 30,
-                                  f"attempt {attempt}")
-            tc.wait_event(lambda e, s=start.seq: e.type == "progress" and e.seq > s, 30,
-                          f"progress of attempt {attempt}")
+            start = tc.wait_event(
+                lambda e, a=attempt: e.type == "start" and e.attempt == a, 30, f"attempt {attempt}"
+            )
+            tc.wait_event(
+                lambda e, s=start.seq: e.type == "progress" and e.seq > s,
+                30,
+                f"progress of attempt {attempt}",
+            )
             assert _command(tc.run_dir / "agent.sock", "restart")["ok"]
         tc.wait_event(lambda e: e.type == "start" and e.attempt == 21, 30, "attempt 21")
         assert _command(tc.run_dir / "agent.sock", "stop")["ok"]

@@ -9,6 +9,7 @@ to keep the tier fast; bench/bench_detection_matrix.py measures the defaults.
 
 Each hang writes when it began to the run directory (``hang_at``), so the detection time
 is measured from the trainer's own clock."""
+
 from __future__ import annotations
 
 import os
@@ -25,8 +26,16 @@ DDP_UNKNOWN = SCRIPTS / "ddp_unknown.py"
 
 
 def _torchrun(*args: str) -> list[str]:
-    return [PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-            str(DDP_UNKNOWN), *args]
+    return [
+        PYTHON,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        str(DDP_UNKNOWN),
+        *args,
+    ]
 
 
 def _late(result, stall) -> float:
@@ -38,8 +47,19 @@ def test_a_silent_torchrun_job_whose_rank_deadlocks_is_caught_by_the_ranks_still
     """Rank 1's DataLoader worker deadlocks in epoch 2; the ranks print nothing per batch, so
     the job is in start-up to trainctl. The launcher keeps polling (I/O every second): only
     the ranks' stillness counts, and the culprit is named from the stacks."""
-    r = run_trainctl(["run", "--json", "--max-restarts", "0", "--startup-idle", "5", "--",
-                      *_torchrun("--format", "silent", "--hang-at", "2:5")], timeout=180)
+    r = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--max-restarts",
+            "0",
+            "--startup-idle",
+            "5",
+            "--",
+            *_torchrun("--format", "silent", "--hang-at", "2:5"),
+        ],
+        timeout=180,
+    )
     assert r.returncode == 1, r.describe()
     stalls = r.of_type("stall")
     assert len(stalls) == 1, r.describe()
@@ -49,7 +69,7 @@ def test_a_silent_torchrun_job_whose_rank_deadlocks_is_caught_by_the_ranks_still
     assert stall.ranks == (1,) and "Culprit: rank 1 waits for a DataLoader batch" in stall.detail
     late = _late(r, stall)
     print(f"silent torchrun deadlock caught {late:.1f}s after it began (window 5 s + diagnosis)")
-    assert 5.0 < late < 5.0 + 30.0, late        # the window, ticks and py-spy on a loaded box
+    assert 5.0 < late < 5.0 + 30.0, late  # the window, ticks and py-spy on a loaded box
 
 
 @pytest.mark.timeout(200)
@@ -58,8 +78,19 @@ def test_the_issues_torchrun_job_printing_a_bar_less_tqdm_line_stalls_naming_ran
     (no bar characters, no ``<remaining``) now reads as progress; rank 1's worker deadlock
     in epoch 2 (its peer then waits in the allreduce: a collective hang) is caught by the
     train threshold (``--stall-timeout 8``, as the issue ran it), naming rank 1."""
-    r = run_trainctl(["run", "--json", "--max-restarts", "0", "--stall-timeout", "8", "--",
-                      *_torchrun("--hang-at", "2:5")], timeout=180)
+    r = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--max-restarts",
+            "0",
+            "--stall-timeout",
+            "8",
+            "--",
+            *_torchrun("--hang-at", "2:5"),
+        ],
+        timeout=180,
+    )
     assert r.returncode == 1, r.describe()
     prog = r.of_type("progress")
     assert {p.rank for p in prog} == {0, 1} and max(p.epoch for p in prog) == 2, prog[-3:]
@@ -80,9 +111,23 @@ def test_a_steady_unknown_format_printer_that_hangs_is_caught_at_its_silence_flo
     engaged (the still-tree caught it at 90 s); now the format is unknown after 20 lines and
     the silence is judged against the intervals (2 × 0.2 s, below the floor: 5 s here; 60 s
     by default)."""
-    r = run_trainctl(["run", "--json", "--max-restarts", "0", "--silence-floor", "5", "--",
-                      PYTHON, str(SCRIPTS / "startup_cases.py"), "steady-hang", "60", "0.2"],
-                     timeout=80)
+    r = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--max-restarts",
+            "0",
+            "--silence-floor",
+            "5",
+            "--",
+            PYTHON,
+            str(SCRIPTS / "startup_cases.py"),
+            "steady-hang",
+            "60",
+            "0.2",
+        ],
+        timeout=80,
+    )
     assert r.returncode == 1, r.describe()
     assert [e.key for e in r.of_type("info")].count("no_progress_format") == 1
     stall = r.of_type("stall")[0]
@@ -95,18 +140,44 @@ def test_a_steady_unknown_format_printer_that_hangs_is_caught_at_its_silence_flo
 
 
 @pytest.mark.timeout(120)
-@pytest.mark.parametrize("kind,at", [("val", "1:1"), ("worker", "2:1")],
-                         ids=["inside-the-first-validation", "at-the-first-batch-after-it"])
+@pytest.mark.parametrize(
+    "kind,at",
+    [("val", "1:1"), ("worker", "2:1")],
+    ids=["inside-the-first-validation", "at-the-first-batch-after-it"],
+)
 def test_a_plain_loop_hanging_in_its_first_silent_validation_or_right_after_it(kind, at):
     """A plain loop (known format, no phases said): its validation after epoch 1 computes
     silently for 3 s. A hang inside it (the main thread blocked) or at the first batch of
     epoch 2 (its worker blocked) leaves the tree still after the epoch's last batch: caught
     by the still-tree window (5 s here; at most 45 s by default) instead of the 300 s
     first-phase default."""
-    r = run_trainctl(["run", "--json", "--max-restarts", "0", "--startup-idle", "5", "--",
-                      PYTHON, "-u", str(SCRIPTS / "train_loop.py"), "--epochs", "2",
-                      "--batches", "10", "--workers", "1", "--val-time", "3",
-                      "--hang-kind", kind, "--hang-at", at], timeout=110)
+    r = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--max-restarts",
+            "0",
+            "--startup-idle",
+            "5",
+            "--",
+            PYTHON,
+            "-u",
+            str(SCRIPTS / "train_loop.py"),
+            "--epochs",
+            "2",
+            "--batches",
+            "10",
+            "--workers",
+            "1",
+            "--val-time",
+            "3",
+            "--hang-kind",
+            kind,
+            "--hang-at",
+            at,
+        ],
+        timeout=110,
+    )
     assert r.returncode == 1, r.describe()
     stall = r.of_type("stall")[0]
     assert stall.phase == "train" and stall.threshold_s == 5.0, stall
@@ -124,9 +195,12 @@ def test_an_ultralytics_job_stopped_in_its_first_validation_is_caught_when_still
     the still tree is caught within its window (5 s here, at most 45 s by default)."""
     job = write_ultralytics_job(tmp_path / "job", n_train=16, n_val=64, batch=4, epochs=2)
     preset = tmp_path / "Bval.toml"
-    preset.write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text().replace("val = false", "val = true"))
-    with start_trainctl(["run", str(job), "--json", "--preset", str(preset), "--max-restarts", "0",
-                         "--startup-idle", "5"]) as tc:
+    preset.write_text(
+        (ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text().replace("val = false", "val = true")
+    )
+    with start_trainctl(
+        ["run", str(job), "--json", "--preset", str(preset), "--max-restarts", "0", "--startup-idle", "5"]
+    ) as tc:
         start = tc.wait_event("start", 60)
         tc.wait_event(lambda e: e.type == "phase" and e.phase == "val", 120, "phase val")
         os.kill(start.pid, signal.SIGSTOP)
@@ -149,11 +223,27 @@ def test_a_zero_code_ultralytics_script_hanging_at_the_first_batch_after_validat
     save: the phase lasts until the first batch after it, and a still tree there is a
     deadlock."""
     from trainctl.config.demo import make_dataset
+
     data = make_dataset(tmp_path / "data", n_train=16, n_val=8, size=64)
     env = dict(os.environ, PLAIN_YOLO_HANG_EPOCH="2")
-    res = run_trainctl(["run", "--json", "--max-restarts", "0", "--startup-idle", "5", "--",
-                        PYTHON, str(SCRIPTS / "plain_yolo.py"), str(data), "2", str(tmp_path / "runs")],
-                       timeout=180, env=env)
+    res = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--max-restarts",
+            "0",
+            "--startup-idle",
+            "5",
+            "--",
+            PYTHON,
+            str(SCRIPTS / "plain_yolo.py"),
+            str(data),
+            "2",
+            str(tmp_path / "runs"),
+        ],
+        timeout=180,
+        env=env,
+    )
     assert res.returncode == 1, res.describe()
     stall = res.of_type("stall")[0]
     assert stall.phase in ("val", "save") and stall.threshold_s == 5.0, stall

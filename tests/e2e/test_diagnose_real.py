@@ -1,5 +1,6 @@
 """diagnose() on real hung processes: a DataLoader worker blocked forever, a spinning loop,
 SIGSTOP, a dead worker.  Nothing here is mocked; py-spy really attaches."""
+
 from __future__ import annotations
 
 import os
@@ -30,12 +31,13 @@ def section(text: str, pid: int) -> str:
 @needs_pyspy
 @pytest.mark.timeout(120)
 def test_dataloader_worker_blocked_forever_is_a_deadlock_then_a_killed_worker_is_dead(tmp_path):
-    proc = hangs.start_script(hangs.TRAIN_LOOP, "--epochs", "1", "--batches", "8",
-                              "--hang-at", "1:5", "--hang-kind", "worker")
+    proc = hangs.start_script(
+        hangs.TRAIN_LOOP, "--epochs", "1", "--batches", "8", "--hang-at", "1:5", "--hang-kind", "worker"
+    )
     try:
         hangs.wait_for_line(proc, r"batch=4/8", timeout=90)
         sampler = TreeSampler()
-        sampler.sample(proc.pid)                       # the agent's tick before the stall
+        sampler.sample(proc.pid)  # the agent's tick before the stall
         time.sleep(0.5)
         d = diagnose(proc.pid, tmp_path / "stacks", sampler=sampler, tag="1-test")
         print(f"\ndiagnose on a real DataLoader deadlock: {d.elapsed_s:.2f}s ({d.detail})")
@@ -57,8 +59,7 @@ def test_dataloader_worker_blocked_forever_is_a_deadlock_then_a_killed_worker_is
         idle = next(w for w in workers if w not in blocked)
         os.kill(idle.pid, signal.SIGKILL)
         time.sleep(0.2)
-        d2 = diagnose(proc.pid, tmp_path / "stacks", sampler=sampler, tag="2-test", pyspy=False,
-                      sample_s=0.5)
+        d2 = diagnose(proc.pid, tmp_path / "stacks", sampler=sampler, tag="2-test", pyspy=False, sample_s=0.5)
         trainer_alive = any(s.role == "main" for s in d2.processes)
         print(f"after SIGKILL of worker {idle.pid}: {d2.diagnosis} ({d2.detail})")
         if trainer_alive:
@@ -92,8 +93,9 @@ def test_spinning_loop_is_spin(tmp_path):
 def test_sigstopped_trainer_is_stopped_and_py_spy_does_not_hang(tmp_path):
     with hangs.running(hangs.STEADY, "--hang-at", "1:3", "--hang-kind", "stop") as proc:
         hangs.wait_for_line(proc, r"batch=2/30", 30)
-        hangs.wait_until(lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED,
-                         timeout=10, what="state T")
+        hangs.wait_until(
+            lambda: psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED, timeout=10, what="state T"
+        )
         t0 = time.monotonic()
         d = diagnose(proc.pid, tmp_path, tag="stop")
         assert time.monotonic() - t0 < 15
@@ -101,7 +103,7 @@ def test_sigstopped_trainer_is_stopped_and_py_spy_does_not_hang(tmp_path):
         assert f"kill -CONT {proc.pid}" in d.detail
         text = section(open(d.stacks).read(), proc.pid)
         assert "--nonblocking" in text and "MainThread" in text
-        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED   # left as it was
+        assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED  # left as it was
 
 
 @pytest.mark.timeout(60)

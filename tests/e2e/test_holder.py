@@ -1,6 +1,7 @@
 """The holder (src/trainctl/holder/main.py) and the agent's side of it (src/trainctl/holder/handle.py), with real
 processes: the trainer's output, returncode, its survival of the agent's death, what is
 left of its tree, a full disk, and the file tails. Every test kills what it started."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,6 @@ import subprocess
 import sys
 import textwrap
 import time
-from pathlib import Path
 
 import psutil
 import pytest
@@ -43,7 +43,7 @@ def track():
     yield add
     for p in seen:
         try:
-            if p.is_running():   # is_running compares the create time too
+            if p.is_running():  # is_running compares the create time too
                 for q in [*p.children(recursive=True), p]:
                     q.kill()
         except psutil.Error:
@@ -67,8 +67,7 @@ def gone(pid: int, start: float) -> bool:
 
 
 # ---------------------------------------------------------------- output and returncode
-@pytest.mark.parametrize("tail, expected", [("", 0), ("sys.exit(3)", 3),
-                                            ("os.kill(os.getpid(), 9)", -9)])
+@pytest.mark.parametrize("tail, expected", [("", 0), ("sys.exit(3)", 3), ("os.kill(os.getpid(), 9)", -9)])
 async def test_lines_in_order_and_the_returncode(tmp_path, track, tail, expected):
     code = f"""
         import os, sys
@@ -102,8 +101,9 @@ async def test_a_command_that_does_not_exist_is_an_oserror(tmp_path, track):
 
 
 async def test_sigterm_to_the_holder_reaches_the_trainer(tmp_path, track):
-    ht = await HeldTrainer.start(py("import time; print('up', flush=True); time.sleep(60)"),
-                                 None, None, tmp_path, 1)
+    ht = await HeldTrainer.start(
+        py("import time; print('up', flush=True); time.sleep(60)"), None, None, tmp_path, 1
+    )
     track(ht.holder_pid, ht.pid)
     await until(lambda: (tmp_path / "train.log").exists(), 10, "the first line")
     os.kill(ht.holder_pid, signal.SIGTERM)
@@ -115,10 +115,9 @@ async def test_the_lock_fd_stays_with_the_holder_not_the_trainer(tmp_path, track
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     try:
-        ht = await HeldTrainer.start(py("import time; time.sleep(60)"), None, None,
-                                     tmp_path, 1, lock_fd=fd)
+        ht = await HeldTrainer.start(py("import time; time.sleep(60)"), None, None, tmp_path, 1, lock_fd=fd)
     finally:
-        os.close(fd)   # the holder's copy keeps the lock now
+        os.close(fd)  # the holder's copy keeps the lock now
     track(ht.holder_pid, ht.pid)
 
     def holds(pid: int) -> bool:
@@ -131,7 +130,7 @@ async def test_the_lock_fd_stays_with_the_holder_not_the_trainer(tmp_path, track
             fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.kill(ht.pid, signal.SIGKILL)
         assert await asyncio.wait_for(ht.wait(), 15) == -9
-        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)   # released with the holder
+        fcntl.flock(probe, fcntl.LOCK_EX | fcntl.LOCK_NB)  # released with the holder
     finally:
         os.close(probe)
 
@@ -155,8 +154,9 @@ async def test_the_trainer_outlives_the_holders_parent_and_is_adopted(tmp_path, 
             print(f"tick {i}", flush=True)
             time.sleep(0.05)
         """)
-    agent = subprocess.Popen([PY, "-c", AGENT, str(tmp_path), json.dumps(trainer)],
-                             stdout=subprocess.PIPE, text=True)
+    agent = subprocess.Popen(
+        [PY, "-c", AGENT, str(tmp_path), json.dumps(trainer)], stdout=subprocess.PIPE, text=True
+    )
     try:
         track(agent.pid)
         holder_pid, pid = json.loads(agent.stdout.readline())
@@ -173,7 +173,7 @@ async def test_the_trainer_outlives_the_holders_parent_and_is_adopted(tmp_path, 
         agent.kill()
         agent.wait(10)
         agent.stdout.close()
-    assert log.stat().st_size > size   # it went on printing after the agent died
+    assert log.stat().st_size > size  # it went on printing after the agent died
     assert log.read_text().splitlines() == [f"tick {i}" for i in range(40)]
     assert ht.status()["returncode"] == 0 and not ht.alive()
 
@@ -206,8 +206,7 @@ async def test_a_double_forked_daemon_is_not_left_behind(tmp_path, track):
     assert psutil.Process(daemon).ppid() != ht.pid
     assert await asyncio.wait_for(ht.wait(), 30) == 0
     assert gone(daemon, start)
-    assert (tmp_path / "train.log").read_text().splitlines() == ["trainer done",
-                                                                 "daemon still here"]
+    assert (tmp_path / "train.log").read_text().splitlines() == ["trainer done", "daemon still here"]
 
 
 # ---------------------------------------------------------------- a full disk
@@ -231,8 +230,11 @@ async def test_dev_full_drops_lines_and_the_trainer_runs_to_its_end(tmp_path, tr
 def tiny_tmpfs(tmp_path):
     mnt = tmp_path / "tiny"
     mnt.mkdir()
-    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mnt)],
-                       capture_output=True, text=True)
+    r = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=256k,mode=0700", "tmpfs", str(mnt)],
+        capture_output=True,
+        text=True,
+    )
     if r.returncode != 0:
         pytest.skip(f"cannot mount a tmpfs here: {r.stderr.strip()}")
     try:
@@ -242,8 +244,7 @@ def tiny_tmpfs(tmp_path):
             subprocess.run(["umount", "-l", str(mnt)], capture_output=True)
 
 
-async def test_a_full_tmpfs_drops_lines_then_writes_again_once_there_is_room(tmp_path, tiny_tmpfs,
-                                                                          track):
+async def test_a_full_tmpfs_drops_lines_then_writes_again_once_there_is_room(tmp_path, tiny_tmpfs, track):
     run_dir, go = tiny_tmpfs, tmp_path / "go"
     filler = run_dir / "filler"
     filler.write_bytes(b"\0" * (200 << 10))
@@ -260,8 +261,9 @@ async def test_a_full_tmpfs_drops_lines_then_writes_again_once_there_is_room(tmp
     track(ht.holder_pid, ht.pid)
     first = 3000 * 62
     # The status file is rewritten in place on the full disk.
-    await until(lambda: ht.status()["log_bytes"] + ht.status()["dropped_bytes"] == first, 20,
-                "the first part counted")
+    await until(
+        lambda: ht.status()["log_bytes"] + ht.status()["dropped_bytes"] == first, 20, "the first part counted"
+    )
     st = ht.status()
     assert st["dropped_lines"] > 0 and st["last_line"] == "line 02999 " + "x" * 50
     filler.unlink()
@@ -270,22 +272,26 @@ async def test_a_full_tmpfs_drops_lines_then_writes_again_once_there_is_room(tmp
     st = ht.status()
     log = (run_dir / "train.log").read_bytes()
     assert st["last_line"] is None and st["log_bytes"] == len(log)
-    assert st["log_bytes"] + st["dropped_bytes"] == first + sum(len(f"after {i}\n")
-                                                                for i in range(100))
+    assert st["log_bytes"] + st["dropped_bytes"] == first + sum(len(f"after {i}\n") for i in range(100))
     assert log.endswith(b"".join(f"after {i}\n".encode() for i in range(100)))
 
 
 # ---------------------------------------------------------------- tails
 async def test_file_tail_follows_another_process_promptly(tmp_path):
     path = tmp_path / "out.log"
-    writer = await asyncio.create_subprocess_exec(*py("""
+    writer = await asyncio.create_subprocess_exec(
+        *py(
+            """
         import sys, time
         time.sleep(0.3)   # the file does not exist yet when the tail starts
         with open(sys.argv[1], "ab", buffering=0) as f:
             for i in range(15):
                 f.write(f"{time.time()!r}\\n".encode())
                 time.sleep(0.1)
-        """, str(path)))
+        """,
+            str(path),
+        )
+    )
     done = asyncio.Event()
 
     async def wait_writer():
@@ -303,8 +309,10 @@ async def test_file_tail_follows_another_process_promptly(tmp_path):
     finally:
         writer.kill() if writer.returncode is None else None
         await waiter
-    print(f"\nFileTail latency: median {1000 * statistics.median(latencies):.0f} ms, "
-          f"max {1000 * max(latencies):.0f} ms")
+    print(
+        f"\nFileTail latency: median {1000 * statistics.median(latencies):.0f} ms, "
+        f"max {1000 * max(latencies):.0f} ms"
+    )
     assert len(latencies) == 15 and buf == b"" and tail.offset == path.stat().st_size
     assert statistics.median(latencies) < 0.3
 
@@ -325,12 +333,12 @@ async def test_json_lines_tail_keeps_a_partial_line_until_it_ends(tmp_path):
         await until(lambda: got == [{"a": 1}], 5, "the first object")
         assert tail.offset == len(b'{"a": 1}\n')
         await asyncio.sleep(0.1)
-        f.write(b': 2}\nnot json\n' + b"x" * 300 + b"\n{\"c\": 3}\n{\"d\"")
+        f.write(b": 2}\nnot json\n" + b"x" * 300 + b'\n{"c": 3}\n{"d"')
     done.set()
     await asyncio.wait_for(reader, 5)
     assert got == [{"a": 1}, {"b": 2}, {"c": 3}]
-    assert tail.bad_lines == 2   # "not json" and the over-long line
-    assert tail.offset == path.stat().st_size - len(b'{"d"')   # the partial one is not read
+    assert tail.bad_lines == 2  # "not json" and the over-long line
+    assert tail.offset == path.stat().st_size - len(b'{"d"')  # the partial one is not read
 
 
 async def test_json_lines_tail_starts_over_on_a_truncated_file(tmp_path):
@@ -346,7 +354,7 @@ async def test_json_lines_tail_starts_over_on_a_truncated_file(tmp_path):
 
     reader = asyncio.create_task(read())
     await until(lambda: len(got) == 2, 5, "the first two")
-    path.write_bytes(b'{"c": 3}\n')   # truncated, then shorter than before
+    path.write_bytes(b'{"c": 3}\n')  # truncated, then shorter than before
     await until(lambda: len(got) == 3, 5, "the one after the truncation")
     done.set()
     await asyncio.wait_for(reader, 5)
@@ -370,6 +378,7 @@ async def test_file_tail_reads_a_deleted_file_on_and_a_copy_of_it_from_where_it_
     the writer goes on writing to the deleted file, then the holder's copy (copy_out) from
     where it was: nothing lost, nothing read twice; another file is read from its start."""
     from trainctl.holder.main import copy_out
+
     path = tmp_path / "train.log"
     fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
     done = asyncio.Event()
@@ -384,7 +393,7 @@ async def test_file_tail_reads_a_deleted_file_on_and_a_copy_of_it_from_where_it_
     os.write(fd, b"one\n")
     await until(lambda: got == b"one\n", 5, "the first line")
     path.unlink()
-    os.write(fd, b"two\n")   # into the deleted file
+    os.write(fd, b"two\n")  # into the deleted file
     await until(lambda: got == b"one\ntwo\n", 5, "a line written to the deleted file")
     new = copy_out(fd, str(path))
     os.close(fd)
@@ -392,7 +401,7 @@ async def test_file_tail_reads_a_deleted_file_on_and_a_copy_of_it_from_where_it_
     await until(lambda: got == b"one\ntwo\nthree\n", 5, "a line written to the copy")
     os.close(new)
     path.unlink()
-    path.write_bytes(b"other\n")   # not a copy: read from its start
+    path.write_bytes(b"other\n")  # not a copy: read from its start
     await until(lambda: got.endswith(b"three\nother\n"), 5, "another file")
     done.set()
     await asyncio.wait_for(reader, 5)

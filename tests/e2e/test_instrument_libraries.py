@@ -9,6 +9,7 @@ checkpoint, and the step goes on from there; then a save request (the agent's pr
 ``save-request.json`` + SIGUSR1 to the trainer) lands inside epoch 2 through the library's
 own save, and the run finishes.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -28,7 +29,7 @@ from trainctl.store.checkpoint_verify import verify_path
 
 pytestmark = pytest.mark.e2e
 
-PER_EPOCH = 16   # 64 samples, batch 4
+PER_EPOCH = 16  # 64 samples, batch 4
 STALL_S = "5"
 
 
@@ -62,7 +63,7 @@ def side(run_dir: Path, n: int, kind: str) -> list:
     for line in lines:
         try:
             ev = E.decode(line)
-        except ValueError:   # a line being written
+        except ValueError:  # a line being written
             continue
         if ev.type == kind:
             out.append(ev)
@@ -73,16 +74,36 @@ def run_scenario(tmp_path: Path, script: str, *args: str) -> tuple[list[E.Event]
     """The run (A hangs, B resumes) with a planned save request inside epoch 2 of attempt 2;
     its journal, the checkpoint that answered the request, its run directory."""
     a, b = presets(tmp_path)
-    cmd = ["run", "--json", "--preset", a, "--fallback", b, "--stall-timeout", STALL_S, "--",
-           PYTHON, str(SCRIPTS / script), str(tmp_path / "out"), "--load-time", "0.03", *args]
+    cmd = [
+        "run",
+        "--json",
+        "--preset",
+        a,
+        "--fallback",
+        b,
+        "--stall-timeout",
+        STALL_S,
+        "--",
+        PYTHON,
+        str(SCRIPTS / script),
+        str(tmp_path / "out"),
+        "--load-time",
+        "0.03",
+        *args,
+    ]
     with start_trainctl(cmd) as tc:
         second = tc.wait_event(lambda e: e.type == "start" and e.attempt == 2, 120, "attempt 2")
         # The trainer's own side channel (the journal lags up to a second): epoch 2 began.
-        wait_until(lambda: any(p.epoch == 2 for p in side(tc.run_dir, 2, "progress")), 90,
-                   what="attempt 2 inside epoch 2")
-        write_save_request(tc.run_dir, 9, "planned", time.time())   # what the agent does
+        wait_until(
+            lambda: any(p.epoch == 2 for p in side(tc.run_dir, 2, "progress")),
+            90,
+            what="attempt 2 inside epoch 2",
+        )
+        write_save_request(tc.run_dir, 9, "planned", time.time())  # what the agent does
         os.kill(second.pid, signal.SIGUSR1)
-        answer = tc.wait_event(lambda e: e.type == "checkpoint" and e.kind == "planned", 30, "the planned save")
+        answer = tc.wait_event(
+            lambda e: e.type == "checkpoint" and e.kind == "planned", 30, "the planned save"
+        )
         res = tc.wait(60)
     assert res.returncode == 0, res.describe()
     return res.events, answer, res.run_dir
@@ -110,7 +131,7 @@ def check_common(events: list[E.Event], integration: str) -> tuple[list[E.Event]
 
 def check_planned(answer: E.Checkpoint) -> None:
     assert answer.ok and answer.detail.startswith("request 9:"), answer
-    assert answer.epoch == 2 and 0 < answer.batch < PER_EPOCH, answer   # inside the epoch
+    assert answer.epoch == 2 and 0 < answer.batch < PER_EPOCH, answer  # inside the epoch
     assert verify_path(answer.path).ok, verify_path(answer.path)
 
 
@@ -144,8 +165,9 @@ def test_transformers_trainer_script_hang_resume_and_save_request(tmp_path):
 def test_lightning_script_hang_rescue_resume_and_save_request(tmp_path, package):
     needs(package)
     t0 = time.monotonic()
-    events, answer, run_dir = run_scenario(tmp_path, "lightning_train.py", "--package", package,
-                                  "--hang-batch", "7", "--save-steps", "4")
+    events, answer, run_dir = run_scenario(
+        tmp_path, "lightning_train.py", "--package", package, "--hang-batch", "7", "--save-steps", "4"
+    )
     one, two = check_common(events, "lightning")
     # ModelCheckpoint's step-4 file, then the rescue save taken from the signal handler
     # while the main thread waited for batch 7: the state after batch 6.
@@ -157,7 +179,7 @@ def test_lightning_script_hang_rescue_resume_and_save_request(tmp_path, package)
     assert restart.resume_from == rescue.path
     assert "ckpt_path" in of(two, "info", "runner.resume")[0].text
     batches = [(p.epoch, p.batch) for p in side(run_dir, 2, "progress")]
-    assert batches[0] == (1, 7), batches   # nothing redone, nothing skipped
+    assert batches[0] == (1, 7), batches  # nothing redone, nothing skipped
     assert batches[-1] == (2, PER_EPOCH)
     check_planned(answer)
     assert Path(answer.path).name == f"lightning-planned-e2-b{answer.batch}.ckpt"
@@ -173,23 +195,45 @@ def test_pytorch_lightning_through_the_bootstrap_alone(tmp_path):
     import sys
 
     from trainctl.agent.zero_code import instrument_env
+
     run = tmp_path / "run"
     run.mkdir()
     side_file = run / "side-1.jsonl"
     side_file.touch()
-    (tmp_path / "B.toml").write_text('[dataloader]\nworkers = 0\n')
+    (tmp_path / "B.toml").write_text("[dataloader]\nworkers = 0\n")
     base = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCTL_")}
-    base.update(TRAINCTL_EVENTS_PATH=str(side_file), TRAINCTL_RUN_DIR=str(run), TRAINCTL_PRESET="B",
-                TRAINCTL_PRESET_FILE=str(tmp_path / "B.toml"))
-    r = subprocess.run([sys.executable, str(SCRIPTS / "lightning_train.py"), str(tmp_path / "out"),
-                        "--package", "pytorch_lightning", "--epochs", "1", "--items", "16"],
-                       env=instrument_env(base, run), capture_output=True, text=True, timeout=100)
+    base.update(
+        TRAINCTL_EVENTS_PATH=str(side_file),
+        TRAINCTL_RUN_DIR=str(run),
+        TRAINCTL_PRESET="B",
+        TRAINCTL_PRESET_FILE=str(tmp_path / "B.toml"),
+    )
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(SCRIPTS / "lightning_train.py"),
+            str(tmp_path / "out"),
+            "--package",
+            "pytorch_lightning",
+            "--epochs",
+            "1",
+            "--items",
+            "16",
+        ],
+        env=instrument_env(base, run),
+        capture_output=True,
+        text=True,
+        timeout=100,
+    )
     assert r.returncode == 0, r.stderr[-2000:]
     assert "done global_step=4" in r.stdout
     infos = side(run, 1, "info")
     attached = [i.text for i in infos if i.key == "instrument.attached.lightning"]
     assert attached[0].startswith("integration attached: pytorch_lightning 2."), attached
-    assert "runner.save_on_request" in [i.key for i in infos] and infos[-1].key == "instrument.attached.lightning"
+    assert (
+        "runner.save_on_request" in [i.key for i in infos]
+        and infos[-1].key == "instrument.attached.lightning"
+    )
     assert [w.id for w in side(run, 1, "warning")] == ["trainctl.preset_overrides"]
     assert [(p.epoch, p.batch, p.batches) for p in side(run, 1, "progress")][-1] == (1, 4, 4)
     [ckpt] = side(run, 1, "checkpoint")

@@ -1,6 +1,7 @@
 """Every fault leaves a run that can be found and stopped (issue 27): a deleted run
 directory, a deleted socket, an agent and holder both killed, two attach racing to adopt.
 Real agents, holders and trainers (tests/helpers/scripts/steady.py)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -42,18 +43,18 @@ def test_the_run_directory_deleted_or_moved_mid_run_is_made_again_and_the_traini
         old = tc.run_dir.with_name(tc.run_dir.name + ".old")
         if how == "moved":
             os.rename(tc.run_dir, old)
-        while how == "deleted" and tc.run_dir.exists():   # a file may come between list and rmdir
+        while how == "deleted" and tc.run_dir.exists():  # a file may come between list and rmdir
             shutil.rmtree(tc.run_dir, ignore_errors=True)
         r = tc.wait(90)
     assert r.returncode == 0, r.describe()
     assert r.of_type("state")[-1].state == "FINISHED", r.describe()
     assert len(r.of_type("start")) == 1, "restarted: " + r.describe()
     assert "run_dir.remade" in info_keys(r.events), r.describe()
-    assert r.events[0].type == "start" and r.events[0].seq == 0   # the journal whole
+    assert r.events[0].type == "start" and r.events[0].seq == 0  # the journal whole
     log = (r.run_dir / "train.log").read_text()
     missing = [b for b in range(1, 41) if f"batch={b}/40 " not in log]
     assert not missing, f"train.log lost batches {missing}"
-    assert (old / "events.jsonl").exists() == (how == "moved")   # what was moved stays there
+    assert (old / "events.jsonl").exists() == (how == "moved")  # what was moved stays there
 
 
 @pytest.mark.timeout(120)
@@ -61,7 +62,7 @@ def test_a_deleted_socket_is_made_again_and_status_and_stop_reach_the_agent():
     with start_trainctl(["run", "--json", "--", *steady(3000, 0.05)]) as tc:
         tc.wait_event("progress", 30)
         (tc.run_dir / "agent.sock").unlink()
-        st = run_trainctl(["status", "--json", str(tc.run_dir)], 60)   # at once: it waits for it
+        st = run_trainctl(["status", "--json", str(tc.run_dir)], 60)  # at once: it waits for it
         assert st.returncode == 0 and json.loads(st.stdout).get("live") is True, st.describe()
         stop = run_trainctl(["ctl", str(tc.run_dir), "stop"], 60)
         assert stop.returncode == 0, stop.describe()
@@ -75,7 +76,7 @@ def _end_adopter(run_dir: Path) -> None:
     try:
         p = psutil.Process(json.loads((run_dir / "agent.json").read_text())["pid"])
         if "agent" not in p.cmdline():
-            return   # not an agent: its pid was reused
+            return  # not an agent: its pid was reused
     except (OSError, ValueError, KeyError, psutil.Error):
         return
     try:
@@ -112,7 +113,7 @@ def test_kill_9_of_agent_and_holder_leaves_a_trainer_found_locked_adopted_and_st
         os.kill(st["holder_pid"], signal.SIGKILL)
         wait_until(lambda: not _alive(st["holder_pid"]) and not _alive(tc.pid), 10, what="both dead")
         size = (tc.run_dir / "train.log").stat().st_size
-        time.sleep(1.0)   # ~20 lines with no reader of its pipe but its own
+        time.sleep(1.0)  # ~20 lines with no reader of its pipe but its own
         assert _alive(trainer), "the trainer died with its holder"
 
         status = run_trainctl(["status", "--json", str(tc.run_dir)], 60)
@@ -123,21 +124,30 @@ def test_kill_9_of_agent_and_holder_leaves_a_trainer_found_locked_adopted_and_st
         assert row.get("trainer_pid") == trainer and row.get("unsupervised") is True, row
 
         second = run_trainctl(["run", "--json", "--name", name, "--", PYTHON, "-c", "pass"], 60)
-        assert second.returncode == 2 and f"pid {trainer}" in second.stderr \
-            and "unsupervised" in second.stderr, second.describe()
+        assert (
+            second.returncode == 2 and f"pid {trainer}" in second.stderr and "unsupervised" in second.stderr
+        ), second.describe()
 
-        try:   # adopts it (an agent that outlives `ctl`: not run_trainctl, which kills its tree)
-            stop = subprocess.run([PYTHON, "-m", "trainctl", "ctl", str(tc.run_dir), "stop"], cwd=ROOT,
-                                  capture_output=True, text=True, timeout=90)
+        try:  # adopts it (an agent that outlives `ctl`: not run_trainctl, which kills its tree)
+            stop = subprocess.run(
+                [PYTHON, "-m", "trainctl", "ctl", str(tc.run_dir), "stop"],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
             assert stop.returncode == 0, stop.stderr
             wait_until(lambda: not _alive(trainer), 60, what="the trainer stopped")
-            wait_until(lambda: any(e.type == "state" and e.state == "STOPPED" for e in tc.events()),
-                       60, what="STOPPED journaled")
+            wait_until(
+                lambda: any(e.type == "state" and e.state == "STOPPED" for e in tc.events()),
+                60,
+                what="STOPPED journaled",
+            )
         finally:
             _end_adopter(tc.run_dir)
     events = tc.events()
     assert "adopt.rehold" in info_keys(events), [e.type for e in events]
-    assert (tc.run_dir / "train.log").stat().st_size > size   # its output read again meanwhile
+    assert (tc.run_dir / "train.log").stat().st_size > size  # its output read again meanwhile
     assert len([e for e in events if e.type == "start"]) == 1
 
 
@@ -152,8 +162,13 @@ def test_an_adopted_trainer_without_its_holder_that_runs_to_its_end_is_finished_
         os.kill(st["holder_pid"], signal.SIGKILL)
         wait_until(lambda: not _alive(st["holder_pid"]) and not _alive(tc.pid), 10, what="both dead")
         try:
-            attach = subprocess.run([PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
-                                    cwd=ROOT, capture_output=True, text=True, timeout=120)
+            attach = subprocess.run(
+                [PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=120,
+            )
             assert attach.returncode == 0, attach.stderr[-2000:]
         finally:
             _end_adopter(tc.run_dir)
@@ -171,9 +186,17 @@ def test_two_attach_on_an_orphaned_run_one_adopts_the_other_follows_it():
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 5, 30, "batch 5")
         os.kill(tc.pid, signal.SIGKILL)
         wait_until(lambda: not _alive(tc.pid), 10, what="the agent dead")
-        attaches = [subprocess.Popen([PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
-                                     cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True, start_new_session=True) for _ in range(2)]
+        attaches = [
+            subprocess.Popen(
+                [PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                start_new_session=True,
+            )
+            for _ in range(2)
+        ]
         try:
             outs = [p.communicate(timeout=90) for p in attaches]
         finally:
@@ -210,8 +233,13 @@ def test_an_agent_killed_in_its_back_off_its_successor_journals_no_second_restar
         tc.wait_event(lambda e: e.type == "restart" and e.attempt == 3, 60, "the restart of attempt 3")
         os.kill(tc.pid, signal.SIGKILL)
         try:
-            attach = subprocess.run([PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
-                                    cwd=ROOT, capture_output=True, text=True, timeout=90)
+            attach = subprocess.run(
+                [PYTHON, "-m", "trainctl", "attach", "--json", str(tc.run_dir)],
+                cwd=ROOT,
+                capture_output=True,
+                text=True,
+                timeout=90,
+            )
         finally:
             _end_adopter(tc.run_dir)
     events = tc.events()

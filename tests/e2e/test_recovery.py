@@ -6,6 +6,7 @@ is the same shape without torch (starts in ~50 ms) for the policy and command te
 trainctl detects the stall, kills the whole tree, and restarts — under the fallback preset,
 from the checkpoint — by itself; the tests watch the journal and the process table.
 """
+
 from __future__ import annotations
 
 import json
@@ -88,11 +89,34 @@ def assert_order(events: list[E.Event], *expected: str) -> None:
 @pytest.mark.timeout(120)
 def test_worker_deadlock_under_A_restarts_under_B_from_the_checkpoint(tmp_path):
     ckpt = tmp_path / "ckpt.json"
-    args = ["run", "--json", "--preset", "A", "--fallback", "B", "--stall-timeout", "6",
-            "--resume-arg=--resume", f"--resume-arg={ckpt}", "--",
-            PYTHON, "-u", str(TRAIN_LOOP), "--epochs", "3", "--batches", "8",
-            "--hang-at", "2:4", "--hang-kind", "worker", "--hang-attempt", "1",
-            "--checkpoint", str(ckpt)]
+    args = [
+        "run",
+        "--json",
+        "--preset",
+        "A",
+        "--fallback",
+        "B",
+        "--stall-timeout",
+        "6",
+        "--resume-arg=--resume",
+        f"--resume-arg={ckpt}",
+        "--",
+        PYTHON,
+        "-u",
+        str(TRAIN_LOOP),
+        "--epochs",
+        "3",
+        "--batches",
+        "8",
+        "--hang-at",
+        "2:4",
+        "--hang-kind",
+        "worker",
+        "--hang-attempt",
+        "1",
+        "--checkpoint",
+        str(ckpt),
+    ]
     # The loop applies the preset's workers (A: 2, B: 0); fork instead of A's spawn keeps
     # the test fast (spawned workers import torch again every epoch).
     with start_trainctl(args, env={"TRAIN_MP_CONTEXT": "fork"}) as tc:
@@ -138,13 +162,32 @@ def test_worker_deadlock_under_A_restarts_under_B_from_the_checkpoint(tmp_path):
 def test_workers_orphaned_by_a_dead_trainer_are_swept_before_the_restart(tmp_path):
     """The trainer dies (SIGKILL, as from the OOM killer) and leaves its worker processes
     behind: they are re-parented to the agent (a child subreaper) and killed with the tree."""
-    args = ["run", "--json", "--stall-timeout", "5", "--", PYTHON, "-u", str(STEADY),
-            "--epochs", "1", "--batches", "40", "--batch-time", "0.05", "--mp-workers", "2"]
+    args = [
+        "run",
+        "--json",
+        "--stall-timeout",
+        "5",
+        "--",
+        PYTHON,
+        "-u",
+        str(STEADY),
+        "--epochs",
+        "1",
+        "--batches",
+        "40",
+        "--batch-time",
+        "0.05",
+        "--mp-workers",
+        "2",
+    ]
     with start_trainctl(args) as tc:
         start1 = tc.wait_event(lambda e: e.type == "start" and e.attempt == 1, 30, "attempt 1")
         tc.wait_event("progress", 30)
-        workers = wait_until(lambda: [p for p in tree_of(start1.pid).values() if p.pid != start1.pid],
-                             10, what="attempt 1's workers")
+        workers = wait_until(
+            lambda: [p for p in tree_of(start1.pid).values() if p.pid != start1.pid],
+            10,
+            what="attempt 1's workers",
+        )
         assert len(workers) == 2
         os.kill(start1.pid, signal.SIGKILL)
         tc.wait_event(lambda e: e.type == "start" and e.attempt == 2, 30, "attempt 2")
@@ -158,9 +201,26 @@ def test_workers_orphaned_by_a_dead_trainer_are_swept_before_the_restart(tmp_pat
 # ---------------------------------------------------------------------- the budget
 @pytest.mark.timeout(90)
 def test_a_trainer_that_hangs_every_time_fails_after_the_budget_with_growing_delays():
-    args = ["run", "--json", "--stall-timeout", "2", "--max-restarts", "3", "--",
-            PYTHON, "-u", str(STEADY), "--epochs", "1", "--batches", "50", "--hang-at", "1:5",
-            "--hang-kind", "main"]
+    args = [
+        "run",
+        "--json",
+        "--stall-timeout",
+        "2",
+        "--max-restarts",
+        "3",
+        "--",
+        PYTHON,
+        "-u",
+        str(STEADY),
+        "--epochs",
+        "1",
+        "--batches",
+        "50",
+        "--hang-at",
+        "1:5",
+        "--hang-kind",
+        "main",
+    ]
     res = run_trainctl(args, timeout=80)
     assert res.returncode == 1, res.describe()
     events = res.events
@@ -169,7 +229,7 @@ def test_a_trainer_that_hangs_every_time_fails_after_the_budget_with_growing_del
     assert len(starts) == len(restarts) + 1 >= 3
     delays = [r.delay_s for r in restarts]
     assert delays == sorted(delays) and delays[0] < delays[-1], delays
-    for r in restarts:   # each attempt started only after its delay
+    for r in restarts:  # each attempt started only after its delay
         nxt = first(starts, "start", attempt=r.attempt)
         assert nxt.ts - r.ts >= r.delay_s - 0.05, (r, nxt)
     assert len(of(events, "stall")) == len(starts)
@@ -184,10 +244,30 @@ def test_a_trainer_that_hangs_every_time_fails_after_the_budget_with_growing_del
 @pytest.mark.timeout(90)
 def test_a_restart_during_a_checkpoint_save_waits_for_the_save_to_end(tmp_path):
     ckpt = tmp_path / "ckpt.json"
-    args = ["run", "--json", "--preset", "A", "--stall-timeout", "20",
-            "--resume-arg=--resume", f"--resume-arg={ckpt}", "--",
-            PYTHON, "-u", str(TRAIN_LOOP), "--epochs", "3", "--batches", "5", "--workers", "0",
-            "--checkpoint", str(ckpt), "--save-time", "4"]
+    args = [
+        "run",
+        "--json",
+        "--preset",
+        "A",
+        "--stall-timeout",
+        "20",
+        "--resume-arg=--resume",
+        f"--resume-arg={ckpt}",
+        "--",
+        PYTHON,
+        "-u",
+        str(TRAIN_LOOP),
+        "--epochs",
+        "3",
+        "--batches",
+        "5",
+        "--workers",
+        "0",
+        "--checkpoint",
+        str(ckpt),
+        "--save-time",
+        "4",
+    ]
     with start_trainctl(args) as tc:
         save = tc.wait_event(lambda e: e.type == "phase" and e.phase == "save", 60, "the save phase")
         ctl(tc.run_dir, "restart")
@@ -204,10 +284,12 @@ def test_a_restart_during_a_checkpoint_save_waits_for_the_save_to_end(tmp_path):
     save_end = first(one, "phase", after=save.ts + 0.001, phase="train")
     stopping = first(one, "state", state="STOPPING")
     assert save.ts < wait_info.ts < save_end.ts <= stopping.ts < exit1.ts
-    assert save_end.ts - save.ts >= 3.5      # the save really took its 4 s
+    assert save_end.ts - save.ts >= 3.5  # the save really took its 4 s
     restart = first(one, "restart")
     assert (restart.preset, restart.resume_from, restart.delay_s) == ("A", str(ckpt), 0.0)
-    assert re.search(r"attempt=2 workers=0 context=\S+ resume_epoch=1", (res.run_dir / "train.log").read_text())
+    assert re.search(
+        r"attempt=2 workers=0 context=\S+ resume_epoch=1", (res.run_dir / "train.log").read_text()
+    )
 
 
 # ---------------------------------------------------------------------- user commands
@@ -217,20 +299,43 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
     (--max-restarts 1 still allows the automatic restart at the end); with auto-recovery
     off a stall is reported but nothing restarts until it is switched back on."""
     ckpt = tmp_path / "ckpt.json"
-    args = ["run", "--json", "--preset", "A", "--fallback", "B", "--stall-timeout", "2",
-            "--max-restarts", "1", "--resume-arg=--resume", f"--resume-arg={ckpt}", "--",
-            PYTHON, "-u", str(STEADY), "--epochs", "100000", "--batches", "10",
-            "--batch-time", "0.05", "--checkpoint", str(ckpt)]
+    args = [
+        "run",
+        "--json",
+        "--preset",
+        "A",
+        "--fallback",
+        "B",
+        "--stall-timeout",
+        "2",
+        "--max-restarts",
+        "1",
+        "--resume-arg=--resume",
+        f"--resume-arg={ckpt}",
+        "--",
+        PYTHON,
+        "-u",
+        str(STEADY),
+        "--epochs",
+        "100000",
+        "--batches",
+        "10",
+        "--batch-time",
+        "0.05",
+        "--checkpoint",
+        str(ckpt),
+    ]
 
     def start(tc, n):
         return tc.wait_event(lambda e: e.type == "start" and e.attempt == n, 30, f"attempt {n}")
 
     def progress_after(tc, ev, epoch_above=0):
-        return tc.wait_event(lambda e: e.type == "progress" and e.ts > ev.ts and e.epoch > epoch_above,
-                             30, "progress")
+        return tc.wait_event(
+            lambda e: e.type == "progress" and e.ts > ev.ts and e.epoch > epoch_above, 30, "progress"
+        )
 
     with start_trainctl(args) as tc:
-        progress_after(tc, start(tc, 1), epoch_above=1)   # a checkpoint exists
+        progress_after(tc, start(tc, 1), epoch_above=1)  # a checkpoint exists
         assert ctl(tc.run_dir, "fallback") == {"restart": "now", "preset": "B"}
         s2 = start(tc, 2)
         assert s2.preset == "B"
@@ -239,7 +344,7 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
         s3 = start(tc, 3)
         assert s3.preset == "A"
         furthest = max(e.epoch for e in attempt(tc.events(), 2) if e.type == "progress")
-        progress_after(tc, s3, epoch_above=furthest)   # attempt 3 makes new progress
+        progress_after(tc, s3, epoch_above=furthest)  # attempt 3 makes new progress
         assert ctl(tc.run_dir, "auto_recover", "--off") == {"auto_recover": False}
         os.kill(s3.pid, signal.SIGSTOP)
         stall = tc.wait_event(lambda e: e.type == "stall" and e.ts > s3.ts, 30, "the stall")
@@ -257,7 +362,11 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
 
     assert res.returncode == 130, res.describe()
     restarts = of(res.events, "restart")
-    assert [(r.attempt, r.preset, r.delay_s) for r in restarts] == [(2, "B", 0.0), (3, "A", 0.0), (4, "B", 1.0)]
+    assert [(r.attempt, r.preset, r.delay_s) for r in restarts] == [
+        (2, "B", 0.0),
+        (3, "A", 0.0),
+        (4, "B", 1.0),
+    ]
     assert [r.reason for r in restarts[:2]] == ["restart requested by the user"] * 2
     assert "stalled; falling back from A to B" in restarts[2].reason
     assert all(r.resume_from == str(ckpt) for r in restarts)

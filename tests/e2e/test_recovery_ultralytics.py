@@ -5,6 +5,7 @@ epoch 2; trainctl detects the stall, kills the tree and resumes under preset B f
 last good checkpoint the runner kept.  The checkpoints of that run (real ones) then
 show that the agent never resumes from a truncated file.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,9 +20,9 @@ import pytest
 from tests.e2e.conftest import start_trainctl
 from trainctl.agent import Agent
 from trainctl.config.demo import make_dataset
+from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
 from trainctl.store.journal import read_events
 from trainctl.store.paths import cache_dir, make_private_dir
-from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
 from trainctl.store.spec import RunSpec
 
 pytest.importorskip("ultralytics")
@@ -83,7 +84,7 @@ def of(events, kind: str) -> list:
 def recovered(tmp_path_factory):
     """Run the SIGSTOP scenario once; the tests below read what it left."""
     root = tmp_path_factory.mktemp("yolo-recovery")
-    with pytest.MonkeyPatch.context() as mp:   # what tests/conftest.py does per test
+    with pytest.MonkeyPatch.context() as mp:  # what tests/conftest.py does per test
         mp.setenv("TRAINCTL_CONFIG_DIR", str(root / "config"))
         mp.setenv("TRAINCTL_RUNS_DIR", str(root / "runs"))
         mp.setenv("YOLO_OFFLINE", "1")
@@ -96,23 +97,28 @@ def recovered(tmp_path_factory):
 def _run_scenario(root: Path) -> dict:
     job = write_job(root)
     saved = root / "epoch1_good.pt"
-    tc = start_trainctl(["run", str(job), "--json", "--stall-timeout", "6",
-                         "--run-dir", str(root / "run")])
+    tc = start_trainctl(["run", str(job), "--json", "--stall-timeout", "6", "--run-dir", str(root / "run")])
     try:
         good = tc.run_dir / "checkpoints" / GOOD_NAME
         tc.wait_event(lambda e: e.type == "checkpoint" and e.epoch == 1 and e.ok, 120, "epoch 1's checkpoint")
-        shutil.copyfile(good, saved)   # a real good checkpoint, older than the final one
+        shutil.copyfile(good, saved)  # a real good checkpoint, older than the final one
         start1 = of(tc.events(), "start")[0]
         tc.wait_event(lambda e: e.type == "progress" and e.epoch == 2, 60, "epoch 2")
         workers, stopped_at = stop_workers(tc)
-        result = tc.wait(300)   # 3 real epochs, one under B: 150 s was not enough at load 15
+        result = tc.wait(300)  # 3 real epochs, one under B: 150 s was not enough at load 15
     finally:
         tc.kill()
-    return {"result": result, "workers": workers, "stopped_at": stopped_at, "epoch1": saved,
-            "good": good, "start1": start1}
+    return {
+        "result": result,
+        "workers": workers,
+        "stopped_at": stopped_at,
+        "epoch1": saved,
+        "good": good,
+        "start1": start1,
+    }
 
 
-@pytest.mark.timeout(480)   # includes the module's scenario (setup), a loaded box
+@pytest.mark.timeout(480)  # includes the module's scenario (setup), a loaded box
 def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_save(recovered):
     """Workers SIGSTOPped: the main thread still runs Python (it waits for data), so the
     agent asks for a rescue save before the kill, and B resumes inside that epoch."""
@@ -132,7 +138,9 @@ def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_s
     assert "--resume" in starts[1].command and rescue[0].path in starts[1].command
     # Attempt 1's processes (the stopped workers included) are gone.
     assert not [w.pid for w in recovered["workers"] if w.is_running() and w.status() != psutil.STATUS_ZOMBIE]
-    assert not psutil.pid_exists(starts[0].pid) or psutil.Process(starts[0].pid).status() == psutil.STATUS_ZOMBIE
+    assert (
+        not psutil.pid_exists(starts[0].pid) or psutil.Process(starts[0].pid).status() == psutil.STATUS_ZOMBIE
+    )
     # Attempt 2 resumed inside epoch 2, where the rescue save was, with no workers, and finished.
     two = [e for e in events if e.ts >= starts[1].ts]
     infos = {e.key: e.text for e in of(two, "info")}
@@ -149,14 +157,20 @@ def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_s
 
 def make_agent(run_dir: Path) -> Agent:
     make_private_dir(run_dir)
-    spec = RunSpec(job_name="t", kind="ultralytics", job_file=str(run_dir / "job.toml"),
-                   preset="A", fallback="B", kernel_log=False)
+    spec = RunSpec(
+        job_name="t",
+        kind="ultralytics",
+        job_file=str(run_dir / "job.toml"),
+        preset="A",
+        fallback="B",
+        kernel_log=False,
+    )
     return Agent(run_dir, spec, serve=False)
 
 
-@pytest.mark.timeout(480)   # the module's scenario runs first when this test runs alone
+@pytest.mark.timeout(480)  # the module's scenario runs first when this test runs alone
 def test_a_truncated_checkpoint_is_never_resumed_from(recovered, tmp_path):
-    newest, older = recovered["good"], recovered["epoch1"]   # real: epochs 3 and 1
+    newest, older = recovered["good"], recovered["epoch1"]  # real: epochs 3 and 1
     assert inspect_checkpoint(newest).ok and inspect_checkpoint(older).epoch == 0
     run_dir = tmp_path / "run"
     agent = make_agent(run_dir)
@@ -180,6 +194,8 @@ def test_a_truncated_checkpoint_is_never_resumed_from(recovered, tmp_path):
     kept.write_bytes(newest.read_bytes()[:4096])
     assert agent.loop.resume_checkpoint() == str(last)
     agent.journal.close()
-    skips = [e.text for e in read_events(run_dir / "events.jsonl") if e.type == "info" and e.key == "resume_skip"]
+    skips = [
+        e.text for e in read_events(run_dir / "events.jsonl") if e.type == "info" and e.key == "resume_skip"
+    ]
     assert len(skips) == 2 and str(last) in skips[0] and str(kept) in skips[1], skips
     assert all("truncated" in s or "zip" in s for s in skips), skips

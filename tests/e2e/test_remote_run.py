@@ -12,6 +12,7 @@ The ControlMaster lives in a private directory (XDG_RUNTIME_DIR/trainctl-ssh).
 Teardown kills the agent and trainer (they run under tmux, outside this test's process
 tree), the tmux server, the ssh ControlMaster and sshd, and fails when one survives.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -30,25 +31,29 @@ from pathlib import Path
 
 import psutil
 import pytest
-from trainctl.hosts import tmux as tm
-from trainctl.client.connection import AgentClient
-from trainctl.hosts.ssh_transport import SshTransport
-from trainctl.core.recovery import FINAL_STATES
 
 from tests.e2e.conftest import read_journal, start_trainctl
 from tests.helpers.hangs import wait_until
 from tests.helpers.sshd import LocalSshd, require_sshd
+from trainctl.client.connection import AgentClient
+from trainctl.core.recovery import FINAL_STATES
+from trainctl.hosts import tmux as tm
+from trainctl.hosts.ssh_transport import SshTransport
 
 ROOT = Path(__file__).resolve().parents[2]
 PYTHON = sys.executable
 TRAINCTL = Path(sys.executable).parent / "trainctl"
 TRAIN_LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
 
-pytestmark = [pytest.mark.e2e, pytest.mark.ssh,
-              pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.ssh,
+    pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed"),
+]
 
 
 # --------------------------------------------------------------------------- the box
+
 
 class BoxSshd(LocalSshd):
     """The loopback sshd, every session of which starts in the box's login environment."""
@@ -70,10 +75,10 @@ class Box:
         require_sshd()
         # Short paths: the agent's socket, tmux's socket and ssh's ControlPath live here.
         self.root = Path(tempfile.mkdtemp(prefix="trb-", dir="/tmp"))
-        self.home = self.root / "home"              # the box user's HOME (`rm -rf ~` target)
+        self.home = self.root / "home"  # the box user's HOME (`rm -rf ~` target)
         self.runs = self.root / "runs"
         self.tmux_tmpdir = self.root / "tmux"
-        self.xdg = self.root / "xdg"                # the client's XDG_RUNTIME_DIR
+        self.xdg = self.root / "xdg"  # the client's XDG_RUNTIME_DIR
         self.control_dir = self.xdg / "trainctl-ssh"
         for d in (self.home, self.runs, self.tmux_tmpdir, self.xdg):
             d.mkdir(mode=0o700)
@@ -93,11 +98,13 @@ class Box:
             "PYTHONUNBUFFERED": "1",
         }
         script = tmp_path / "box-login.sh"
-        script.write_text("#!/bin/sh\n# The box's login environment (a real box: ~/.profile).\n"
-                          + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in box_env.items())
-                          + 'cd "$HOME" || exit 1\n'
-                          + 'if [ -n "${SSH_ORIGINAL_COMMAND+x}" ]; then\n'
-                          + '  exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"\nfi\nexec /bin/sh\n')
+        script.write_text(
+            "#!/bin/sh\n# The box's login environment (a real box: ~/.profile).\n"
+            + "".join(f"export {k}={shlex.quote(v)}\n" for k, v in box_env.items())
+            + 'cd "$HOME" || exit 1\n'
+            + 'if [ -n "${SSH_ORIGINAL_COMMAND+x}" ]; then\n'
+            + '  exec /bin/sh -c "$SSH_ORIGINAL_COMMAND"\nfi\nexec /bin/sh\n'
+        )
         script.chmod(0o755)
         try:
             self.sshd = BoxSshd(tmp_path, script)
@@ -115,8 +122,13 @@ class Box:
     def host(self):
         """An SshHost for the box sharing trainctl's ControlMaster (closed by stop())."""
         from trainctl.hosts.ssh import SshHost
-        host = SshHost(self.dest, ssh_config=self.sshd.ssh_config_path,
-                       control_dir=self.control_dir, remote_trainctl=[str(TRAINCTL)])
+
+        host = SshHost(
+            self.dest,
+            ssh_config=self.sshd.ssh_config_path,
+            control_dir=self.control_dir,
+            remote_trainctl=[str(TRAINCTL)],
+        )
         self._hosts.append(host)
         return host
 
@@ -125,8 +137,16 @@ class Box:
         env = {**os.environ, "TMUX_TMPDIR": str(self.tmux_tmpdir)}
 
         def runner(argv):
-            return subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
-                                  text=True, timeout=30, check=False, env=env)
+            return subprocess.run(
+                list(argv),
+                stdin=subprocess.DEVNULL,
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+                env=env,
+            )
+
         return tm.Tmux(self.tmux_socket, runner=runner)
 
     # ---- teardown
@@ -141,8 +161,11 @@ class Box:
                 if p.pid == me or p.status() == psutil.STATUS_ZOMBIE:
                     continue
                 cmd = " ".join(p.cmdline())
-                if (root in cmd or self.tmux_socket in cmd
-                        or p.environ().get("TRAINCTL_RUN_DIR", "").startswith(root)):
+                if (
+                    root in cmd
+                    or self.tmux_socket in cmd
+                    or p.environ().get("TRAINCTL_RUN_DIR", "").startswith(root)
+                ):
                     found[p.pid] = p
                     for c in p.children(recursive=True):
                         found[c.pid] = c
@@ -151,10 +174,10 @@ class Box:
     def kill_all(self) -> list[str]:
         """Kill everything of the box (not sshd itself); returns what survived."""
         with contextlib.suppress(Exception):
-            self.tmux().kill_server(grace=0.5)     # the agent ignores SIGHUP: killed below
-        spared = {os.getpgid(0)}                    # never this test's own process group
+            self.tmux().kill_server(grace=0.5)  # the agent ignores SIGHUP: killed below
+        spared = {os.getpgid(0)}  # never this test's own process group
         if self.sshd.proc is not None:
-            spared.add(self.sshd.proc.pid)          # nor sshd's (stop() ends it)
+            spared.add(self.sshd.proc.pid)  # nor sshd's (stop() ends it)
         deadline = time.monotonic() + 10
         while True:
             procs = self._procs()
@@ -165,7 +188,7 @@ class Box:
             for p in procs:
                 with contextlib.suppress(psutil.Error, OSError):
                     pgid = os.getpgid(p.pid)
-                    if pgid not in spared:      # trainers and workers: their whole group
+                    if pgid not in spared:  # trainers and workers: their whole group
                         os.killpg(pgid, signal.SIGKILL)
                     p.kill()
             psutil.wait_procs(procs, timeout=3)
@@ -175,11 +198,11 @@ class Box:
         try:
             for host in self._hosts:
                 with contextlib.suppress(Exception):
-                    host.close()               # the ControlMaster (`ssh -O exit`)
+                    host.close()  # the ControlMaster (`ssh -O exit`)
             left = self.kill_all()
         finally:
-            self.sshd.stop()               # kills sshd and its sessions (bridges on the box)
-            left += self.kill_all()        # a bridge or master that came back meanwhile
+            self.sshd.stop()  # kills sshd and its sessions (bridges on the box)
+            left += self.kill_all()  # a bridge or master that came back meanwhile
             shutil.rmtree(self.root, ignore_errors=True)
         assert not left, f"processes of the box survived the teardown: {left}"
 
@@ -193,7 +216,7 @@ def describe(p: psutil.Process) -> str:
 
 @pytest.fixture
 def box(tmp_path, monkeypatch):
-    monkeypatch.setenv("HOME", str(tmp_path))   # nothing here may touch the real home
+    monkeypatch.setenv("HOME", str(tmp_path))  # nothing here may touch the real home
     b = Box(tmp_path)
     try:
         yield b
@@ -203,13 +226,21 @@ def box(tmp_path, monkeypatch):
 
 # --------------------------------------------------------------------------- helpers
 
-def cli(args: list, env: dict[str, str], timeout: float = 90,
-        cwd: Path | None = None) -> subprocess.CompletedProcess:
+
+def cli(
+    args: list, env: dict[str, str], timeout: float = 90, cwd: Path | None = None
+) -> subprocess.CompletedProcess:
     """`trainctl ARGS` to the end (its whole process group killed on a timeout)."""
-    proc = subprocess.Popen([PYTHON, "-m", "trainctl", *map(str, args)], cwd=str(cwd or ROOT),
-                            env={**os.environ, **env}, stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [PYTHON, "-m", "trainctl", *map(str, args)],
+        cwd=str(cwd or ROOT),
+        env={**os.environ, **env},
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=timeout)
     except subprocess.TimeoutExpired:
@@ -226,17 +257,15 @@ def started_run_dir(r: subprocess.CompletedProcess, box: Box) -> Path:
     prefix = f"trainctl: started on {box.dest}: "
     lines = [ln for ln in r.stdout.splitlines() if ln.startswith(prefix)]
     assert len(lines) == 1, r.stdout
-    run_dir = Path(lines[0][len(prefix):])
+    run_dir = Path(lines[0][len(prefix) :])
     assert f"trainctl attach ssh://{box.dest}{run_dir}" in r.stdout, r.stdout
     return run_dir
 
 
-def start_remote(box: Box, run_dir: Path | None, command: list, *extra: str,
-                 cwd: Path | None = None) -> Path:
+def start_remote(box: Box, run_dir: Path | None, command: list, *extra: str, cwd: Path | None = None) -> Path:
     """`trainctl run --host BOX --detach [EXTRA] [--run-dir RUN_DIR] -- COMMAND`; the run dir."""
     where = ["--run-dir", run_dir] if run_dir is not None else []
-    r = cli(["run", "--host", box.dest, "--detach", *extra, *where, "--", *command],
-            box.client_env, cwd=cwd)
+    r = cli(["run", "--host", box.dest, "--detach", *extra, *where, "--", *command], box.client_env, cwd=cwd)
     got = started_run_dir(r, box)
     assert run_dir is None or got == run_dir
     return got
@@ -264,8 +293,10 @@ def wait_json(tc, pred, timeout: float, what: str) -> dict:
             if pred(d):
                 return d
         if tc.poll() is not None or time.monotonic() > deadline:
-            raise AssertionError(f"no {what} within {timeout}s (rc={tc.poll()}):\n"
-                                 f"stderr: {tc.stderr[-2000:]}\nstdout: {tc.stdout[-3000:]}")
+            raise AssertionError(
+                f"no {what} within {timeout}s (rc={tc.poll()}):\n"
+                f"stderr: {tc.stderr[-2000:]}\nstdout: {tc.stdout[-3000:]}"
+            )
         time.sleep(0.1)
 
 
@@ -277,15 +308,19 @@ def wait_journal(run_dir: Path, pred, timeout: float, what: str):
                 return ev
         if time.monotonic() > deadline:
             kinds = [e.type for e in read_journal(run_dir)]
-            log = (run_dir / "train.log").read_text(errors="replace")[-2000:] \
-                if (run_dir / "train.log").exists() else "(no train.log)"
+            log = (
+                (run_dir / "train.log").read_text(errors="replace")[-2000:]
+                if (run_dir / "train.log").exists()
+                else "(no train.log)"
+            )
             raise AssertionError(f"no {what} in {run_dir} within {timeout}s: {kinds[-40:]}\n{log}")
         time.sleep(0.1)
 
 
 def assert_contiguous(seqs: list[int], what: str) -> None:
-    assert seqs == list(range(len(seqs))), \
+    assert seqs == list(range(len(seqs))), (
         f"{what}: seq numbers not 0..N contiguous (gap or duplicate): {seqs}"
+    )
 
 
 def assert_finished_cleanly(events: list[dict]) -> None:
@@ -311,6 +346,7 @@ async def command_over_ssh(host, run_dir: Path, name: str, **args) -> tuple[dict
 async def reattach_until_finished(host, run_dir: Path, timeout: float) -> tuple[dict, list[dict]]:
     """Connect with since=0 over ssh and collect every journal event until the run ends."""
     from trainctl.core import events as E
+
     transport = SshTransport(host, str(run_dir))
     client = AgentClient(transport)
     got: list[dict] = []
@@ -324,6 +360,7 @@ async def reattach_until_finished(host, run_dir: Path, timeout: float) -> tuple[
                 got.append(E.to_dict(ev))
                 if isinstance(ev, E.State) and ev.state in FINAL_STATES:
                     return
+
         await asyncio.wait_for(collect(), timeout)
         return hello, got
     finally:
@@ -333,11 +370,19 @@ async def reattach_until_finished(host, run_dir: Path, timeout: float) -> tuple[
 
 # --------------------------------------------------------------------------- tests
 
+
 @pytest.mark.timeout(120)
 def test_remote_run_streams_events_and_falls_back_over_ssh(box):
     run_dir = box.runs / "fallback"
-    start_remote(box, run_dir, train_loop("--epochs", "2", "--batches", "120", "--batch-time", "0.03"),
-                 "--preset", "A", "--fallback", "B")
+    start_remote(
+        box,
+        run_dir,
+        train_loop("--epochs", "2", "--batches", "120", "--batch-time", "0.03"),
+        "--preset",
+        "A",
+        "--fallback",
+        "B",
+    )
     # The agent runs on the box, in tmux (private server), in the run directory asked for.
     assert box.tmux().session_alive("trainctl-train_loop")
     assert (run_dir / "agent.sock").exists()
@@ -358,10 +403,11 @@ def test_remote_run_streams_events_and_falls_back_over_ssh(box):
     assert (restart["attempt"], restart["preset"]) == (2, "B"), restart
     start2 = wait_json(att, lambda d: d["type"] == "start" and d["attempt"] == 2, 30, "start of attempt 2")
     assert start2["preset"] == "B" and start2["seq"] > restart["seq"]
-    wait_json(att, lambda d: d["type"] == "progress" and d["seq"] > start2["seq"], 60,
-              "progress of attempt 2")
+    wait_json(
+        att, lambda d: d["type"] == "progress" and d["seq"] > start2["seq"], 60, "progress of attempt 2"
+    )
     log = (run_dir / "train.log").read_text()
-    assert "attempt=2 workers=0" in log and "TRAINCTL_PRESET=B" in log   # B reached the trainer
+    assert "attempt=2 workers=0" in log and "TRAINCTL_PRESET=B" in log  # B reached the trainer
 
     result = att.wait(90)
     assert result.returncode == 0, result.describe()
@@ -372,7 +418,7 @@ def test_remote_run_streams_events_and_falls_back_over_ssh(box):
     assert len([e for e in events if e["type"] == "restart"]) == 1
     last = [e for e in events if e["type"] == "progress"][-1]
     assert (last["epoch"], last["batch"]) == (2, 120)
-    journal = read_journal(run_dir)                 # what the client saw is the box's journal
+    journal = read_journal(run_dir)  # what the client saw is the box's journal
     assert [e.seq for e in journal] == [e["seq"] for e in events]
 
     # Later, with the agent gone, a reattach still shows the whole run and ends.
@@ -385,8 +431,15 @@ def test_remote_run_streams_events_and_falls_back_over_ssh(box):
 @pytest.mark.timeout(120)
 def test_ssh_loss_mid_run_leaves_the_training_alone_and_reattach_has_it_all(box):
     run_dir = box.runs / "lossy"
-    start_remote(box, run_dir, train_loop("--epochs", "2", "--batches", "150", "--batch-time", "0.03"),
-                 "--preset", "A", "--fallback", "B")
+    start_remote(
+        box,
+        run_dir,
+        train_loop("--epochs", "2", "--batches", "150", "--batch-time", "0.03"),
+        "--preset",
+        "A",
+        "--fallback",
+        "B",
+    )
     att = start_trainctl(["attach", f"ssh://{box.dest}{run_dir}", "--json"], env=box.client_env)
     first = wait_json(att, lambda d: d["type"] == "progress", 60, "progress")
 
@@ -397,24 +450,32 @@ def test_ssh_loss_mid_run_leaves_the_training_alone_and_reattach_has_it_all(box)
     assert ssh_clients, "attach runs no ssh client"
     victims = [psutil.Process(master), *ssh_clients]
     for p in victims:
-        with contextlib.suppress(psutil.NoSuchProcess):   # a client may go with its master
+        with contextlib.suppress(psutil.NoSuchProcess):  # a client may go with its master
             p.kill()
     psutil.wait_procs(victims, timeout=5)
     n_at_kill = len(read_journal(run_dir))
-    assert box.host().master_pid() is None      # the shared connection is gone
+    assert box.host().master_pid() is None  # the shared connection is gone
 
     # The training goes on on the box: its journal grows, nothing restarts.
-    wait_journal(run_dir, lambda e: e.type == "progress" and e.seq > n_at_kill
-                 and (e.epoch, e.batch) > (first["epoch"], first["batch"]), 30,
-                 "progress after the ssh kill")
+    wait_journal(
+        run_dir,
+        lambda e: (
+            e.type == "progress"
+            and e.seq > n_at_kill
+            and (e.epoch, e.batch) > (first["epoch"], first["batch"])
+        ),
+        30,
+        "progress after the ssh kill",
+    )
 
     # A fresh client over a new connection, from seq 0: the whole history, then live.
     hello, events = asyncio.run(reattach_until_finished(box.host(), run_dir, 90))
     assert hello["run_dir"] == str(run_dir)
     assert_contiguous([e["seq"] for e in events], "reattach since=0")
     assert_finished_cleanly(events)
-    assert not [e for e in events if e["type"] in ("restart", "stall")], \
-        [e for e in events if e["type"] in ("restart", "stall")]
+    assert not [e for e in events if e["type"] in ("restart", "stall")], [
+        e for e in events if e["type"] in ("restart", "stall")
+    ]
     assert [(e["attempt"], e["preset"]) for e in events if e["type"] == "start"] == [(1, "A")]
     assert [e["state"] for e in events if e["type"] == "state"] == ["RUNNING", "FINISHED"]
     last = [e for e in events if e["type"] == "progress"][-1]
@@ -424,8 +485,7 @@ def test_ssh_loss_mid_run_leaves_the_training_alone_and_reattach_has_it_all(box)
     # The follower whose ssh was killed reconnected and caught up: no gap, no duplicate.
     result = att.wait(60)
     assert result.returncode == 0, result.describe()
-    assert "connection to the agent lost" in result.stderr and "reconnected" in result.stderr, \
-        result.stderr
+    assert "connection to the agent lost" in result.stderr and "reconnected" in result.stderr, result.stderr
     followed = json_lines(result.stdout)
     assert [e["seq"] for e in followed] == [e["seq"] for e in events]
     assert followed == events
@@ -438,22 +498,31 @@ print("ARGV_ENV " + json.dumps({"argv": sys.argv[1:], "env": os.environ.get("HOS
 
 
 def toml_str(s: str) -> str:
-    return json.dumps(s)     # a JSON string is a valid TOML basic string
+    return json.dumps(s)  # a JSON string is a valid TOML basic string
 
 
 @pytest.mark.timeout(90)
 def test_hostile_preset_values_reach_the_remote_trainer_literally(box, tmp_path):
     marker = Path("/tmp") / f"pwned-{uuid.uuid4().hex}"
-    hostile = [f"$(touch {marker})", "; rm -rf ~", f"`touch {marker}`", "it's \"quoted\" 'twice'",
-               "line1\nline2; rm -rf ~", "$HOME ${PATH} \\ *", "--"]
+    hostile = [
+        f"$(touch {marker})",
+        "; rm -rf ~",
+        f"`touch {marker}`",
+        "it's \"quoted\" 'twice'",
+        "line1\nline2; rm -rf ~",
+        "$HOME ${PATH} \\ *",
+        "--",
+    ]
     env_value = f"$(touch {marker}); rm -rf ~ 'single' \"double\"\nsecond line `touch {marker}`"
     # The hostile preset is a file elsewhere (`--preset PATH`); the fallback a name from the
     # presets dir next to where trainctl runs: both must travel to the box and be found there.
     preset = tmp_path / "elsewhere" / "hostile.toml"
     preset.parent.mkdir()
-    preset.write_text('description = "hostile values"\n'
-                      f"args = [{', '.join(toml_str(a) for a in hostile)}]\n"
-                      f"[env]\nHOSTILE = {toml_str(env_value)}\n")
+    preset.write_text(
+        'description = "hostile values"\n'
+        f"args = [{', '.join(toml_str(a) for a in hostile)}]\n"
+        f"[env]\nHOSTILE = {toml_str(env_value)}\n"
+    )
     work = tmp_path / "work"
     (work / "presets").mkdir(parents=True)
     (work / "presets" / "calm.toml").write_text('description = "calm"\n[env]\nHOSTILE = "calm"\n')
@@ -461,27 +530,29 @@ def test_hostile_preset_values_reach_the_remote_trainer_literally(box, tmp_path)
     script.write_text(ARGV_ENV)
     first_arg = f"cmd arg $(touch {marker}) ; rm -rf ~"
     try:
-        run_dir = start_remote(box, None, [PYTHON, script, first_arg], "--preset", str(preset),
-                               "--fallback", "calm", cwd=work)
+        run_dir = start_remote(
+            box, None, [PYTHON, script, first_arg], "--preset", str(preset), "--fallback", "calm", cwd=work
+        )
         # The default run directory is named as a local run's: after the script.
         assert run_dir.parent == box.home / "trainctl" / "argv_env" / "runs", run_dir
         assert run_dir.name.startswith("argv_env-"), run_dir
-        wait_journal(run_dir, lambda e: e.type == "state" and e.state in FINAL_STATES,
-                     60, "the end of the run")
+        wait_journal(
+            run_dir, lambda e: e.type == "state" and e.state in FINAL_STATES, 60, "the end of the run"
+        )
         events = read_journal(run_dir)
         assert [e.state for e in events if e.type == "state"][-1] == "FINISHED"
         assert [(e.attempt, e.preset) for e in events if e.type == "start"] == [(1, "hostile")]
         assert [e.returncode for e in events if e.type == "exit"] == [0]
-        lines = [ln for ln in (run_dir / "train.log").read_text().splitlines()
-                 if ln.startswith("ARGV_ENV ")]
+        lines = [ln for ln in (run_dir / "train.log").read_text().splitlines() if ln.startswith("ARGV_ENV ")]
         assert len(lines) == 1, (run_dir / "train.log").read_text()
-        seen = json.loads(lines[0][len("ARGV_ENV "):])
+        seen = json.loads(lines[0][len("ARGV_ENV ") :])
         assert seen["argv"] == [first_arg, *hostile]
         assert seen["env"] == env_value
         # The presets arrived byte for byte, and nothing ran.
         assert (run_dir / "presets" / "hostile.toml").read_bytes() == preset.read_bytes()
-        assert (run_dir / "presets" / "calm.toml").read_bytes() == \
-            (work / "presets" / "calm.toml").read_bytes()
+        assert (run_dir / "presets" / "calm.toml").read_bytes() == (
+            work / "presets" / "calm.toml"
+        ).read_bytes()
         assert not marker.exists()
         assert box.canary.read_text() == "still here\n"
     finally:
@@ -496,21 +567,26 @@ def test_job_file_with_a_host_runs_on_the_box(box, tmp_path):
     script.write_text(ARGV_ENV)
     job_dir = tmp_path / "job"
     (job_dir / "presets").mkdir(parents=True)
-    (job_dir / "presets" / "calm.toml").write_text('description = "calm"\n[env]\nHOSTILE = "from the job\'s preset"\n')
+    (job_dir / "presets" / "calm.toml").write_text(
+        'description = "calm"\n[env]\nHOSTILE = "from the job\'s preset"\n'
+    )
     (job_dir / "trainctl.toml").write_text(
         'kind = "command"\nname = "boxjob"\n'
-        f"command = [{toml_str(PYTHON)}, {toml_str(str(script))}, \"a b\"]\n"
+        f'command = [{toml_str(PYTHON)}, {toml_str(str(script))}, "a b"]\n'
         'preset = "calm"\n\n[host]\n'
-        f'destination = "{box.dest}"\nworkdir = "~/jobs"\n')
+        f'destination = "{box.dest}"\nworkdir = "~/jobs"\n'
+    )
     run_dir = started_run_dir(cli(["run", job_dir / "trainctl.toml", "--detach"], box.client_env), box)
     assert run_dir.parent == box.home / "jobs" / "boxjob" / "runs" and run_dir.name.startswith("boxjob-")
-    wait_journal(run_dir, lambda e: e.type == "state" and e.state in FINAL_STATES,
-                 60, "the end of the run")
+    wait_journal(run_dir, lambda e: e.type == "state" and e.state in FINAL_STATES, 60, "the end of the run")
     events = read_journal(run_dir)
     assert [(e.attempt, e.preset) for e in events if e.type == "start"] == [(1, "calm")]
     assert [e.state for e in events if e.type == "state"][-1] == "FINISHED"
-    seen = [json.loads(ln[len("ARGV_ENV "):]) for ln in (run_dir / "train.log").read_text().splitlines()
-            if ln.startswith("ARGV_ENV ")]
+    seen = [
+        json.loads(ln[len("ARGV_ENV ") :])
+        for ln in (run_dir / "train.log").read_text().splitlines()
+        if ln.startswith("ARGV_ENV ")
+    ]
     assert seen == [{"argv": ["a b"], "env": "from the job's preset"}]
 
 
@@ -518,20 +594,26 @@ def test_job_file_with_a_host_runs_on_the_box(box, tmp_path):
 async def test_dashboard_over_ssh_edits_the_remote_preset_and_falls_back(box):
     """The TUI itself, attached from here over ssh: the preset editor reads and writes the
     box's preset, and the fallback key restarts the remote trainer under B."""
-    from trainctl.tui.app import TrainctlApp
-    from trainctl.tui.screens.confirm import ConfirmScreen
-
     from tests.tui.tui_helpers import (
         edit_workers_and_save,
         screen_text,
         shown,
         wait_for,
     )
+    from trainctl.tui.app import TrainctlApp
+    from trainctl.tui.screens.confirm import ConfirmScreen
 
     run_dir = box.runs / "tui"
-    await asyncio.to_thread(start_remote, box, run_dir,
-                            train_loop("--epochs", "2", "--batches", "200", "--batch-time", "0.03"),
-                            "--preset", "A", "--fallback", "B")
+    await asyncio.to_thread(
+        start_remote,
+        box,
+        run_dir,
+        train_loop("--epochs", "2", "--batches", "200", "--batch-time", "0.03"),
+        "--preset",
+        "A",
+        "--fallback",
+        "B",
+    )
     host = box.host()
     app = TrainctlApp(lambda: AgentClient(SshTransport(host, str(run_dir))))
     async with app.run_test(size=(160, 48)) as pilot:
@@ -542,11 +624,11 @@ async def test_dashboard_over_ssh_edits_the_remote_preset_and_falls_back(box):
 
         # The editor opens the running preset as the box has it, and saves it there.
         editor = await edit_workers_and_save(pilot, "ctrl+s", "2", "1")
-        assert str(run_dir / "presets" / "A.toml") in screen_text(app)   # the box's file
+        assert str(run_dir / "presets" / "A.toml") in screen_text(app)  # the box's file
         await pilot.press("y")
         preset_a = run_dir / "presets" / "A.toml"
         await wait_for(pilot, lambda: "workers = 1" in preset_a.read_text(), 30, "A.toml written")
-        assert "# " in preset_a.read_text()             # its comments kept
+        assert "# " in preset_a.read_text()  # its comments kept
         await wait_for(pilot, lambda: not editor.dirty, 10, "editor clean")
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is not editor, 10, "editor closed")

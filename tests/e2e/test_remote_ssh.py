@@ -3,6 +3,7 @@
 The pure parts (quoting, URLs, error texts) run everywhere; the rest needs OpenSSH and
 is skipped without it (a failure when TRAINCTL_REQUIRE_SSHD=1, as in CI).
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -37,15 +38,40 @@ def remove_socket(name: str) -> None:
 def hostile_values(marker: Path, canary: Path) -> list[str]:
     m = str(marker)
     return [
-        f"$(touch {m})", f"`touch {m}`", f"; touch {m}", f"&& touch {m} &", f"| touch {m}",
-        f"> {m}", f"; rm -rf {canary}", f"'; touch {m}; '", f'"; touch {m}; "',
-        f"line1\nline2; touch {m}", "a'b", 'a"b', "it's \"x\" $HOME ${PATH}", "\\", "\\'",
-        "*", "~", "", "-n", "--", " leading and trailing ", "tab\there", "cr\rhere",
-        "héllo ✓ 日本", "!!", "#not a comment", "%C %h", "{a,b}", "\x01\x1b[31m",
+        f"$(touch {m})",
+        f"`touch {m}`",
+        f"; touch {m}",
+        f"&& touch {m} &",
+        f"| touch {m}",
+        f"> {m}",
+        f"; rm -rf {canary}",
+        f"'; touch {m}; '",
+        f'"; touch {m}; "',
+        f"line1\nline2; touch {m}",
+        "a'b",
+        'a"b',
+        'it\'s "x" $HOME ${PATH}',
+        "\\",
+        "\\'",
+        "*",
+        "~",
+        "",
+        "-n",
+        "--",
+        " leading and trailing ",
+        "tab\there",
+        "cr\rhere",
+        "héllo ✓ 日本",
+        "!!",
+        "#not a comment",
+        "%C %h",
+        "{a,b}",
+        "\x01\x1b[31m",
     ]
 
 
 # --------------------------------------------------------------------------- pure parts
+
 
 def test_quote_argv_round_trips_hostile_values(tmp_path):
     values = hostile_values(tmp_path / "m", tmp_path / "c")
@@ -56,27 +82,33 @@ def test_quote_argv_round_trips_hostile_values(tmp_path):
         quote_argv([])
 
 
-@pytest.mark.parametrize("url, expected", [
-    ("ssh://box", ("box", None)),
-    ("ssh://box/", ("box", None)),
-    ("ssh://me@box/data/runs/x", ("me@box", "/data/runs/x")),
-    ("ssh://me@box:2222/~/runs/x", ("ssh://me@box:2222", "runs/x")),
-    ("ssh://box/~", ("box", ".")),
-    ("ssh://[::1]:22/r", ("ssh://[::1]:22", "/r")),
-    ("ssh://box/run%20dir", ("box", "/run dir")),
-])
+@pytest.mark.parametrize(
+    "url, expected",
+    [
+        ("ssh://box", ("box", None)),
+        ("ssh://box/", ("box", None)),
+        ("ssh://me@box/data/runs/x", ("me@box", "/data/runs/x")),
+        ("ssh://me@box:2222/~/runs/x", ("ssh://me@box:2222", "runs/x")),
+        ("ssh://box/~", ("box", ".")),
+        ("ssh://[::1]:22/r", ("ssh://[::1]:22", "/r")),
+        ("ssh://box/run%20dir", ("box", "/run dir")),
+    ],
+)
 def test_parse_attach_url(url, expected):
     assert parse_attach_url(url) == expected
 
 
-@pytest.mark.parametrize("url, message", [
-    ("http://box/x", "not an ssh:// URL"),
-    ("ssh://", "no host"),
-    ("ssh://box:99999/x", "port must be a number"),
-    ("ssh://box:abc", "port must be a number"),
-    ("ssh://-oProxyCommand=x/r", "bad SSH destination"),
-    ("ssh://box/x?y=1", "not allowed"),
-])
+@pytest.mark.parametrize(
+    "url, message",
+    [
+        ("http://box/x", "not an ssh:// URL"),
+        ("ssh://", "no host"),
+        ("ssh://box:99999/x", "port must be a number"),
+        ("ssh://box:abc", "port must be a number"),
+        ("ssh://-oProxyCommand=x/r", "bad SSH destination"),
+        ("ssh://box/x?y=1", "not allowed"),
+    ],
+)
 def test_parse_attach_url_rejects(url, message):
     with pytest.raises(ValueError, match=message) as err:
         parse_attach_url(url)
@@ -94,16 +126,22 @@ def test_host_argv_maps_url_port_and_ends_options(tmp_path):
         SshHost("-oProxyCommand=touch /tmp/x")
 
 
-@pytest.mark.parametrize("stderr, kind", [
-    ("ssh: Could not resolve hostname nosuch.invalid: Name or service not known", "unreachable"),
-    ("ssh: connect to host 10.255.255.1 port 22: Connection timed out", "unreachable"),
-    ("ssh: connect to host 192.168.9.9 port 22: No route to host", "unreachable"),
-    ("No ED25519 host key is known for box and you have requested strict checking.\n"
-     "Host key verification failed.", "host_key"),
-    ("user@box: Permission denied (publickey,password).", "auth"),
-    ("/x/config: line 3: Bad configuration option: frobnicate", "config"),
-    ("bash: line 1: foo: command not found", None),
-])
+@pytest.mark.parametrize(
+    "stderr, kind",
+    [
+        ("ssh: Could not resolve hostname nosuch.invalid: Name or service not known", "unreachable"),
+        ("ssh: connect to host 10.255.255.1 port 22: Connection timed out", "unreachable"),
+        ("ssh: connect to host 192.168.9.9 port 22: No route to host", "unreachable"),
+        (
+            "No ED25519 host key is known for box and you have requested strict checking.\n"
+            "Host key verification failed.",
+            "host_key",
+        ),
+        ("user@box: Permission denied (publickey,password).", "auth"),
+        ("/x/config: line 3: Bad configuration option: frobnicate", "config"),
+        ("bash: line 1: foo: command not found", None),
+    ],
+)
 def test_classify_ssh_error(stderr, kind):
     err = classify_ssh_error(stderr, "box")
     assert (err.kind if err else None) == kind
@@ -119,6 +157,7 @@ def test_control_dir_too_long_is_refused(tmp_path):
 
 
 # --------------------------------------------------------------------------- real sshd
+
 
 @pytest.fixture
 def sshd(tmp_path):
@@ -138,7 +177,7 @@ def fake_trainctl(tmp_path: Path, version: str) -> Path:
 
 
 def login_count_stays(sshd: LocalSshd, n: int) -> None:
-    time.sleep(0.2)                           # let sshd flush its log
+    time.sleep(0.2)  # let sshd flush its log
     assert sshd.accepted_logins() == n, sshd.log()
 
 
@@ -156,12 +195,12 @@ def test_check_passes_and_commands_share_one_connection(sshd, tmp_path):
     print("command times over the shared connection:", [f"{t:.3f}" for t in times])
     pid = host.master_pid()
     assert pid is not None and psutil.pid_exists(pid)
-    login_count_stays(sshd, 1)                 # check + 4 commands: one login
+    login_count_stays(sshd, 1)  # check + 4 commands: one login
     r = host.run(["sh", "-c", "echo out; echo err >&2; exit 7"])
     assert (r.returncode, r.stdout, r.stderr) == (7, "out\n", "err\n")
     host.close()
     assert host.master_pid() is None
-    assert host.run(["true"]).returncode == 0     # reconnects
+    assert host.run(["true"]).returncode == 0  # reconnects
     login_count_stays(sshd, 2)
 
 
@@ -256,7 +295,7 @@ def test_unknown_host_key_never_connects(sshd, tmp_path):
     assert err.value.kind == "host_key"
     assert "known_hosts" in str(err.value) and "never turns host key checking off" in str(err.value)
     assert not marker.exists() and host.master_pid() is None
-    assert empty.read_text() == ""             # nothing was added behind the user's back
+    assert empty.read_text() == ""  # nothing was added behind the user's back
     login_count_stays(sshd, 0)
 
 
@@ -302,8 +341,9 @@ def test_version_mismatch(sshd, tmp_path):
 @pytest.mark.ssh
 @pytest.mark.timeout(60)
 def test_missing_tmux(sshd, tmp_path):
-    host = sshd.make_host(remote_trainctl=[str(fake_trainctl(tmp_path, __version__))],
-                          remote_tmux=["/nonexistent/tmux"])
+    host = sshd.make_host(
+        remote_trainctl=[str(fake_trainctl(tmp_path, __version__))], remote_tmux=["/nonexistent/tmux"]
+    )
     with pytest.raises(RemoteError) as err:
         host.check()
     assert err.value.kind == "missing_tmux" and "apt-get install tmux" in str(err.value)
@@ -316,18 +356,17 @@ def test_missing_tmux(sshd, tmp_path):
 def test_send_text_and_bytes_arrive_byte_for_byte(sshd, tmp_path):
     host = sshd.make_host()
     marker = tmp_path / "pwned"
-    text = (f"line1\n$(touch {marker})\n`touch {marker}`\n'\"\\ \r\n\ttab ✓\x01"
-            "no newline at the end")
+    text = f"line1\n$(touch {marker})\n`touch {marker}`\n'\"\\ \r\n\ttab ✓\x01no newline at the end"
     target = tmp_path / "new dir 'q' $(x)" / "f;ile name"
     host.send_text(text, str(target))
     assert target.read_bytes() == text.encode()
     assert stat.S_IMODE(target.stat().st_mode) == 0o600
     assert stat.S_IMODE(target.parent.stat().st_mode) == 0o700
     assert not marker.exists()
-    assert [p.name for p in target.parent.iterdir()] == [target.name]     # no temp left
+    assert [p.name for p in target.parent.iterdir()] == [target.name]  # no temp left
 
     blob = bytes(range(256)) * 100
-    host.send_bytes(blob, str(target), mode=0o640)                         # replaces it
+    host.send_bytes(blob, str(target), mode=0o640)  # replaces it
     assert target.read_bytes() == blob
     assert stat.S_IMODE(target.stat().st_mode) == 0o640
 
@@ -350,9 +389,12 @@ def test_tmux_on_the_box_through_ssh(sshd, tmp_path):
     remote = host.tmux(socket=f"trainctl-test-{uuid.uuid4().hex[:10]}")
     try:
         name = tm.session_name("remote job")
-        remote.start_session(name, [sys.executable, "-c", "print('on the box', flush=True); "
-                                    "import time; time.sleep(300)"],
-                             cwd=str(tmp_path), env={"X": "$(y)"})
+        remote.start_session(
+            name,
+            [sys.executable, "-c", "print('on the box', flush=True); import time; time.sleep(300)"],
+            cwd=str(tmp_path),
+            env={"X": "$(y)"},
+        )
         deadline = time.monotonic() + 15
         while "on the box" not in remote.capture(name):
             assert time.monotonic() < deadline, remote.capture(name)
@@ -406,7 +448,7 @@ async def test_transport_relays_lines_both_ways(sshd):
             writer.write(msg.encode() + b"\n")
             await writer.drain()
             assert await asyncio.wait_for(reader.readline(), 10) == f"echo:{msg}\n".encode()
-        big = "x" * 300_000                   # longer than asyncio's default 64 KiB line
+        big = "x" * 300_000  # longer than asyncio's default 64 KiB line
         writer.write(big.encode() + b"\n")
         await writer.drain()
         assert await asyncio.wait_for(reader.readline(), 10) == f"echo:{big}\n".encode()
@@ -427,10 +469,10 @@ async def test_killing_ssh_mid_stream_gives_eof_and_ends_the_remote_side(sshd):
     try:
         await asyncio.wait_for(reader.readline(), 20)
         assert len(relay_processes(sshd)) == 1
-        transport.proc.kill()                  # the local ssh dies (laptop closed, ^C)
+        transport.proc.kill()  # the local ssh dies (laptop closed, ^C)
         assert await asyncio.wait_for(reader.read(), 15) == b""
         deadline = time.monotonic() + 15
-        while relay_processes(sshd):           # the remote bridge does not linger
+        while relay_processes(sshd):  # the remote bridge does not linger
             assert time.monotonic() < deadline, "remote relay still running"
             await asyncio.sleep(0.1)
     finally:
@@ -446,7 +488,7 @@ async def test_connection_drop_gives_eof(sshd):
     reader, _ = await transport.open()
     try:
         await asyncio.wait_for(reader.readline(), 20)
-        sshd.drop_connections()                # the server side goes away
+        sshd.drop_connections()  # the server side goes away
         assert await asyncio.wait_for(reader.read(), 15) == b""
         await asyncio.wait_for(transport.proc.wait(), 15)
         assert transport.proc.returncode != 0

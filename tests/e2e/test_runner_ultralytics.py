@@ -4,6 +4,7 @@ Each run is a subprocess in its own session (killed as a group afterwards); even
 read from a real pipe passed as TRAINCTL_EVENTS_FD, DataLoader workers are counted with
 psutil while the run trains.
 """
+
 from __future__ import annotations
 
 import os
@@ -19,12 +20,12 @@ from pathlib import Path
 import psutil
 import pytest
 
-from trainctl.core import events as E
+from tests.helpers.hangs import wait_until
 from trainctl.config import load_job, load_preset
 from trainctl.config.demo import make_dataset, make_demo_job
-from trainctl.store.paths import cache_dir
+from trainctl.core import events as E
 from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
-from tests.helpers.hangs import wait_until
+from trainctl.store.paths import cache_dir
 
 pytest.importorskip("ultralytics")
 pytestmark = pytest.mark.e2e
@@ -70,7 +71,7 @@ epochs = {epochs}
 imgsz = 64
 batch = 4
 device = "cpu"
-project = "{root / 'runs'}"
+project = "{root / "runs"}"
 """)
     return job
 
@@ -103,20 +104,43 @@ class Run:
 
 
 @contextmanager
-def runner(job: Path, preset: Path, run_dir: Path, *extra: str, events: bool = True,
-           on_event: Callable[[E.Event, int], None] | None = None) -> Iterator[Run]:
+def runner(
+    job: Path,
+    preset: Path,
+    run_dir: Path,
+    *extra: str,
+    events: bool = True,
+    on_event: Callable[[E.Event, int], None] | None = None,
+) -> Iterator[Run]:
     """Start the runner the way the agent does (preset env, own session); kill its group after."""
     env = dict(os.environ)
     env.update(load_preset(preset).child_env())
-    argv = [sys.executable, "-m", "trainctl.inside.ultralytics_runner", "--job", str(job),
-            "--preset", str(preset), "--run-dir", str(run_dir), *extra]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainctl.inside.ultralytics_runner",
+        "--job",
+        str(job),
+        "--preset",
+        str(preset),
+        "--run-dir",
+        str(run_dir),
+        *extra,
+    ]
     r_fd = w_fd = None
     if events:
         r_fd, w_fd = os.pipe()
         env["TRAINCTL_EVENTS_FD"] = str(w_fd)
     log = open(run_dir.parent / f"{run_dir.name}-{len(list(run_dir.parent.glob('*.log')))}.log", "wb")
-    proc = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, pass_fds=(w_fd,) if events else ())
+    proc = subprocess.Popen(
+        argv,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        pass_fds=(w_fd,) if events else (),
+    )
     run = Run(proc, on_event)
     try:
         if events:
@@ -145,7 +169,7 @@ def assert_epochs(progress: list[E.Progress], first: int, last: int) -> None:
     assert all(set(p.losses) == LOSSES and all(v >= 0 for v in p.losses.values()) for p in progress)
 
 
-@pytest.mark.timeout(300)   # bounds for a loaded box
+@pytest.mark.timeout(300)  # bounds for a loaded box
 @pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="Ultralytics caps workers at the CPU count")
 def test_preset_a_spawns_two_workers_and_reports(tmp_path, dataset):
     job = write_job(tmp_path, dataset, epochs=2)
@@ -187,16 +211,22 @@ def test_preset_b_standalone_stopped_then_resumed(tmp_path, dataset):
     with runner(job, PRESET_B, run_dir, events=False) as run:
         wait_until(good.exists, 180, what=f"{good}")
         assert run.proc.poll() is None
-        assert not spawn_workers(run.proc.pid)   # preset B: workers = 0
+        assert not spawn_workers(run.proc.pid)  # preset B: workers = 0
         run.proc.send_signal(signal.SIGTERM)
         assert run.wait(30) == -signal.SIGTERM
     kept = inspect_checkpoint(good)
     assert kept.ok and not kept.complete, kept
-    next_epoch = kept.epoch + 2   # 1-based epoch the resumed run starts with
+    next_epoch = kept.epoch + 2  # 1-based epoch the resumed run starts with
 
     seen_workers: set[int] = set()
-    with runner(job, PRESET_B, run_dir, "--resume", str(good),
-                on_event=lambda ev, pid: seen_workers.update(spawn_workers(pid))) as run:
+    with runner(
+        job,
+        PRESET_B,
+        run_dir,
+        "--resume",
+        str(good),
+        on_event=lambda ev, pid: seen_workers.update(spawn_workers(pid)),
+    ) as run:
         assert run.wait(240) == 0
     assert_epochs(run.of(E.Progress), next_epoch, 5)
     assert [c.epoch for c in run.of(E.Checkpoint)] == list(range(next_epoch, 6))

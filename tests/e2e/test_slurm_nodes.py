@@ -3,10 +3,10 @@ one agent per node through srun, one rank each, gloo on CPU; examples/ddp_resume
 finishes as one run with both nodes' ranks seen; a DataLoader deadlock on node 2's rank
 restarts every node inside the same job, from the checkpoint rank 0 wrote; stop ends every
 node.  Each attempt imports torch in two launchers and two ranks: ~10 s on a quiet box."""
+
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import psutil
@@ -28,16 +28,22 @@ def two_node_job(tmp_path: Path, name: str, names: list[str], *args: str) -> Pat
     job.write_text(
         f'kind = "torchrun"\nname = "{name}"\nmax_restarts = 2\n'
         'resume_args = ["--resume", "{checkpoint}"]\n[stall]\ntrain_timeout = 5\n'
-        f'[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n'
-        f'nproc_per_node = 1\nargs = {json.dumps(["--checkpoint-dir", str(tmp_path / "ckpts"), *args])}\n'
-        '[slurm]\nnodes = 2\ntime = "5:00"\n')
+        f"[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n"
+        f"nproc_per_node = 1\nargs = {json.dumps(['--checkpoint-dir', str(tmp_path / 'ckpts'), *args])}\n"
+        '[slurm]\nnodes = 2\ntime = "5:00"\n'
+    )
     return job
 
 
 def node_journal(node_dir: Path) -> list:
     """A node's journal once it ended (its agent may end a moment after the lead's)."""
-    wait_until(lambda: any(e.type == "state" and e.state in ("FINISHED", "FAILED", "STOPPED")
-                           for e in read_journal(node_dir)), 30, what=f"{node_dir} ended")
+    wait_until(
+        lambda: any(
+            e.type == "state" and e.state in ("FINISHED", "FAILED", "STOPPED") for e in read_journal(node_dir)
+        ),
+        30,
+        what=f"{node_dir} ended",
+    )
     return read_journal(node_dir)
 
 
@@ -49,7 +55,8 @@ def left(*run_dirs: Path) -> list[str]:
         try:
             cmd = p.cmdline()
             if p.environ().get("TRAINCTL_RUN_DIR") in want or (
-                    "agent" in cmd and any(d in cmd for d in want)):
+                "agent" in cmd and any(d in cmd for d in want)
+            ):
                 out.append(f"{p.pid} {' '.join(cmd)[:100]}")
         except (psutil.Error, OSError):
             continue
@@ -57,8 +64,7 @@ def left(*run_dirs: Path) -> list[str]:
 
 
 def test_a_job_of_two_nodes_finishes_as_one_run(tmp_path, slurm_up):
-    job = two_node_job(tmp_path, "sl-nodes", slurm_up, "--epochs", "1", "--batches", "12",
-                       "--workers", "0")
+    job = two_node_job(tmp_path, "sl-nodes", slurm_up, "--epochs", "1", "--batches", "12", "--workers", "0")
     res = run_trainctl(["run", str(job), "--json"], timeout=120)
     assert res.returncode == 0, res.describe()
     lead, node1 = res.run_dir, res.run_dir / "node1"
@@ -70,7 +76,7 @@ def test_a_job_of_two_nodes_finishes_as_one_run(tmp_path, slurm_up):
     for rank, cmd in enumerate(cmds):
         at = {k: cmd[cmd.index(k) + 1] for k in ("--nnodes", "--node-rank", "--rdzv-endpoint", "--rdzv-id")}
         assert at["--nnodes"] == "2" and at["--node-rank"] == str(rank), cmd
-        assert at["--rdzv-endpoint"].startswith("127.0.0.1:")   # node1's NodeAddr, not its name
+        assert at["--rdzv-endpoint"].startswith("127.0.0.1:")  # node1's NodeAddr, not its name
     assert cmds[0][cmds[0].index("--rdzv-endpoint") + 1] == cmds[1][cmds[1].index("--rdzv-endpoint") + 1]
     # one rank each, numbered by the c10d rendezvous (rank 0 need not be node 0's)
     ranks = [{p.rank for p in of_type(evs, "progress")} for evs in (res.events, other)]
@@ -91,9 +97,25 @@ def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slur
     """Node 2's rank deadlocks in its DataLoader (attempt 1): node 2's agent names it, node 1
     stalls in the collective (or its rank fails when its peer is killed); both restart in the
     same Slurm job from the periodic save, meet at the rendezvous again and finish."""
-    job = two_node_job(tmp_path, "sl-nodes-hang", slurm_up, "--epochs", "1", "--batches", "12",
-                       "--save-every", "5", "--workers", "1", "--hang-if-env", "SLURM_NODEID=1",
-                       "--hang-at", "1:8", "--hang-attempt", "1")
+    job = two_node_job(
+        tmp_path,
+        "sl-nodes-hang",
+        slurm_up,
+        "--epochs",
+        "1",
+        "--batches",
+        "12",
+        "--save-every",
+        "5",
+        "--workers",
+        "1",
+        "--hang-if-env",
+        "SLURM_NODEID=1",
+        "--hang-at",
+        "1:8",
+        "--hang-attempt",
+        "1",
+    )
     res = run_trainctl(["run", str(job), "--json"], timeout=140)
     assert res.returncode == 0, res.describe()
     lead, node1 = res.run_dir, res.run_dir / "node1"
@@ -115,18 +137,37 @@ def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slur
 
 
 def test_stop_ends_every_node(tmp_path, slurm_up):
-    job = two_node_job(tmp_path, "sl-nodes-stop", slurm_up, "--epochs", "1", "--batches", "2000",
-                       "--batch-time", "0.05", "--workers", "0", "--save-every", "0")
+    job = two_node_job(
+        tmp_path,
+        "sl-nodes-stop",
+        slurm_up,
+        "--epochs",
+        "1",
+        "--batches",
+        "2000",
+        "--batch-time",
+        "0.05",
+        "--workers",
+        "0",
+        "--save-every",
+        "0",
+    )
     res = run_trainctl(["run", str(job), "--detach"], timeout=30)
     assert res.returncode == 0, res.describe()
     lead, node1 = res.run_dir, res.run_dir / "node1"
-    wait_until(lambda: all(any(e.type == "progress" for e in read_journal(d)) for d in (lead, node1)),
-               90, what="progress on both nodes")
+    wait_until(
+        lambda: all(any(e.type == "progress" for e in read_journal(d)) for d in (lead, node1)),
+        90,
+        what="progress on both nodes",
+    )
     r = run_trainctl(["ctl", str(lead), "stop"], timeout=30)
     assert r.returncode == 0, r.describe()
     for d in (lead, node1):
-        wait_until(lambda d=d: any(e.type == "state" and e.state == "STOPPED" for e in read_journal(d)),
-                   30, what=f"{d.name} STOPPED")
+        wait_until(
+            lambda d=d: any(e.type == "state" and e.state == "STOPPED" for e in read_journal(d)),
+            30,
+            what=f"{d.name} STOPPED",
+        )
     said = [e.reason for e in read_journal(node1) if e.type == "state" and e.state == "STOPPED"]
     assert "node 0 ended STOPPED" in said[0], said
     assert not wait_queue_empty("trainctl-sl-nodes-stop", 20)

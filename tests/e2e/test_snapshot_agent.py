@@ -2,6 +2,7 @@
 that asks gets the view and then live events, no replay; after a kill -9 the adopting agent
 goes on from the snapshot and the journal, and the last snapshot equals the whole journal
 folded."""
+
 from __future__ import annotations
 
 import asyncio
@@ -17,8 +18,8 @@ from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, start_trainc
 from tests.e2e.test_agent_faults import agent_pid, trainers, write_counter
 from tests.helpers.hangs import wait_until
 from trainctl.client.connection import AgentClient, UnixTransport
-from trainctl.store.journal import read_events
 from trainctl.core.runview import RunView, ViewSnapshot
+from trainctl.store.journal import read_events
 from trainctl.store.snapshot import read_snapshot
 
 pytestmark = pytest.mark.e2e
@@ -49,16 +50,33 @@ def test_snapshots_follow_the_run_and_an_adopting_agent_goes_on_from_them(tmp_pa
     script = write_counter(tmp_path)
     run_dir = tmp_path / "run"
     env = {"TRAINCTL_SNAPSHOT_EVERY": "3"}
-    first = start_trainctl(["run", "--json", "--run-dir", str(run_dir), "--stall-timeout", "20",
-                            "--", PYTHON, str(script), "110", "0.1"], env=env)
+    first = start_trainctl(
+        [
+            "run",
+            "--json",
+            "--run-dir",
+            str(run_dir),
+            "--stall-timeout",
+            "20",
+            "--",
+            PYTHON,
+            str(script),
+            "110",
+            "0.1",
+        ],
+        env=env,
+    )
     attach = None
     try:
         first.wait_event("start", 30)
-        wait_until(lambda: (s := read_snapshot(run_dir)) is not None and s.next_seq >= 6, 20,
-                   what="a snapshot of the first events")
+        wait_until(
+            lambda: (s := read_snapshot(run_dir)) is not None and s.next_seq >= 6,
+            20,
+            what="a snapshot of the first events",
+        )
         snap, after = asyncio.run(live_snapshot(run_dir))
         assert isinstance(snap, ViewSnapshot)
-        assert [e.seq for e in after if e.seq is not None][0] == snap.next_seq   # no replay, no gap
+        assert [e.seq for e in after if e.seq is not None][0] == snap.next_seq  # no replay, no gap
         view = RunView()
         view.load_dict(snap.view)
         assert view.state_key() == folded(run_dir, snap.next_seq).state_key()
@@ -68,8 +86,12 @@ def test_snapshots_follow_the_run_and_an_adopting_agent_goes_on_from_them(tmp_pa
         assert len(trainers(script)) == 1
         attach = subprocess.Popen(
             [PYTHON, "-m", "trainctl", "attach", "--json", "--from-snapshot", str(run_dir)],
-            cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True,
-            env={**os.environ, **env})
+            cwd=str(ROOT),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+            env={**os.environ, **env},
+        )
         out, err = attach.communicate(timeout=60)
         assert attach.returncode == 0, err.decode()[-2000:]
     finally:
@@ -83,7 +105,7 @@ def test_snapshots_follow_the_run_and_an_adopting_agent_goes_on_from_them(tmp_pa
     events = read_journal(run_dir)
     assert of_type(events, "state")[-1].state == "FINISHED"
     assert [e.key for e in of_type(events, "info") if e.key == "adopt"] == ["adopt"]
-    last = read_snapshot(run_dir)   # the adopting agent's last one, at its end
+    last = read_snapshot(run_dir)  # the adopting agent's last one, at its end
     assert last is not None and last.next_seq == len(events)
     assert last.view.state_key() == folded(run_dir).state_key()
     assert last.view.state == "FINISHED" and last.view.losses["loss"].xs

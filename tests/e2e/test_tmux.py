@@ -1,4 +1,5 @@
 """src/trainctl/hosts/tmux.py against a real tmux server on a private socket (never the user's)."""
+
 from __future__ import annotations
 
 import os
@@ -13,8 +14,7 @@ import pytest
 
 from trainctl.hosts import tmux as tm
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
 
 
 def wait_for(cond, timeout: float = 15.0, what: str = "condition"):
@@ -61,7 +61,7 @@ time.sleep(300)
 
 
 def test_session_name_is_safe_for_tmux():
-    assert tm.session_name("yolo-v8_run1") == "trainctl-yolo-v8_run1"   # kept as is
+    assert tm.session_name("yolo-v8_run1") == "trainctl-yolo-v8_run1"  # kept as is
     assert re.fullmatch(r"trainctl-yolo-v8-run-1\+[0-9a-f]{8}", tm.session_name("yolo.v8:run 1"))
     assert re.fullmatch(r"trainctl-job\+[0-9a-f]{8}", tm.session_name("..."))
     assert re.fullmatch(r"trainctl-rm-rf\+[0-9a-f]{8}", tm.session_name("$(rm -rf ~)"))
@@ -70,11 +70,24 @@ def test_session_name_is_safe_for_tmux():
 
 
 def test_session_names_do_not_collide():
-    names = ["a.b", "a-b", "a_b", "a b", "a-b+", "x" * 51 + "1", "x" * 51 + "2", "x" * 64,
-             "x" * 63, "é", "e", "-", "_"]
+    names = [
+        "a.b",
+        "a-b",
+        "a_b",
+        "a b",
+        "a-b+",
+        "x" * 51 + "1",
+        "x" * 51 + "2",
+        "x" * 64,
+        "x" * 63,
+        "é",
+        "e",
+        "-",
+        "_",
+    ]
     sessions = [tm.session_name(n) for n in names]
     assert len(set(sessions)) == len(names), dict(zip(names, sessions))
-    for s in sessions:   # what tmux keeps as given, and what a shell need not quote
+    for s in sessions:  # what tmux keeps as given, and what a shell need not quote
         assert re.fullmatch(r"[A-Za-z0-9_+-]{1,60}", s), s
 
 
@@ -92,16 +105,17 @@ def test_start_capture_duplicate_kill(server, tmp_path):
     cwd = tmp_path / "work dir 'q'"
     cwd.mkdir()
     marker = tmp_path / "pwned"
-    foo = f"it's $(touch {marker}) `touch {marker}` \"q\""
+    foo = f'it\'s $(touch {marker}) `touch {marker}` "q"'
     name = tm.session_name("job.one")
     server.start_session(name, [sys.executable, "-c", STUBBORN], cwd=str(cwd), env={"FOO": foo})
-    text = wait_for(lambda: "child" in server.capture(name) and server.capture(name),
-                    what="the pane's output")
+    text = wait_for(
+        lambda: "child" in server.capture(name) and server.capture(name), what="the pane's output"
+    )
     assert f"hello {foo} {cwd} child" in text
     assert not marker.exists()
     assert server.session_exists(name) and server.session_alive(name)
     assert not server.session_exists(name + "-other")
-    assert not server.session_exists(name[:-2])          # exact names, never a prefix
+    assert not server.session_exists(name[:-2])  # exact names, never a prefix
 
     with pytest.raises(tm.SessionRunning) as err:
         server.start_session(name, ["true"], cwd=str(cwd))
@@ -110,7 +124,7 @@ def test_start_capture_duplicate_kill(server, tmp_path):
 
     panes = list(server.pane_pids(name))
     child = int(text.split("child")[-1].split()[0])
-    server.kill_session(name, grace=0.5)                 # SIGHUP is ignored: SIGKILL follows
+    server.kill_session(name, grace=0.5)  # SIGHUP is ignored: SIGKILL follows
     assert not server.session_exists(name)
     wait_for(lambda: all(gone(p) for p in [*panes, child]), 10, "the pane's processes to end")
 
@@ -121,9 +135,9 @@ def test_finished_pane_stays_readable_and_can_restart(server, tmp_path):
     script = "import sys; print('done with 3'); sys.exit(3)"
     server.start_session(name, [sys.executable, "-c", script], cwd=str(tmp_path))
     wait_for(lambda: not server.session_alive(name), what="the command to end")
-    assert server.session_exists(name)                   # remain-on-exit keeps it
+    assert server.session_exists(name)  # remain-on-exit keeps it
     assert "done with 3" in server.capture(name)
-    server.ensure_not_running(name)                      # a finished run does not block
+    server.ensure_not_running(name)  # a finished run does not block
     assert not server.session_exists(name)
     server.start_session(name, [sys.executable, "-c", "print('second')"], cwd=str(tmp_path))
     wait_for(lambda: "second" in server.capture(name), what="the second run's output")

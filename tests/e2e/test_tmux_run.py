@@ -2,6 +2,7 @@
 server here): the session shows the run as text, a second run of the same job is refused
 (in tmux, detached or headless) without leaving a run directory behind, and the run
 survives the loss of its tmux session."""
+
 from __future__ import annotations
 
 import subprocess
@@ -15,8 +16,7 @@ from tests.helpers.hangs import wait_until
 from tests.helpers.tmux_runs import TmuxRuns
 from trainctl.hosts import tmux as tm
 
-pytestmark = [pytest.mark.e2e,
-              pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
+pytestmark = [pytest.mark.e2e, pytest.mark.skipif(not tm.tmux_available(), reason="tmux is not installed")]
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN_LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
@@ -34,10 +34,17 @@ def runs(tmp_path):
 
 def trainctl(runs: TmuxRuns, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
     import os
+
     env = {**os.environ, **runs.env}
-    return subprocess.run([sys.executable, "-m", "trainctl", *args], env=env, cwd=str(ROOT),
-                          capture_output=True, text=True, timeout=timeout,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(
+        [sys.executable, "-m", "trainctl", *args],
+        env=env,
+        cwd=str(ROOT),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        stdin=subprocess.DEVNULL,
+    )
 
 
 def states(run_dir: Path) -> list[str]:
@@ -46,21 +53,37 @@ def states(run_dir: Path) -> list[str]:
 
 @pytest.mark.timeout(90)
 def test_agent_in_tmux_and_a_second_run_of_the_job_is_refused(runs):
-    first = trainctl(runs, "run", "--detach", "--name", "twice", "--",
-                     *LOOP, "--epochs", "1", "--batches", "1000")
+    first = trainctl(
+        runs, "run", "--detach", "--name", "twice", "--", *LOOP, "--epochs", "1", "--batches", "1000"
+    )
     assert first.returncode == 0, first.stderr
     assert "tmux session trainctl-twice" in first.stdout, first.stdout
     (run_dir,) = runs.run_dirs()
     assert runs.agents.session_alive("trainctl-twice")
     wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="progress")
     # The session is the agent's plain-text view of the run.
-    screen = wait_until(lambda: (s := runs.agents.capture("trainctl-twice")) and "epoch 1/1" in s
-                        and s, 20, what="progress lines in the tmux pane")
+    screen = wait_until(
+        lambda: (s := runs.agents.capture("trainctl-twice")) and "epoch 1/1" in s and s,
+        20,
+        what="progress lines in the tmux pane",
+    )
     assert f"trainctl attach {run_dir}" in screen, screen
 
     for extra in ([], ["--no-tmux"], ["--json"]):
-        again = trainctl(runs, "run", *extra, "--detach" if "--json" not in extra else "--json",
-                         "--name", "twice", "--", *LOOP, "--epochs", "1", "--batches", "10")
+        again = trainctl(
+            runs,
+            "run",
+            *extra,
+            "--detach" if "--json" not in extra else "--json",
+            "--name",
+            "twice",
+            "--",
+            *LOOP,
+            "--epochs",
+            "1",
+            "--batches",
+            "10",
+        )
         assert again.returncode == 2, (extra, again.stdout, again.stderr)
         assert "job 'twice' is already running" in again.stderr, again.stderr
         assert str(run_dir) in again.stderr and "--name" in again.stderr, again.stderr
@@ -68,24 +91,39 @@ def test_agent_in_tmux_and_a_second_run_of_the_job_is_refused(runs):
     assert (runs.runs / "latest").resolve() == run_dir.resolve()
 
     # Another name is another job: it runs beside the first.
-    other = trainctl(runs, "run", "--detach", "--name", "other", "--",
-                     *LOOP, "--epochs", "1", "--batches", "5")
+    other = trainctl(
+        runs, "run", "--detach", "--name", "other", "--", *LOOP, "--epochs", "1", "--batches", "5"
+    )
     assert other.returncode == 0, other.stderr
     stop = trainctl(runs, "ctl", str(run_dir), "stop")
     assert stop.returncode == 0, stop.stderr
     wait_until(lambda: "STOPPED" in states(run_dir), 30, what="the first run to stop")
     # Once it stopped, the job may run again.
-    wait_until(lambda: runs.agent_pid(run_dir) and not _alive(runs.agent_pid(run_dir)), 15,
-               what="the first agent to exit")
-    third = trainctl(runs, "run", "--detach", "--no-tmux", "--name", "twice", "--",
-                     *LOOP, "--epochs", "1", "--batches", "5")
+    wait_until(
+        lambda: runs.agent_pid(run_dir) and not _alive(runs.agent_pid(run_dir)),
+        15,
+        what="the first agent to exit",
+    )
+    third = trainctl(
+        runs,
+        "run",
+        "--detach",
+        "--no-tmux",
+        "--name",
+        "twice",
+        "--",
+        *LOOP,
+        "--epochs",
+        "1",
+        "--batches",
+        "5",
+    )
     assert third.returncode == 0, third.stderr
 
 
 @pytest.mark.timeout(90)
 def test_the_run_goes_on_when_its_tmux_session_is_killed(runs):
-    r = trainctl(runs, "run", "--detach", "--name", "orphan", "--",
-                 *LOOP, "--epochs", "2", "--batches", "60")
+    r = trainctl(runs, "run", "--detach", "--name", "orphan", "--", *LOOP, "--epochs", "2", "--batches", "60")
     assert r.returncode == 0, r.stderr
     (run_dir,) = runs.run_dirs()
     wait_until(lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="progress")
@@ -102,6 +140,7 @@ def test_the_run_goes_on_when_its_tmux_session_is_killed(runs):
 
 def _alive(pid: int) -> bool:
     import psutil
+
     try:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
@@ -114,14 +153,38 @@ def test_two_runs_of_a_job_started_at_once_one_wins_the_other_says_why(runs, mod
     """Both may pass the early check; the agent that loses the job lock ends at once, and
     `trainctl run` says why (it used to wait 30 s and say the agent 'did not start')."""
     import os
+
     env = {**os.environ, **runs.env}
-    detach = [] if "--json" in mode else ["--detach"]   # headless: the winner runs to the end
+    detach = [] if "--json" in mode else ["--detach"]  # headless: the winner runs to the end
     batches = "60" if "--json" in mode else "400"
-    argv = [sys.executable, "-m", "trainctl", "run", *mode, *detach, "--name", "race", "--",
-            *LOOP, "--epochs", "1", "--batches", batches]
-    procs = [subprocess.Popen(argv, env=env, cwd=str(ROOT), stdin=subprocess.DEVNULL,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for _ in range(3)]
+    argv = [
+        sys.executable,
+        "-m",
+        "trainctl",
+        "run",
+        *mode,
+        *detach,
+        "--name",
+        "race",
+        "--",
+        *LOOP,
+        "--epochs",
+        "1",
+        "--batches",
+        batches,
+    ]
+    procs = [
+        subprocess.Popen(
+            argv,
+            env=env,
+            cwd=str(ROOT),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(3)
+    ]
     try:
         results = [(p.wait(timeout=45), *p.communicate()) for p in procs]
     finally:
@@ -130,13 +193,15 @@ def test_two_runs_of_a_job_started_at_once_one_wins_the_other_says_why(runs, mod
     codes = sorted(code for code, _, _ in results)
     assert codes == [0, 2, 2], results
     for code, out, err in results:
-        if code == 2:   # refused by the early check, by tmux (the session exists) or the agent
-            assert "job is already running in tmux session 'trainctl-race'" in err \
-                or "job 'race' is already running" in err, (out, err)
+        if code == 2:  # refused by the early check, by tmux (the session exists) or the agent
+            assert (
+                "job is already running in tmux session 'trainctl-race'" in err
+                or "job 'race' is already running" in err
+            ), (out, err)
             assert "did not start" not in err, err
     winner = [out for code, out, _ in results if code == 0][0]
     run_dirs = runs.run_dirs()
-    assert len(run_dirs) == 1, run_dirs   # the losers left no run directory
+    assert len(run_dirs) == 1, run_dirs  # the losers left no run directory
     assert (runs.runs / "latest").resolve() == run_dirs[0].resolve()
     if "--json" in mode:
         assert '"type": "exit"' in winner or '"type":"exit"' in winner, winner[-500:]
@@ -159,6 +224,7 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     from trainctl.cli.common import UsageError, note
     from trainctl.cli.starting import start_detached_agent
     from trainctl.store.joblock import JobLock
+
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
     args = cli.build_parser().parse_args(["run", "--detach", "--name", "locked"])
@@ -177,8 +243,8 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     message = str(refused.value)
     assert "the agent ended before it started the run" in message, message
     assert "job 'locked' is already running on this machine in /the/other/run" in message, message
-    assert took < 20, took   # a hang guard, not a benchmark: the old code waited 30 s
-    assert not runs.agents.session_exists("trainctl-locked")   # no dead pane left behind
+    assert took < 20, took  # a hang guard, not a benchmark: the old code waited 30 s
+    assert not runs.agents.session_exists("trainctl-locked")  # no dead pane left behind
 
 
 @pytest.mark.timeout(60)
@@ -190,13 +256,14 @@ def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_p
     from trainctl.cli.common import UsageError
     from trainctl.cli.run import cmd_run
     from trainctl.store import joblock
+
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
     monkeypatch.setattr(joblock, "holder", lambda job: None)
     mine = tmp_path / "my-run"
     mine.mkdir(mode=0o700)
     (mine / "notes.txt").write_text("mine")
-    (mine / "events.jsonl").write_text("")   # an earlier run of mine: reusable (check_run_dir)
+    (mine / "events.jsonl").write_text("")  # an earlier run of mine: reusable (check_run_dir)
     argv = ["run", "--detach", "--no-tmux", "--name", "taken"]
     args = cli.build_parser().parse_args(argv + (["--run-dir", str(mine)] if given else []))
     args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]

@@ -5,6 +5,7 @@ the job is left after either.
 
 Each attempt starts torchrun and two ranks that import torch (about 5 s alone, 20 s on a
 loaded 2-core box), so each test runs two attempts and no more."""
+
 from __future__ import annotations
 
 import json
@@ -46,15 +47,18 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     ckpts = tmp_path / "ckpts"
     job = tmp_path / "trainctl.toml"
     (tmp_path / "presets").mkdir()
-    (tmp_path / "presets" / "B.toml").write_text((ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text())
+    (tmp_path / "presets" / "B.toml").write_text(
+        (ROOT / "src" / "trainctl" / "presets" / "B.toml").read_text()
+    )
     job.write_text(
         'kind = "torchrun"\nmax_restarts = 2\nfallback = "B"\n'
         'resume_args = ["--resume", "{checkpoint}"]\n'
-        '[stall]\ntrain_timeout = 5\n'
-        f'[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n'
+        "[stall]\ntrain_timeout = 5\n"
+        f"[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n"
         f'nproc_per_node = 2\nargs = ["--epochs", "1", "--batches", "12", "--save-every", "5", '
         f'"--checkpoint-dir", {json.dumps(str(ckpts))}, "--hang-rank", "1", "--hang-at", "1:8", '
-        '"--hang-attempt", "1"]\n')
+        '"--hang-attempt", "1"]\n'
+    )
     with start_trainctl(["run", str(job), "--headless"]) as tc:
         res = tc.wait(180)
         left = _left(tc)
@@ -67,8 +71,9 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     assert restart and restart[0].resume_from == str(ckpts / "periodic.pt"), restart
     assert restart[0].preset == "B"
     # the fallback preset reached every rank: B's workers = 0 (TRAINCTL_WORKERS)
-    resumed = sorted(p.read_text().splitlines()[0]
-                     for p in (res.run_dir / "ranks-2").glob("*/attempt_0/*/stdout.log"))
+    resumed = sorted(
+        p.read_text().splitlines()[0] for p in (res.run_dir / "ranks-2").glob("*/attempt_0/*/stdout.log")
+    )
     assert resumed == ["resume epoch=1 batch=5 workers=0"] * 2, resumed
     starts = of(res.events, "start")
     assert "--max-restarts" in starts[0].command and "0" in starts[0].command
@@ -89,13 +94,36 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
 
 def test_a_healthy_run_raises_no_stall_and_a_rank_killed_restarts_the_job(tmp_path):
     ckpts = tmp_path / "ckpts"
-    cmd = ["run", "--headless", "--resume-arg=--resume", "--resume-arg={checkpoint}", "--",
-           PYTHON, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-           "--max-restarts", "3", str(EXAMPLE), "--epochs", "1", "--batches", "30",
-           "--batch-time", "0.15", "--save-every", "5", "--checkpoint-dir", str(ckpts)]
+    cmd = [
+        "run",
+        "--headless",
+        "--resume-arg=--resume",
+        "--resume-arg={checkpoint}",
+        "--",
+        PYTHON,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc-per-node",
+        "2",
+        "--max-restarts",
+        "3",
+        str(EXAMPLE),
+        "--epochs",
+        "1",
+        "--batches",
+        "30",
+        "--batch-time",
+        "0.15",
+        "--save-every",
+        "5",
+        "--checkpoint-dir",
+        str(ckpts),
+    ]
     with start_trainctl(cmd) as tc:
-        tc.wait_event(lambda e: e.type == "progress" and e.rank == 1 and (e.batch or 0) >= 8, 150,
-                      "rank 1 at batch 8")
+        tc.wait_event(
+            lambda e: e.type == "progress" and e.rank == 1 and (e.batch or 0) >= 8, 150, "rank 1 at batch 8"
+        )
         ranks = _ranks(tc)
         assert sorted(ranks) == [0, 1], ranks
         victim = ranks[1]
@@ -103,7 +131,7 @@ def test_a_healthy_run_raises_no_stall_and_a_rank_killed_restarts_the_job(tmp_pa
         res = tc.wait(150)
         left = _left(tc)
     assert res.returncode == 0, res.describe()
-    assert of(res.events, "stall") == []              # neither attempt stalled, nor the kill
+    assert of(res.events, "stall") == []  # neither attempt stalled, nor the kill
     exits = of(res.events, "exit")
     assert exits[0].returncode != 0 and exits[-1].returncode == 0, exits
     restart = of(res.events, "restart")
@@ -120,6 +148,7 @@ def test_two_nodes_on_loopback_a_hang_on_node_2_restarts_both(tmp_path):
     deadlocks; both nodes restart (node 2 on its stall, node 1 on its own stall or its rank's
     failure when its peer goes) from the checkpoint rank 0 wrote, and both finish."""
     import socket
+
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -128,14 +157,16 @@ def test_two_nodes_on_loopback_a_hang_on_node_2_restarts_both(tmp_path):
     job.write_text(
         'kind = "torchrun"\nname = "two-nodes"\nmax_restarts = 3\n'
         'resume_args = ["--resume", "{checkpoint}"]\n[stall]\ntrain_timeout = 5\n'
-        f'[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n'
+        f"[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(EXAMPLE))}\n"
         f'nproc_per_node = 1\nnnodes = 2\nrdzv_endpoint = "127.0.0.1:{port}"\nrdzv_id = "e2e"\n'
         f'args = ["--epochs", "1", "--batches", "12", "--save-every", "5", "--checkpoint-dir", '
         f'{json.dumps(str(ckpts))}, "--hang-if-env", "HANG_THIS_NODE", "--hang-at", "1:8", '
-        '"--hang-attempt", "1"]\n')
+        '"--hang-attempt", "1"]\n'
+    )
     node1 = start_trainctl(["run", str(job), "--headless"])
-    node2 = start_trainctl(["run", str(job), "--headless", "--node-rank", "1"],
-                           env=dict(os.environ, HANG_THIS_NODE="1"))
+    node2 = start_trainctl(
+        ["run", str(job), "--headless", "--node-rank", "1"], env=dict(os.environ, HANG_THIS_NODE="1")
+    )
     with node1, node2:
         # the second node of the same job is not refused: one run per (job, node rank)
         res1, res2 = node1.wait(180), node2.wait(180)

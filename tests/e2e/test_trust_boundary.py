@@ -6,6 +6,7 @@ local user made by the test (tests/helpers/other_user.py: root only, as the CI r
 with the reason elsewhere).  ssh, scancel and the other Slurm commands are stand-ins on
 PATH that only write down that they were called: the point is that they never are.
 """
+
 from __future__ import annotations
 
 import json
@@ -34,9 +35,13 @@ def env(tmp_path):
     for prog in ("ssh", "scancel", "scontrol", "squeue", "sbatch"):
         (fake / prog).write_text(f'#!/bin/sh\necho "{prog} $*" >> {tmp_path}/calls.log\nexit 1\n')
         (fake / prog).chmod(0o755)
-    return {"TRAINCTL_RUNS_DIR": str(tmp_path / "runs"), "TRAINCTL_CONFIG_DIR": str(tmp_path / "config"),
-            "TRAINCTL_TMUX_SOCKET": f"trainctl-trust-{uuid.uuid4().hex[:8]}",
-            "PATH": f"{fake}:{os.environ['PATH']}", "TRAINCTL_NODE_SSH": "auto"}
+    return {
+        "TRAINCTL_RUNS_DIR": str(tmp_path / "runs"),
+        "TRAINCTL_CONFIG_DIR": str(tmp_path / "config"),
+        "TRAINCTL_TMUX_SOCKET": f"trainctl-trust-{uuid.uuid4().hex[:8]}",
+        "PATH": f"{fake}:{os.environ['PATH']}",
+        "TRAINCTL_NODE_SSH": "auto",
+    }
 
 
 def calls(tmp_path: Path) -> list[str]:
@@ -61,12 +66,22 @@ def planted_run(where: Path, marker: Path) -> Path:
     slurm.json with a job id, a socket file, a spec whose command touches ``marker``."""
     run = where / "run"
     run.mkdir(parents=True)
-    (run / "agent.json").write_text(json.dumps({
-        "pid": 1, "node": "node9", "boot_id": "other", "hostname": "elsewhere", "slurm_job": "4242",
-        "trainctl": ["sh", "-c", f"touch {marker}"]}))
+    (run / "agent.json").write_text(
+        json.dumps(
+            {
+                "pid": 1,
+                "node": "node9",
+                "boot_id": "other",
+                "hostname": "elsewhere",
+                "slurm_job": "4242",
+                "trainctl": ["sh", "-c", f"touch {marker}"],
+            }
+        )
+    )
     (run / "slurm.json").write_text(json.dumps({"jobs": ["4242"]}))
-    (run / "spec.json").write_text(json.dumps({"job_name": "evil", "kind": "command",
-                                               "command": ["sh", "-c", f"touch {marker}"]}))
+    (run / "spec.json").write_text(
+        json.dumps({"job_name": "evil", "kind": "command", "command": ["sh", "-c", f"touch {marker}"]})
+    )
     (run / "events.jsonl").write_text("")
     (run / "agent.sock").write_text("")
     return run
@@ -80,9 +95,13 @@ def test_another_users_run_directory_is_never_followed(env, tmp_path):
     theirs = tmp_path / "theirs"
     run = planted_run(theirs, tmp_path / "PWNED")
     give(theirs, uid)
-    for args in (["status", str(run)], ["attach", "--json", str(run)], ["ctl", str(run), "stop"],
-                 ["bridge", str(run)],   # what ssh runs on a node: no relay to their socket
-                 ["run", "--json", "--resume-from", str(run), "--resume-arg=--r", "--", "true"]):
+    for args in (
+        ["status", str(run)],
+        ["attach", "--json", str(run)],
+        ["ctl", str(run), "stop"],
+        ["bridge", str(run)],  # what ssh runs on a node: no relay to their socket
+        ["run", "--json", "--resume-from", str(run), "--resume-arg=--r", "--", "true"],
+    ):
         r = run_trainctl(args, timeout=60, env=env)
         one_line_refusal(r, f"owned by uid {uid}")
     assert calls(tmp_path) == [] and not (tmp_path / "PWNED").exists()
@@ -110,7 +129,9 @@ def test_files_of_another_user_in_an_own_run_directory_are_not_read(env, tmp_pat
     r = run_trainctl(["status", "--json", str(run)], timeout=60, env=env)
     assert r.returncode == 0 and "Traceback" not in r.stderr, r.describe()
     r = run_trainctl(["ctl", str(run), "stop"], timeout=60, env=env)
-    assert r.returncode == 1 and "no agent is running" in r.stderr and "Traceback" not in r.stderr, r.describe()
+    assert r.returncode == 1 and "no agent is running" in r.stderr and "Traceback" not in r.stderr, (
+        r.describe()
+    )
     assert calls(tmp_path) == [] and not (tmp_path / "PWNED").exists()
 
 
@@ -125,8 +146,9 @@ def test_run_dir_through_another_users_link_is_refused(env, tmp_path):
     (evil / "link").symlink_to(victim)
     give(evil, uid)
     evil.chmod(0o777)
-    r = run_trainctl(["run", "--json", "--run-dir", str(evil / "link" / "run"), "--", "true"],
-                     timeout=60, env=env)
+    r = run_trainctl(
+        ["run", "--json", "--run-dir", str(evil / "link" / "run"), "--", "true"], timeout=60, env=env
+    )
     one_line_refusal(r, "--run-dir", str(evil))
     assert list(victim.iterdir()) == [] and not Path(env["TRAINCTL_RUNS_DIR"]).exists()
 
@@ -213,15 +235,27 @@ def test_bad_values_are_refused_and_a_refused_run_leaves_nothing(env, tmp_path):
     preset.write_text('[env]\nFOO = "a\\u0000b"\n')
     v = run_trainctl(["presets", "validate", str(preset)], timeout=60, env=env)
     assert v.returncode != 0 and "[env] FOO" in v.stderr + v.stdout and "U+0000" in v.stderr + v.stdout
-    one_line_refusal(run_trainctl(["run", "--json", "--preset", str(preset), "--", "true"],
-                                  timeout=60, env=env), "[env] FOO", "U+0000")
+    one_line_refusal(
+        run_trainctl(["run", "--json", "--preset", str(preset), "--", "true"], timeout=60, env=env),
+        "[env] FOO",
+        "U+0000",
+    )
     for value in ("inf", "-1", "nan"):
-        one_line_refusal(run_trainctl(["run", "--json", f"--rescue-wait={value}", "--", "true"],
-                                      timeout=60, env=env), "--rescue-wait")
-    one_line_refusal(run_trainctl(["run", "--json", "--alert-file", str(tmp_path / "none.json"),
-                                   "--", "true"], timeout=60, env=env), "--alert-file")
+        one_line_refusal(
+            run_trainctl(["run", "--json", f"--rescue-wait={value}", "--", "true"], timeout=60, env=env),
+            "--rescue-wait",
+        )
+    one_line_refusal(
+        run_trainctl(
+            ["run", "--json", "--alert-file", str(tmp_path / "none.json"), "--", "true"], timeout=60, env=env
+        ),
+        "--alert-file",
+    )
     runs = Path(env["TRAINCTL_RUNS_DIR"])
-    assert not runs.exists() or [p.name for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")] == []
+    assert (
+        not runs.exists()
+        or [p.name for p in runs.iterdir() if p.is_dir() and not p.name.startswith(".")] == []
+    )
 
 
 CATASTROPHIC = r"^(?P<batch>\d*)(a+)+$"
@@ -233,17 +267,25 @@ def test_a_catastrophic_pattern_never_freezes_supervision(env, tmp_path):
     reads its good lines, and SIGTERM ends `run --json` promptly."""
     job = tmp_path / "job"
     job.mkdir()
-    (job / "t.py").write_text("import time\nfor i in range(1, 200):\n"
-                              "    print('a' * 26 + '!', flush=True)\n"
-                              "    print(f'{i}aaa', flush=True)\n    time.sleep(0.1)\n")
-    (job / "trainctl.toml").write_text(f'kind = "command"\ncommand = ["{PYTHON}", "t.py"]\n'
-                                       f"[progress]\npattern = '{CATASTROPHIC}'\n")
+    (job / "t.py").write_text(
+        "import time\nfor i in range(1, 200):\n"
+        "    print('a' * 26 + '!', flush=True)\n"
+        "    print(f'{i}aaa', flush=True)\n    time.sleep(0.1)\n"
+    )
+    (job / "trainctl.toml").write_text(
+        f'kind = "command"\ncommand = ["{PYTHON}", "t.py"]\n[progress]\npattern = \'{CATASTROPHIC}\'\n'
+    )
     with start_trainctl(["run", "--json", str(job / "trainctl.toml")], env=env) as tc:
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 3, timeout=60)
         for _ in range(3):
             t0 = time.monotonic()
-            s = subprocess.run([PYTHON, "-m", "trainctl", "status", "--json", str(tc.run_dir)],
-                               env={**os.environ, **env}, capture_output=True, text=True, timeout=60)
+            s = subprocess.run(
+                [PYTHON, "-m", "trainctl", "status", "--json", str(tc.run_dir)],
+                env={**os.environ, **env},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
             assert s.returncode == 0 and json.loads(s.stdout)["live"], s.stderr
             assert time.monotonic() - t0 < 30
         tc.proc.send_signal(signal.SIGTERM)

@@ -1,6 +1,7 @@
 """The dashboard in a real pty (issue 14): trainer text carrying a clipboard write (OSC 52),
 a window-title change (OSC 0), malformed and C1 variants never reaches the terminal as a
 sequence: the raw bytes the dashboard writes hold none of the payloads."""
+
 from __future__ import annotations
 
 import os
@@ -19,11 +20,11 @@ from trainctl.store.spec import RunSpec
 pytestmark = pytest.mark.e2e
 
 PAYLOADS = [
-    "\x1b]52;c;UFdORUQtQ0xJUA==\x07",          # OSC 52: the clipboard
+    "\x1b]52;c;UFdORUQtQ0xJUA==\x07",  # OSC 52: the clipboard
     "\x1b\x08]52;c;UFdORUQtQ0xJUA==\x1b\x08\\",  # malformed: ESC BS between
-    "\x1b]0;PWNED-TITLE\x07",                     # OSC 0: the window title
-    "\x9d0;PWNED-TITLE\x9c",                      # the same with C1 OSC/ST
-    "\x1bc\x1b(0\x0e",                             # reset, line drawing, shift out
+    "\x1b]0;PWNED-TITLE\x07",  # OSC 0: the window title
+    "\x9d0;PWNED-TITLE\x9c",  # the same with C1 OSC/ST
+    "\x1bc\x1b(0\x0e",  # reset, line drawing, shift out
 ]
 
 
@@ -31,9 +32,12 @@ def hostile_run(run_dir) -> None:
     run_dir.mkdir(mode=0o700)
     RunSpec(job_name="pty", kind="command", command=["x"]).save(run_dir / "spec.json")
     text = "CUDA error: out of memory " + "".join(PAYLOADS) + " marker-after"
-    events = [E.Start(1.0, 1, 4242, None, ("x",)),
-              E.Warning(2.0, "cuda.oom", "error", text, "advice " + PAYLOADS[0], source="trainer"),
-              E.Exit(3.0, 1, None), E.State(3.1, "FAILED", "reason " + PAYLOADS[2])]
+    events = [
+        E.Start(1.0, 1, 4242, None, ("x",)),
+        E.Warning(2.0, "cuda.oom", "error", text, "advice " + PAYLOADS[0], source="trainer"),
+        E.Exit(3.0, 1, None),
+        E.State(3.1, "FAILED", "reason " + PAYLOADS[2]),
+    ]
     (run_dir / "events.jsonl").write_text("".join(E.encode(e) + "\n" for e in events))
 
 
@@ -42,7 +46,7 @@ def test_the_dashboard_in_a_real_pty_writes_no_trainer_sequence(tmp_path):
     run_dir = tmp_path / "run"
     hostile_run(run_dir)
     pid, fd = pty.fork()
-    if pid == 0:   # the child: the dashboard on that run, in the pty
+    if pid == 0:  # the child: the dashboard on that run, in the pty
         os.environ.update(TERM="xterm-256color", COLUMNS="140", LINES="45")
         os.chdir(ROOT)
         os.execv(sys.executable, [sys.executable, "-m", "trainctl", "attach", str(run_dir)])
@@ -67,6 +71,6 @@ def test_the_dashboard_in_a_real_pty_writes_no_trainer_sequence(tmp_path):
             pass
         os.waitpid(pid, 0)
         os.close(fd)
-    assert b"marker-after" in out, out[-2000:]   # the warning was drawn
+    assert b"marker-after" in out, out[-2000:]  # the warning was drawn
     for bad in (b"UFdORUQtQ0xJUA", b"PWNED-TITLE", b"\x1b]52", b"\x1bc", b"\x1b(0", b"\x0e", b"\xc2\x9d"):
-        assert bad not in out, (bad, out[max(0, out.find(bad) - 200):out.find(bad) + 200])
+        assert bad not in out, (bad, out[max(0, out.find(bad) - 200) : out.find(bad) + 200])

@@ -9,6 +9,7 @@ A history is a list of steps, as honcho's tests replay a manager's:
 while the history hangs; without it a request goes unanswered, as a native spin).  Every step is timestamped on the virtual clock in
 ``FakeSpawner.log``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -33,7 +34,7 @@ class _VirtualSelector:
         if ready or timeout == 0:
             return ready
         if timeout is None:
-            return self._real.select(None)   # no timer at all: wait for real I/O
+            return self._real.select(None)  # no timer at all: wait for real I/O
         self._loop_ref().advance(timeout)
         return []
 
@@ -72,7 +73,7 @@ def run_virtual(coro_fn):
 
 
 class FakeTrainer:
-    orphan = False              # the Trainer protocol's optional capabilities: not supported
+    orphan = False  # the Trainer protocol's optional capabilities: not supported
     save_on_request = False
     exit_unknown = None
 
@@ -85,7 +86,7 @@ class FakeTrainer:
     def offsets(self):
         return None
 
-    def __init__(self, spawner: "FakeSpawner", steps: list, pid: int, argv, env) -> None:
+    def __init__(self, spawner: FakeSpawner, steps: list, pid: int, argv, env) -> None:
         self.spawner = spawner
         self.pid = pid
         self.argv, self.env = list(argv), dict(env)
@@ -125,7 +126,7 @@ class FakeTrainer:
                 self.fail_diagnose = True
             elif kind == "fail_output":
                 self.fail_output = True
-        await asyncio.Future()   # a history that ends without an exit hangs
+        await asyncio.Future()  # a history that ends without an exit hangs
 
     def _finish(self, code: int) -> None:
         if self.returncode is None:
@@ -155,8 +156,10 @@ class FakeTrainer:
         self.spawner.note("diagnose", self.pid, tag)
         if self.fail_diagnose:
             raise PermissionError(13, "Permission denied", str(stacks_dir))
-        if snapshot:   # as the real diagnose(): a snapshot is not a verdict
-            return Diagnosis(self.diagnosis, 0.0, None, "a snapshot of 1 running process, not a stall verdict.")
+        if snapshot:  # as the real diagnose(): a snapshot is not a verdict
+            return Diagnosis(
+                self.diagnosis, 0.0, None, "a snapshot of 1 running process, not a stall verdict."
+            )
         return Diagnosis(self.diagnosis, 0.0, None, f"fake {self.diagnosis}")
 
     def signal_main(self, sig: int) -> bool:
@@ -200,7 +203,7 @@ class FakeSpawner:
         return [t for t, k, _pid, _arg in self.log if k == kind]
 
     def adopt(self, attempt, log_path):
-        return None   # nothing recorded to adopt
+        return None  # nothing recorded to adopt
 
     async def rehold(self, trainer):
         raise OSError("a fake trainer cannot be held again")

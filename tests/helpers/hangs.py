@@ -14,6 +14,7 @@ Scripts (each documents its argv at the top; all print flushed progress lines
 Use :func:`start_script` (own session, so :func:`kill_group` takes the whole tree) and
 always kill in a ``finally`` — or use :func:`running` as a context manager.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -59,17 +60,27 @@ class _Reader:
         self.queue.put(None)
 
 
-def start_script(path: str | os.PathLike, *args: str, env: dict[str, str] | None = None,
-                 cwd: str | os.PathLike | None = None) -> subprocess.Popen:
+def start_script(
+    path: str | os.PathLike,
+    *args: str,
+    env: dict[str, str] | None = None,
+    cwd: str | os.PathLike | None = None,
+) -> subprocess.Popen:
     """Start ``python -u path *args`` in a new session (its own process group), stdout and
     stderr merged into a text pipe read by a background thread (see :func:`wait_for_line`)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     full_env.setdefault("PYTHONUNBUFFERED", "1")
-    proc = subprocess.Popen([sys.executable, "-u", str(path), *map(str, args)],
-                            stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, env=full_env, cwd=cwd,
-                            start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-u", str(path), *map(str, args)],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=full_env,
+        cwd=cwd,
+        start_new_session=True,
+    )
     _readers[proc] = _Reader(proc)
     return proc
 
@@ -86,7 +97,7 @@ def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float = 30.0) -
     reader = _readers[proc]
     rx = re.compile(pattern)
     for line in list(reader.lines):
-        if (m := rx.search(line)):
+        if m := rx.search(line):
             return m
     deadline = time.monotonic() + timeout
     while True:
@@ -99,11 +110,12 @@ def wait_for_line(proc: subprocess.Popen, pattern: str, timeout: float = 30.0) -
             continue
         if line is None:
             break
-        if (m := rx.search(line)):
+        if m := rx.search(line):
             return m
     tail = "\n".join(reader.lines[-15:])
-    raise TimeoutError(f"no line matching {pattern!r} within {timeout}s "
-                       f"(exit code {proc.poll()}); output tail:\n{tail}")
+    raise TimeoutError(
+        f"no line matching {pattern!r} within {timeout}s (exit code {proc.poll()}); output tail:\n{tail}"
+    )
 
 
 def wait_until(predicate, timeout: float = 10.0, interval: float = 0.05, what: str = "condition"):

@@ -6,6 +6,7 @@ shell; kept for later tests, it owns nothing outside their tmp_path); skipped wi
 reason otherwise.  CI runs as root: there, with TRAINCTL_REQUIRE_SSHD=1, a root that cannot
 make the user fails the test instead of skipping it.
 """
+
 from __future__ import annotations
 
 import os
@@ -32,14 +33,19 @@ def other_uid() -> int:
     if useradd is None:
         why = "no useradd on this machine"
     else:
-        r = subprocess.run([useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin",
-                            NAME], capture_output=True, text=True, timeout=60)
+        r = subprocess.run(
+            [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", NAME],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
         if r.returncode == 0 or "already exists" in r.stderr:
             return pwd.getpwnam(NAME).pw_uid
         why = f"useradd {NAME} failed: {r.stderr.strip()}"
     if os.environ.get("TRAINCTL_REQUIRE_SSHD") == "1":
-        pytest.fail(f"cannot create a second local user as root ({why}) and "
-                    "TRAINCTL_REQUIRE_SSHD=1", pytrace=False)
+        pytest.fail(
+            f"cannot create a second local user as root ({why}) and TRAINCTL_REQUIRE_SSHD=1", pytrace=False
+        )
     pytest.skip(why)
 
 

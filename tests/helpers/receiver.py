@@ -1,5 +1,6 @@
 """A real alert receiver for tests: a threaded HTTP server on 127.0.0.1 taking apprise
 ``json://`` posts (``{"title", "message", "type", ...}``), and one that never answers."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,7 +18,7 @@ class Receiver:
         outer = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:   # noqa: N802
+            def do_POST(self) -> None:
                 n = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(n)
                 try:

@@ -8,6 +8,7 @@ Clients find the test Slurm through SLURM_CONF; when it is not set, the file slu
 writes (``$TRAINCTL_SLURM_DIR/slurm.conf``, default /tmp/trainctl-slurm) is used, so a
 developer who ran `.ci/slurm-up.sh` can run the tests without exporting anything.
 """
+
 from __future__ import annotations
 
 import os
@@ -46,13 +47,18 @@ def _answers() -> str | None:
     if conf is None:
         return "no Slurm configured (run .ci/slurm-up.sh as root)"
     try:
-        r = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True,
-                           timeout=15, env=slurm_env())
+        r = subprocess.run(
+            ["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=15, env=slurm_env()
+        )
     except subprocess.TimeoutExpired:
         return "sinfo did not answer within 15 s (is slurmctld up? .ci/slurm-up.sh)"
     states = r.stdout.split()
-    if r.returncode != 0 or not any(s.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp") for s in states):
-        return f"Slurm does not answer with a node up (.ci/slurm-up.sh): {(r.stderr or r.stdout).strip()[:200]}"
+    if r.returncode != 0 or not any(
+        s.rstrip("*~#!%$@^-") in ("idle", "mix", "alloc", "comp") for s in states
+    ):
+        return (
+            f"Slurm does not answer with a node up (.ci/slurm-up.sh): {(r.stderr or r.stdout).strip()[:200]}"
+        )
     return None
 
 
@@ -70,8 +76,9 @@ def require_slurm() -> None:
 
 def queue_of(name: str) -> list[str]:
     """The ids squeue lists (any state) for jobs named ``name``."""
-    r = subprocess.run(["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True,
-                       timeout=15, env=slurm_env())
+    r = subprocess.run(
+        ["squeue", "-h", "-n", name, "-o", "%i"], capture_output=True, text=True, timeout=15, env=slurm_env()
+    )
     return r.stdout.split()
 
 
@@ -87,13 +94,13 @@ def wait_queue_empty(name: str, timeout: float) -> list[str]:
 
 def cancel_all(name: str) -> None:
     """scancel every job named ``name`` (test cleanup)."""
-    subprocess.run(["scancel", "--quiet", "-n", name], capture_output=True, timeout=15,
-                   env=slurm_env())
+    subprocess.run(["scancel", "--quiet", "-n", name], capture_output=True, timeout=15, env=slurm_env())
 
 
 def scontrol(*args: str) -> str:
-    r = subprocess.run(["scontrol", *args], capture_output=True, text=True, timeout=15,
-                       env=slurm_env(), check=True)
+    r = subprocess.run(
+        ["scontrol", *args], capture_output=True, text=True, timeout=15, env=slurm_env(), check=True
+    )
     return r.stdout
 
 
@@ -108,8 +115,13 @@ def wait_node_only(node: str, job_id: str, timeout: float = 60) -> None:
     a test must not hit the jobs of others sharing the test Slurm."""
     end = time.monotonic() + timeout
     while True:
-        r = subprocess.run(["squeue", "-h", "-w", node, "-o", "%i"], capture_output=True,
-                           text=True, timeout=15, env=slurm_env())
+        r = subprocess.run(
+            ["squeue", "-h", "-w", node, "-o", "%i"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            env=slurm_env(),
+        )
         others = [j for j in r.stdout.split() if j != job_id]
         if not others:
             return
@@ -122,8 +134,13 @@ def lift_requeue_hold(job_id: str, timeout: float = 30) -> None:
     """Slurm holds a requeued job (BeginTime, two minutes): once it shows so, start it now."""
     end = time.monotonic() + timeout
     while True:
-        r = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T %r"], capture_output=True,
-                           text=True, timeout=15, env=slurm_env())
+        r = subprocess.run(
+            ["squeue", "-h", "-j", job_id, "-o", "%T %r"],
+            capture_output=True,
+            text=True,
+            timeout=15,
+            env=slurm_env(),
+        )
         if r.stdout.strip() == "PENDING BeginTime":
             scontrol("update", f"jobid={job_id}", "StartTime=now")
             return
@@ -147,10 +164,12 @@ class SlurmctldStopped:
         self.seconds = seconds
         self.watchdog: subprocess.Popen | None = None
 
-    def __enter__(self) -> "SlurmctldStopped":
+    def __enter__(self) -> SlurmctldStopped:
         self.watchdog = subprocess.Popen(
             ["sh", "-c", f"sleep {self.seconds}; kill -CONT {self.pid}"],
-            start_new_session=True, stdin=subprocess.DEVNULL)
+            start_new_session=True,
+            stdin=subprocess.DEVNULL,
+        )
         os.kill(self.pid, signal.SIGSTOP)
         return self
 

@@ -9,6 +9,7 @@ Nothing outside `tmp_path` (and a short private ControlPath dir in /tmp) is touc
 client config sets its own identity, known_hosts (holding the test's host key; host key
 checking stays on) and BatchMode; the server reads its authorized_keys from `tmp_path`.
 """
+
 from __future__ import annotations
 
 import os
@@ -31,8 +32,10 @@ def require_sshd() -> None:
     """Skip when sshd is missing, unless TRAINCTL_REQUIRE_SSHD=1 (CI) makes that a failure."""
     if os.path.exists(SSHD) and shutil.which("ssh") and shutil.which("ssh-keygen"):
         return
-    reason = ("OpenSSH server/client not installed (run .ci/install-sshd.sh, or "
-              "`apt-get install openssh-server openssh-client`)")
+    reason = (
+        "OpenSSH server/client not installed (run .ci/install-sshd.sh, or "
+        "`apt-get install openssh-server openssh-client`)"
+    )
     if os.environ.get("TRAINCTL_REQUIRE_SSHD") == "1":
         pytest.fail(reason + " and TRAINCTL_REQUIRE_SSHD=1", pytrace=False)
     pytest.skip(reason)
@@ -46,8 +49,11 @@ def free_port() -> int:
 
 def make_key(path: Path) -> Path:
     """An ed25519 key pair without passphrase at `path` / `path`.pub."""
-    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "trainctl-test",
-                    "-f", str(path)], check=True, stdin=subprocess.DEVNULL)
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "trainctl-test", "-f", str(path)],
+        check=True,
+        stdin=subprocess.DEVNULL,
+    )
     return path
 
 
@@ -99,45 +105,51 @@ class LocalSshd:
 
     # ---- server
     def _config_text(self) -> str:
-        return "\n".join([
-            f"Port {self.port}",
-            "ListenAddress 127.0.0.1",
-            f"HostKey {self.host_key}",
-            f"PidFile {self.dir / 'sshd.pid'}",
-            f"AuthorizedKeysFile {self.authorized_keys}",
-            "AuthenticationMethods publickey",
-            "PubkeyAuthentication yes",
-            "PasswordAuthentication no",
-            "KbdInteractiveAuthentication no",
-            "PermitRootLogin prohibit-password",
-            f"AllowUsers {self.user}",
-            "StrictModes no",
-            "UsePAM no",
-            "PermitUserEnvironment no",
-            "PermitUserRC no",
-            "X11Forwarding no",
-            "AllowTcpForwarding no",
-            "AllowAgentForwarding no",
-            "PermitTunnel no",
-            "PrintMotd no",
-            "PrintLastLog no",
-            "UseDNS no",
-            "MaxSessions 32",
-            "LogLevel VERBOSE",
-            "",
-        ])
+        return "\n".join(
+            [
+                f"Port {self.port}",
+                "ListenAddress 127.0.0.1",
+                f"HostKey {self.host_key}",
+                f"PidFile {self.dir / 'sshd.pid'}",
+                f"AuthorizedKeysFile {self.authorized_keys}",
+                "AuthenticationMethods publickey",
+                "PubkeyAuthentication yes",
+                "PasswordAuthentication no",
+                "KbdInteractiveAuthentication no",
+                "PermitRootLogin prohibit-password",
+                f"AllowUsers {self.user}",
+                "StrictModes no",
+                "UsePAM no",
+                "PermitUserEnvironment no",
+                "PermitUserRC no",
+                "X11Forwarding no",
+                "AllowTcpForwarding no",
+                "AllowAgentForwarding no",
+                "PermitTunnel no",
+                "PrintMotd no",
+                "PrintLastLog no",
+                "UseDNS no",
+                "MaxSessions 32",
+                "LogLevel VERBOSE",
+                "",
+            ]
+        )
 
     def _start(self, timeout: float) -> None:
         if os.getuid() == 0:
-            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)   # sshd's privsep dir
-        for _ in range(3):                      # a free port can be taken in between
+            os.makedirs("/run/sshd", mode=0o755, exist_ok=True)  # sshd's privsep dir
+        for _ in range(3):  # a free port can be taken in between
             self.port = free_port()
             self.config_path = self.dir / "sshd_config"
             self.config_path.write_text(self._config_text())
             self._log = open(self.log_path, "ab")
-            self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(self.config_path)],
-                                         stdin=subprocess.DEVNULL, stdout=self._log,
-                                         stderr=self._log, start_new_session=True)
+            self.proc = subprocess.Popen(
+                [SSHD, "-D", "-e", "-f", str(self.config_path)],
+                stdin=subprocess.DEVNULL,
+                stdout=self._log,
+                stderr=self._log,
+                start_new_session=True,
+            )
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 if "Server listening on" in self.log():
@@ -204,25 +216,33 @@ class LocalSshd:
         self.stop()
 
     # ---- client
-    def write_client_config(self, path: Path, *, alias: str | None = None,
-                            port: int | None = None, identity: Path | None = None,
-                            known_hosts: Path | None = None) -> Path:
+    def write_client_config(
+        self,
+        path: Path,
+        *,
+        alias: str | None = None,
+        port: int | None = None,
+        identity: Path | None = None,
+        known_hosts: Path | None = None,
+    ) -> Path:
         """A client ssh_config for `alias` (defaults: this server, its key, its host key)."""
-        text = "\n".join([
-            f"Host {alias or self.alias}",
-            "  HostName 127.0.0.1",
-            f"  Port {port or self.port}",
-            f"  User {self.user}",
-            f"  IdentityFile {identity or self.user_key}",
-            "  IdentitiesOnly yes",
-            "  IdentityAgent none",
-            f"  UserKnownHostsFile {known_hosts or self.known_hosts}",
-            "  GlobalKnownHostsFile /dev/null",
-            "  StrictHostKeyChecking yes",
-            "  BatchMode yes",
-            "  ConnectTimeout 10",
-            "",
-        ])
+        text = "\n".join(
+            [
+                f"Host {alias or self.alias}",
+                "  HostName 127.0.0.1",
+                f"  Port {port or self.port}",
+                f"  User {self.user}",
+                f"  IdentityFile {identity or self.user_key}",
+                "  IdentitiesOnly yes",
+                "  IdentityAgent none",
+                f"  UserKnownHostsFile {known_hosts or self.known_hosts}",
+                "  GlobalKnownHostsFile /dev/null",
+                "  StrictHostKeyChecking yes",
+                "  BatchMode yes",
+                "  ConnectTimeout 10",
+                "",
+            ]
+        )
         path.write_text(text)
         os.chmod(path, 0o600)
         return path
@@ -230,7 +250,12 @@ class LocalSshd:
     def make_host(self, *, ssh_config: Path | None = None, alias: str | None = None, **kw):
         """An SshHost for this server, closed again by stop()."""
         from trainctl.hosts.ssh import SshHost
-        host = SshHost(alias or self.alias, ssh_config=ssh_config or self.ssh_config_path,
-                       control_dir=self.control_dir, **kw)
+
+        host = SshHost(
+            alias or self.alias,
+            ssh_config=ssh_config or self.ssh_config_path,
+            control_dir=self.control_dir,
+            **kw,
+        )
         self._hosts.append(host)
         return host

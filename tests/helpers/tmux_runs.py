@@ -8,6 +8,7 @@ SIGKILL to every agent (its pid is in ``agent.json``) and to every process whose
 environment names one of the run directories (trainers and their workers), then both tmux
 servers are killed and their socket files removed.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -31,15 +32,18 @@ class TmuxRuns:
         self.ui = tm.Tmux(socket=f"trainctl-test-ui-{tag}")
         self.agents = tm.Tmux(socket=self.agent_socket)
         self.width, self.height = width, height
-        self.env = {"TRAINCTL_TMUX_SOCKET": self.agent_socket,
-                    "TRAINCTL_RUNS_DIR": str(self.runs),
-                    "TRAINCTL_CONFIG_DIR": str(self.root / "config")}
+        self.env = {
+            "TRAINCTL_TMUX_SOCKET": self.agent_socket,
+            "TRAINCTL_RUNS_DIR": str(self.runs),
+            "TRAINCTL_CONFIG_DIR": str(self.root / "config"),
+        }
 
     def run_dirs(self) -> list[Path]:
         if not self.runs.is_dir():
             return []
-        return sorted(p for p in self.runs.iterdir()
-                      if p.is_dir() and not p.is_symlink() and not p.name.startswith("."))
+        return sorted(
+            p for p in self.runs.iterdir() if p.is_dir() and not p.is_symlink() and not p.name.startswith(".")
+        )
 
     def agent_pid(self, run_dir: Path) -> int | None:
         with contextlib.suppress(OSError, ValueError, KeyError):
@@ -62,7 +66,7 @@ class TmuxRuns:
 
     def kill(self) -> None:
         procs = self._procs()
-        for p in procs:   # the agent stops its trainer's tree on SIGTERM
+        for p in procs:  # the agent stops its trainer's tree on SIGTERM
             with contextlib.suppress(psutil.Error):
                 p.send_signal(signal.SIGTERM)
         _gone, alive = psutil.wait_procs(procs, timeout=8)

@@ -1,4 +1,5 @@
 """Fixtures for the TUI tests: a FakeAgent over the journal fixture, a fixed clock, UTC."""
+
 from __future__ import annotations
 
 import shutil
@@ -11,15 +12,23 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from tui_fakes import FakeAgent, replay_journal  # noqa: E402
+from tui_fakes import FakeAgent, replay_journal
 
-from trainctl.core.events import Event  # noqa: E402
-from trainctl.tui.app import TrainctlApp  # noqa: E402
+from trainctl.core.events import Event
+from trainctl.tui.app import TrainctlApp
 
 ROOT = Path(__file__).resolve().parents[2]
 RUN_DIR = "/home/ana/runs/yolo-rocm-20251115"
-HELLO = {"version": "0.1.0", "job": "yolo-rocm", "run_dir": RUN_DIR, "host": "gpu-box",
-         "state": "RUNNING", "auto_recover": True, "preset": "B", "fallback": "B"}
+HELLO = {
+    "version": "0.1.0",
+    "job": "yolo-rocm",
+    "run_dir": RUN_DIR,
+    "host": "gpu-box",
+    "state": "RUNNING",
+    "auto_recover": True,
+    "preset": "B",
+    "fallback": "B",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -43,7 +52,9 @@ def presets(tmp_path: Path) -> dict[str, Path]:
     folder.mkdir()
     out = {}
     for name in ("A", "B"):
-        out[name] = Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{name}.toml", folder / f"{name}.toml"))
+        out[name] = Path(
+            shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{name}.toml", folder / f"{name}.toml")
+        )
     return out
 
 
@@ -59,4 +70,5 @@ def make_app(agent: FakeAgent, journal: list[Event]) -> Callable[..., TrainctlAp
     def make(**kwargs: object) -> TrainctlApp:
         kwargs.setdefault("clock", lambda: now)
         return TrainctlApp(agent.client, **kwargs)  # type: ignore[arg-type]
+
     return make

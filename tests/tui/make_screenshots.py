@@ -5,6 +5,7 @@
 The same FakeAgent, fixed clock and UTC as the snapshot tests; run it again after a
 visible change and look at the SVGs.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -28,13 +29,23 @@ from trainctl.tui.screens.preset_editor import PresetEditorScreen  # noqa: E402
 from trainctl.tui.widgets.loss_chart import LossChart  # noqa: E402
 
 RUN_DIR = "/home/ana/runs/yolo-rocm-20251115"
-HELLO = {"version": "0.1.0", "job": "yolo-rocm", "run_dir": RUN_DIR, "host": "gpu-box",
-         "state": "RUNNING", "auto_recover": True, "preset": "B", "fallback": "B"}
+HELLO = {
+    "version": "0.1.0",
+    "job": "yolo-rocm",
+    "run_dir": RUN_DIR,
+    "host": "gpu-box",
+    "state": "RUNNING",
+    "auto_recover": True,
+    "preset": "B",
+    "fallback": "B",
+}
 
 
 async def shoot(out: Path, tmp: Path) -> None:
-    presets = {n: Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
-               for n in ("A", "B")}
+    presets = {
+        n: Path(shutil.copy(ROOT / "src" / "trainctl" / "presets" / f"{n}.toml", tmp / f"{n}.toml"))
+        for n in ("A", "B")
+    }
     journal = replay_journal()
     agent = FakeAgent(journal, dict(HELLO), presets, shown_dir=f"{RUN_DIR}/presets")
     now = journal[-1].ts + 2.0

@@ -1,4 +1,5 @@
 """Pilot tests: the dashboard over a replayed journal, every key, confirms, reconnects."""
+
 from __future__ import annotations
 
 import math
@@ -10,10 +11,10 @@ from tui_helpers import replayed, screen_text, shown, tick, wait_for
 
 from trainctl.core import events as ev
 from trainctl.tui.messages import AgentDisconnected, CommandDone, EventBatch
+from trainctl.tui.model import LOG_KEEP
 from trainctl.tui.screens.confirm import ConfirmScreen
 from trainctl.tui.screens.help import HelpScreen
 from trainctl.tui.screens.preset_picker import PresetPicker
-from trainctl.tui.model import LOG_KEEP
 from trainctl.tui.widgets.log_tail import LogTail
 
 pytestmark = pytest.mark.timeout(60)
@@ -25,8 +26,7 @@ def toasts(app) -> list[str]:
 
 
 def finite_losses(events: list[ev.Event]) -> int:
-    return sum(1 for e in events if isinstance(e, ev.Progress)
-               for v in e.losses.values() if math.isfinite(v))
+    return sum(1 for e in events if isinstance(e, ev.Progress) for v in e.losses.values() if math.isfinite(v))
 
 
 async def test_replay_shows_the_whole_run_in_few_messages(make_app, agent, journal):
@@ -42,11 +42,22 @@ async def test_replay_shows_the_whole_run_in_few_messages(make_app, agent, journ
         assert sum(len(b.events) for b in batches) == len(journal)
         assert len(batches) < len(journal) / 20
         text = screen_text(app)
-        for expected in ("yolo-rocm@gpu-box", "preset B", "RUNNING", "attempt 2",
-                         "auto-recover on", "connected", "Epoch 3/3", "Batch 140/300",
-                         "no batch for 61 s in train", "workqueue: svm_range_restore_work",
-                         "last stall: deadlock",
-                         "stacks/stall-1-", "buffer +2 h 50 m", "A (expected 2.4 it/s): ETA"):
+        for expected in (
+            "yolo-rocm@gpu-box",
+            "preset B",
+            "RUNNING",
+            "attempt 2",
+            "auto-recover on",
+            "connected",
+            "Epoch 3/3",
+            "Batch 140/300",
+            "no batch for 61 s in train",
+            "workqueue: svm_range_restore_work",
+            "last stall: deadlock",
+            "stacks/stall-1-",
+            "buffer +2 h 50 m",
+            "A (expected 2.4 it/s): ETA",
+        ):
             assert expected in text, expected
         # the panel says what happened in words: no internal ids, no info notes
         for internal in ("stall.deadlock", "kernel.amdgpu.wq_hog", "rocm.miopen"):
@@ -57,8 +68,7 @@ async def test_replay_shows_the_whole_run_in_few_messages(make_app, agent, journ
         assert model.warnings["rocm.miopen.is_enough_workspace"].count > 1
 
 
-@pytest.mark.parametrize("key,command,args", [
-    ("r", "restart", {}), ("f", "fallback", {}), ("s", "stop", {})])
+@pytest.mark.parametrize("key,command,args", [("r", "restart", {}), ("f", "fallback", {}), ("s", "stop", {})])
 async def test_destructive_keys_confirm_first(make_app, agent, key, command, args):
     app = make_app()
     async with app.run_test(size=(120, 40)) as pilot:
@@ -69,7 +79,7 @@ async def test_destructive_keys_confirm_first(make_app, agent, key, command, arg
             await pilot.press(cancel)
             await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
         await pilot.pause(0.05)
-        assert agent.commands == []          # cancel sends nothing
+        assert agent.commands == []  # cancel sends nothing
         await pilot.press(key)
         await shown(pilot, ConfirmScreen)
         await pilot.press("y")
@@ -107,7 +117,7 @@ async def test_pick_preset_restarts_with_the_choice(make_app, agent):
         assert agent.commands == [("list_presets", {})]
         await pilot.press("p")
         await shown(pilot, PresetPicker)
-        await pilot.press("home", "enter")   # A is first
+        await pilot.press("home", "enter")  # A is first
         await wait_for(pilot, lambda: len(agent.commands) == 3, what="switch_preset")
         assert agent.commands[-1] == ("switch_preset", {"preset": "A"})
 
@@ -153,16 +163,19 @@ async def test_palette_has_every_action(make_app, agent):
             if not binding.action.startswith("app."):
                 assert any(t.startswith(binding.description) for t in titles), binding.id
         assert "Leave (q)" in titles
-        command = next(c for c in app.get_system_commands(app.dashboard)
-                       if c.title.startswith("Stacks"))
+        command = next(c for c in app.get_system_commands(app.dashboard) if c.title.startswith("Stacks"))
         await command.callback()
         await wait_for(pilot, lambda: agent.commands, what="dump_stacks from the palette")
         assert agent.commands == [("dump_stacks", {})]
 
 
-@pytest.mark.parametrize("hint,expected", [
-    ("", "trainctl attach /home/ana/runs/yolo-rocm-20251115"),
-    ("ssh://gpu-box/home/ana/runs/x", "trainctl attach ssh://gpu-box/home/ana/runs/x")])
+@pytest.mark.parametrize(
+    "hint,expected",
+    [
+        ("", "trainctl attach /home/ana/runs/yolo-rocm-20251115"),
+        ("ssh://gpu-box/home/ana/runs/x", "trainctl attach ssh://gpu-box/home/ana/runs/x"),
+    ],
+)
 async def test_quit_leaves_the_run_going(make_app, agent, hint, expected):
     app = make_app(attach_hint=hint)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -176,8 +189,7 @@ async def test_quit_leaves_the_run_going(make_app, agent, hint, expected):
 
 async def test_failed_command_notifies_with_the_error(make_app, agent):
     messages: list[Message] = []
-    agent.replies["restart"] = {"ok": False, "error": "restart refused: no checkpoint yet",
-                                "result": None}
+    agent.replies["restart"] = {"ok": False, "error": "restart refused: no checkpoint yet", "result": None}
     app = make_app()
     async with app.run_test(size=(120, 40), message_hook=messages.append) as pilot:
         await replayed(pilot, agent)
@@ -199,8 +211,7 @@ async def test_reconnects_without_gap_or_duplicates(make_app, agent, journal):
         before = app.dashboard.model.chart_points()
         agent.drop()
         await wait_for(pilot, lambda: not app.dashboard.connected, what="disconnect")
-        await wait_for(pilot, lambda: "disconnected — retrying" in screen_text(app),
-                       what="header says so")
+        await wait_for(pilot, lambda: "disconnected — retrying" in screen_text(app), what="header says so")
         assert app.dashboard.check_action("restart", ()) is None
         await pilot.press("r")
         await pilot.pause(0.05)
@@ -209,10 +220,18 @@ async def test_reconnects_without_gap_or_duplicates(make_app, agent, journal):
         last = journal[-1]
         assert isinstance(last, ev.Progress)
         for i in range(1, 31):
-            agent.append(ev.Progress(last.ts + i, epoch=3, epochs=3, batch=140 + 2 * i,
-                                     batches=300, losses={"box_loss": 1.3, "cls_loss": 1.5,
-                                                          "dfl_loss": 1.1}, rate=2.1))
-        await pilot.pause(0.2)          # a few refused attempts
+            agent.append(
+                ev.Progress(
+                    last.ts + i,
+                    epoch=3,
+                    epochs=3,
+                    batch=140 + 2 * i,
+                    batches=300,
+                    losses={"box_loss": 1.3, "cls_loss": 1.5, "dfl_loss": 1.1},
+                    rate=2.1,
+                )
+            )
+        await pilot.pause(0.2)  # a few refused attempts
         agent.restore()
         await wait_for(pilot, lambda: app.dashboard.connected, what="reconnect")
         await replayed(pilot, agent)
@@ -235,13 +254,32 @@ async def test_live_stall_and_resources(make_app, agent, journal):
         await wait_for(pilot, lambda: "idle 45 s of 1 m" in screen_text(app), what="meter")
         assert app.dashboard.query_one("StallMeter").has_class("-warn")
         assert "no GPU" in screen_text(app) and "48330" in screen_text(app)
-        agent.append(ev.Stall(t + 70, phase="train", idle_s=70.0, diagnosis="spin",
-                              cpu_percent=99.0, stacks=None, threshold_s=60.0,
-                              detail="main thread busy in a Python loop"))
+        agent.append(
+            ev.Stall(
+                t + 70,
+                phase="train",
+                idle_s=70.0,
+                diagnosis="spin",
+                cpu_percent=99.0,
+                stacks=None,
+                threshold_s=60.0,
+                detail="main thread busy in a Python loop",
+            )
+        )
         agent.append(ev.State(t + 70, state="STALLED"))
-        agent.emit(tick(t + 71, idle_s=71.0, gpu={"util": 0.0, "mem_used": 6.1 * 2**30,
-                                                  "mem_total": 8 * 2**30, "power_w": 31.0,
-                                                  "name": "RX 5600 XT"}))
+        agent.emit(
+            tick(
+                t + 71,
+                idle_s=71.0,
+                gpu={
+                    "util": 0.0,
+                    "mem_used": 6.1 * 2**30,
+                    "mem_total": 8 * 2**30,
+                    "power_w": 31.0,
+                    "name": "RX 5600 XT",
+                },
+            )
+        )
         await wait_for(pilot, lambda: "STALLED: spin" in screen_text(app), what="stall")
         text = screen_text(app)
         assert "main thread busy in a Python loop" in text
@@ -259,18 +297,23 @@ async def test_finished_run_greys_out_restart(make_app, agent, journal):
         agent.append(ev.State(t + 1, state="FINISHED"))
         await wait_for(pilot, lambda: app.dashboard.run_state == "FINISHED", what="finished")
         for action in ("restart", "fallback", "pick_preset", "stop", "dump_stacks", "toggle_auto"):
-            assert app.dashboard.check_action(action, ()) is False, action   # hidden
+            assert app.dashboard.check_action(action, ()) is False, action  # hidden
         assert app.dashboard.check_action("toggle_log", ()) is True
-        await pilot.press("r")           # ...and a key pressed anyway says why, and how to go on
+        await pilot.press("r")  # ...and a key pressed anyway says why, and how to go on
         await wait_for(pilot, lambda: toasts(app), what="why not")
         assert app.screen is app.dashboard and agent.commands == []
-        assert toasts(app)[-1].startswith("restart cannot act: the run is FINISHED. To go on from its "
-                                          "last checkpoint: trainctl run JOB --resume-from "
-                                          "/home/ana/runs/yolo-rocm-20251115"), toasts(app)
+        assert toasts(app)[-1].startswith(
+            "restart cannot act: the run is FINISHED. To go on from its "
+            "last checkpoint: trainctl run JOB --resume-from "
+            "/home/ana/runs/yolo-rocm-20251115"
+        ), toasts(app)
         from trainctl.tui.widgets.stall_meter import StallMeter
-        meter = app.dashboard.query_one(StallMeter)   # the panel says so too, wrapped
-        assert "to go on: trainctl run JOB --resume-from /home/ana/runs/yolo-rocm-20251115" \
+
+        meter = app.dashboard.query_one(StallMeter)  # the panel says so too, wrapped
+        assert (
+            "to go on: trainctl run JOB --resume-from /home/ana/runs/yolo-rocm-20251115"
             in meter.render_info(meter.info, None).plain
+        )
 
 
 async def test_a_run_without_its_agent_shows_its_journal_and_says_so(tmp_path):
@@ -302,7 +345,8 @@ async def test_a_run_without_its_agent_shows_its_journal_and_says_so(tmp_path):
 
 @pytest.mark.parametrize("size", [(80, 24), (160, 48)])
 async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
-        make_app, agent, journal, size):
+    make_app, agent, journal, size
+):
     """After the end: 'finished HH:MM (… ago)' (never 'ETA … (in -5 s)'), no stall meter
     counting, no processes from the last tick; at 80 columns the job name stays readable."""
     app = make_app()
@@ -312,9 +356,19 @@ async def test_a_finished_run_shows_when_it_ended_not_a_stale_eta_or_processes(
         await wait_for(pilot, lambda: "48302" in screen_text(app), what="the trainer's pid")
         t = journal[-1].ts
         agent.append(ev.Exit(t + 1.5, 0, None))
-        agent.append(ev.Projection(t + 1.5, eta=t + 1.5, deadline=t + 10_000, buffer_s=9_998.5,
-                                   rate=2.1, cost_so_far=0.16, cost_at_eta=0.16, budget=3.0,
-                                   finished=True))
+        agent.append(
+            ev.Projection(
+                t + 1.5,
+                eta=t + 1.5,
+                deadline=t + 10_000,
+                buffer_s=9_998.5,
+                rate=2.1,
+                cost_so_far=0.16,
+                cost_at_eta=0.16,
+                budget=3.0,
+                finished=True,
+            )
+        )
         agent.append(ev.State(t + 1.6, "FINISHED", "done"))
         await wait_for(pilot, lambda: app.dashboard.model.state == "FINISHED", what="FINISHED")
         await pilot.pause()
@@ -356,16 +410,21 @@ async def test_a_stopped_run_says_stopped_not_finished_and_quits_with_130(make_a
 
 def test_the_loss_legend_is_in_the_chart_border_not_over_the_curves():
     from trainctl.tui.widgets.loss_chart import ChartData, legend
-    data = ChartData((("box_loss", (1.0,), (2.0,)), ("cls_loss", (1.0,), (1.0,)),
-                      ("loss", (1.0,), (0.5,))), ((5.0, "#2 B"),))
-    assert legend(data) == ("Loss [cyan]━ box_loss[/] [magenta]━ cls_loss[/] [green]━ loss[/]"
-                            " [red]│ restart[/]")
+
+    data = ChartData(
+        (("box_loss", (1.0,), (2.0,)), ("cls_loss", (1.0,), (1.0,)), ("loss", (1.0,), (0.5,))),
+        ((5.0, "#2 B"),),
+    )
+    assert legend(data) == (
+        "Loss [cyan]━ box_loss[/] [magenta]━ cls_loss[/] [green]━ loss[/] [red]│ restart[/]"
+    )
     assert legend(data, short=True).startswith("Loss [cyan]━ box[/] [magenta]━ cls[/] [green]━ loss[/]")
     assert legend(ChartData()) == "Loss"
 
 
 async def test_the_loss_legend_follows_the_chart_width(make_app, agent, journal):
     from trainctl.tui.widgets.loss_chart import LossChart
+
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await replayed(pilot, agent)
@@ -373,14 +432,24 @@ async def test_the_loss_legend_follows_the_chart_width(make_app, agent, journal)
         chart.flush()
         await wait_for(pilot, lambda: "box_loss" in str(chart.border_title), what="long legend")
         await pilot.resize_terminal(80, 24)
-        await wait_for(pilot, lambda: "━ box[" in str(chart.border_title)
-                       and "box_loss" not in str(chart.border_title), what="short legend")
+        await wait_for(
+            pilot,
+            lambda: "━ box[" in str(chart.border_title) and "box_loss" not in str(chart.border_title),
+            what="short legend",
+        )
         await pilot.resize_terminal(160, 48)
         await wait_for(pilot, lambda: "box_loss" in str(chart.border_title), what="long again")
 
 
-PAYLOADS = ("\x1b\b]52;c;Y3VybCBldmlsfHNo\x1b\b\\", "\x1b]0;pwned\x07", "\x1bc", "\x1b(0",
-            "\x9d52;c;QUFB\x07", "\x0e\x0f", "[bold red]markup[/]")
+PAYLOADS = (
+    "\x1b\b]52;c;Y3VybCBldmlsfHNo\x1b\b\\",
+    "\x1b]0;pwned\x07",
+    "\x1bc",
+    "\x1b(0",
+    "\x9d52;c;QUFB\x07",
+    "\x0e\x0f",
+    "[bold red]markup[/]",
+)
 
 
 def _terminal_text(app) -> str:
@@ -393,16 +462,28 @@ def _terminal_text(app) -> str:
 async def test_trainer_escape_sequences_never_reach_the_terminal(make_app, agent, journal):
     """Issue 14: the warnings panel turned a malformed OSC 52 into a clean clipboard write."""
     import re
+
     bad = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await replayed(pilot, agent)
         t = journal[-1].ts
         text = "evil " + " ".join(PAYLOADS) + " end"
-        agent.append(ev.Warning(t + 1, id="zz.evil\x1b]0;t\x07", severity="fatal", text=text,
-                                advice="advice " + PAYLOADS[0], source="trainer"))
-        agent.append(ev.Progress(t + 2, epoch=3, epochs=3, batch=150, batches=300,
-                                 losses={"box\x1b]0;t\x07_loss": 0.5}))
+        agent.append(
+            ev.Warning(
+                t + 1,
+                id="zz.evil\x1b]0;t\x07",
+                severity="fatal",
+                text=text,
+                advice="advice " + PAYLOADS[0],
+                source="trainer",
+            )
+        )
+        agent.append(
+            ev.Progress(
+                t + 2, epoch=3, epochs=3, batch=150, batches=300, losses={"box\x1b]0;t\x07_loss": 0.5}
+            )
+        )
         agent.append(ev.State(t + 3, state="RUNNING", reason="x\x1b]52;c;AA\x07y"))
         agent.emit(ev.Log(t + 3, lines=tuple(f"log {p} line" for p in PAYLOADS)))
         model = app.dashboard.model
@@ -410,14 +491,16 @@ async def test_trainer_escape_sequences_never_reach_the_terminal(make_app, agent
         await wait_for(pilot, lambda: len(model.log) >= len(PAYLOADS), what="log lines")
         row = model.warnings["zz.evil"]
         assert row.text.startswith("evil ") and row.text.endswith(" end")
-        assert "[bold red]markup[/]" in row.text              # shown as text, not markup
+        assert "[bold red]markup[/]" in row.text  # shown as text, not markup
         assert "box_loss" in model.losses
         # the warning is the newest row; selected, its text and advice show below the table
         from textual.widgets import DataTable
+
         await wait_for(pilot, lambda: "evil " in _terminal_text(app), what="the row")
         app.dashboard.query_one("#warnings-table", DataTable).move_cursor(row=0)
-        await wait_for(pilot, lambda: "evil" in _terminal_text(app).replace("zz.evil", ""),
-                       what="the warning's text")
+        await wait_for(
+            pilot, lambda: "evil" in _terminal_text(app).replace("zz.evil", ""), what="the warning's text"
+        )
         shown_text = _terminal_text(app)
         assert "evil" in shown_text and "markup" in shown_text
         assert "\x1b" not in shown_text and not bad.search(shown_text)
@@ -437,10 +520,19 @@ async def test_the_last_checkpoint_and_what_a_restart_now_loses_are_shown(make_a
         await replayed(pilot, agent)
         t = journal[-1].ts
         last = [e for e in journal if isinstance(e, ev.Projection)][-1]
-        agent.append(ev.Projection(t + 1, last.eta, last.deadline, last.buffer_s, last.rate,
-                                   last.cost_so_far, last.cost_at_eta, redone=(0, 3),
-                                   checkpoint={"ts": t - 180, "epoch": 2, "batch": 700,
-                                               "kind": "periodic", "lose": 12}))
+        agent.append(
+            ev.Projection(
+                t + 1,
+                last.eta,
+                last.deadline,
+                last.buffer_s,
+                last.rate,
+                last.cost_so_far,
+                last.cost_at_eta,
+                redone=(0, 3),
+                checkpoint={"ts": t - 180, "epoch": 2, "batch": 700, "kind": "periodic", "lose": 12},
+            )
+        )
         await wait_for(pilot, lambda: "epoch 2 batch 700" in screen_text(app), what="checkpoint line")
         text = screen_text(app)
         assert "a restart now loses 12 batches" in text and "redone per restart: 0, 3" in text
@@ -448,15 +540,25 @@ async def test_the_last_checkpoint_and_what_a_restart_now_loses_are_shown(make_a
 
 async def test_attach_from_a_snapshot_shows_what_a_replay_shows(make_app, agent, journal):
     from trainctl.core.runview import RunView
+
     agent.snapshot_over = 0
     app = make_app()
     messages: list[Message] = []
     async with app.run_test(size=(160, 48), message_hook=messages.append) as pilot:
         await replayed(pilot, agent)
         model = app.dashboard.model
-        assert model.job == "yolo-rocm" and model.fallback == "B"   # the hello's, kept
-        agent.append(ev.Progress(journal[-1].ts + 1, epoch=3, epochs=3, batch=299, batches=300,
-                                 losses={"box_loss": 0.5}, rate=2.0))
+        assert model.job == "yolo-rocm" and model.fallback == "B"  # the hello's, kept
+        agent.append(
+            ev.Progress(
+                journal[-1].ts + 1,
+                epoch=3,
+                epochs=3,
+                batch=299,
+                batches=300,
+                losses={"box_loss": 0.5},
+                rate=2.0,
+            )
+        )
         await replayed(pilot, agent)
         folded = RunView()
         folded.apply_all(agent.journal)
@@ -464,12 +566,13 @@ async def test_attach_from_a_snapshot_shows_what_a_replay_shows(make_app, agent,
         assert model.state_key() == folded.state_key()
         batches = [m for m in messages if isinstance(m, EventBatch)]
         assert sum(b.snapshot is not None for b in batches) == 1
-        assert sum(len(b.events) for b in batches) == 1   # the new event: the rest came in the view
+        assert sum(len(b.events) for b in batches) == 1  # the new event: the rest came in the view
         assert [r.id for r in model.warning_rows()] == [r.id for r in folded.warning_rows()]
 
 
 async def test_z_cycles_the_loss_charts_range(make_app, agent):
     from trainctl.tui.widgets.loss_chart import LossChart
+
     app = make_app()
     async with app.run_test(size=(160, 48)) as pilot:
         await replayed(pilot, agent)
@@ -481,6 +584,6 @@ async def test_z_cycles_the_loss_charts_range(make_app, agent):
             chart.flush()
             await wait_for(pilot, lambda: label in str(chart.border_title), what=label or "whole run")
             data = app.dashboard.chart_data()
-            if span == "epoch":   # epoch 3 only: from its first batch on
+            if span == "epoch":  # epoch 3 only: from its first batch on
                 assert min(data.series[0][1]) >= 2 * 300 and len(data.series[0][1]) < len(whole.series[0][1])
         assert "(last" not in str(chart.border_title) and app.dashboard.chart_data() == whole

@@ -4,6 +4,7 @@ The clock is fixed (the journal's last event + 2 s), local time is UTC, cursors 
 blink.  Update with ``pytest tests/tui/test_tui_snapshots.py --snapshot-update`` and look
 at the SVGs before committing them.
 """
+
 from __future__ import annotations
 
 import pytest
@@ -23,16 +24,20 @@ def trainer_lines(lines) -> int:
     return sum(1 for line in lines if not line.startswith(NOTE_PREFIX))
 
 
-def settle(agent, journal, *keys: str, editor: bool = False,  # noqa: ANN001, ANN201
-           log: tuple[str, ...] = ()):
-    async def run_before(pilot) -> None:  # noqa: ANN001
+def settle(agent, journal, *keys: str, editor: bool = False, log: tuple[str, ...] = ()):
+    async def run_before(pilot) -> None:
         app = pilot.app
         await replayed(pilot, agent)
         agent.emit(tick(journal[-1].ts + 1))
         if log:
             agent.emit(Log(journal[-1].ts + 1, lines=log))
-        await wait_for(pilot, lambda: app.dashboard.model.tick is not None
-                       and trainer_lines(app.dashboard.model.log) == len(log), what="tick and log")
+        await wait_for(
+            pilot,
+            lambda: (
+                app.dashboard.model.tick is not None and trainer_lines(app.dashboard.model.log) == len(log)
+            ),
+            what="tick and log",
+        )
         app.dashboard.query_one(LossChart).flush()
         for key in keys:
             await pilot.press(key)
@@ -43,6 +48,7 @@ def settle(agent, journal, *keys: str, editor: bool = False,  # noqa: ANN001, AN
             for area in app.screen.query(TextArea):
                 area.cursor_blink = False
         await pilot.pause()
+
     return run_before
 
 
@@ -52,13 +58,17 @@ def test_dashboard(snap_compare, make_app, agent, journal, size):
 
 
 def test_dashboard_with_log(snap_compare, make_app, agent, journal):
-    lines = tuple(f"       3/3         0G      1.301      1.482      1.094         41         64: "
-                  f" {i * 100 // 300:>2}% ━━━━───────── {i}/300 2.1it/s 1:0{i % 10}<2:00"
-                  for i in range(120, 141))
-    assert snap_compare(make_app(), terminal_size=(160, 48),
-                        run_before=settle(agent, journal, "l", log=lines))
+    lines = tuple(
+        f"       3/3         0G      1.301      1.482      1.094         41         64: "
+        f" {i * 100 // 300:>2}% ━━━━───────── {i}/300 2.1it/s 1:0{i % 10}<2:00"
+        for i in range(120, 141)
+    )
+    assert snap_compare(
+        make_app(), terminal_size=(160, 48), run_before=settle(agent, journal, "l", log=lines)
+    )
 
 
 def test_editor(snap_compare, make_app, agent, journal):
-    assert snap_compare(make_app(), terminal_size=(160, 48),
-                        run_before=settle(agent, journal, "e", editor=True))
+    assert snap_compare(
+        make_app(), terminal_size=(160, 48), run_before=settle(agent, journal, "e", editor=True)
+    )

@@ -5,6 +5,7 @@ sent; ``FakeAgent.client`` is the ``client_factory`` the app takes.  Each client
 ``journal[since:]`` and then follows live events; ``drop()`` cuts every connection (the
 clients' ``events()`` raise ConnectionError, new connects are refused) until ``restore()``.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -13,8 +14,8 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-from trainctl.core.commands import CommandError, check_request
 from trainctl.config import preset_problems
+from trainctl.core.commands import CommandError, check_request
 from trainctl.core.events import EPHEMERAL, Event, decode, with_seq
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -29,17 +30,22 @@ def replay_journal(path: Path = JOURNAL) -> list[Event]:
 
 
 class FakeAgent:
-    def __init__(self, journal: list[Event], hello: dict[str, Any],
-                 presets: dict[str, Path], shown_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        journal: list[Event],
+        hello: dict[str, Any],
+        presets: dict[str, Path],
+        shown_dir: str | None = None,
+    ) -> None:
         self.journal = [e if e.seq is not None else with_seq(e, i) for i, e in enumerate(journal)]
         self.hello = hello
-        self.presets = presets            # name -> path of a TOML file (written on save)
-        self.shown_dir = shown_dir        # the folder paths are reported in (snapshots)
+        self.presets = presets  # name -> path of a TOML file (written on save)
+        self.shown_dir = shown_dir  # the folder paths are reported in (snapshots)
         self.up = True
-        self.snapshot_over: int | None = None   # a longer replay asked with snapshot=True: a ViewSnapshot
+        self.snapshot_over: int | None = None  # a longer replay asked with snapshot=True: a ViewSnapshot
         self.commands: list[tuple[str, dict[str, Any]]] = []
-        self.connects: list[int] = []     # the `since` of every successful connect
-        self.replies: dict[str, dict[str, Any]] = {}   # forced replies by command name
+        self.connects: list[int] = []  # the `since` of every successful connect
+        self.replies: dict[str, dict[str, Any]] = {}  # forced replies by command name
         self._queues: list[asyncio.Queue[Any]] = []
 
     def client(self) -> FakeClient:
@@ -78,7 +84,7 @@ class FakeAgent:
     # ------------------------------------------------------------------ commands
     def handle(self, name: str, args: dict[str, Any]) -> dict[str, Any]:
         self.commands.append((name, dict(args)))
-        try:   # the agent's own registry: a name or argument it would refuse is refused here
+        try:  # the agent's own registry: a name or argument it would refuse is refused here
             check_request(name, args)
         except CommandError as e:
             return {"ok": False, "error": str(e), "result": None}
@@ -86,17 +92,29 @@ class FakeAgent:
             return self.replies[name]
         ok: dict[str, Any] = {"ok": True, "error": None, "result": None}
         if name == "list_presets":
-            return {**ok, "result": [{"name": n, "path": self.shown(p), "description": f"preset {n}"}
-                                     for n, p in sorted(self.presets.items())]}
+            return {
+                **ok,
+                "result": [
+                    {"name": n, "path": self.shown(p), "description": f"preset {n}"}
+                    for n, p in sorted(self.presets.items())
+                ],
+            }
         if name == "read_preset":
             path = self.presets.get(args.get("name", ""))
             if path is None:
                 return {"ok": False, "error": f"no preset {args.get('name')!r}", "result": None}
-            return {**ok, "result": {"name": args["name"], "path": self.shown(path),
-                                     "text": path.read_text(encoding="utf-8")}}
+            return {
+                **ok,
+                "result": {
+                    "name": args["name"],
+                    "path": self.shown(path),
+                    "text": path.read_text(encoding="utf-8"),
+                },
+            }
         if name == "write_preset":
             path = self.presets.get(args["name"]) or next(iter(self.presets.values())).with_name(
-                f"{args['name']}.toml")
+                f"{args['name']}.toml"
+            )
             problems = preset_problems(args["text"], self.shown(path))
             if problems:
                 return {"ok": False, "error": str(problems[0]), "result": None}
@@ -132,6 +150,7 @@ class FakeClient:
         over = self.agent.snapshot_over
         if snapshot and over is not None and len(self._backlog) > over:
             from trainctl.core.runview import RunView, ViewSnapshot
+
             view = RunView()
             view.apply_all(self.agent.journal)
             self._backlog = [ViewSnapshot(view.to_dict(), len(self.agent.journal))]

@@ -1,5 +1,6 @@
 """Alerts: the pure policy (time as an argument), redaction, config, and the sink against
 a real receiver (apprise json:// posts to a local HTTP server)."""
+
 from __future__ import annotations
 
 import os
@@ -8,10 +9,10 @@ import time
 import pytest
 
 from tests.helpers.receiver import Receiver, silent_receiver
-from trainctl.core import events as E
 from trainctl.alerts.policy import AlertPolicy
 from trainctl.alerts.settings import AlertConfigError, load_user_alerts, redact, redact_text, run_alerts
 from trainctl.alerts.sink import AlertSink, send_with_helper
+from trainctl.core import events as E
 
 
 def policy(**kw) -> AlertPolicy:
@@ -22,23 +23,36 @@ def stall_incident(p: AlertPolicy, t: float) -> None:
     p.feed(E.Progress(t - 5, 2, 10, 311, 500), t - 5)
     p.feed(E.Stall(t, "train", 30.0, "deadlock", 0.0, None, 30.0, "DataLoader worker"), t)
     p.feed(E.Exit(t + 3, -9, "SIGKILL"), t + 3)
-    p.feed(E.Restart(t + 4, 2, "the trainer stalled; falling back from A to B", "B",
-                     "/runs/x/last.pt", 1.0), t + 4)
+    p.feed(
+        E.Restart(t + 4, 2, "the trainer stalled; falling back from A to B", "B", "/runs/x/last.pt", 1.0),
+        t + 4,
+    )
 
 
 def test_a_stall_and_what_trainctl_did_are_one_message_naming_the_job():
     p = policy()
     p.feed(E.Checkpoint(880.0, "/runs/x/last.pt", 2), 880.0)
-    p.feed(E.Projection(900.0, eta=900.0 + 3600, deadline=900.0 + 7200, buffer_s=3600, rate=1.0,
-                        cost_so_far=None, cost_at_eta=None), 900.0)
+    p.feed(
+        E.Projection(
+            900.0,
+            eta=900.0 + 3600,
+            deadline=900.0 + 7200,
+            buffer_s=3600,
+            rate=1.0,
+            cost_so_far=None,
+            cost_at_eta=None,
+        ),
+        900.0,
+    )
     stall_incident(p, 1000.0)
     alerts = p.due(1004.5)
     assert len(alerts) == 1 and p.due(1010.0) == []
     a = alerts[0]
     assert "\n" not in a.title and "yolo-boxes" in a.title and "restarted under preset B" in a.title
     assert "job yolo-boxes on gpu-box" in a.body
-    assert ("stalled in train at epoch 2 batch 311 after 30 s without progress: deadlock, "
-            "DataLoader worker") in a.body
+    assert (
+        "stalled in train at epoch 2 batch 311 after 30 s without progress: deadlock, DataLoader worker"
+    ) in a.body
     assert "restarted under preset B from the checkpoint of 2 m ago" in a.body
     assert "before the deadline" in a.body and "ETA" in a.body and "declared" not in a.body
     assert "look: trainctl attach /runs/x" in a.body
@@ -47,8 +61,20 @@ def test_a_stall_and_what_trainctl_did_are_one_message_naming_the_job():
 
 def test_an_eta_on_a_declared_rate_says_so():
     p = policy()
-    p.feed(E.Projection(900.0, eta=900.0 + 3600, deadline=900.0 + 7200, buffer_s=3600, rate=2.1,
-                        cost_so_far=None, cost_at_eta=None, rate_source="declared", preset="B"), 900.0)
+    p.feed(
+        E.Projection(
+            900.0,
+            eta=900.0 + 3600,
+            deadline=900.0 + 7200,
+            buffer_s=3600,
+            rate=2.1,
+            cost_so_far=None,
+            cost_at_eta=None,
+            rate_source="declared",
+            preset="B",
+        ),
+        900.0,
+    )
     stall_incident(p, 1000.0)
     [a] = p.due(1004.5)
     assert "(at preset B's declared rate, not measured yet), 60 m before the deadline" in a.body, a.body
@@ -66,7 +92,7 @@ def test_a_crash_loop_gives_one_alert_a_minute_then_a_digest():
     p = policy()
     sent = []
     t = 0.0
-    for i in range(20):   # a crash every 5 s for 100 s, then the run fails
+    for i in range(20):  # a crash every 5 s for 100 s, then the run fails
         p.feed(E.Exit(t, 1), t)
         p.feed(E.Restart(t + 0.5, i + 2, "the trainer crashed", "A", None, 1.0), t + 0.5)
         sent += [(t + 0.5, a) for a in p.due(t + 0.5)]
@@ -85,7 +111,7 @@ def test_a_crash_loop_gives_one_alert_a_minute_then_a_digest():
 
 def test_flush_sends_what_is_held_at_the_end_and_on_chooses_kinds():
     p = policy(on=["finished", "failed"])
-    stall_incident(p, 0.0)          # stall + fallback: not chosen
+    stall_incident(p, 0.0)  # stall + fallback: not chosen
     assert p.due(5.0) == []
     p.feed(E.State(20.0, "FINISHED", "the trainer exited 0"), 20.0)
     [a] = p.due(20.0)
@@ -94,7 +120,7 @@ def test_flush_sends_what_is_held_at_the_end_and_on_chooses_kinds():
     stall_incident(p2, 0.0)
     p2.due(5.0)
     p2.feed(E.State(20.0, "FINISHED"), 20.0)
-    assert p2.due(20.0) == []                        # within the minute: held
+    assert p2.due(20.0) == []  # within the minute: held
     [last] = p2.flush(21.0)
     assert "finished" in last.title
 
@@ -118,8 +144,10 @@ def test_redact_keeps_scheme_and_host_only():
 def test_alerts_toml_names_default_and_mode(tmp_path, monkeypatch):
     monkeypatch.setenv("TRAINCTL_CONFIG_DIR", str(tmp_path))
     f = tmp_path / "alerts.toml"
-    f.write_text('bell = false\ndefault = ["phone"]\n[alert.phone]\nurl = "ntfys://ntfy.sh/t"\n'
-                 '[alert.team]\nurls = ["json://a.example.org/x", "json://b.example.org/y"]\n')
+    f.write_text(
+        'bell = false\ndefault = ["phone"]\n[alert.phone]\nurl = "ntfys://ntfy.sh/t"\n'
+        '[alert.team]\nurls = ["json://a.example.org/x", "json://b.example.org/y"]\n'
+    )
     os.chmod(f, 0o644)
     with pytest.raises(AlertConfigError, match="chmod 600"):
         load_user_alerts()
@@ -137,18 +165,23 @@ def test_alerts_toml_names_default_and_mode(tmp_path, monkeypatch):
 def test_the_sink_posts_to_a_real_receiver_and_a_silent_one_costs_the_bus_nothing():
     with Receiver() as rx, silent_receiver() as silent:
         warnings = []
-        sink = AlertSink([rx.url, silent], policy(),
-                         sender=lambda u, t, b: send_with_helper(u, t, b, timeout=6.0),
-                         on_warning=warnings.append)
+        sink = AlertSink(
+            [rx.url, silent],
+            policy(),
+            sender=lambda u, t, b: send_with_helper(u, t, b, timeout=6.0),
+            on_warning=warnings.append,
+        )
         calls = []
         t0 = time.time()
-        for ev in (E.Progress(t0, 2, 10, 311, 500),
-                   E.Stall(t0, "train", 30.0, "deadlock", 0.0, None, 30.0, "DataLoader worker"),
-                   E.Restart(t0, 2, "the trainer stalled; falling back from A to B", "B", None, 1.0)):
+        for ev in (
+            E.Progress(t0, 2, 10, 311, 500),
+            E.Stall(t0, "train", 30.0, "deadlock", 0.0, None, 30.0, "DataLoader worker"),
+            E.Restart(t0, 2, "the trainer stalled; falling back from A to B", "B", None, 1.0),
+        ):
             s = time.perf_counter()
             sink(ev)
             calls.append(time.perf_counter() - s)
-        assert max(calls) < 0.1, calls      # the sink returns at once
+        assert max(calls) < 0.1, calls  # the sink returns at once
         [post] = rx.wait(1)
         assert "yolo-boxes" in post["title"] and "restarted under preset B" in post["message"]
         assert "deadlock, DataLoader worker" in post["message"]

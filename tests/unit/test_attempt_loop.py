@@ -1,6 +1,7 @@
 """The attempt loop, replayed: recorded trainer histories through a fake spawner on a
 virtual-time loop (tests/helpers/fake_spawner.py).  A whole recovery (stall → diagnose →
 kill → policy → restart) runs in milliseconds; each test also checks the virtual times."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,11 +9,11 @@ import asyncio
 import pytest
 
 from tests.helpers.fake_spawner import FakeSpawner, run_virtual
-from trainctl.core import events as E
 from trainctl.agent import EXIT_SUPERVISION_LOST, Agent
+from trainctl.core import events as E
 from trainctl.store.journal import read_events
-from trainctl.system.gpu import NoGpuProbe
 from trainctl.store.spec import RunSpec
+from trainctl.system.gpu import NoGpuProbe
 
 pytestmark = pytest.mark.timeout(20)
 
@@ -35,15 +36,30 @@ def run_agent(tmp_path, histories, *, during=None, **spec_kw):
     (run_dir / "presets").mkdir(parents=True)
     for name, workers in (("A", 2), ("B", 0)):
         (run_dir / "presets" / f"{name}.toml").write_text(
-            f'description = "{name}"\n[dataloader]\nworkers = {workers}\n[env]\nWHICH = "{name}"\n')
+            f'description = "{name}"\n[dataloader]\nworkers = {workers}\n[env]\nWHICH = "{name}"\n'
+        )
     spec_kw.setdefault("stall", {"train_timeout": 5.0, "startup_timeout": 30.0})
-    spec = RunSpec(job_name=f"fake-{tmp_path.name}", kind="command", command=["train.py"],
-                   preset="A", fallback="B", kernel_log=False, **spec_kw)
+    spec = RunSpec(
+        job_name=f"fake-{tmp_path.name}",
+        kind="command",
+        command=["train.py"],
+        preset="A",
+        fallback="B",
+        kernel_log=False,
+        **spec_kw,
+    )
     spawner = FakeSpawner(histories)
 
     async def main(loop):
-        agent = Agent(run_dir, spec, clock=loop.wall, gpu_probe=NoGpuProbe(), serve=False, subreaper=False,
-                      spawner=spawner)
+        agent = Agent(
+            run_dir,
+            spec,
+            clock=loop.wall,
+            gpu_probe=NoGpuProbe(),
+            serve=False,
+            subreaper=False,
+            spawner=spawner,
+        )
         side = asyncio.create_task(during(agent)) if during else None
         code = await agent.run()
         if side is not None:
@@ -99,8 +115,10 @@ def test_a_crash_restarts_and_the_exit_code_is_journaled(tmp_path):
 
 
 def test_the_budget_runs_out_with_a_growing_backoff(tmp_path):
-    histories = [[("start", {"pid": 300 + i}), *batches(1, 10 * i + 1, 10 * i + 3),
-                  ("exit", {"returncode": 1})] for i in range(4)]
+    histories = [
+        [("start", {"pid": 300 + i}), *batches(1, 10 * i + 1, 10 * i + 3), ("exit", {"returncode": 1})]
+        for i in range(4)
+    ]
     code, events, spawner, _ = run_agent(tmp_path, histories, max_restarts=3, backoff_base_s=1.0)
     assert code == 1 and states(events)[-1] == "FAILED"
     delays = [r.delay_s for r in of(events, "restart")]
@@ -120,13 +138,18 @@ def test_attempts_without_a_new_batch_end_the_run(tmp_path):
 
 
 def test_a_restart_waits_for_the_checkpoint_save_to_end(tmp_path):
-    steps = [("start", {"pid": 501}), *batches(1, 1, 3),
-             ("side", E.Phase(0, "save")), ("silence", 8.0), ("side", E.Phase(0, "train")),
-             *batches(1, 4, 40)]
+    steps = [
+        ("start", {"pid": 501}),
+        *batches(1, 1, 3),
+        ("side", E.Phase(0, "save")),
+        ("silence", 8.0),
+        ("side", E.Phase(0, "train")),
+        *batches(1, 4, 40),
+    ]
     good = [("start", {"pid": 502}), ("exit", {"returncode": 0})]
 
     async def during(agent):
-        await asyncio.sleep(2.0)          # inside the save (it runs from ~1.5 s to ~9.5 s)
+        await asyncio.sleep(2.0)  # inside the save (it runs from ~1.5 s to ~9.5 s)
         reply = await agent.commands("restart", {})
         assert reply["ok"], reply
 
@@ -147,10 +170,13 @@ def test_commands_during_backoff_pick_the_next_preset_or_stop(tmp_path):
         assert (await agent.commands("stop", {}))["ok"]
 
     code, events, spawner, _ = run_agent(
-        tmp_path, [crash, [("start", {"pid": 602}), *batches(1, 4, 6), ("exit", {"returncode": 1})]],
-        during=switch_then_stop, backoff_base_s=30.0)
+        tmp_path,
+        [crash, [("start", {"pid": 602}), *batches(1, 4, 6), ("exit", {"returncode": 1})]],
+        during=switch_then_stop,
+        backoff_base_s=30.0,
+    )
     assert code == 130 and states(events)[-1] == "STOPPED"
-    assert [s.preset for s in of(events, "start")] == ["A", "A"]   # the user's pick beat the fallback
+    assert [s.preset for s in of(events, "start")] == ["A", "A"]  # the user's pick beat the fallback
     assert len(spawner.trainers) == 2
 
 
@@ -179,10 +205,10 @@ def test_a_task_that_keeps_failing_fails_the_run_loudly(tmp_path):
     code, events, spawner, _ = run_agent(tmp_path, [broken], stall={"startup_timeout": 7200.0})
     assert code == EXIT_SUPERVISION_LOST
     errors = of(events, "error")
-    assert {e.where for e in errors} == {"output"} and 2 <= len(errors) <= 5   # repeats are counted
+    assert {e.where for e in errors} == {"output"} and 2 <= len(errors) <= 5  # repeats are counted
     assert "times more" in errors[-1].text
     gave_up = [e.ts for e in of(events, "warning") if e.id == "trainctl.supervision_lost"][0]
-    assert 120 <= gave_up - errors[0].ts <= 600   # ridden out for minutes (pauses grow), not seconds
+    assert 120 <= gave_up - errors[0].ts <= 600  # ridden out for minutes (pauses grow), not seconds
     assert states(events)[-1] == "FAILED" and "kept failing" in of(events, "state")[-1].reason
     assert spawner.when("kill"), "the trainer is stopped, not left unwatched"
 
@@ -197,11 +223,12 @@ def test_a_command_that_cannot_start_fails_at_once(tmp_path):
 def test_every_runner_kind_has_its_job_table_and_every_command_a_handler(tmp_path):
     """One registry each: the runner kinds (argv, resume rule, job-file table) and the
     commands (the agent's handlers, `trainctl ctl`'s choices, the fakes' check)."""
-    from trainctl.cli.main import build_parser
     from trainctl.agent.handlers import CommandHandlers
     from trainctl.agent.launch import RUNNERS
-    from trainctl.core.commands import COMMANDS, CTL_COMMANDS
+    from trainctl.cli.main import build_parser
     from trainctl.config.kinds import JOB_TABLES
+    from trainctl.core.commands import COMMANDS, CTL_COMMANDS
+
     assert set(RUNNERS) == set(JOB_TABLES)
     assert all(r.table is JOB_TABLES[k] for k, r in RUNNERS.items())
     assert all(hasattr(CommandHandlers, f"cmd_{name}") for name in COMMANDS)
@@ -224,16 +251,19 @@ def test_a_user_dump_on_a_moving_run_is_a_snapshot_not_a_verdict(tmp_path):
 def test_requests_of_the_wrong_shape_get_one_line_errors(tmp_path):
     async def ask(agent):
         await until_state(agent, "RUNNING")
-        for name, args, words in (("nope", {}, "unknown command"), (["stop"], {}, "unknown command"),
-                                  ("auto_recover", {"on": "false"}, "must be a bool"),
-                                  ("stop", [1], "must be an object"),
-                                  ("switch_preset", {"preset": "../x"}, "preset name")):
+        for name, args, words in (
+            ("nope", {}, "unknown command"),
+            (["stop"], {}, "unknown command"),
+            ("auto_recover", {"on": "false"}, "must be a bool"),
+            ("stop", [1], "must be an object"),
+            ("switch_preset", {"preset": "../x"}, "preset name"),
+        ):
             reply = await agent.commands(name, args)
             assert not reply["ok"] and words in reply["error"], (name, args, reply)
         await agent.commands("stop", {})
 
     code, events, _, agent = run_agent(tmp_path, [[("start", {"pid": 1101}), *batches(1, 1, 40)]], during=ask)
-    assert code == 130 and agent.ctx.policy.auto_recover   # "false" did not turn it on/off
+    assert code == 130 and agent.ctx.policy.auto_recover  # "false" did not turn it on/off
 
 
 def test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_start(tmp_path):
@@ -241,6 +271,7 @@ def test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_s
     agent's keeper, which looks every second, does not run in an agent without a socket:
     only the start can), with its presets: the restart's fallback B is read from it."""
     import shutil
+
     crash = [("start", {"pid": 201}), *batches(1, 1, 5), ("exit", {"returncode": 1})]
     good = [("start", {"pid": 202}), *batches(1, 6, 8), ("exit", {"returncode": 0})]
     seen = []
@@ -248,7 +279,7 @@ def test_a_run_directory_deleted_in_the_back_off_is_made_again_before_the_next_s
     async def delete_in_backoff(agent):
         while not any(isinstance(ev, E.Restart) for ev in seen):
             await asyncio.sleep(0.01)
-        while (tmp_path / "run").exists():   # a writer in a thread may add a file meanwhile
+        while (tmp_path / "run").exists():  # a writer in a thread may add a file meanwhile
             shutil.rmtree(tmp_path / "run", ignore_errors=True)
 
     def watch(agent):

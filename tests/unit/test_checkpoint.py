@@ -5,6 +5,7 @@ the same dict, with a real YOLOv8n ``DetectionModel`` (fp16 EMA) and real optimi
 state.  Damage is real too: truncation (a kill during Ultralytics' in-place write),
 a flipped byte, an empty file.
 """
+
 from __future__ import annotations
 
 import os
@@ -14,7 +15,16 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.store.checkpoint import GOOD_NAME, TRAINCTL_KEY, copy_and_verify, inspect_checkpoint, keep_good_copy, pick_resume_checkpoint, scan_pickle, verify_checkpoint
+from trainctl.store.checkpoint import (
+    GOOD_NAME,
+    TRAINCTL_KEY,
+    copy_and_verify,
+    inspect_checkpoint,
+    keep_good_copy,
+    pick_resume_checkpoint,
+    scan_pickle,
+    verify_checkpoint,
+)
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("ultralytics")
@@ -28,7 +38,7 @@ def model_and_optimizer():
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     for p in model.parameters():
         p.grad = torch.full_like(p, 1e-3)
-    optimizer.step()   # momentum buffers: real optimizer state
+    optimizer.step()  # momentum buffers: real optimizer state
     return model, optimizer
 
 
@@ -36,17 +46,40 @@ def model_and_optimizer():
 def save(tmp_path, model_and_optimizer):
     model, optimizer = model_and_optimizer
 
-    def write(name: str, epoch: int, epochs: int = 3, optimizer_state: bool = True,
-              mid: dict | None = None) -> Path:
+    def write(
+        name: str, epoch: int, epochs: int = 3, optimizer_state: bool = True, mid: dict | None = None
+    ) -> Path:
         path = tmp_path / name
-        extra = {TRAINCTL_KEY: {"format": 1, "epoch": epoch, **mid, "sampler_state": torch.get_rng_state(),
-                                "tloss": {"box_loss": 1.5}}} if mid else {}
-        torch.save({"epoch": epoch, "best_fitness": None, "model": None,
-                    "ema": deepcopy(model).half(), "updates": 10,
-                    "optimizer": optimizer.state_dict() if optimizer_state else None,
-                    "train_args": {"epochs": epochs, "optimizer": "auto", "batch": 4},
-                    "train_metrics": {}, "version": "8.4.190", **extra}, path)
+        extra = (
+            {
+                TRAINCTL_KEY: {
+                    "format": 1,
+                    "epoch": epoch,
+                    **mid,
+                    "sampler_state": torch.get_rng_state(),
+                    "tloss": {"box_loss": 1.5},
+                }
+            }
+            if mid
+            else {}
+        )
+        torch.save(
+            {
+                "epoch": epoch,
+                "best_fitness": None,
+                "model": None,
+                "ema": deepcopy(model).half(),
+                "updates": 10,
+                "optimizer": optimizer.state_dict() if optimizer_state else None,
+                "train_args": {"epochs": epochs, "optimizer": "auto", "batch": 4},
+                "train_metrics": {},
+                "version": "8.4.190",
+                **extra,
+            },
+            path,
+        )
         return path
+
     return write
 
 
@@ -71,13 +104,13 @@ def test_truncated_last_fails_and_the_previous_good_copy_is_picked(save, tmp_pat
     assert good == keep / GOOD_NAME
     kept_bytes = good.read_bytes()
 
-    last = truncate(save("epoch2.pt", epoch=2, epochs=4), tmp_path / "last.pt")   # newer, but cut short
+    last = truncate(save("epoch2.pt", epoch=2, epochs=4), tmp_path / "last.pt")  # newer, but cut short
     ok, detail = verify_checkpoint(last, load=load)
     assert not ok and "truncated" in detail
 
-    assert keep_good_copy(last, keep) is None          # a bad last.pt never replaces the good copy
+    assert keep_good_copy(last, keep) is None  # a bad last.pt never replaces the good copy
     assert good.read_bytes() == kept_bytes
-    assert [p.name for p in keep.iterdir()] == [GOOD_NAME]   # no temp file left behind
+    assert [p.name for p in keep.iterdir()] == [GOOD_NAME]  # no temp file left behind
 
     skipped = []
     chosen = pick_resume_checkpoint([last, good], load=load, on_skip=lambda p, why: skipped.append((p, why)))
@@ -112,7 +145,7 @@ def test_finished_and_complete_runs(save, load):
     assert not finished.ok and finished.complete
     assert "nothing to resume" in finished.detail
     last_epoch = inspect_checkpoint(save("last.pt", epoch=2, epochs=3), load=load)
-    assert last_epoch.ok and last_epoch.complete   # whole and resumable, but nothing left to train
+    assert last_epoch.ok and last_epoch.complete  # whole and resumable, but nothing left to train
     no_optimizer = inspect_checkpoint(save("weights.pt", epoch=1, optimizer_state=False), load=load)
     assert not no_optimizer.ok and "no optimizer state" in no_optimizer.detail
 
@@ -128,21 +161,21 @@ def test_pick_prefers_the_highest_epoch_and_ignores_missing(save, tmp_path):
 @pytest.mark.parametrize("load", [False, True])
 def test_mid_epoch_saves_rank_by_position(save, load):
     """A save inside the last epoch is not a finished run; saves rank by (epoch, samples)."""
-    end1 = save("end1.pt", epoch=0)                                            # epoch 1 done
+    end1 = save("end1.pt", epoch=0)  # epoch 1 done
     mid2 = save("mid2.pt", epoch=1, mid={"batch": 7, "samples": 28, "kind": "periodic"})
     mid2_early = save("mid2e.pt", epoch=1, mid={"batch": 3, "samples": 12, "kind": "rescue"})
-    mid3 = save("mid3.pt", epoch=2, mid={"batch": 1, "samples": 4, "kind": "planned"})   # the last epoch
+    mid3 = save("mid3.pt", epoch=2, mid={"batch": 1, "samples": 4, "kind": "planned"})  # the last epoch
     check = inspect_checkpoint(mid3, load=load)
     assert check.ok and check.mid_epoch and not check.complete, check
     assert (check.epoch, check.batch, check.samples, check.kind) == (2, 1, 4, "planned")
     assert "epoch 3/3 batch 1, resumable mid-epoch" in check.detail
     assert not inspect_checkpoint(end1, load=load).mid_epoch
     for path in (mid2, mid2_early, end1):
-        os.utime(path, (2_000_000, 2_000_000))   # older files, but not what decides
+        os.utime(path, (2_000_000, 2_000_000))  # older files, but not what decides
     os.utime(mid3, (1_000_000, 1_000_000))
     assert pick_resume_checkpoint([end1, mid2_early, mid2], load=load) == mid2
     assert pick_resume_checkpoint([end1, mid2, mid3], load=load) == mid3
-    end2 = save("end2.pt", epoch=1)                                            # epoch 2 done: past mid2
+    end2 = save("end2.pt", epoch=1)  # epoch 2 done: past mid2
     assert pick_resume_checkpoint([mid2, end2], load=load) == end2
 
 
@@ -155,6 +188,6 @@ def test_the_pickle_scan_never_runs_the_pickle(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"epoch": 0, "optimizer": Evil(), "train_args": {"epochs": 2}}, path)
-    assert verify_checkpoint(path)[0]   # the structure is fine; nothing was executed
+    assert verify_checkpoint(path)[0]  # the structure is fine; nothing was executed
     assert not marker.exists()
-    assert scan_pickle(b"\x80\x02]q\x00.") is None   # a list, not a checkpoint dict
+    assert scan_pickle(b"\x80\x02]q\x00.") is None  # a list, not a checkpoint dict

@@ -1,5 +1,6 @@
 """A command's checkpoints: is it whole (src/trainctl/store/checkpoint_verify.py), and the agent's
 CommandRunner and `trainctl run --resume-from` never resume from one that is not."""
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,17 @@ def save_state(path: Path, **kw) -> Path:
     opt = torch.optim.AdamW(model.parameters())
     model(torch.randn(8, 32)).sum().backward()
     opt.step()
-    torch.save({"epoch": 3, "model": model.state_dict(), "optimizer": opt.state_dict(),
-                "half": torch.ones(5, dtype=torch.float16), "steps": torch.arange(7)}, path, **kw)
+    torch.save(
+        {
+            "epoch": 3,
+            "model": model.state_dict(),
+            "optimizer": opt.state_dict(),
+            "half": torch.ones(5, dtype=torch.float16),
+            "steps": torch.arange(7),
+        },
+        path,
+        **kw,
+    )
     return path
 
 
@@ -43,7 +53,7 @@ def test_a_whole_torch_zip_verifies(good):
     v = verify_path(good)
     assert v.status == OK and v.ok and v.usable, v
     assert "CRCs match" in v.detail and "pickle walks" in v.detail
-    assert torch.load(good, weights_only=True)["epoch"] == 3   # the file really loads
+    assert torch.load(good, weights_only=True)["epoch"] == 3  # the file really loads
 
 
 @pytest.mark.parametrize("fraction", [0.1, 0.5, 0.99])
@@ -51,7 +61,7 @@ def test_a_torch_zip_cut_short_is_refused(good, tmp_path, fraction):
     v = verify_path(cut(good, tmp_path / "cut.pt", fraction))
     assert v.status == BAD and not v.usable, v
     assert "truncated" in v.detail, v.detail
-    with pytest.raises(Exception):   # and it really does not load
+    with pytest.raises(Exception):  # and it really does not load
         torch.load(v.path, weights_only=True)
 
 
@@ -60,7 +70,7 @@ def _member_offset(path: Path, suffix: str) -> int:
     with zipfile.ZipFile(path) as zf:
         info = next(i for i in zf.infolist() if i.filename.endswith(suffix))
     raw = path.read_bytes()
-    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26: info.header_offset + 30])
+    name_len, extra_len = struct.unpack("<HH", raw[info.header_offset + 26 : info.header_offset + 30])
     return info.header_offset + 30 + name_len + extra_len
 
 
@@ -82,7 +92,9 @@ def test_a_damaged_pickle_with_a_matching_crc_is_refused(good, tmp_path):
     with zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as dst:
         for info in src.infolist():
             data = src.read(info)
-            dst.writestr(info.filename, data[: len(data) // 2] if info.filename.endswith("data.pkl") else data)
+            dst.writestr(
+                info.filename, data[: len(data) // 2] if info.filename.endswith("data.pkl") else data
+            )
     v = verify_path(out)
     assert v.status == BAD and "damaged data.pkl" in v.detail, v.detail
 
@@ -114,13 +126,18 @@ def test_unknown_formats_cannot_be_verified_but_are_usable(tmp_path):
 
 # ------------------------------------------------------------------ safetensors, HF, DeepSpeed
 
+
 def write_safetensors(path: Path, tensors: dict[str, list[float]]) -> Path:
     """The safetensors format by hand: 8-byte little-endian header length, JSON header,
     then the data (float32, little-endian)."""
     header, blob = {"__metadata__": {"format": "pt"}}, b""
     for name, values in tensors.items():
         data = struct.pack(f"<{len(values)}f", *values)
-        header[name] = {"dtype": "F32", "shape": [len(values)], "data_offsets": [len(blob), len(blob) + len(data)]}
+        header[name] = {
+            "dtype": "F32",
+            "shape": [len(values)],
+            "data_offsets": [len(blob), len(blob) + len(data)],
+        }
         blob += data
     raw = json.dumps(header).encode()
     path.write_bytes(struct.pack("<Q", len(raw)) + raw + blob)
@@ -130,7 +147,7 @@ def write_safetensors(path: Path, tensors: dict[str, list[float]]) -> Path:
 def test_safetensors_header_and_size(tmp_path):
     st = write_safetensors(tmp_path / "model.safetensors", {"w": [1.0] * 100, "b": [0.5] * 10})
     assert verify_path(st).status == OK
-    try:   # the real library reads what was written by hand
+    try:  # the real library reads what was written by hand
         from safetensors.numpy import load_file
     except ImportError:
         pass
@@ -150,8 +167,16 @@ def make_hf(d: Path, sharded: bool = False) -> Path:
     if sharded:
         write_safetensors(d / "model-00001-of-00002.safetensors", {"a": [1.0] * 8})
         write_safetensors(d / "model-00002-of-00002.safetensors", {"b": [2.0] * 8})
-        (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {
-            "a": "model-00001-of-00002.safetensors", "b": "model-00002-of-00002.safetensors"}}))
+        (d / "model.safetensors.index.json").write_text(
+            json.dumps(
+                {
+                    "weight_map": {
+                        "a": "model-00001-of-00002.safetensors",
+                        "b": "model-00002-of-00002.safetensors",
+                    }
+                }
+            )
+        )
     else:
         write_safetensors(d / "model.safetensors", {"a": [1.0] * 8})
     save_state(d / "optimizer.pt")
@@ -196,7 +221,9 @@ def test_deepspeed_directories(tmp_path):
     v = verify_path(make_deepspeed(tmp_path / "ds"))
     assert v.status == OK and "DeepSpeed" in v.detail, v.detail
 
-    empty = make_deepspeed(tmp_path / "empty") / "global_step500" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    empty = (
+        make_deepspeed(tmp_path / "empty") / "global_step500" / "zero_pp_rank_0_mp_rank_00_optim_states.pt"
+    )
     empty.write_bytes(b"")
     v = verify_path(empty.parent.parent)
     assert v.status == BAD and "optim_states.pt: empty file" in v.detail, v.detail
@@ -210,33 +237,40 @@ def test_deepspeed_directories(tmp_path):
 def test_first_loadable_takes_the_newest_that_loads(good, tmp_path):
     newest = cut(good, tmp_path / "newest.pt", 0.5)
     skipped: list[tuple[Path, str]] = []
-    v = first_loadable([None, tmp_path / "missing.pt", newest, good, newest],
-                       on_skip=lambda p, why: skipped.append((p, why)))
+    v = first_loadable(
+        [None, tmp_path / "missing.pt", newest, good, newest], on_skip=lambda p, why: skipped.append((p, why))
+    )
     assert v is not None and v.path == good
     assert [p for p, _ in skipped] == [newest] and "truncated" in skipped[0][1]
-    assert first_loadable(["newest.pt"], base=tmp_path) is None   # relative: from base
+    assert first_loadable(["newest.pt"], base=tmp_path) is None  # relative: from base
 
 
 # ------------------------------------------------------------------ through the agent and the CLI
+
 
 def make_agent(run_dir: Path, **spec):
     from trainctl.agent import Agent
     from trainctl.store.paths import make_private_dir
     from trainctl.store.spec import RunSpec
+
     make_private_dir(run_dir)
-    return Agent(run_dir, RunSpec(job_name="t", kind="command", command=["true"], kernel_log=False, **spec),
-                 serve=False)
+    return Agent(
+        run_dir,
+        RunSpec(job_name="t", kind="command", command=["true"], kernel_log=False, **spec),
+        serve=False,
+    )
 
 
 def test_the_command_runner_resumes_from_the_newest_checkpoint_that_loads(good, tmp_path):
     from trainctl.core import events as E
     from trainctl.store.journal import read_events
+
     agent = make_agent(tmp_path / "run", resume_args=["--resume", "{checkpoint}"], cwd=str(tmp_path))
     ck = tmp_path / "ck"
     ck.mkdir()
     older, newer = ck / "epoch1.pt", ck / "epoch2.pt"
     save_state(older)
-    cut(good, newer, 0.99)   # killed while writing epoch 2's checkpoint
+    cut(good, newer, 0.99)  # killed while writing epoch 2's checkpoint
     for path in (older, newer):
         agent.ctx.emit(E.Checkpoint(agent.ctx.clock(), str(path.relative_to(tmp_path)), None, True))
     agent.ctx.facts.last_checkpoint = str(newer.relative_to(tmp_path))
@@ -277,9 +311,26 @@ def test_a_fixed_resume_file_that_does_not_load_is_left_out(good, tmp_path):
 
 def test_resume_from_a_truncated_file_is_refused(good, tmp_path):
     truncated = cut(good, tmp_path / "truncated.pt", 0.5)
-    r = subprocess.run([sys.executable, "-m", "trainctl", "run", "--json", "--resume-arg={checkpoint}",
-                        "--resume-from", str(truncated), "--", sys.executable, "-c", "pass"],
-                       capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "trainctl",
+            "run",
+            "--json",
+            "--resume-arg={checkpoint}",
+            "--resume-from",
+            str(truncated),
+            "--",
+            sys.executable,
+            "-c",
+            "pass",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert "--resume-from" in r.stderr and "not a checkpoint that loads" in r.stderr, r.stderr
     assert "truncated" in r.stderr, r.stderr

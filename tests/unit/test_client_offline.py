@@ -1,6 +1,7 @@
 """A run whose agent is gone still answers from its run directory: a hello with live=false
 and the journal, then the end of the stream; commands fail at once with a clear reason, and
 `attach --json` (follow) ends instead of retrying forever."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,9 +9,9 @@ import time
 
 import pytest
 
-from trainctl.core import events as E
 from trainctl.client.connection import AgentUnavailable, UnixTransport, local_client, offline_lines
 from trainctl.client.follow import follow
+from trainctl.core import events as E
 from trainctl.store.journal import Journal
 from trainctl.store.paths import RunFiles
 from trainctl.store.spec import RunSpec
@@ -21,8 +22,9 @@ pytestmark = pytest.mark.timeout(20)
 def make_run(tmp_path, final: str | None):
     files = RunFiles(tmp_path / "run")
     files.dir.mkdir()
-    RunSpec(job_name="yolo", kind="command", command=["python", "t.py"], preset="A",
-            fallback="B", host="box").save(files.spec)
+    RunSpec(
+        job_name="yolo", kind="command", command=["python", "t.py"], preset="A", fallback="B", host="box"
+    ).save(files.spec)
     j = Journal(files.events)
     t = 1000.0
     j.append(E.Start(t, 1, 42, "A", ("python", "t.py")))
@@ -60,8 +62,7 @@ async def test_without_the_fallback_or_a_journal_it_is_unavailable(tmp_path):
         await UnixTransport(tmp_path / "nowhere" / "agent.sock", journal_fallback=True).open()
 
 
-@pytest.mark.parametrize("final, code", [("FINISHED", 0), ("FAILED", 1), ("STOPPED", 130),
-                                         (None, 3)])
+@pytest.mark.parametrize("final, code", [("FINISHED", 0), ("FAILED", 1), ("STOPPED", 130), (None, 3)])
 async def test_follow_ends_on_an_offline_run(tmp_path, final, code):
     run_dir = make_run(tmp_path, final)
     seen, notes = [], []

@@ -1,6 +1,7 @@
 """Issue 13: no waits without a bound.  A Unix server that accepts and never answers (what
 a stopped agent's socket does): connect, hello and command replies time out with "agent
 not responding (pid N, state)" from agent.json; `attach --json` (follow) ends, exit 4."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,7 +14,13 @@ import time
 
 import pytest
 
-from trainctl.client.connection import AgentClient, AgentNotResponding, UnixTransport, agent_process, local_client
+from trainctl.client.connection import (
+    AgentClient,
+    AgentNotResponding,
+    UnixTransport,
+    agent_process,
+    local_client,
+)
 from trainctl.client.follow import follow
 from trainctl.store.paths import RunFiles
 
@@ -85,9 +92,14 @@ async def test_a_command_without_a_reply_times_out(tmp_path):
 async def test_follow_ends_with_4_on_a_silent_agent_instead_of_retrying(tmp_path):
     async with silent_agent(tmp_path / "run") as files:
         notes = []
-        rc = await asyncio.wait_for(follow(lambda: AgentClient(UnixTransport(files.sock),
-                                                               hello_timeout=0.3),
-                                           lambda ev: None, notes.append), 10)
+        rc = await asyncio.wait_for(
+            follow(
+                lambda: AgentClient(UnixTransport(files.sock), hello_timeout=0.3),
+                lambda ev: None,
+                notes.append,
+            ),
+            10,
+        )
     assert rc == 4 and AgentNotResponding.exit_code == 4
     assert notes and notes[-1].startswith("agent not responding (pid "), notes
 
@@ -96,14 +108,21 @@ async def test_a_bridge_whose_agent_is_silent_answers_a_failed_hello(tmp_path):
     """What `ssh HOST trainctl bridge DIR` sends back, and how the client reads it."""
     async with silent_agent(tmp_path / "run") as files:
         proc = await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "trainctl", "bridge", str(files.dir),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            sys.executable,
+            "-m",
+            "trainctl",
+            "bridge",
+            str(files.dir),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
         out, err = await asyncio.wait_for(proc.communicate(b'{"op": "hello", "since": 0}\n'), 20)
     assert proc.returncode == 4, err
     hello = json.loads(out.splitlines()[0])
     assert hello["ok"] is False and hello["error"].startswith(f"agent not responding (pid {os.getpid()}")
 
-    class Canned:   # a transport whose far end is that bridge's answer
+    class Canned:  # a transport whose far end is that bridge's answer
         def describe(self) -> str:
             return "box:/run"
 
@@ -112,6 +131,7 @@ async def test_a_bridge_whose_agent_is_silent_answers_a_failed_hello(tmp_path):
             reader.feed_data(out)
             reader.feed_eof()
             return reader, _NullWriter()
+
     with pytest.raises(AgentNotResponding, match="agent not responding"):
         await AgentClient(Canned()).connect()
 

@@ -1,4 +1,5 @@
 """Presets and job files: the shipped presets, validation messages, lookup, tomlkit edits."""
+
 from __future__ import annotations
 
 import contextlib
@@ -41,14 +42,19 @@ def write(path: Path, text: str) -> Path:
 
 # --------------------------------------------------------------------------- shipped presets
 
+
 def test_preset_a_carries_solution_a():
     a = load_preset("A")
     assert a.name == "A" and a.path == SHIPPED / "A.toml"
-    assert a.dataloader == config.DataLoaderCfg(workers=2, persistent_workers=False, prefetch_factor=2,
-                                                multiprocessing_context="spawn",
-                                                sharing_strategy="file_system")
+    assert a.dataloader == config.DataLoaderCfg(
+        workers=2,
+        persistent_workers=False,
+        prefetch_factor=2,
+        multiprocessing_context="spawn",
+        sharing_strategy="file_system",
+    )
     assert a.threads == config.ThreadsCfg(omp_num_threads=2, torch_num_threads=2)
-    assert a.train == {}   # validation stays on
+    assert a.train == {}  # validation stays on
     assert a.description and a.expected_rate == 2.4
 
 
@@ -85,20 +91,28 @@ def test_child_env_of_a_exports_every_set_value():
 
 
 def test_child_env_has_preset_env_and_only_set_values(tmp_path):
-    path = write(tmp_path / "p" / "mine.toml",
-                 '[dataloader]\nworkers = 3\npersistent_workers = true\n'
-                 '[env]\nMIOPEN_USER_DB_PATH = "/tmp/db"\n')
+    path = write(
+        tmp_path / "p" / "mine.toml",
+        '[dataloader]\nworkers = 3\npersistent_workers = true\n[env]\nMIOPEN_USER_DB_PATH = "/tmp/db"\n',
+    )
     env = load_preset(path).child_env()
-    assert env == {"MIOPEN_USER_DB_PATH": "/tmp/db", "TRAINCTL_PRESET": "mine",
-                   "TRAINCTL_PRESET_FILE": str(path), "TRAINCTL_WORKERS": "3",
-                   "TRAINCTL_PERSISTENT_WORKERS": "1"}
+    assert env == {
+        "MIOPEN_USER_DB_PATH": "/tmp/db",
+        "TRAINCTL_PRESET": "mine",
+        "TRAINCTL_PRESET_FILE": str(path),
+        "TRAINCTL_WORKERS": "3",
+        "TRAINCTL_PERSISTENT_WORKERS": "1",
+    }
     assert "OMP_NUM_THREADS" not in env
 
 
 def test_dataloader_kwargs_of_a_and_b():
     assert load_preset("A").dataloader_kwargs() == {
-        "num_workers": 2, "persistent_workers": False, "prefetch_factor": 2,
-        "multiprocessing_context": "spawn"}
+        "num_workers": 2,
+        "persistent_workers": False,
+        "prefetch_factor": 2,
+        "multiprocessing_context": "spawn",
+    }
     assert load_preset("B").dataloader_kwargs() == {"num_workers": 0}
     assert config.Preset(name="empty").dataloader_kwargs() == {}
 
@@ -127,8 +141,13 @@ def test_shipped_kwargs_drive_a_real_dataloader(tmp_path, name):
     """
     pytest.importorskip("torch")
     script = write(tmp_path / "loader.py", LOADER_SCRIPT)
-    proc = subprocess.Popen([sys.executable, str(script), name], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), name],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         out, _ = proc.communicate(timeout=80)
     finally:
@@ -139,17 +158,21 @@ def test_shipped_kwargs_drive_a_real_dataloader(tmp_path, name):
     assert out.strip().splitlines()[-1] == str(list(range(8)))
 
 
-@pytest.mark.parametrize("kwargs", [
-    {"num_workers": 0, "prefetch_factor": 2},
-    {"num_workers": 0, "persistent_workers": True},
-    {"num_workers": 0, "multiprocessing_context": "spawn"},
-])
+@pytest.mark.parametrize(
+    "kwargs",
+    [
+        {"num_workers": 0, "prefetch_factor": 2},
+        {"num_workers": 0, "persistent_workers": True},
+        {"num_workers": 0, "multiprocessing_context": "spawn"},
+    ],
+)
 def test_combinations_refused_here_are_refused_by_pytorch_too(kwargs):
     torch = pytest.importorskip("torch")
     from torch.utils.data import DataLoader, TensorDataset
 
-    toml = "\n".join(f"{k.replace('num_workers', 'workers')} = {tomlkit.item(v).as_string()}"
-                     for k, v in kwargs.items())
+    toml = "\n".join(
+        f"{k.replace('num_workers', 'workers')} = {tomlkit.item(v).as_string()}" for k, v in kwargs.items()
+    )
     problems = config.preset_problems("[dataloader]\n" + toml + "\n", "p.toml")
     assert len(problems) == 1 and "workers > 0" in problems[0].message
     with pytest.raises(ValueError):
@@ -159,45 +182,104 @@ def test_combinations_refused_here_are_refused_by_pytorch_too(kwargs):
 # --------------------------------------------------------------------------- preset mistakes
 
 PRESET_MISTAKES = {
-    "negative workers": ("[dataloader]\nworkers = -1\n", 2,
-                         "[dataloader] workers", ["integer >= 0", "got -1"]),
+    "negative workers": (
+        "[dataloader]\nworkers = -1\n",
+        2,
+        "[dataloader] workers",
+        ["integer >= 0", "got -1"],
+    ),
     "float workers": ("[dataloader]\nworkers = 2.0\n", 2, "[dataloader] workers", ["integer >= 0"]),
-    "prefetch with workers 0": ("[dataloader]\nworkers = 0\nprefetch_factor = 2\n", 3,
-                                "[dataloader] prefetch_factor", ["workers > 0", "got workers = 0"]),
-    "prefetch without workers": ("[dataloader]\nprefetch_factor = 2\n", 2,
-                                 "[dataloader] prefetch_factor", ["workers > 0", "not set"]),
-    "prefetch zero": ("[dataloader]\nworkers = 2\nprefetch_factor = 0\n", 3,
-                      "[dataloader] prefetch_factor", ["integer >= 1"]),
-    "persistent with workers 0": ("[dataloader]\nworkers = 0\npersistent_workers = true\n", 3,
-                                  "[dataloader] persistent_workers", ["workers > 0"]),
-    "context with workers 0": ('[dataloader]\nworkers = 0\nmultiprocessing_context = "spawn"\n', 3,
-                               "[dataloader] multiprocessing_context", ["workers > 0"]),
-    "bad context": ('[dataloader]\nworkers = 2\nmultiprocessing_context = "spwan"\n', 3,
-                    "[dataloader] multiprocessing_context", ['"fork", "spawn", "forkserver"', '"spwan"']),
-    "bad sharing strategy": ('[dataloader]\nsharing_strategy = "shm"\n', 2,
-                             "[dataloader] sharing_strategy", ['"file_descriptor", "file_system"']),
-    "string for bool": ('[dataloader]\nworkers = 2\npersistent_workers = "true"\n', 3,
-                        "[dataloader] persistent_workers", ["true or false", "no quotes", '"true"']),
+    "prefetch with workers 0": (
+        "[dataloader]\nworkers = 0\nprefetch_factor = 2\n",
+        3,
+        "[dataloader] prefetch_factor",
+        ["workers > 0", "got workers = 0"],
+    ),
+    "prefetch without workers": (
+        "[dataloader]\nprefetch_factor = 2\n",
+        2,
+        "[dataloader] prefetch_factor",
+        ["workers > 0", "not set"],
+    ),
+    "prefetch zero": (
+        "[dataloader]\nworkers = 2\nprefetch_factor = 0\n",
+        3,
+        "[dataloader] prefetch_factor",
+        ["integer >= 1"],
+    ),
+    "persistent with workers 0": (
+        "[dataloader]\nworkers = 0\npersistent_workers = true\n",
+        3,
+        "[dataloader] persistent_workers",
+        ["workers > 0"],
+    ),
+    "context with workers 0": (
+        '[dataloader]\nworkers = 0\nmultiprocessing_context = "spawn"\n',
+        3,
+        "[dataloader] multiprocessing_context",
+        ["workers > 0"],
+    ),
+    "bad context": (
+        '[dataloader]\nworkers = 2\nmultiprocessing_context = "spwan"\n',
+        3,
+        "[dataloader] multiprocessing_context",
+        ['"fork", "spawn", "forkserver"', '"spwan"'],
+    ),
+    "bad sharing strategy": (
+        '[dataloader]\nsharing_strategy = "shm"\n',
+        2,
+        "[dataloader] sharing_strategy",
+        ['"file_descriptor", "file_system"'],
+    ),
+    "string for bool": (
+        '[dataloader]\nworkers = 2\npersistent_workers = "true"\n',
+        3,
+        "[dataloader] persistent_workers",
+        ["true or false", "no quotes", '"true"'],
+    ),
     "string for train bool": ('[train]\nval = "false"\n', 2, "[train] val", ["true or false"]),
-    "unknown dataloader key": ("[dataloader]\nworker = 2\n", 2, "[dataloader] worker",
-                               ["unknown key", "workers, persistent_workers, prefetch_factor",
-                                "did you mean workers"]),
-    "unknown section": ("[dataloaders]\nworkers = 2\n", 1, "[dataloaders]",
-                        ["unknown section", "[dataloader], [threads], [train], [env]"]),
-    "unknown top-level key": ('descripton = "x"\n', 1, "descripton",
-                              ["unknown key", "description, expected_rate, args", "did you mean description"]),
+    "unknown dataloader key": (
+        "[dataloader]\nworker = 2\n",
+        2,
+        "[dataloader] worker",
+        ["unknown key", "workers, persistent_workers, prefetch_factor", "did you mean workers"],
+    ),
+    "unknown section": (
+        "[dataloaders]\nworkers = 2\n",
+        1,
+        "[dataloaders]",
+        ["unknown section", "[dataloader], [threads], [train], [env]"],
+    ),
+    "unknown top-level key": (
+        'descripton = "x"\n',
+        1,
+        "descripton",
+        ["unknown key", "description, expected_rate, args", "did you mean description"],
+    ),
     "section as a value": ("threads = 2\n", 1, "threads", ["must be a table", "[threads]"]),
     "zero threads": ("[threads]\nomp_num_threads = 0\n", 2, "[threads] omp_num_threads", ["integer >= 1"]),
     "bad env key": ('[env]\n"MY-VAR" = "1"\n', 2, "[env] MY-VAR", ["environment variable name"]),
-    "env value not a string": ("[env]\nHIP_VISIBLE_DEVICES = 0\n", 2, "[env] HIP_VISIBLE_DEVICES",
-                               ["must be a string", 'HIP_VISIBLE_DEVICES = "0"']),
+    "env value not a string": (
+        "[env]\nHIP_VISIBLE_DEVICES = 0\n",
+        2,
+        "[env] HIP_VISIBLE_DEVICES",
+        ["must be a string", 'HIP_VISIBLE_DEVICES = "0"'],
+    ),
     "reserved env key": ('[env]\nTRAINCTL_WORKERS = "3"\n', 2, "[env] TRAINCTL_WORKERS", ["set by trainctl"]),
-    "omp twice": ('[threads]\nomp_num_threads = 2\n[env]\nOMP_NUM_THREADS = "4"\n', 4,
-                  "[env] OMP_NUM_THREADS", ["[threads] omp_num_threads"]),
+    "omp twice": (
+        '[threads]\nomp_num_threads = 2\n[env]\nOMP_NUM_THREADS = "4"\n',
+        4,
+        "[env] OMP_NUM_THREADS",
+        ["[threads] omp_num_threads"],
+    ),
     "workers in train": ("[train]\nworkers = 2\n", 2, "[train] workers", ["[dataloader] workers"]),
     "bad batch": ("[train]\nbatch = 0\n", 2, "[train] batch", [">= 1", "-1"]),
-    "list in train": ("[train]\nclasses = [0, 1]\n", 2, "[train] classes",
-                      ["string, number or boolean", "[0, 1]"]),
+    "list in train": (
+        "[train]\nclasses = [0, 1]\n",
+        2,
+        "[train] classes",
+        ["string, number or boolean", "[0, 1]"],
+    ),
     "args not a list": ('args = "--amp"\n', 1, "args", ["list of strings"]),
     "args item not a string": ('args = ["--epochs", 3]\n', 1, "args", ["item 2 is 3"]),
     "zero expected rate": ("expected_rate = 0\n", 1, "expected_rate", ["number > 0"]),
@@ -221,7 +303,7 @@ def test_the_message_reads_like_the_design():
 
 
 def test_bad_toml_syntax_gives_the_line(tmp_path):
-    path = write(tmp_path / "bad.toml", '# ok\n[dataloader]\nworkers = = 2\n')
+    path = write(tmp_path / "bad.toml", "# ok\n[dataloader]\nworkers = = 2\n")
     with pytest.raises(ConfigError) as info:
         load_preset(path)
     assert info.value.file == str(path) and info.value.line == 3
@@ -247,6 +329,7 @@ def test_preset_problems_accepts_a_parsed_table():
 
 
 # --------------------------------------------------------------------------- lookup
+
 
 def test_unknown_preset_name_lists_the_ones_that_exist(tmp_path):
     write(tmp_path / "extra" / "C.toml", "[dataloader]\nworkers = 1\n")
@@ -279,14 +362,22 @@ def test_a_path_ref_is_read_as_a_path(tmp_path):
 
 # --------------------------------------------------------------------------- editing
 
+
 def test_update_keeps_comments_and_order(tmp_path):
     path = write(tmp_path / "A.toml", (SHIPPED / "A.toml").read_text())
     old = path.read_text()
-    new = config.update_preset_values(path, {
-        "dataloader": {"workers": 0, "prefetch_factor": None, "persistent_workers": None,
-                       "multiprocessing_context": None},
-        "description": "tried with workers 0",
-    })
+    new = config.update_preset_values(
+        path,
+        {
+            "dataloader": {
+                "workers": 0,
+                "prefetch_factor": None,
+                "persistent_workers": None,
+                "multiprocessing_context": None,
+            },
+            "description": "tried with workers 0",
+        },
+    )
     assert path.read_text() == old, "update only returns the text"
     assert "workers = 0                        # down from 4" in new
     assert "prefetch_factor" not in new and "multiprocessing_context" not in new
@@ -299,8 +390,9 @@ def test_update_keeps_comments_and_order(tmp_path):
 
 
 def test_update_adds_missing_sections_and_keys():
-    new = config.update_preset_text("# mine\n[dataloader]\nworkers = 1\n",
-                                    {"threads": {"omp_num_threads": 1}, "expected_rate": 1.5})
+    new = config.update_preset_text(
+        "# mine\n[dataloader]\nworkers = 1\n", {"threads": {"omp_num_threads": 1}, "expected_rate": 1.5}
+    )
     preset = config.preset_from_text(new, "m.toml")
     assert preset.threads.omp_num_threads == 1 and preset.expected_rate == 1.5
     assert new.startswith("# mine\n")
@@ -340,14 +432,22 @@ def test_new_preset_from_copies_comments_and_never_overwrites(tmp_path):
 
 # --------------------------------------------------------------------------- job files
 
+
 def test_ultralytics_job_fixture():
     job = load_job(DATA / "yolo-demo")
     job_dir = DATA / "yolo-demo"
     assert (job.name, job.kind, job.path) == ("yolo-demo", "ultralytics", job_dir / "trainctl.toml")
-    assert job.ultralytics == {"model": "yolov8n.yaml", "data": str(job_dir / "data" / "synthetic.yaml"),
-                               "epochs": 50, "imgsz": 640, "batch": 16, "device": "0", "val": False}
+    assert job.ultralytics == {
+        "model": "yolov8n.yaml",
+        "data": str(job_dir / "data" / "synthetic.yaml"),
+        "epochs": 50,
+        "imgsz": 640,
+        "batch": 16,
+        "device": "0",
+        "val": False,
+    }
     assert (job.preset, job.fallback) == ("A", "B")
-    assert job.deadline == dt.datetime(2025, 11, 28, 17, 0, tzinfo=dt.timezone.utc).timestamp()
+    assert job.deadline == dt.datetime(2025, 11, 28, 17, 0, tzinfo=dt.UTC).timestamp()
     assert (job.cost_per_hour, job.budget, job.currency) == (0.79, 150.0, "€")
     assert job.run_dir == job_dir / "runs" / "trainctl"
     assert job.max_restarts == 5 and job.host is None
@@ -355,13 +455,26 @@ def test_ultralytics_job_fixture():
     assert job.load_preset().name == "A" and job.load_fallback().dataloader.workers == 0
 
 
-@pytest.mark.parametrize("value,seconds", [(None, 600.0), ("0", 0.0), ("90", 90.0), ("15s", 15.0),
-                                           ('"15s"', 15.0), ('"10m"', 600.0), ('"1.5h"', 5400.0), ("2.5", 2.5)])
+@pytest.mark.parametrize(
+    "value,seconds",
+    [
+        (None, 600.0),
+        ("0", 0.0),
+        ("90", 90.0),
+        ("15s", 15.0),
+        ('"15s"', 15.0),
+        ('"10m"', 600.0),
+        ('"1.5h"', 5400.0),
+        ("2.5", 2.5),
+    ],
+)
 def test_checkpoint_every(tmp_path, value, seconds):
     line = "" if value is None else f"checkpoint_every = {value}\n"
     if value == "15s":
         line = 'checkpoint_every = " 15s "\n'
-    path = write(tmp_path / "trainctl.toml", f'kind = "ultralytics"\n{line}[ultralytics]\nmodel = "m"\ndata = "d"\n')
+    path = write(
+        tmp_path / "trainctl.toml", f'kind = "ultralytics"\n{line}[ultralytics]\nmodel = "m"\ndata = "d"\n'
+    )
     assert load_job(path).checkpoint_every == seconds
 
 
@@ -374,7 +487,11 @@ def test_command_job_fixture():
     assert job.deadline == dt.datetime(2025, 11, 28, 18, 0).timestamp()
     assert job.host == {"destination": "me@gpu-box", "workdir": "~/train"}
     assert (job.preset, job.fallback, job.max_restarts, job.currency) == (
-        str(job_dir / "presets" / "fast.toml"), None, 3, "$")
+        str(job_dir / "presets" / "fast.toml"),
+        None,
+        3,
+        "$",
+    )
     preset = job.load_preset()
     assert preset.args == ("--amp",) and preset.child_env()["TRAINCTL_WORKERS"] == "4"
 
@@ -398,69 +515,165 @@ def test_a_bad_preset_of_a_job_is_refused_with_its_own_file(tmp_path):
 JOB_MISTAKES = {
     "missing kind": ('command = ["true"]\n', None, "kind", ['"ultralytics", "command"']),
     "bad kind": ('kind = "yolo"\n', 1, "kind", ['"ultralytics", "command"', '"yolo"']),
-    "missing model": ('kind = "ultralytics"\n[ultralytics]\ndata = "d.yaml"\n', None,
-                      "[ultralytics] model", ["required", "model ="]),
+    "missing model": (
+        'kind = "ultralytics"\n[ultralytics]\ndata = "d.yaml"\n',
+        None,
+        "[ultralytics] model",
+        ["required", "model ="],
+    ),
     "missing ultralytics section": ('kind = "ultralytics"\n', None, "[ultralytics]", ["model", "data"]),
     "empty command": ('kind = "command"\ncommand = []\n', 2, "command", ["must not be empty"]),
     "command missing": ('kind = "command"\n', None, "command", ["list of strings"]),
-    "command as a string": ('kind = "command"\ncommand = "python train.py --lr 0.1"\n', 2, "command",
-                            ['["python", "train.py", "--lr", "0.1"]']),
-    "bad deadline": ('kind = "command"\ncommand = ["true"]\ndeadline = "next friday"\n', 3, "deadline",
-                     ["ISO 8601", "2025-11-28T18:00", '"next friday"']),
-    "bad name": ('name = "my run"\nkind = "command"\ncommand = ["true"]\n', 1, "name",
-                 ["letters, digits, '.', '_' and '-'", '"my run"']),
-    "unknown preset": ('kind = "command"\ncommand = ["true"]\npreset = "Z"\n', 3, "preset",
-                       ['"Z"', "available: A, B"]),
-    "missing preset file": ('kind = "command"\ncommand = ["true"]\nfallback = "p/safe.toml"\n', 3,
-                            "fallback", ["no such preset file"]),
+    "command as a string": (
+        'kind = "command"\ncommand = "python train.py --lr 0.1"\n',
+        2,
+        "command",
+        ['["python", "train.py", "--lr", "0.1"]'],
+    ),
+    "bad deadline": (
+        'kind = "command"\ncommand = ["true"]\ndeadline = "next friday"\n',
+        3,
+        "deadline",
+        ["ISO 8601", "2025-11-28T18:00", '"next friday"'],
+    ),
+    "bad name": (
+        'name = "my run"\nkind = "command"\ncommand = ["true"]\n',
+        1,
+        "name",
+        ["letters, digits, '.', '_' and '-'", '"my run"'],
+    ),
+    "unknown preset": (
+        'kind = "command"\ncommand = ["true"]\npreset = "Z"\n',
+        3,
+        "preset",
+        ['"Z"', "available: A, B"],
+    ),
+    "missing preset file": (
+        'kind = "command"\ncommand = ["true"]\nfallback = "p/safe.toml"\n',
+        3,
+        "fallback",
+        ["no such preset file"],
+    ),
     "negative budget": ('kind = "command"\ncommand = ["true"]\nbudget = -5\n', 3, "budget", ["number >= 0"]),
-    "negative restarts": ('kind = "command"\ncommand = ["true"]\nmax_restarts = -1\n', 3,
-                          "max_restarts", ["integer >= 0"]),
-    "bad placeholder": ('kind = "command"\ncommand = ["true"]\nresume_args = ["--resume={ckpt}"]\n', 3,
-                        "resume_args", ["{checkpoint}"]),
-    "unknown stall key": ('kind = "command"\ncommand = ["true"]\n[stall]\ntrain = 60\n', 4,
-                          "[stall] train", ["startup_timeout, train_timeout, val_timeout"]),
-    "zero stall timeout": ('kind = "command"\ncommand = ["true"]\n[stall]\ntrain_timeout = 0\n', 4,
-                           "[stall] train_timeout", ["number > 0"]),
-    "host without destination": ('kind = "command"\ncommand = ["true"]\n[host]\nworkdir = "/w"\n', None,
-                                 "[host] destination", ["required", "user@gpu-box"]),
-    "workers in ultralytics": ('kind = "ultralytics"\n[ultralytics]\nmodel = "m.pt"\ndata = "d.yaml"\n'
-                               'workers = 8\n', 5, "[ultralytics] workers", ["[dataloader] workers"]),
-    "bad epochs": ('kind = "ultralytics"\n[ultralytics]\nmodel = "m.pt"\ndata = "d.yaml"\nepochs = 0\n', 5,
-                   "[ultralytics] epochs", ["integer >= 1"]),
-    "command with ultralytics kind": ('kind = "ultralytics"\ncommand = ["x"]\n[ultralytics]\nmodel = "m"\n'
-                                      'data = "d"\n', 2, "command", ['kind = "command"']),
-    "bad checkpoint_every": ('kind = "ultralytics"\ncheckpoint_every = "10 minutes"\n[ultralytics]\n'
-                             'model = "m"\ndata = "d"\n', 2, "checkpoint_every", ['"15s"', '"10m"', "0 = off"]),
-    "instrument for ultralytics": ('kind = "ultralytics"\ninstrument = false\n[ultralytics]\nmodel = "m.yaml"\n'
-                                   'data = "d.yaml"\n', 2, "instrument", ['kind = "command"']),
-    "instrument not a boolean": ('kind = "command"\ncommand = ["true"]\ninstrument = "no"\n', 3,
-                                 "instrument", ["true or false"]),
-    "unknown job key": ('kind = "command"\ncommand = ["true"]\nretries = 2\n', 3, "retries",
-                        ["unknown key", "max_restarts"]),
-    "progress bad regex": ('kind = "command"\ncommand = ["true"]\n[progress]\npattern = "it (?P<batch>"\n',
-                           4, "[progress] pattern", ["not a valid regular expression"]),
-    "progress unknown group": ('kind = "command"\ncommand = ["true"]\n[progress]\n'
-                               "pattern = 'it (?P<batch>\\d+) (?P<speed>\\d+)'\n", 4,
-                               "[progress] pattern", ["unknown group name(s) speed", "loss_<name>"]),
-    "progress without position": ('kind = "command"\ncommand = ["true"]\n[progress]\n'
-                                  "pattern = 'loss (?P<loss>[.\\d]+)'\n", 4, "[progress] pattern",
-                                  ["(?P<batch>"]),
-    "progress losses not groups": ('kind = "command"\ncommand = ["true"]\n[progress]\n'
-                                   "pattern = 'it (?P<batch>\\d+)'\nlosses = [\"acc\"]\n", 5,
-                                   "[progress] losses", ["acc: not a named group"]),
-    "progress without pattern": ('kind = "command"\ncommand = ["true"]\n[progress]\nlosses = []\n', None,
-                                 "[progress] pattern", ["required"]),
+    "negative restarts": (
+        'kind = "command"\ncommand = ["true"]\nmax_restarts = -1\n',
+        3,
+        "max_restarts",
+        ["integer >= 0"],
+    ),
+    "bad placeholder": (
+        'kind = "command"\ncommand = ["true"]\nresume_args = ["--resume={ckpt}"]\n',
+        3,
+        "resume_args",
+        ["{checkpoint}"],
+    ),
+    "unknown stall key": (
+        'kind = "command"\ncommand = ["true"]\n[stall]\ntrain = 60\n',
+        4,
+        "[stall] train",
+        ["startup_timeout, train_timeout, val_timeout"],
+    ),
+    "zero stall timeout": (
+        'kind = "command"\ncommand = ["true"]\n[stall]\ntrain_timeout = 0\n',
+        4,
+        "[stall] train_timeout",
+        ["number > 0"],
+    ),
+    "host without destination": (
+        'kind = "command"\ncommand = ["true"]\n[host]\nworkdir = "/w"\n',
+        None,
+        "[host] destination",
+        ["required", "user@gpu-box"],
+    ),
+    "workers in ultralytics": (
+        'kind = "ultralytics"\n[ultralytics]\nmodel = "m.pt"\ndata = "d.yaml"\nworkers = 8\n',
+        5,
+        "[ultralytics] workers",
+        ["[dataloader] workers"],
+    ),
+    "bad epochs": (
+        'kind = "ultralytics"\n[ultralytics]\nmodel = "m.pt"\ndata = "d.yaml"\nepochs = 0\n',
+        5,
+        "[ultralytics] epochs",
+        ["integer >= 1"],
+    ),
+    "command with ultralytics kind": (
+        'kind = "ultralytics"\ncommand = ["x"]\n[ultralytics]\nmodel = "m"\ndata = "d"\n',
+        2,
+        "command",
+        ['kind = "command"'],
+    ),
+    "bad checkpoint_every": (
+        'kind = "ultralytics"\ncheckpoint_every = "10 minutes"\n[ultralytics]\nmodel = "m"\ndata = "d"\n',
+        2,
+        "checkpoint_every",
+        ['"15s"', '"10m"', "0 = off"],
+    ),
+    "instrument for ultralytics": (
+        'kind = "ultralytics"\ninstrument = false\n[ultralytics]\nmodel = "m.yaml"\ndata = "d.yaml"\n',
+        2,
+        "instrument",
+        ['kind = "command"'],
+    ),
+    "instrument not a boolean": (
+        'kind = "command"\ncommand = ["true"]\ninstrument = "no"\n',
+        3,
+        "instrument",
+        ["true or false"],
+    ),
+    "unknown job key": (
+        'kind = "command"\ncommand = ["true"]\nretries = 2\n',
+        3,
+        "retries",
+        ["unknown key", "max_restarts"],
+    ),
+    "progress bad regex": (
+        'kind = "command"\ncommand = ["true"]\n[progress]\npattern = "it (?P<batch>"\n',
+        4,
+        "[progress] pattern",
+        ["not a valid regular expression"],
+    ),
+    "progress unknown group": (
+        'kind = "command"\ncommand = ["true"]\n[progress]\n'
+        "pattern = 'it (?P<batch>\\d+) (?P<speed>\\d+)'\n",
+        4,
+        "[progress] pattern",
+        ["unknown group name(s) speed", "loss_<name>"],
+    ),
+    "progress without position": (
+        'kind = "command"\ncommand = ["true"]\n[progress]\npattern = \'loss (?P<loss>[.\\d]+)\'\n',
+        4,
+        "[progress] pattern",
+        ["(?P<batch>"],
+    ),
+    "progress losses not groups": (
+        'kind = "command"\ncommand = ["true"]\n[progress]\n'
+        "pattern = 'it (?P<batch>\\d+)'\nlosses = [\"acc\"]\n",
+        5,
+        "[progress] losses",
+        ["acc: not a named group"],
+    ),
+    "progress without pattern": (
+        'kind = "command"\ncommand = ["true"]\n[progress]\nlosses = []\n',
+        None,
+        "[progress] pattern",
+        ["required"],
+    ),
 }
 
 
 def test_progress_table_is_read_into_the_job(tmp_path):
-    path = write(tmp_path / "trainctl.toml", 'kind = "command"\ncommand = ["true"]\n[progress]\n'
-                 "pattern = 'E(?P<epoch>\\d+) it (?P<batch>\\d+)/(?P<batches>\\d+) acc=(?P<acc>[.\\d]+)'\n"
-                 'losses = ["acc"]\n')
+    path = write(
+        tmp_path / "trainctl.toml",
+        'kind = "command"\ncommand = ["true"]\n[progress]\n'
+        "pattern = 'E(?P<epoch>\\d+) it (?P<batch>\\d+)/(?P<batches>\\d+) acc=(?P<acc>[.\\d]+)'\n"
+        'losses = ["acc"]\n',
+    )
     job = load_job(path)
-    assert job.progress == {"pattern": r"E(?P<epoch>\d+) it (?P<batch>\d+)/(?P<batches>\d+) acc=(?P<acc>[.\d]+)",
-                            "losses": ["acc"]}
+    assert job.progress == {
+        "pattern": r"E(?P<epoch>\d+) it (?P<batch>\d+)/(?P<batches>\d+) acc=(?P<acc>[.\d]+)",
+        "losses": ["acc"],
+    }
 
 
 @pytest.mark.parametrize("text,line,key,allowed", JOB_MISTAKES.values(), ids=JOB_MISTAKES.keys())
@@ -488,14 +701,18 @@ def test_missing_job_file(tmp_path):
 
 # --------------------------------------------------------------------------- helpers
 
-@pytest.mark.parametrize("text,expected", [
-    ("2025-11-28T18:00", dt.datetime(2025, 11, 28, 18, 0).timestamp()),
-    ("2025-11-28 18:00:30", dt.datetime(2025, 11, 28, 18, 0, 30).timestamp()),
-    ("2025-11-28T17:00:00Z", dt.datetime(2025, 11, 28, 17, tzinfo=dt.timezone.utc).timestamp()),
-    ("2025-11-28T18:00+01:00", dt.datetime(2025, 11, 28, 17, tzinfo=dt.timezone.utc).timestamp()),
-    ("2025-11-28", dt.datetime(2025, 11, 28).timestamp()),
-    (dt.date(2025, 11, 28), dt.datetime(2025, 11, 28).timestamp()),
-])
+
+@pytest.mark.parametrize(
+    "text,expected",
+    [
+        ("2025-11-28T18:00", dt.datetime(2025, 11, 28, 18, 0).timestamp()),
+        ("2025-11-28 18:00:30", dt.datetime(2025, 11, 28, 18, 0, 30).timestamp()),
+        ("2025-11-28T17:00:00Z", dt.datetime(2025, 11, 28, 17, tzinfo=dt.UTC).timestamp()),
+        ("2025-11-28T18:00+01:00", dt.datetime(2025, 11, 28, 17, tzinfo=dt.UTC).timestamp()),
+        ("2025-11-28", dt.datetime(2025, 11, 28).timestamp()),
+        (dt.date(2025, 11, 28), dt.datetime(2025, 11, 28).timestamp()),
+    ],
+)
 def test_parse_deadline(text, expected):
     assert config.parse_deadline(text) == expected
 
@@ -516,32 +733,45 @@ def test_expand_resume_args():
 def test_a_runner_kind_is_one_entry_in_the_job_tables(tmp_path, monkeypatch):
     """A kind added to JOB_TABLES is accepted with its own keys and section; the other
     kinds' keys are refused for it, and its own are refused for the others."""
+
     def parse(p, data, table, job_dir):
         nproc = p.int_("torchrun", "nproc", table.get("nproc", 1), 1) if table is not None else 1
         return {"command": tuple(data.get("command", ())), "settings": {"nproc": nproc}}
+
     entry = config.JobTable(parse, keys=("command",), section="torchrun")
     monkeypatch.setitem(config.JOB_TABLES, "torchrun", entry)
-    job = load_job(write(tmp_path / "t.toml", 'kind = "torchrun"\ncommand = ["train.py"]\n'
-                                              '[torchrun]\nnproc = 4\n'))
+    job = load_job(
+        write(tmp_path / "t.toml", 'kind = "torchrun"\ncommand = ["train.py"]\n[torchrun]\nnproc = 4\n')
+    )
     assert (job.kind, job.command, job.settings, job.ultralytics) == (
-        "torchrun", ("train.py",), {"nproc": 4}, {})
-    problems = config.job_problems('kind = "torchrun"\nresume_args = ["--r"]\n[torchrun]\nnproc = 0\n',
-                                   tmp_path / "t.toml")
+        "torchrun",
+        ("train.py",),
+        {"nproc": 4},
+        {},
+    )
+    problems = config.job_problems(
+        'kind = "torchrun"\nresume_args = ["--r"]\n[torchrun]\nnproc = 0\n', tmp_path / "t.toml"
+    )
     assert [(e.key, e.message) for e in problems] == [
         ("resume_args", 'only for kind = "command"'),
-        ("[torchrun] nproc", "must be an integer >= 1 (got 0)")]
-    problems = config.job_problems('kind = "ultralytics"\ncommand = ["x"]\n[ultralytics]\nmodel = "m"\n'
-                                   'data = "d"\n[torchrun]\n', tmp_path / "t.toml")
+        ("[torchrun] nproc", "must be an integer >= 1 (got 0)"),
+    ]
+    problems = config.job_problems(
+        'kind = "ultralytics"\ncommand = ["x"]\n[ultralytics]\nmodel = "m"\ndata = "d"\n[torchrun]\n',
+        tmp_path / "t.toml",
+    )
     assert [(e.key, e.message) for e in problems] == [
         ("command", 'only for kind = "command" or "torchrun"; use [ultralytics] model and data'),
-        ("[torchrun]", 'only for kind = "torchrun"')]
+        ("[torchrun]", 'only for kind = "torchrun"'),
+    ]
     assert '"torchrun"' in config.job_problems('kind = "yolo"\n', tmp_path / "t.toml")[0].message
+
 
 def test_config_error_is_an_exception_with_fields():
     err = ConfigError("presets/A.toml", "[threads] omp_num_threads", "must be an integer >= 1 (got 0)")
     assert isinstance(err, Exception) and err.line is None and err.problems == (err,)
     assert str(err) == "presets/A.toml: [threads] omp_num_threads: must be an integer >= 1 (got 0)"
-    assert str(ConfigError("", "preset", "no preset named \"Z\"")) == 'preset: no preset named "Z"'
+    assert str(ConfigError("", "preset", 'no preset named "Z"')) == 'preset: no preset named "Z"'
 
 
 def test_the_readme_job_file_example_is_a_valid_job(tmp_path):
@@ -555,10 +785,17 @@ def test_the_readme_job_file_example_is_a_valid_job(tmp_path):
     (tmp_path / "trainctl.toml").write_text(example)
     job = load_job(tmp_path / "trainctl.toml")
     assert (job.kind, job.name, job.preset, job.fallback) == ("ultralytics", "yolo-boxes", "A", "B")
-    assert job.host == {"destination": "me@gpu-box", "workdir": "~/trainctl",
-                        "setup": "source ~/venv/bin/activate"}
-    assert job.stall == {"train_timeout": 120.0, "startup_timeout": 900.0,
-                         "startup_idle": 90.0, "silence_floor": 60.0}
+    assert job.host == {
+        "destination": "me@gpu-box",
+        "workdir": "~/trainctl",
+        "setup": "source ~/venv/bin/activate",
+    }
+    assert job.stall == {
+        "train_timeout": 120.0,
+        "startup_timeout": 900.0,
+        "startup_idle": 90.0,
+        "silence_floor": 60.0,
+    }
     assert job.load_preset().dataloader.workers == 2 and job.load_fallback().dataloader.workers == 0
 
 

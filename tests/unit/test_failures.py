@@ -1,31 +1,44 @@
 """Issue 16 point 5: failures explained (the last exception line, the traceback's tail),
 deterministic start-up errors in the catalog, "ETA unknown" once, [host] setup."""
+
 from __future__ import annotations
 
 import pytest
 
-from trainctl.core import events as E
 from trainctl.agent.attempt import with_setup
-from trainctl.core.tracebacks import last_exception
+from trainctl.core import events as E
 from trainctl.core.printer import Printer, format_event
-from trainctl.core.signatures import Catalog
 from trainctl.core.recovery import Outcome, RecoveryPolicy
+from trainctl.core.signatures import Catalog
+from trainctl.core.tracebacks import last_exception
 
 pytestmark = pytest.mark.timeout(10)
 
-TB = ["epoch 0 starting", "Traceback (most recent call last):",
-      '  File "/w/train.py", line 3, in <module>', "    import torch",
-      "ModuleNotFoundError: No module named 'torch'"]
+TB = [
+    "epoch 0 starting",
+    "Traceback (most recent call last):",
+    '  File "/w/train.py", line 3, in <module>',
+    "    import torch",
+    "ModuleNotFoundError: No module named 'torch'",
+]
 
 
 def test_last_exception_and_its_traceback_tail():
     exc, tail = last_exception(TB)
     assert exc == "ModuleNotFoundError: No module named 'torch'"
     assert tail[0].startswith("Traceback") and tail[-1] == exc
-    chained = ["Traceback (most recent call last):", '  File "a.py", line 1', "KeyError: 'x'", "",
-               "During handling of the above exception, another exception occurred:", "",
-               "Traceback (most recent call last):", '  File "a.py", line 4', *[f"    frame {i}" for i in range(9)],
-               "[rank0]: torch.distributed.DistBackendError: NCCL error in: x"]
+    chained = [
+        "Traceback (most recent call last):",
+        '  File "a.py", line 1',
+        "KeyError: 'x'",
+        "",
+        "During handling of the above exception, another exception occurred:",
+        "",
+        "Traceback (most recent call last):",
+        '  File "a.py", line 4',
+        *[f"    frame {i}" for i in range(9)],
+        "[rank0]: torch.distributed.DistBackendError: NCCL error in: x",
+    ]
     exc, tail = last_exception(chained)
     assert exc == "torch.distributed.DistBackendError: NCCL error in: x" and len(tail) == 6
     assert last_exception(["t.py: error: unrecognized arguments: --epoch 5"])[0].startswith("t.py: error")
@@ -44,19 +57,24 @@ def test_exit_event_round_trips_and_prints_the_tail():
 def test_the_failed_reason_names_the_exception():
     policy = RecoveryPolicy(None, None)
     d = policy.decide(Outcome("crash", False, 1, stop_reason="py.import_error: x", exception=TB[-1]))
-    assert d.action == "fail" and "exited with code 1 (ModuleNotFoundError: No module named 'torch')" in d.reason
+    assert (
+        d.action == "fail" and "exited with code 1 (ModuleNotFoundError: No module named 'torch')" in d.reason
+    )
 
 
-@pytest.mark.parametrize("line,sig", [
-    ("ModuleNotFoundError: No module named 'torch'", "py.import_error"),
-    ("ImportError: cannot import name 'x' from 'y' (/y/__init__.py)", "py.import_error"),
-    ("SyntaxError: invalid syntax", "py.syntax_error"),
-    ("python3: can't open file '/w/train.py': [Errno 2] No such file or directory", "py.script_missing"),
-    ("FileNotFoundError: [Errno 2] No such file or directory: 'data.yaml'", "py.script_missing"),
-    ("train.py: error: the following arguments are required: --data", "py.usage_error"),
-    ("RuntimeError: No CUDA GPUs are available", "rt.no_device"),
-    ("RuntimeError: HIP error: no ROCm-capable device is detected", "rt.no_device"),
-])
+@pytest.mark.parametrize(
+    "line,sig",
+    [
+        ("ModuleNotFoundError: No module named 'torch'", "py.import_error"),
+        ("ImportError: cannot import name 'x' from 'y' (/y/__init__.py)", "py.import_error"),
+        ("SyntaxError: invalid syntax", "py.syntax_error"),
+        ("python3: can't open file '/w/train.py': [Errno 2] No such file or directory", "py.script_missing"),
+        ("FileNotFoundError: [Errno 2] No such file or directory: 'data.yaml'", "py.script_missing"),
+        ("train.py: error: the following arguments are required: --data", "py.usage_error"),
+        ("RuntimeError: No CUDA GPUs are available", "rt.no_device"),
+        ("RuntimeError: HIP error: no ROCm-capable device is detected", "rt.no_device"),
+    ],
+)
 def test_start_up_errors_are_fatal_stops_before_the_first_batch_only(line, sig):
     cat = Catalog.load()
     got = cat.match(line)

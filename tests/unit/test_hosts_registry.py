@@ -1,12 +1,13 @@
 """Which host a target means (src/trainctl/hosts/registry.py): the one place that chooses."""
+
 from __future__ import annotations
 
 import json
 
 import pytest
 
-from trainctl.hosts import registry
 from trainctl.core.usage import UsageError
+from trainctl.hosts import registry
 from trainctl.hosts.box import SshBox
 from trainctl.hosts.local import LocalHost
 from trainctl.hosts.slurm.host import SlurmHost
@@ -14,6 +15,7 @@ from trainctl.hosts.slurm.host import SlurmHost
 
 def test_a_run_directory_is_this_machines_unless_it_is_a_slurm_runs(tmp_path):
     from trainctl.hosts.slurm import queue as slurm
+
     plain, queued, ran = tmp_path / "plain", tmp_path / "queued", tmp_path / "ran"
     for d in (plain, queued, ran):
         d.mkdir(mode=0o700)
@@ -45,11 +47,12 @@ def test_urls_destinations_and_rows_name_their_host():
 def test_a_registered_kind_is_asked_first_and_taken_back():
     class Mine:
         where = "mine://"
+
     mine = Mine()
     kind = registry.register(registry.Kind("mine", lambda t: mine if t.startswith("mine://") else None))
     try:
         assert registry.host_for("mine://x") is mine
-        assert registry.host_for_destination("mine://x") is mine   # `--host mine://x`
+        assert registry.host_for_destination("mine://x") is mine  # `--host mine://x`
         assert registry.host_for_row({"where": "mine://", "run_dir": "x"}) is mine
     finally:
         registry.unregister(kind)

@@ -1,6 +1,7 @@
 """The Transformers and Lightning integrations' parts that need neither library: version
 ranges, the progress throttle, the preset onto TrainingArguments and onto a real torch
 DataLoader, who owns SIGUSR1, and the agent's resume rules over real checkpoint files."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from trainctl.core import events as E
 from trainctl.agent.launch import INTEGRATION_RESUME
+from trainctl.core import events as E
 from trainctl.inside import Refused
 from trainctl.inside import lightning as L
 from trainctl.inside import transformers as T
@@ -37,6 +38,7 @@ def test_versions():
 def test_a_version_outside_the_tested_range_is_refused_and_nothing_is_patched(integration, version):
     def init(self):
         pass
+
     trainer = type("Trainer", (), {"__init__": init, "fit": None, "save_checkpoint": None, "train": None})
     module = types.SimpleNamespace(__version__=version, __name__="lib", Trainer=trainer, Callback=object)
     with pytest.raises(Refused, match="outside the tested range"):
@@ -47,10 +49,10 @@ def test_a_version_outside_the_tested_range_is_refused_and_nothing_is_patched(in
 def test_throttle_lets_the_first_steps_through_then_one_per_interval():
     now = [0.0]
     t = Throttle(0.5, clock=lambda: now[0])
-    assert [t.due() for _ in range(4)] == [True, True, True, False]   # the first steps go out
+    assert [t.due() for _ in range(4)] == [True, True, True, False]  # the first steps go out
     now[0] = 0.6
     assert t.due() and not t.due()
-    t.restart()                                                        # after a save
+    t.restart()  # after a save
     assert t.due() and t.due() and t.due() and not t.due()
     assert t.due(force=True)
 
@@ -70,25 +72,30 @@ def said(side: Path) -> list[E.Event]:
 
 
 def test_the_preset_goes_onto_trainingarguments_and_says_what_it_overrode(tmp_path):
-    s, side = session(tmp_path, '[dataloader]\nworkers = 0\n')
-    args = types.SimpleNamespace(dataloader_num_workers=4, dataloader_persistent_workers=True,
-                                 dataloader_prefetch_factor=2)
+    s, side = session(tmp_path, "[dataloader]\nworkers = 0\n")
+    args = types.SimpleNamespace(
+        dataloader_num_workers=4, dataloader_persistent_workers=True, dataloader_prefetch_factor=2
+    )
     changed = T.apply_preset(args, {"workers": 0}, s)
-    assert (args.dataloader_num_workers, args.dataloader_persistent_workers, args.dataloader_prefetch_factor) \
-        == (0, False, None)   # what PyTorch accepts without workers
+    assert (
+        args.dataloader_num_workers,
+        args.dataloader_persistent_workers,
+        args.dataloader_prefetch_factor,
+    ) == (0, False, None)  # what PyTorch accepts without workers
     assert changed["dataloader_num_workers"] == (4, 0)
     T.apply_preset(args, {"workers": 2, "multiprocessing_context": "spawn"}, s)
     events = said(side)
     over = [e for e in events if e.id == "trainctl.preset_overrides"][0]
     assert "dataloader_num_workers 4 -> 0" in over.text
     [lost] = [e for e in events if e.id == "trainctl.preset_not_applied"]
-    assert "multiprocessing_context" in lost.text   # the Trainer has no such argument
+    assert "multiprocessing_context" in lost.text  # the Trainer has no such argument
 
 
 def test_nothing_is_said_when_the_script_already_has_the_presets_values(tmp_path):
     s, side = session(tmp_path, "[dataloader]\nworkers = 2\n")
-    args = types.SimpleNamespace(dataloader_num_workers=2, dataloader_persistent_workers=False,
-                                 dataloader_prefetch_factor=None)
+    args = types.SimpleNamespace(
+        dataloader_num_workers=2, dataloader_persistent_workers=False, dataloader_prefetch_factor=None
+    )
     assert T.apply_preset(args, {"workers": 2}, s) == {}
     assert said(side) == []
 
@@ -108,10 +115,16 @@ def test_a_dataloader_made_with_workers_runs_in_process_under_workers_0():
 
 def test_a_dataloader_gets_the_presets_workers_and_context():
     dl = _loader()
-    changed = L.set_loader(dl, {"workers": 1, "prefetch_factor": 3, "multiprocessing_context": "fork",
-                                "persistent_workers": False})
-    assert changed == {"num_workers": (0, 1), "prefetch_factor": (None, 3), "multiprocessing_context": (None, "fork")}
-    assert sum(len(b[0]) for b in dl) == 8   # one forked worker loaded them
+    changed = L.set_loader(
+        dl,
+        {"workers": 1, "prefetch_factor": 3, "multiprocessing_context": "fork", "persistent_workers": False},
+    )
+    assert changed == {
+        "num_workers": (0, 1),
+        "prefetch_factor": (None, 3),
+        "multiprocessing_context": (None, "fork"),
+    }
+    assert sum(len(b[0]) for b in dl) == 8  # one forked worker loaded them
     assert dl.multiprocessing_context.get_start_method() == "fork"
 
 
@@ -129,7 +142,7 @@ def test_save_requests_never_take_a_sigusr1_handler_that_is_someone_elses(tmp_pa
         signal.signal(signal.SIGUSR1, signal.SIG_DFL)
         assert requests.claim() and requests.declare() and requests.declare()
         keys = [e.key for e in said(side)]
-        assert keys == ["instrument.no_save_on_request", "runner.save_on_request"], keys   # each once
+        assert keys == ["instrument.no_save_on_request", "runner.save_on_request"], keys  # each once
     finally:
         signal.signal(signal.SIGUSR1, before)
 
@@ -143,15 +156,18 @@ def reports_to(monkeypatch, side: Path) -> None:
 
 def test_a_restart_resumes_from_the_agents_checkpoint_over_the_scripts_own(tmp_path, monkeypatch):
     from trainctl.inside.callback_support import resume_argument
+
     s, side = session(tmp_path, None)
     reports_to(monkeypatch, side)
     good = trainer_dir(tmp_path / "out", 8)
     refuse = T._not_a_trainer_dir
-    assert resume_argument(s, "out/checkpoint-2", refuse, "resume_from_checkpoint") == "out/checkpoint-2"  # no restart
+    assert (
+        resume_argument(s, "out/checkpoint-2", refuse, "resume_from_checkpoint") == "out/checkpoint-2"
+    )  # no restart
     s.resume_from = good
     assert resume_argument(s, None, refuse, "resume_from_checkpoint") == str(good)
     assert resume_argument(s, True, refuse, "resume_from_checkpoint") == str(good)
-    s.resume_from = tmp_path / "model.ckpt"   # not of this library's shape: the script's own
+    s.resume_from = tmp_path / "model.ckpt"  # not of this library's shape: the script's own
     assert resume_argument(s, None, refuse, "resume_from_checkpoint") is None
     texts = [(e.key, e.text) for e in said(side)]
     assert texts[0] == ("runner.resume", f"resuming from {good} (resume_from_checkpoint)")
@@ -190,7 +206,7 @@ def rule_pick(name: str, tmp_path: Path, reported: list[str]) -> tuple[str | Non
 
 def test_transformers_rule_skips_a_checkpoint_the_trainer_did_not_finish(tmp_path):
     good = trainer_dir(tmp_path / "out", 4)
-    cut = trainer_dir(tmp_path / "out", 8, whole=False)   # killed before trainer_state.json
+    cut = trainer_dir(tmp_path / "out", 8, whole=False)  # killed before trainer_state.json
     stray = tmp_path / "model.pt"
     torch.save({}, stray)
     chosen, skipped = rule_pick("transformers", tmp_path, [str(good), str(cut), str(stray)])
@@ -203,7 +219,7 @@ def test_lightning_rule_skips_a_truncated_ckpt(tmp_path):
     older, newer = tmp_path / "a.ckpt", tmp_path / "b.ckpt"
     torch.save({"state_dict": {"w": torch.ones(64)}}, older)
     torch.save({"state_dict": {"w": torch.ones(64)}}, newer)
-    newer.write_bytes(newer.read_bytes()[:200])   # killed mid-write
+    newer.write_bytes(newer.read_bytes()[:200])  # killed mid-write
     chosen, skipped = rule_pick("lightning", tmp_path, [str(older), str(newer)])
     assert chosen == str(older)
     assert [s.split(":")[0] for s in skipped] == ["b.ckpt"], skipped
@@ -211,6 +227,7 @@ def test_lightning_rule_skips_a_truncated_ckpt(tmp_path):
 
 def test_a_callback_error_of_trainctls_is_said_once_and_never_reaches_the_training(tmp_path, monkeypatch):
     from trainctl.inside.callback_support import guarded
+
     side = tmp_path / "side.jsonl"
     side.touch()
     reports_to(monkeypatch, side)

@@ -2,16 +2,17 @@
 start-up error's wording ("No CUDA GPUs are available", ModuleNotFoundError) ends the run
 FAILED only before the attempt's first batch; after a batch the same line is a warning.
 Real lines through the real OutputFeed, parser and catalog; only the clock is a counter."""
+
 from __future__ import annotations
 
 import itertools
 
 import pytest
 
-from trainctl.core import events as E
 from trainctl.agent.context import RunConfig, RunContext
-from trainctl.core.signatures import Catalog
 from trainctl.agent.intake import Intake
+from trainctl.core import events as E
+from trainctl.core.signatures import Catalog
 from trainctl.store.journal import Journal, read_events
 from trainctl.store.paths import RunFiles
 from trainctl.store.spec import RunSpec
@@ -20,14 +21,17 @@ pytestmark = pytest.mark.timeout(20)
 
 NO_DEVICE = b"RuntimeError: No CUDA GPUs are available\n"
 NO_MODULE = b"ModuleNotFoundError: No module named 'torch'\n"
-BATCH = b"Epoch 2/10: 37/500 loss=0.41\n"          # a plain loop's progress line
+BATCH = b"Epoch 2/10: 37/500 loss=0.41\n"  # a plain loop's progress line
 
 
 def context(tmp_path, clock) -> RunContext:
     """A context as the service builds one, without an agent: given its journal and catalog."""
     files = RunFiles(tmp_path)
-    return RunContext(RunConfig(files, RunSpec("t", "command", ["python", "train.py"]), clock),
-                      Journal(files.events), Catalog.load())
+    return RunContext(
+        RunConfig(files, RunSpec("t", "command", ["python", "train.py"]), clock),
+        Journal(files.events),
+        Catalog.load(),
+    )
 
 
 def intake(tmp_path) -> Intake:
@@ -59,13 +63,13 @@ def test_after_the_first_batch_the_same_line_is_only_a_warning(tmp_path, line, s
     assert taken.seen_progress and taken.ctx.facts.furthest == (2, 37)
     taken.on_output(line)
     assert taken.fatal_stop is None
-    assert warnings(taken) == [sig]   # still reported, with its advice
+    assert warnings(taken) == [sig]  # still reported, with its advice
 
 
 def test_a_new_attempt_is_before_its_first_batch_again(tmp_path):
     taken = intake(tmp_path)
     taken.on_output(BATCH)
-    taken.begin(taken.ctx.clock())          # the restart: a new trainer, no batch yet
+    taken.begin(taken.ctx.clock())  # the restart: a new trainer, no batch yet
     assert not taken.seen_progress
     taken.on_output(NO_DEVICE)
     assert taken.fatal_stop is not None and taken.fatal_stop.startswith("rt.no_device: ")
@@ -75,20 +79,23 @@ def test_a_signature_without_before_progress_stays_fatal_after_progress(tmp_path
     taken = intake(tmp_path)
     taken.on_output(BATCH)
     taken.on_output(b"torch._dynamo.exc.BackendCompilerFailed: backend='inductor' raised:\n")
-    assert taken.fatal_stop is None   # suggest_preset, not stop: no fatal stop either way
+    assert taken.fatal_stop is None  # suggest_preset, not stop: no fatal stop either way
     taken.on_output(b"RuntimeError: CUDA error: device-side assert triggered\n")
     assert taken.fatal_stop is not None and taken.fatal_stop.startswith("rt.device_assert: ")
 
 
 def _unknown_output(taken: Intake, now: list[float], lines: int) -> None:
-    for i in range(lines):   # bursts a second apart, in no format trainctl knows
+    for i in range(lines):  # bursts a second apart, in no format trainctl knows
         now[0] += 1.0
         taken.on_output(f"step {i} of something\n".encode())
 
 
 def _said(taken: Intake) -> list[str]:
-    return [ev.key for ev in read_events(taken.ctx.files.events)
-            if isinstance(ev, E.Info) and ev.key == "no_progress_format"]
+    return [
+        ev.key
+        for ev in read_events(taken.ctx.files.events)
+        if isinstance(ev, E.Info) and ev.key == "no_progress_format"
+    ]
 
 
 @pytest.mark.parametrize("attaches", [True, False])
@@ -100,15 +107,18 @@ def test_no_progress_format_is_not_said_where_an_integration_attaches(tmp_path, 
     ctx.facts.instrumented = True
     taken = Intake(ctx)
     taken.begin(now[0])
-    _unknown_output(taken, now, 21)   # an unknown format: 20 lines with no progress read
-    assert ctx.detector.watching_silence and _said(taken) == []   # not yet: 2 s for the side channel
+    _unknown_output(taken, now, 21)  # an unknown format: 20 lines with no progress read
+    assert ctx.detector.watching_silence and _said(taken) == []  # not yet: 2 s for the side channel
     if attaches:
         now[0] += 0.5
-        taken.on_side_line(E.encode(E.Info(now[0], "integration attached: ultralytics 8.4.190",
-                                           "instrument.attached.ultralytics")).encode())
+        taken.on_side_line(
+            E.encode(
+                E.Info(now[0], "integration attached: ultralytics 8.4.190", "instrument.attached.ultralytics")
+            ).encode()
+        )
     for _ in range(6):
         now[0] += 0.5
-        taken.say_unknown_format(now[0])   # the watch loop, every 0.5 s
+        taken.say_unknown_format(now[0])  # the watch loop, every 0.5 s
     _unknown_output(taken, now, 3)
     assert _said(taken) == ([] if attaches else ["no_progress_format"])
 
@@ -121,10 +131,16 @@ def test_a_refusal_on_the_side_channel_leaves_the_console_watched_for_silence(tm
     ctx = context(tmp_path, lambda: now[0])
     taken = Intake(ctx)
     taken.begin(now[0])
-    taken.on_side_line(E.encode(E.Info(now[0], "integration not attached: console parsing",
-                                       "instrument.refused.ultralytics")).encode())
+    taken.on_side_line(
+        E.encode(
+            E.Info(now[0], "integration not attached: console parsing", "instrument.refused.ultralytics")
+        ).encode()
+    )
     _unknown_output(taken, now, 21)
     assert ctx.detector.watching_silence
-    taken.on_side_line(E.encode(E.Info(now[0], "integration attached: ultralytics 8.4.190",
-                                       "instrument.attached.ultralytics")).encode())
+    taken.on_side_line(
+        E.encode(
+            E.Info(now[0], "integration attached: ultralytics 8.4.190", "instrument.attached.ultralytics")
+        ).encode()
+    )
     assert not ctx.detector.watching_silence

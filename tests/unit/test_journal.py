@@ -18,7 +18,7 @@ def test_journal_numbers_events_and_survives_reopen_and_a_torn_line(tmp_path):
     j.close()
     assert c.seq == 2
     with open(path, "a") as f:
-        f.write('{"ts": 4.0, "type": "pha')   # agent killed mid-write
+        f.write('{"ts": 4.0, "type": "pha')  # agent killed mid-write
     evs = list(read_events(path))
     assert [e.seq for e in evs] == [0, 1, 2]
     assert evs[1] == b and evs[1].losses == {"loss": 1.0}
@@ -76,21 +76,22 @@ def test_compact_progress_lines_read_back_and_are_small(tmp_path):
     j.append(yolo(3002.0, 26, 3, losses={"loss": float("nan")}))
     j.close()
     got = list(read_events(path))
-    assert got[:-1] == written and got[-1].losses["loss"] != got[-1].losses["loss"]   # NaN
-    assert written[1].ts == 2.0                      # to the millisecond, live and journaled alike
+    assert got[:-1] == written and got[-1].losses["loss"] != got[-1].losses["loss"]  # NaN
+    assert written[1].ts == 2.0  # to the millisecond, live and journaled alike
     lines = path.read_bytes().splitlines(True)
     compact = [line for line in lines[2:1000] if b'"k"' not in line]
     assert compact and max(len(line) for line in compact) <= 100, compact[0]
-    assert sum(b'"k"' in line for line in lines) <= 2 + 2500 // 1000 + 2 + 2   # restated rarely
+    assert sum(b'"k"' in line for line in lines) <= 2 + 2500 // 1000 + 2 + 2  # restated rarely
 
 
 def test_an_old_journal_goes_on_compact_and_reads_as_one(tmp_path):
     from pathlib import Path
+
     old = Path(__file__).resolve().parents[1] / "data" / "journals" / "handmade_run.jsonl"
     path = tmp_path / "events.jsonl"
     path.write_bytes(old.read_bytes())
     before = list(read_events(path))
-    j = Journal(path)                                # an agent of this version goes on with it
+    j = Journal(path)  # an agent of this version goes on with it
     more = [j.append(yolo(2e9 + i, 3, 100 + i)) for i in range(5)]
     j.close()
     assert list(read_events(path)) == before + more
@@ -113,12 +114,12 @@ def test_a_lost_restating_line_loses_the_names_not_the_values_wrongly(tmp_path):
     j = Journal(path)
     j.append(yolo(1.0, 1, 1))
     j.append(yolo(2.0, 1, 2))
-    j.append(yolo(3.0, 1, 3, losses={"a": 1.0, "b": 2.0}))   # the names change: restated here
+    j.append(yolo(3.0, 1, 3, losses={"a": 1.0, "b": 2.0}))  # the names change: restated here
     j.append(yolo(4.0, 1, 4, losses={"a": 1.5, "b": 2.5}))
     j.close()
     lines = path.read_bytes().splitlines(True)
-    lines[2] = b"\x00" * (len(lines[2]) - 1) + b"\n"           # that line lost (a bad sector)
+    lines[2] = b"\x00" * (len(lines[2]) - 1) + b"\n"  # that line lost (a bad sector)
     path.write_bytes(b"".join(lines))
     got = list(read_events(path))
     assert [e.seq for e in got] == [0, 1, 3]
-    assert got[2].losses == {} and got[2].batch == 4            # not box/cls/dfl names on a, b
+    assert got[2].losses == {} and got[2].batch == 4  # not box/cls/dfl names on a, b

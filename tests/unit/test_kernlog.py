@@ -1,4 +1,5 @@
 """KernelLogFollower with real processes standing in for dmesg / journalctl."""
+
 from __future__ import annotations
 
 import sys
@@ -8,8 +9,8 @@ import time
 import psutil
 import pytest
 
-from trainctl.system.kernlog import DEFAULT_COMMANDS, KernelLogCommand, KernelLogFollower
 from trainctl.core.signatures import WarningMatcher
+from trainctl.system.kernlog import DEFAULT_COMMANDS, KernelLogCommand, KernelLogFollower
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -86,8 +87,11 @@ def test_real_lines_reach_on_line_and_the_matcher(follow):
 
 def test_stop_kills_the_follower_and_its_children(follow):
     # the stand-in starts a child of its own, like a wrapper script would
-    script = printer(["ready"], then="import subprocess; subprocess.Popen(['sleep', '60']); "
-                                    "print('child', flush=True); time.sleep(60)")
+    script = printer(
+        ["ready"],
+        then="import subprocess; subprocess.Popen(['sleep', '60']); "
+        "print('child', flush=True); time.sleep(60)",
+    )
     f, c = follow([script])
     c.wait(lambda: c.lines[-1:] == ["child"])
     pid = f.pid
@@ -104,30 +108,43 @@ def test_stop_kills_the_follower_and_its_children(follow):
 
 
 def test_unreadable_kernel_log_gives_one_info_and_stops(follow):
-    denied = [PY, "-c", "import sys; sys.stderr.write('dmesg: read kernel buffer failed: "
-                        "Operation not permitted\\n'); sys.exit(1)"]
+    denied = [
+        PY,
+        "-c",
+        "import sys; sys.stderr.write('dmesg: read kernel buffer failed: "
+        "Operation not permitted\\n'); sys.exit(1)",
+    ]
     f, c = follow([denied, ["trainctl-no-such-dmesg", "-w"], denied])
     c.wait(lambda: c.infos)
     assert f.wait(5)
     assert len(c.infos) == 1 and c.lines == []
     info = c.infos[0]
-    assert info.startswith("kernel log not readable: dmesg: read kernel buffer failed: Operation not permitted")
+    assert info.startswith(
+        "kernel log not readable: dmesg: read kernel buffer failed: Operation not permitted"
+    )
     assert "trainctl-no-such-dmesg: not installed" in info
     assert info.count("Operation not permitted") == 1  # the same reason once
     assert info.endswith("amdgpu/Xid lines will not be seen")
 
 
 def test_falls_back_to_the_next_command(follow):
-    unknown = [PY, "-c", "import sys; sys.stderr.write(\"dmesg: unrecognized option '--follow-new'\\n\"); "
-                         "sys.exit(1)"]
+    unknown = [
+        PY,
+        "-c",
+        "import sys; sys.stderr.write(\"dmesg: unrecognized option '--follow-new'\\n\"); sys.exit(1)",
+    ]
     f, c = follow([unknown, printer(KERNEL_LINES[:1])])
     c.wait(lambda: c.lines)
     assert c.lines == KERNEL_LINES[:1] and c.infos == []
 
 
 def test_a_follower_that_runs_but_cannot_see_the_log_is_dropped(follow):
-    silent = [PY, "-c", "import sys, time; sys.stderr.write('Hint: You are currently not seeing messages "
-                        "from other users and the system.\\n'); sys.stderr.flush(); time.sleep(60)"]
+    silent = [
+        PY,
+        "-c",
+        "import sys, time; sys.stderr.write('Hint: You are currently not seeing messages "
+        "from other users and the system.\\n'); sys.stderr.flush(); time.sleep(60)",
+    ]
     f, c = follow([silent], probe_s=0.3)
     c.wait(lambda: c.infos)
     assert "not seeing messages" in c.infos[0] and c.lines == []

@@ -1,5 +1,6 @@
 """Run-directory safety (issue 14, 5): new and private, never chmodded when not ours, files
 opened without following links, names checked."""
+
 from __future__ import annotations
 
 import os
@@ -7,9 +8,18 @@ import stat
 
 import pytest
 
-from trainctl.store.journal import Journal
 from trainctl.core.events import Info
-from trainctl.store.paths import MAX_NAME, BadNameError, UnsafePathError, check_name, check_run_dir, create_run_dir, make_private_dir, open_private
+from trainctl.store.journal import Journal
+from trainctl.store.paths import (
+    MAX_NAME,
+    BadNameError,
+    UnsafePathError,
+    check_name,
+    check_run_dir,
+    create_run_dir,
+    make_private_dir,
+    open_private,
+)
 
 
 def mode(p):
@@ -26,7 +36,7 @@ def test_create_run_dir_is_new_and_private(tmp_path):
 def test_make_private_dir_never_chmods_a_directory_it_did_not_make(tmp_path):
     shared = tmp_path / "shared"
     shared.mkdir()
-    os.chmod(shared, 0o1777)            # like /tmp
+    os.chmod(shared, 0o1777)  # like /tmp
     with pytest.raises(UnsafePathError, match="writable by group or others"):
         make_private_dir(shared)
     assert mode(shared) == 0o1777
@@ -50,7 +60,7 @@ def test_check_run_dir(tmp_path):
     (stuff / "notes.txt").write_text("x")
     with pytest.raises(UnsafePathError, match="not empty and not a trainctl run"):
         check_run_dir(stuff)
-    (stuff / "events.jsonl").symlink_to(stuff / "notes.txt")   # a link is no marker
+    (stuff / "events.jsonl").symlink_to(stuff / "notes.txt")  # a link is no marker
     with pytest.raises(UnsafePathError, match="not empty"):
         check_run_dir(stuff)
     os.chmod(empty, 0o770)
@@ -76,7 +86,7 @@ def test_open_private_creates_exclusively_and_refuses_links(tmp_path):
     assert mode(p) == 0o600
     with pytest.raises(FileExistsError):
         open_private(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL)
-    os.close(open_private(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND))   # reopen: ours
+    os.close(open_private(p, os.O_WRONLY | os.O_CREAT | os.O_APPEND))  # reopen: ours
     target = tmp_path / "victim"
     target.write_text("keep")
     planted = tmp_path / "planted"
@@ -102,13 +112,28 @@ def test_journal_refuses_a_planted_link_and_reopens_its_own(tmp_path):
     j = Journal(run / "events.jsonl")
     j.append(Info(ts=1.0, text="a"))
     j.close()
-    j = Journal(run / "events.jsonl")      # an adopting agent goes on counting
+    j = Journal(run / "events.jsonl")  # an adopting agent goes on counting
     assert j.next_seq == 1
     j.close()
 
 
-@pytest.mark.parametrize("name", ["..", ".", "a/b", "../x", "-rf", ".hidden", "a\x1b]0;t\x07",
-                                  "tab\tname", "x" * (MAX_NAME + 1), "", "a..b", "a\\b"])
+@pytest.mark.parametrize(
+    "name",
+    [
+        "..",
+        ".",
+        "a/b",
+        "../x",
+        "-rf",
+        ".hidden",
+        "a\x1b]0;t\x07",
+        "tab\tname",
+        "x" * (MAX_NAME + 1),
+        "",
+        "a..b",
+        "a\\b",
+    ],
+)
 def test_check_name_refuses(name):
     with pytest.raises(BadNameError) as e:
         check_name(name, "job name")

@@ -1,5 +1,6 @@
 """The projection: the seeds' hand arithmetic, edge cases, the at-risk warning, the rate
 history, and replays of recorded real runs (tests/data/runs/)."""
+
 from __future__ import annotations
 
 import datetime as dt
@@ -11,17 +12,17 @@ from pathlib import Path
 import pytest
 
 from trainctl.core import events as E
-from trainctl.store.journal import read_events
 from trainctl.core.projection import REARM_S, Projector
 from trainctl.core.projection_text import format_projection, format_what_if, humanize_duration
 from trainctl.core.rates import RateHistory, RateMeter
+from trainctl.store.journal import read_events
 
 pytestmark = pytest.mark.timeout(30)
 
 RUNS = Path(__file__).resolve().parent.parent / "data" / "runs"
-BATCHES, EPOCHS = 41_163, 50          # the seeds' run
+BATCHES, EPOCHS = 41_163, 50  # the seeds' run
 TOTAL = BATCHES * EPOCHS
-T0 = dt.datetime(2025, 11, 14, 22, 5).timestamp()       # "Nov 14, 10:05 PM: training started"
+T0 = dt.datetime(2025, 11, 14, 22, 5).timestamp()  # "Nov 14, 10:05 PM: training started"
 DEADLINE = dt.datetime(2025, 11, 30, 0, 0).timestamp()
 COST_PER_HOUR = 1.57
 
@@ -31,8 +32,17 @@ def local_day(ts: float) -> tuple[int, int]:
     return t.tm_mon, t.tm_mday
 
 
-def feed_steady(pj: Projector, t: float, epoch: int, batch: int, rate: float, n: int,
-                every_s: float = 10.0, batches: int = BATCHES, epochs: int = EPOCHS) -> tuple[float, int]:
+def feed_steady(
+    pj: Projector,
+    t: float,
+    epoch: int,
+    batch: int,
+    rate: float,
+    n: int,
+    every_s: float = 10.0,
+    batches: int = BATCHES,
+    epochs: int = EPOCHS,
+) -> tuple[float, int]:
     """n progress events, every `every_s` seconds, `rate * every_s` batches apart (one epoch);
     returns the last (ts, batch)."""
     step = round(rate * every_s)
@@ -46,8 +56,13 @@ def feed_steady(pj: Projector, t: float, epoch: int, batch: int, rate: float, n:
 # ---------------------------------------------------------------------------- the seeds
 def test_seeds_a_versus_b_arithmetic():
     """2.4 it/s -> Nov 24; B (workers=0, 2.1 it/s) -> Nov 26 with days of buffer; cost at $1.57/h."""
-    pj = Projector(deadline=DEADLINE, cost_per_hour=COST_PER_HOUR, budget=500.0, preset="A",
-                   expected_rates={"A": 2.4, "B": 2.1})
+    pj = Projector(
+        deadline=DEADLINE,
+        cost_per_hour=COST_PER_HOUR,
+        budget=500.0,
+        preset="A",
+        expected_rates={"A": 2.4, "B": 2.1},
+    )
     pj.on_event(E.Start(T0, 1, 100, "A"))
     startup = 60.0
     t_last, b_last = feed_steady(pj, T0 + startup, 1, 24, 2.4, 61)
@@ -57,28 +72,30 @@ def test_seeds_a_versus_b_arithmetic():
     assert p.rate == pytest.approx(2.4, rel=1e-12)
     eta_a = t_last + (TOTAL - b_last) / 2.4
     assert p.eta == pytest.approx(eta_a, abs=1e-3)
-    assert local_day(p.eta) == (11, 24)                       # "complete Nov 24-25"
+    assert local_day(p.eta) == (11, 24)  # "complete Nov 24-25"
     assert p.buffer_s == pytest.approx(DEADLINE - eta_a, abs=1e-3)
     assert p.cost_so_far == pytest.approx(660.0 / 3600 * 1.57)
     assert p.cost_at_eta == pytest.approx((eta_a - T0) / 3600 * 1.57, rel=1e-9)
     assert p.eta_low == pytest.approx(eta_a) and p.eta_high == pytest.approx(eta_a)
     assert p.budget == 500.0 and p.lost_s == 0.0
 
-    (b,) = p.what_if                                          # every OTHER known preset
+    (b,) = p.what_if  # every OTHER known preset
     # A measured at its declared 2.4: B's declared 2.1 scaled by 2.4 / 2.4
     assert (b["preset"], b["rate"], b["source"], b["declared"]) == ("B", 2.1, "scaled", 2.1)
-    eta_b = t_last + startup + TOTAL / 2.1                    # restart now, from batch 0
+    eta_b = t_last + startup + TOTAL / 2.1  # restart now, from batch 0
     assert b["eta"] == pytest.approx(eta_b, abs=1e-3)
-    assert local_day(b["eta"]) == (11, 26)                    # "Complete: Nov 26"
+    assert local_day(b["eta"]) == (11, 26)  # "Complete: Nov 26"
     assert b["buffer_s"] == pytest.approx(DEADLINE - eta_b, abs=1e-3)
-    assert 3 * 86400 < b["buffer_s"] < 4 * 86400              # "~4 days before deadline"
+    assert 3 * 86400 < b["buffer_s"] < 4 * 86400  # "~4 days before deadline"
     assert b["cost_at_eta"] == pytest.approx((eta_b - T0) / 3600 * 1.57, rel=1e-9)
 
     lines = format_projection(p, t_last)
     assert lines[0].startswith("ETA Nov 24 ") and "(in 9 d 22 h)" in lines[0] and "2.40 it/s" in lines[0]
     assert lines[1] == f"deadline Nov 30 00:00: buffer +{humanize_duration(DEADLINE - eta_a)}"
-    assert lines[2] == f"cost $0.29 so far, ${(eta_a - T0) / 3600 * 1.57:,.0f} at ETA; budget $500 " \
-                       f"(${500 - (eta_a - T0) / 3600 * 1.57:,.0f} to spare)"
+    assert (
+        lines[2] == f"cost $0.29 so far, ${(eta_a - T0) / 3600 * 1.57:,.0f} at ETA; budget $500 "
+        f"(${500 - (eta_a - T0) / 3600 * 1.57:,.0f} to spare)"
+    )
     assert lines[-1].startswith("B (~2.1 it/s: declared 2.1, scaled to A's measured): ETA Nov 26 ")
     assert f"buffer +{humanize_duration(DEADLINE - eta_b)}" in lines[-1]
 
@@ -86,10 +103,9 @@ def test_seeds_a_versus_b_arithmetic():
 def test_seeds_eight_hours_lost_to_a_hang_then_restart_from_checkpoint():
     """Hang at batch 4,886 of epoch 2 found 8 h later: 8 h x $1.57 = $12.56 lost, plus the
     redone part of epoch 2 after the restart from the epoch-1 checkpoint."""
-    pj = Projector(cost_per_hour=COST_PER_HOUR, budget=15.0, preset="B",
-                   expected_rates={"A": 2.4, "B": None})
+    pj = Projector(cost_per_hour=COST_PER_HOUR, budget=15.0, preset="B", expected_rates={"A": 2.4, "B": None})
     pj.on_event(E.Start(T0, 1, 100, "B"))
-    pj.on_event(E.Checkpoint(T0 + 1, "/run/last.pt", 1))     # a resumed run: epoch 1 done
+    pj.on_event(E.Checkpoint(T0 + 1, "/run/last.pt", 1))  # a resumed run: epoch 1 done
     t_hang, batch = feed_steady(pj, T0 + 30.0, 2, 4886 - 24 * 60, 2.4, 61)
     assert batch == 4886
     stall_at = t_hang + 8 * 3600
@@ -101,14 +117,14 @@ def test_seeds_eight_hours_lost_to_a_hang_then_restart_from_checkpoint():
     pj.on_event(E.Exit(stall_at + 2, -9, "SIGKILL"))
     pj.on_event(E.Restart(stall_at + 3, 2, "stall", "B", "/run/last.pt"))
     p = pj.project(stall_at + 3)
-    redo = 4886 / 2.4                                          # back to the end of epoch 1
+    redo = 4886 / 2.4  # back to the end of epoch 1
     assert p.lost_s == pytest.approx(8 * 3600 + 3 + 30 + redo)  # + the startup (30 s, learned)
-    assert p.rate == pytest.approx(2.4)                        # the preset's rate survives
+    assert p.rate == pytest.approx(2.4)  # the preset's rate survives
     # in the new attempt's startup: startup (30 s, learned) + all of epochs 2..50 at 2.4 it/s
     assert p.eta == pytest.approx(stall_at + 3 + 30 + (TOTAL - BATCHES) / 2.4, abs=1e-3)
 
     pj.on_event(E.Start(stall_at + 4, 2, 101, "B"))
-    t, b = feed_steady(pj, stall_at + 34, 2, 24, 2.4, 205)     # past batch 4886 again
+    t, b = feed_steady(pj, stall_at + 34, 2, 24, 2.4, 205)  # past batch 4886 again
     assert b >= 4886
     crossed = [(stall_at + 34 + 10 * i, 24 + 24 * i) for i in range(205) if 24 + 24 * i >= 4886][0]
     p = pj.project(t)
@@ -117,7 +133,7 @@ def test_seeds_eight_hours_lost_to_a_hang_then_restart_from_checkpoint():
     # 8 h idle, 34 s until batch 24 of the new attempt, then batches 24..4886 again
     assert p.lost_s == pytest.approx(8 * 3600 + 34 + (4886 - 24) / 2.4, abs=1e-6)
     assert p.cost_so_far == pytest.approx((t - T0) / 3600 * COST_PER_HOUR)  # all attempts
-    assert pj.at_risk(t).id == "budget.at_risk"                # $15 of credit is far too little
+    assert pj.at_risk(t).id == "budget.at_risk"  # $15 of credit is far too little
     assert any("lost to stalls and restarts: 8 h" in line for line in format_projection(p, t))
 
 
@@ -130,7 +146,7 @@ def test_nothing_seen_yet_and_no_rate_yet():
     p = pj.project(T0 + 3600)
     assert (p.eta, p.buffer_s, p.rate, p.cost_at_eta) == (None, None, None, None)
     assert p.cost_so_far == pytest.approx(1.0)
-    pj.on_event(E.Progress(T0 + 10, 1, 2, 1, 100))             # one point: no interval yet
+    pj.on_event(E.Progress(T0 + 10, 1, 2, 1, 100))  # one point: no interval yet
     p = pj.project(T0 + 11)
     assert p.eta is None and p.rate is None
     assert format_projection(p, T0 + 11)[0] == "ETA unknown: no rate yet"
@@ -140,35 +156,41 @@ def test_nothing_seen_yet_and_no_rate_yet():
 def test_rate_zero_gives_no_eta():
     pj = Projector(preset="A", expected_rates={"A": None, "B": 0.0})
     pj.on_event(E.Start(T0, 1, 1, "A"))
-    for i in range(60):                                        # the counter never moves
+    for i in range(60):  # the counter never moves
         pj.on_event(E.Progress(T0 + 10 * i, 1, 5, 7, 100))
     p = pj.project(T0 + 600)
     assert p.rate is None and p.eta is None and p.buffer_s is None
-    assert p.what_if == ()                                     # no rate: no what-if
+    assert p.what_if == ()  # no rate: no what-if
     pj2 = Projector(preset="A", expected_rates={"A": None, "B": 0.0})
     feed_steady(pj2, T0, 1, 1, 1.0, 10, every_s=10.0, batches=1000, epochs=2)
     (b,) = pj2.project(T0 + 100).what_if
-    assert b == {"preset": "B", "rate": None, "source": "unknown", "eta": None,
-                 "buffer_s": None, "cost_at_eta": None}
+    assert b == {
+        "preset": "B",
+        "rate": None,
+        "source": "unknown",
+        "eta": None,
+        "buffer_s": None,
+        "cost_at_eta": None,
+    }
     assert format_what_if(b, T0) == "B (rate unknown): no ETA"
 
 
 def test_unknown_total():
     pj = Projector()
-    for i in range(10):                                        # epochs unknown
+    for i in range(10):  # epochs unknown
         pj.on_event(E.Progress(T0 + i, 3, None, 10 * i + 1, 1000))
     p = pj.project(T0 + 10)
     assert p.rate == pytest.approx(10.0) and p.eta is None
     assert format_projection(p, T0 + 10)[0] == "ETA unknown: total work unknown at 10.00 it/s"
     pj = Projector()
-    for i in range(10):                                        # batches unknown
+    for i in range(10):  # batches unknown
         pj.on_event(E.Progress(T0 + i, 1, 5, 10 * i + 1, None))
     assert pj.project(T0 + 10).eta is None
-    pj = Projector()                                           # one unlabelled pass: steps/total
+    pj = Projector()  # one unlabelled pass: steps/total
     for i in range(10):
         pj.on_event(E.Progress(T0 + i, None, None, 10 * i + 1, 1000))
     assert pj.project(T0 + 9).eta == pytest.approx(T0 + 9 + (1000 - 91) / 10.0)
-    pj.on_event(E.Progress(T0 + 10, None, None, 5, 1000))      # ...that restarted by itself
+    pj.on_event(E.Progress(T0 + 10, None, None, 5, 1000))  # ...that restarted by itself
     assert pj.project(T0 + 10).eta is None
 
 
@@ -187,14 +209,14 @@ def test_resumed_run_and_epoch_rollover_never_give_a_negative_rate():
     pj = Projector(preset="A")
     pj.on_event(E.Start(T0, 1, 1, "A"))
     t = T0
-    for epoch in (12, 13):                                     # a resumed run starts at epoch 12
+    for epoch in (12, 13):  # a resumed run starts at epoch 12
         for b in range(10, 101, 10):
             t += 1.0
             pj.on_event(E.Progress(t, epoch, 20, b, 100))
     p = pj.project(t)
     assert p.rate == pytest.approx(10.0)
-    assert p.eta == pytest.approx(t + 7 * 100 / 10.0 + 7 * 0.0)   # rollover took no extra time
-    pj.on_event(E.Progress(t + 1, 13, 20, 3, 100))             # the counter went back, no restart
+    assert p.eta == pytest.approx(t + 7 * 100 / 10.0 + 7 * 0.0)  # rollover took no extra time
+    pj.on_event(E.Progress(t + 1, 13, 20, 3, 100))  # the counter went back, no restart
     pj.on_event(E.Progress(t + 2, 13, 20, 13, 100))
     assert pj.project(t + 2).rate > 0
 
@@ -204,13 +226,13 @@ def test_restart_keeps_the_preset_rate_then_uses_the_new_attempt():
     pj.on_event(E.Start(T0, 1, 1, "A"))
     t, _ = feed_steady(pj, T0 + 5, 1, 10, 4.0, 40, batches=100_000, epochs=1)
     assert pj.project(t).rate == pytest.approx(4.0)
-    pj.on_event(E.Restart(t + 1, 2, "stall", "A", None))       # no resume: from scratch
+    pj.on_event(E.Restart(t + 1, 2, "stall", "A", None))  # no resume: from scratch
     pj.on_event(E.Start(t + 2, 2, 2, "A"))
     p = pj.project(t + 3)
-    assert p.rate == pytest.approx(4.0)                        # measured beats declared 1.0
-    assert p.eta == pytest.approx(t + 3 + (5 - 1) + 100_000 / 4.0)   # startup 5 s learned
+    assert p.rate == pytest.approx(4.0)  # measured beats declared 1.0
+    assert p.eta == pytest.approx(t + 3 + (5 - 1) + 100_000 / 4.0)  # startup 5 s learned
     t2, _ = feed_steady(pj, t + 7, 1, 10, 3.0, 3, batches=100_000, epochs=1)
-    assert pj.project(t2).rate == pytest.approx(4.0)           # 2 intervals: not trusted yet
+    assert pj.project(t2).rate == pytest.approx(4.0)  # 2 intervals: not trusted yet
     t3, _ = feed_steady(pj, t2 + 10, 1, 100, 3.0, 10, batches=100_000, epochs=1)
     assert pj.project(t3).rate == pytest.approx(3.0)
 
@@ -223,14 +245,15 @@ def test_a_hang_before_the_first_batch_is_lost_time():
     pj.on_event(E.Restart(T0 + 601, 2, "stall", "B", None))
     pj.on_event(E.Start(T0 + 602, 2, 2, "B"))
     t, _ = feed_steady(pj, T0 + 620, 1, 10, 1.0, 10, batches=1000, epochs=1)
-    assert pj.project(t).lost_s == pytest.approx(620)   # until the first batch of attempt 2
+    assert pj.project(t).lost_s == pytest.approx(620)  # until the first batch of attempt 2
 
 
 def test_what_if_prefers_measured_over_declared(tmp_path):
     hist = RateHistory(tmp_path / "rates.json")
     hist.record("yolo", "B", 2.05, T0 - 86400)
-    pj = Projector(deadline=DEADLINE, preset="A", expected_rates={"A": 2.4, "B": 2.1, "C": 3.0},
-                   history=hist, job="yolo")
+    pj = Projector(
+        deadline=DEADLINE, preset="A", expected_rates={"A": 2.4, "B": 2.1, "C": 3.0}, history=hist, job="yolo"
+    )
     pj.on_event(E.Start(T0, 1, 1, "A"))
     t, _ = feed_steady(pj, T0, 1, 24, 2.4, 10)
     items = {w["preset"]: w for w in pj.project(t).what_if}
@@ -266,7 +289,7 @@ def test_a_pause_does_not_move_the_rate_but_a_slowdown_does():
 def test_band_from_the_spread_of_recent_rates():
     meter = RateMeter(300.0)
     t, g = T0, 0
-    for i in range(120):                                       # alternating 2.0 / 3.0 it/s
+    for i in range(120):  # alternating 2.0 / 3.0 it/s
         dt_ = 10.0
         g += 20 if (i // 6) % 2 == 0 else 30
         t += dt_
@@ -275,30 +298,30 @@ def test_band_from_the_spread_of_recent_rates():
     assert 2.0 <= est.low < est.rate < est.high <= 3.0
     pj = Projector(deadline=T0 + 10**6)
     g = 0
-    for i in range(60):                                        # blocks of 2.0 and 3.0 it/s
+    for i in range(60):  # blocks of 2.0 and 3.0 it/s
         g += 20 if (i // 6) % 2 == 0 else 30
         pj.on_event(E.Progress(T0 + 10 * i, 1, 1, g, 100_000))
     p = pj.project(T0 + 590)
     assert p.eta_low < p.eta < p.eta_high
-    assert p.eta_high - p.eta_low > 0.2 * (p.eta - T0)          # a real spread, not rounding
+    assert p.eta_high - p.eta_low > 0.2 * (p.eta - T0)  # a real spread, not rounding
 
 
 def test_epoch_overhead_is_learned_from_rollovers_and_phases():
     pj = Projector(preset="A")
     pj.on_event(E.Start(T0, 1, 1, "A"))
     t = T0 + 5
-    for b in range(10, 101, 10):                               # epoch 1: 10 it/s
+    for b in range(10, 101, 10):  # epoch 1: 10 it/s
         pj.on_event(E.Progress(t, 1, 4, b, 100))
         t += 1.0
     t_val = t - 1.0
     pj.on_event(E.Phase(t_val + 0.5, "val"))
     p = pj.project(t_val + 0.5)
-    assert p.eta == pytest.approx(t_val + 300 / 10.0)          # nothing learned about val yet
+    assert p.eta == pytest.approx(t_val + 300 / 10.0)  # nothing learned about val yet
     pj.on_event(E.Phase(t_val + 20, "save"))
     pj.on_event(E.Phase(t_val + 25, "train"))
-    p = pj.project(t_val + 25)                                 # from the phases: 20 + 5 s
+    p = pj.project(t_val + 25)  # from the phases: 20 + 5 s
     assert p.eta == pytest.approx(t_val + 25 + 300 / 10.0 + 3 * 25.0)
-    pj.on_event(E.Progress(t_val + 26, 2, 4, 10, 100))         # rollover: 26 s - 10 batches
+    pj.on_event(E.Progress(t_val + 26, 2, 4, 10, 100))  # rollover: 26 s - 10 batches
     pj.on_event(E.Progress(t_val + 27, 2, 4, 20, 100))
     p = pj.project(t_val + 27)
     assert p.eta == pytest.approx(t_val + 27 + 280 / 10.0 + 3 * 25.0)
@@ -317,9 +340,9 @@ def test_at_risk_once_not_every_tick_and_rearmed_after_clearly_safe():
     late = T0 + 3 * 86400
     pj = Projector(deadline=late, preset="A", expected_rates={"A": None, "B": 4.0})
     pj.on_event(E.Start(T0, 1, 1, "A"))
-    t, b = feed_steady(pj, T0, 1, 10, 1.0, 31, batches=300_000, epochs=1)   # ~3.5 d at 1 it/s
+    t, b = feed_steady(pj, T0, 1, 10, 1.0, 31, batches=300_000, epochs=1)  # ~3.5 d at 1 it/s
     warnings = []
-    for i in range(120):                                       # an hour of 30 s ticks
+    for i in range(120):  # an hour of 30 s ticks
         t += 30
         b += 30
         pj.on_event(E.Progress(t, 1, 1, b, 300_000))
@@ -331,14 +354,14 @@ def test_at_risk_once_not_every_tick_and_rearmed_after_clearly_safe():
     assert "; B would finish " in warnings[0].text and "to spare" in warnings[0].text
     assert warnings[0].text.endswith("(at its declared rate, not measured here)")
     assert "preset B" in warnings[0].advice and warnings[0].source == "trainctl"
-    pj.deadline = late + 5 * 86400                             # safe, but not for long...
+    pj.deadline = late + 5 * 86400  # safe, but not for long...
     assert all(pj.at_risk(t + 30 * i) is None for i in range(1, 10))
-    pj.deadline = late                                         # ...late again: still quiet
+    pj.deadline = late  # ...late again: still quiet
     assert pj.at_risk(t + 300) is None
-    pj.deadline = late + 5 * 86400                             # clearly safe for REARM_S...
+    pj.deadline = late + 5 * 86400  # clearly safe for REARM_S...
     for i in range(1, int(REARM_S / 30) + 2):
         assert pj.at_risk(t + 300 + 30 * i) is None
-    pj.deadline = late                                         # ...then late again: re-armed
+    pj.deadline = late  # ...then late again: re-armed
     assert pj.at_risk(t + 300 + REARM_S + 120).id == "deadline.at_risk"
 
 
@@ -350,7 +373,7 @@ def test_at_risk_band_crossing_with_hysteresis_no_flapping():
     eta = pj.project(t).eta
     fired = 0
     for i in range(40):
-        pj.deadline = eta + (-60 if i % 2 else 60)             # flapping across it
+        pj.deadline = eta + (-60 if i % 2 else 60)  # flapping across it
         fired += pj.at_risk(t) is not None
     assert fired == 1
 
@@ -371,20 +394,27 @@ def test_rate_history_round_trip_and_atomic(tmp_path):
     assert h.rate("job", "A") is None
     for i, r in enumerate((2.0, 2.2, 2.4, 2.6, 2.8, 10.0)):
         assert h.record("job", "A", r, T0 + i)
-    assert RateHistory(path).rate("job", "A") == pytest.approx(2.6)   # median of the last 5
+    assert RateHistory(path).rate("job", "A") == pytest.approx(2.6)  # median of the last 5
     assert RateHistory(path).rate("job", "B") is None
     assert RateHistory(path).rate("other", "A") is None
-    assert sorted(os.listdir(path.parent)) == ["rates.json"]          # no temp file left
+    assert sorted(os.listdir(path.parent)) == ["rates.json"]  # no temp file left
     assert json.loads(path.read_text())["jobs"]["job"]["A"][-1] == {"rate": 10.0, "ts": T0 + 5}
     for i in range(30):
         h.record("job", "A", 1.0, T0 + 10 + i)
     assert len(json.loads(path.read_text())["jobs"]["job"]["A"]) == RateHistory.KEEP
 
 
-@pytest.mark.parametrize("content", [b"{not json", b"\xff\xfe\x00garbage", b"[1, 2]",
-                                     b'{"jobs": []}', b'{"jobs": {"job": {"A": "x"}}}',
-                                     b'{"jobs": {"job": {"A": [{"rate": "fast"}, 7, {"rate": NaN},'
-                                     b' {"rate": -1}, {"rate": 3.0}]}}}'])
+@pytest.mark.parametrize(
+    "content",
+    [
+        b"{not json",
+        b"\xff\xfe\x00garbage",
+        b"[1, 2]",
+        b'{"jobs": []}',
+        b'{"jobs": {"job": {"A": "x"}}}',
+        b'{"jobs": {"job": {"A": [{"rate": "fast"}, 7, {"rate": NaN}, {"rate": -1}, {"rate": 3.0}]}}}',
+    ],
+)
 def test_rate_history_survives_a_corrupt_file(tmp_path, content):
     path = tmp_path / "rates.json"
     path.write_bytes(content)
@@ -398,16 +428,27 @@ def test_rate_history_survives_a_corrupt_file(tmp_path, content):
 def test_rate_history_unwritable_is_not_fatal(tmp_path):
     blocker = tmp_path / "file"
     blocker.write_text("")
-    h = RateHistory(blocker / "rates.json")                    # parent is a file
+    h = RateHistory(blocker / "rates.json")  # parent is a file
     assert h.record("job", "A", 2.0, T0) is False
-    assert h.rate("job", "A") == 2.0                           # still remembered in memory
+    assert h.rate("job", "A") == 2.0  # still remembered in memory
 
 
 # ---------------------------------------------------------------------------- text
-@pytest.mark.parametrize("s,text", [(0, "0 s"), (45.4, "45 s"), (200, "3 m 20 s"), (120, "2 m"),
-                                    (3 * 3600 + 59, "3 h 1 m"), (5 * 3600 + 12 * 60, "5 h 12 m"),
-                                    (2 * 86400 + 3 * 3600 + 600, "2 d 3 h"), (86400, "1 d"),
-                                    (-(86400 + 14 * 3600), "-1 d 14 h"), (None, "?")])
+@pytest.mark.parametrize(
+    "s,text",
+    [
+        (0, "0 s"),
+        (45.4, "45 s"),
+        (200, "3 m 20 s"),
+        (120, "2 m"),
+        (3 * 3600 + 59, "3 h 1 m"),
+        (5 * 3600 + 12 * 60, "5 h 12 m"),
+        (2 * 86400 + 3 * 3600 + 600, "2 d 3 h"),
+        (86400, "1 d"),
+        (-(86400 + 14 * 3600), "-1 d 14 h"),
+        (None, "?"),
+    ],
+)
 def test_humanize_duration(s, text):
     assert humanize_duration(s) == text
 
@@ -415,14 +456,21 @@ def test_humanize_duration(s, text):
 def test_format_what_if_line():
     now = dt.datetime(2025, 11, 20, 12, 0).timestamp()
     eta = dt.datetime(2025, 11, 26, 3, 0).timestamp()
-    w = {"preset": "B", "rate": 2.1, "source": "measured", "eta": eta,
-         "buffer_s": 3 * 86400 + 21 * 3600, "cost_at_eta": 412.3}
+    w = {
+        "preset": "B",
+        "rate": 2.1,
+        "source": "measured",
+        "eta": eta,
+        "buffer_s": 3 * 86400 + 21 * 3600,
+        "cost_at_eta": 412.3,
+    }
     assert format_what_if(w, now) == "B (measured 2.1 it/s): ETA Nov 26 03:00, buffer +3 d 21 h, cost $412"
 
 
 def test_projection_event_round_trips_with_lost_s():
-    p = E.Projection(T0, T0 + 10, None, None, 2.0, 1.0, 2.0, lost_s=28800.0,
-                     what_if=({"preset": "B", "rate": None},))
+    p = E.Projection(
+        T0, T0 + 10, None, None, 2.0, 1.0, 2.0, lost_s=28800.0, what_if=({"preset": "B", "rate": None},)
+    )
     assert E.decode(E.encode(p)) == p
 
 
@@ -435,8 +483,11 @@ def replay_at(path: Path, fraction: float) -> tuple[float, float, float, E.Proje
     pj, made = Projector(), None
     for ev in events:
         pj.on_event(ev)
-        if made is None and isinstance(ev, E.Progress) and \
-                (ev.epoch - 1) * ev.batches + ev.batch >= fraction * ev.epochs * ev.batches:
+        if (
+            made is None
+            and isinstance(ev, E.Progress)
+            and (ev.epoch - 1) * ev.batches + ev.batch >= fraction * ev.epochs * ev.batches
+        ):
             made = (ev.ts, pj.project(ev.ts))
     return start, end, made[0], made[1]
 
@@ -470,28 +521,63 @@ def test_recorded_restart_run_accounts_the_lost_time():
 
 
 def test_a_finished_run_reads_as_finished_with_one_cost():
-    p = E.Projection(T0 + 100, eta=T0 + 100, deadline=T0 + 3600, buffer_s=3500, rate=2.0,
-                     cost_so_far=0.05, cost_at_eta=0.05, budget=5.0, finished=True)
+    p = E.Projection(
+        T0 + 100,
+        eta=T0 + 100,
+        deadline=T0 + 3600,
+        buffer_s=3500,
+        rate=2.0,
+        cost_so_far=0.05,
+        cost_at_eta=0.05,
+        budget=5.0,
+        finished=True,
+    )
     lines = format_projection(p, T0 + 160)
     assert lines[0].startswith("finished ") and "(1 m ago)" in lines[0], lines
     assert "cost $0.05 in all; budget $5.00 ($4.95 to spare)" in lines, lines
-    live = E.Projection(T0 + 100, eta=T0 + 200, deadline=None, buffer_s=None, rate=2.0,
-                        cost_so_far=0.05, cost_at_eta=0.10, budget=None)
+    live = E.Projection(
+        T0 + 100,
+        eta=T0 + 200,
+        deadline=None,
+        buffer_s=None,
+        rate=2.0,
+        cost_so_far=0.05,
+        cost_at_eta=0.10,
+        budget=None,
+    )
     assert format_projection(live, T0 + 100)[1] == "cost $0.05 so far, $0.10 at ETA"
     # All the work done but no exit yet (validation, the final save): still an ETA.
-    done = E.Projection(T0 + 100, eta=T0 + 100, deadline=None, buffer_s=None, rate=2.0,
-                        cost_so_far=0.05, cost_at_eta=0.05, budget=None)
+    done = E.Projection(
+        T0 + 100,
+        eta=T0 + 100,
+        deadline=None,
+        buffer_s=None,
+        rate=2.0,
+        cost_so_far=0.05,
+        cost_at_eta=0.05,
+        budget=None,
+    )
     assert format_projection(done, T0 + 100)[0].startswith("ETA "), format_projection(done, T0 + 100)
 
 
 def test_headless_lines_for_a_projection_say_eta_with_time_left_or_the_end():
     from trainctl.core.printer import format_event
-    live = E.Projection(T0, eta=T0 + 5400, deadline=T0 + 9000, buffer_s=3600, rate=2.4,
-                        cost_so_far=1.0, cost_at_eta=3.0)
+
+    live = E.Projection(
+        T0, eta=T0 + 5400, deadline=T0 + 9000, buffer_s=3600, rate=2.4, cost_so_far=1.0, cost_at_eta=3.0
+    )
     line = format_event(live)
     assert " ETA    " in line and "(in 1 h 30 m at 2.40 it/s), buffer +1 h" in line, line
-    end = E.Projection(T0 + 60, eta=T0 + 60, deadline=None, buffer_s=None, rate=2.4,
-                       cost_so_far=1.25, cost_at_eta=1.25, finished=True)
+    end = E.Projection(
+        T0 + 60,
+        eta=T0 + 60,
+        deadline=None,
+        buffer_s=None,
+        rate=2.4,
+        cost_so_far=1.25,
+        cost_at_eta=1.25,
+        finished=True,
+    )
     line = format_event(end)
     assert " END    " in line and line.endswith(", cost $1.25"), line
 
@@ -500,25 +586,27 @@ def test_a_slurm_time_limit_is_a_deadline_within_each_job():
     """Work that would end 100 s from now, in a job that stops in 30 s: 70 s left for next
     jobs of 40 s each (two of them), each after a 20 s queue wait and start."""
     from trainctl.core.projection import across_jobs
+
     assert across_jobs(0.0, 100.0, 30.0, 40.0, 20.0) == 30.0 + 2 * 20.0 + 70.0
-    assert across_jobs(0.0, 25.0, 30.0, 40.0, 20.0) == 25.0          # ends inside this job
-    assert across_jobs(0.0, 100.0, None, None, 0.0) == 100.0          # no limit
-    assert across_jobs(50.0, 100.0, 30.0, 40.0, 20.0) == 50.0 + 2 * 20.0 + 50.0   # past its end: saving
+    assert across_jobs(0.0, 25.0, 30.0, 40.0, 20.0) == 25.0  # ends inside this job
+    assert across_jobs(0.0, 100.0, None, None, 0.0) == 100.0  # no limit
+    assert across_jobs(50.0, 100.0, 30.0, 40.0, 20.0) == 50.0 + 2 * 20.0 + 50.0  # past its end: saving
 
 
 def test_the_projector_counts_the_jobs_a_slurm_run_still_needs():
     from trainctl.core import events as E
     from trainctl.core.projection import Projector
+
     p = Projector()
     p.on_event(E.Start(0.0, 1, 1, None))
     for i in range(1, 11):
-        p.on_event(E.Progress(float(i), 1, 1, i, 100))   # 1 batch/s: 90 s of work left at t=10
+        p.on_event(E.Progress(float(i), 1, 1, i, 100))  # 1 batch/s: 90 s of work left at t=10
     free = p.project(10.0).eta
     p.job_end, p.job_span_s, p.job_gap_s, p.job_gap_measured = 40.0, 50.0, 15.0, True
     limited = p.project(10.0).eta
     assert free == pytest.approx(100.0, abs=2)
-    assert limited == pytest.approx(free + 2 * 15.0, abs=0.5)   # 60 s after job_end: two more jobs
-    p.job_gap_measured = False   # a queue wait alone: each job's start (here 1 s) is added
+    assert limited == pytest.approx(free + 2 * 15.0, abs=0.5)  # 60 s after job_end: two more jobs
+    p.job_gap_measured = False  # a queue wait alone: each job's start (here 1 s) is added
     assert p.project(10.0).eta == pytest.approx(free + 2 * 16.0, abs=0.5)
 
 
@@ -534,7 +622,7 @@ def test_a_declared_rate_is_said_and_gives_way_to_the_first_measured_batches():
     assert (p.rate, p.rate_source, p.preset) == (2.4, "declared", "A")
     assert "2.40 it/s (declared by preset A, not measured yet)" in format_projection(p, T0 + 5)[0]
     (b,) = p.what_if
-    assert (b["source"], b["rate"]) == ("declared", 2.1)     # both declared: comparable
+    assert (b["source"], b["rate"]) == ("declared", 2.1)  # both declared: comparable
     for i in range(1, 3):
         pj.on_event(E.Progress(T0 + 5 + i, 1, 3, 1 + 14 * i, 1000))
     p = pj.project(T0 + 7)
@@ -542,7 +630,7 @@ def test_a_declared_rate_is_said_and_gives_way_to_the_first_measured_batches():
     assert format_projection(p, T0 + 7)[0].endswith("at 14.00 it/s")
     (b,) = p.what_if
     assert b["source"] == "scaled" and b["rate"] == pytest.approx(2.1 / 2.4 * 14.0)
-    assert b["eta"] > p.eta                                    # slower is later, as measured
+    assert b["eta"] > p.eta  # slower is later, as measured
 
 
 def test_a_finished_run_reports_what_it_measured_not_a_declared_rate():

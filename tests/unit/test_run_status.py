@@ -1,6 +1,7 @@
 """Issue 29, item 4: the status builder (src/trainctl/hosts/run_status.py) is below the CLI:
 with no agent to ask, a run's status comes from its run directory, as `trainctl status
 --json` prints it."""
+
 from __future__ import annotations
 
 import pytest

@@ -1,5 +1,6 @@
 """Which runs need a person (src/trainctl/store/listing.py needs_attention, attention_count) and how a run
 reads as a row of `trainctl ls` and the dashboard's picker (row_cells)."""
+
 from __future__ import annotations
 
 import time
@@ -10,42 +11,66 @@ from trainctl.store.listing import COLUMNS, attention_count, needs_attention, ro
 
 
 def row(state: str, **kw) -> dict:
-    base = {"where": "local", "run_dir": f"/runs/{state.lower()}", "job": "j", "state": state,
-            "live": state in ("STARTING", "RUNNING", "STALLED", "BACKOFF"), "reason": "",
-            "progress": None, "eta": None, "buffer_s": None, "incident": None, "started": 1.0}
+    base = {
+        "where": "local",
+        "run_dir": f"/runs/{state.lower()}",
+        "job": "j",
+        "state": state,
+        "live": state in ("STARTING", "RUNNING", "STALLED", "BACKOFF"),
+        "reason": "",
+        "progress": None,
+        "eta": None,
+        "buffer_s": None,
+        "incident": None,
+        "started": 1.0,
+    }
     return {**base, **kw}
 
 
-@pytest.mark.parametrize("r, why", [
-    (row("RUNNING"), None),
-    (row("FINISHED"), None),
-    (row("PENDING", live=False), None),
-    (row("STOPPED", reason="stopped by the user"), None),
-    (row("STOPPED", reason="stopped by the user: Slurm job 7 cancelled before it ran"), None),
-    (row("STALLED"), "stalled"),
-    (row("FAILED", reason="restart budget spent"), "failed"),
-    (row("BACKOFF"), "restarting after a fault"),
-    (row("STOPPED", reason="Slurm job 7 was cancelled outside trainctl (scancel by someone else)"),
-     "stopped: Slurm job 7 was cancelled outside trainctl (scancel by someone else)"),
-    (row("STOPPED"), "stopped: ?"),
-    (row("STOPPED", reason="stopped: its time ran out"), "stopped: its time ran out"),
-    (row("RUNNING", live=False), "its agent is gone"),
-    (row("RUNNING", live=False, trainer_pid=42, unsupervised=True),
-     "its trainer (pid 42) runs on unsupervised, its agent gone: `trainctl attach` adopts it"),
-    (row("RUNNING", live=False, trainer_pid=42, unsupervised=False),
-     "its trainer (pid 42) runs on under its holder, its agent gone: `trainctl attach` adopts it"),
-    (row("RUNNING", buffer_s=-600.0), "deadline at risk"),
-    (row("RUNNING", buffer_s=600.0), None),
-    (row("FINISHED", buffer_s=-600.0), None),      # over: its deadline is history
-    ({"where": "gpu-box", "error": "cannot list its runs: ssh: timeout", "started": None}, None),
-])
+@pytest.mark.parametrize(
+    "r, why",
+    [
+        (row("RUNNING"), None),
+        (row("FINISHED"), None),
+        (row("PENDING", live=False), None),
+        (row("STOPPED", reason="stopped by the user"), None),
+        (row("STOPPED", reason="stopped by the user: Slurm job 7 cancelled before it ran"), None),
+        (row("STALLED"), "stalled"),
+        (row("FAILED", reason="restart budget spent"), "failed"),
+        (row("BACKOFF"), "restarting after a fault"),
+        (
+            row("STOPPED", reason="Slurm job 7 was cancelled outside trainctl (scancel by someone else)"),
+            "stopped: Slurm job 7 was cancelled outside trainctl (scancel by someone else)",
+        ),
+        (row("STOPPED"), "stopped: ?"),
+        (row("STOPPED", reason="stopped: its time ran out"), "stopped: its time ran out"),
+        (row("RUNNING", live=False), "its agent is gone"),
+        (
+            row("RUNNING", live=False, trainer_pid=42, unsupervised=True),
+            "its trainer (pid 42) runs on unsupervised, its agent gone: `trainctl attach` adopts it",
+        ),
+        (
+            row("RUNNING", live=False, trainer_pid=42, unsupervised=False),
+            "its trainer (pid 42) runs on under its holder, its agent gone: `trainctl attach` adopts it",
+        ),
+        (row("RUNNING", buffer_s=-600.0), "deadline at risk"),
+        (row("RUNNING", buffer_s=600.0), None),
+        (row("FINISHED", buffer_s=-600.0), None),  # over: its deadline is history
+        ({"where": "gpu-box", "error": "cannot list its runs: ssh: timeout", "started": None}, None),
+    ],
+)
 def test_needs_attention(r, why):
     assert needs_attention(r) == why
 
 
 def test_the_count_leaves_out_the_run_on_screen():
-    rows = [row("STALLED"), row("FAILED"), row("RUNNING"), row("FINISHED"),
-            row("STALLED", where="gpu-box", run_dir="/runs/stalled")]   # same path, other host
+    rows = [
+        row("STALLED"),
+        row("FAILED"),
+        row("RUNNING"),
+        row("FINISHED"),
+        row("STALLED", where="gpu-box", run_dir="/runs/stalled"),
+    ]  # same path, other host
     assert attention_count(rows) == 3
     assert attention_count(rows, ("local", "/runs/stalled")) == 2
     assert attention_count(rows, ("gpu-box", "/runs/stalled")) == 2
@@ -56,8 +81,12 @@ def test_the_count_leaves_out_the_run_on_screen():
 
 def test_row_cells_say_state_where_progress_eta_incident_on_one_line_each():
     eta = time.mktime((2030, 1, 2, 15, 4, 0, 0, 0, -1))
-    local = row("RUNNING", progress={"epoch": 2, "epochs": 3, "batch": 40, "batches": 300}, eta=eta,
-                incident={"ts": eta - 3600, "text": "stall in train:\ndeadlock"})
+    local = row(
+        "RUNNING",
+        progress={"epoch": 2, "epochs": 3, "batch": 40, "batches": 300},
+        eta=eta,
+        incident={"ts": eta - 3600, "text": "stall in train:\ndeadlock"},
+    )
     cells = row_cells(local)
     assert len(cells) == len(COLUMNS)
     assert cells[:4] == ("RUNNING", "j", "/runs/running", "epoch 2/3 40/300")
@@ -73,9 +102,10 @@ def test_row_cells_say_state_where_progress_eta_incident_on_one_line_each():
 
 def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(tmp_path):
     from trainctl.core import events as E
-    from trainctl.store.journal import Journal
     from trainctl.hosts.local import summarize
+    from trainctl.store.journal import Journal
     from trainctl.store.listing import JournalFold
+
     path = tmp_path / "events.jsonl"
     journal = Journal(path)
     journal.append(E.Start(10.0, 1, 42, "A"))
@@ -91,13 +121,13 @@ def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(t
     journal.append(E.Stall(13.0, "train", 60.0, "deadlock"))
     journal.append(E.State(13.0, "STALLED", "no batch for 60 s"))
     with open(path, "a") as f:
-        f.write('{"type": "state", "ts": 14')          # a line being written: not yet
+        f.write('{"type": "state", "ts": 14')  # a line being written: not yet
     again = summarize(tmp_path, with_slurm=False, folds=folds)
     assert fold.offset > offset and again["state"] == "STALLED" and again["progress"]["batch"] == 4
     assert again["incident"]["text"] == "stall in train: deadlock"
-    assert again == summarize(tmp_path, with_slurm=False)          # the same as a whole read
+    assert again == summarize(tmp_path, with_slurm=False)  # the same as a whole read
     journal.close()
-    path.unlink()                                                 # a new journal: from its start
+    path.unlink()  # a new journal: from its start
     fresh = Journal(path)
     fresh.append(E.State(20.0, "FAILED", "gave up"))
     fresh.close()
@@ -107,9 +137,10 @@ def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(t
 
 def test_the_frequent_look_asks_slurm_only_of_the_runs_still_going(tmp_path, monkeypatch):
     from trainctl.core import events as E
+    from trainctl.hosts.local import summarize
     from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.journal import Journal
-    from trainctl.hosts.local import summarize
+
     asked: list[str] = []
     monkeypatch.setattr(slurm, "job_info", lambda job: asked.append(job))
     for name, state, job in (("done", "FINISHED", "7"), ("going", "RUNNING", "8")):
@@ -122,5 +153,5 @@ def test_the_frequent_look_asks_slurm_only_of_the_runs_still_going(tmp_path, mon
     done = summarize(tmp_path / "done", ended_slurm=False)
     going = summarize(tmp_path / "going", ended_slurm=False)
     assert asked == ["8"] and done["slurm"] == {"job": "7", "jobs": ["7"]} and going["slurm"]["job"] == "8"
-    summarize(tmp_path / "done")                                  # `ls`: every run's job
+    summarize(tmp_path / "done")  # `ls`: every run's job
     assert asked == ["8", "7"]

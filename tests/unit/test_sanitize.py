@@ -5,6 +5,7 @@ hyperlinks, terminal resets, charset switches, device-control strings, C1 forms,
 malformed ones a naive ANSI filter lets through (``ESC BS ]``: a terminal executes the BS
 inside the sequence and goes on with an OSC).
 """
+
 from __future__ import annotations
 
 import re
@@ -19,37 +20,42 @@ from trainctl.core.parse import ConsoleParser
 from trainctl.core.sanitize import CUT_MARK, MAX_LINE, cut_line, sanitize, sanitize_text
 from trainctl.core.signatures import WarningMatcher
 
-BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")   # all C0 but tab, DEL, C1
+BAD = re.compile(r"[\x00-\x08\x0a-\x1f\x7f-\x9f]")  # all C0 but tab, DEL, C1
 
 # (payload, what must be left of it)
 CORPUS = [
-    ("\x1b\b]52;c;SGVsbG8gd29ybGQ=\x1b\b\\after", "after"),       # OSC 52 through ESC BS
-    ("\x1b]52;c;Y3VybCBldmlsLnNofHNo\x07x", "x"),                   # OSC 52, BEL
-    ("\x1b]52;c;Y3VybCBldmlsLnNofHNo\x1b\\x", "x"),                 # OSC 52, ESC \
-    ("\x1b]0;pwned title\x07ok", "ok"),                             # window title
-    ("\x1b]2;title\x9cok", "ok"),                                   # ST as C1
+    ("\x1b\b]52;c;SGVsbG8gd29ybGQ=\x1b\b\\after", "after"),  # OSC 52 through ESC BS
+    ("\x1b]52;c;Y3VybCBldmlsLnNofHNo\x07x", "x"),  # OSC 52, BEL
+    ("\x1b]52;c;Y3VybCBldmlsLnNofHNo\x1b\\x", "x"),  # OSC 52, ESC \
+    ("\x1b]0;pwned title\x07ok", "ok"),  # window title
+    ("\x1b]2;title\x9cok", "ok"),  # ST as C1
     ("\x1b]8;;https://evil.example/\x1b\\click\x1b]8;;\x1b\\", "click"),  # hyperlink
-    ("a\x1bcb", "ab"),                                              # RIS: full reset
-    ("a\x1b(0lqqk\x1b(Bb", "alqqkb"),                               # DEC line drawing
-    ("a\x0eb\x0fc", "abc"),                                         # SO / SI
-    ("\x1b[31;1mred\x1b[0m", "red"),                                # SGR
-    ("\x1b[?1049h\x1b[2J\x1b[3J\x1b[Hclear", "clear"),              # alt screen, erase
+    ("a\x1bcb", "ab"),  # RIS: full reset
+    ("a\x1b(0lqqk\x1b(Bb", "alqqkb"),  # DEC line drawing
+    ("a\x0eb\x0fc", "abc"),  # SO / SI
+    ("\x1b[31;1mred\x1b[0m", "red"),  # SGR
+    ("\x1b[?1049h\x1b[2J\x1b[3J\x1b[Hclear", "clear"),  # alt screen, erase
     ("\x1b[1;2;3;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;;xrest", "rest"),  # CSI, odd params
-    ("\x1b[\b\x0731mz", "z"),                                       # CSI with C0 inside
-    ("\x1b[6n\x1b[21t\x1b[>c", ""),                                 # report requests
-    ("\x1bP$q\"p\x1b\\d", "d"),                                     # DECRQSS (DCS)
-    ("\x1bP+q544e\x1b\\d", "d"),                                    # XTGETTCAP
-    ("\x1b_Gf=100;AAAA\x1b\\k", "k"),                               # APC (kitty graphics)
-    ("\x1b^pm\x1b\\p", "p"), ("\x1bXsos\x1b\\s", "s"),              # PM, SOS
-    ("\x9d52;c;AAAA\x07z", "z"), ("\x9b31mZ", "Z"),                 # 8-bit OSC, CSI
-    ("\x90qdcs\x9cd", "d"), ("\x85\x8d\x8e\x8fx", "x"),             # 8-bit DCS, NEL, RI, SS2/3
-    ("\x1b]52;c;unterminated up to the end", ""),                    # unterminated OSC
-    ("\x1b", ""), ("x\x1b", "x"), ("\x1b\x1b\x1b[", ""),            # cut short
-    ("\x1b#8\x1b7\x1b8\x1b=\x1b>e", "e"),                           # DECALN, save/restore
-    ("bell\x07\b\b\b\bover", "bellover"),                           # BEL, BS
+    ("\x1b[\b\x0731mz", "z"),  # CSI with C0 inside
+    ("\x1b[6n\x1b[21t\x1b[>c", ""),  # report requests
+    ('\x1bP$q"p\x1b\\d', "d"),  # DECRQSS (DCS)
+    ("\x1bP+q544e\x1b\\d", "d"),  # XTGETTCAP
+    ("\x1b_Gf=100;AAAA\x1b\\k", "k"),  # APC (kitty graphics)
+    ("\x1b^pm\x1b\\p", "p"),
+    ("\x1bXsos\x1b\\s", "s"),  # PM, SOS
+    ("\x9d52;c;AAAA\x07z", "z"),
+    ("\x9b31mZ", "Z"),  # 8-bit OSC, CSI
+    ("\x90qdcs\x9cd", "d"),
+    ("\x85\x8d\x8e\x8fx", "x"),  # 8-bit DCS, NEL, RI, SS2/3
+    ("\x1b]52;c;unterminated up to the end", ""),  # unterminated OSC
+    ("\x1b", ""),
+    ("x\x1b", "x"),
+    ("\x1b\x1b\x1b[", ""),  # cut short
+    ("\x1b#8\x1b7\x1b8\x1b=\x1b>e", "e"),  # DECALN, save/restore
+    ("bell\x07\b\b\b\bover", "bellover"),  # BEL, BS
     ("del\x7fete", "delete"),
     ("tab\tkept", "tab\tkept"),
-    ("é 🙂 漢字 ━━─ ✅", "é 🙂 漢字 ━━─ ✅"),                        # printable Unicode stays
+    ("é 🙂 漢字 ━━─ ✅", "é 🙂 漢字 ━━─ ✅"),  # printable Unicode stays
 ]
 
 
@@ -75,9 +81,15 @@ def test_sanitize_text_keeps_line_breaks():
     assert sanitize_text("a\x1b]0;t\x07\r\nb\x1b[31m\nc\r") == "a\nb\nc"
 
 
-controlish = st.text(alphabet=st.one_of(
-    st.sampled_from("\x1b\x07\x08\x0e\x0f\x18\x1a\x7f\x9b\x9c\x9d\x90\x98\x9e\x9f\n\r\t[]P^_X\\;0123456789c(m"),
-    st.characters(max_codepoint=0x2FF)), max_size=300)
+controlish = st.text(
+    alphabet=st.one_of(
+        st.sampled_from(
+            "\x1b\x07\x08\x0e\x0f\x18\x1a\x7f\x9b\x9c\x9d\x90\x98\x9e\x9f\n\r\t[]P^_X\\;0123456789c(m"
+        ),
+        st.characters(max_codepoint=0x2FF),
+    ),
+    max_size=300,
+)
 
 
 @settings(max_examples=400, deadline=None)
@@ -85,8 +97,8 @@ controlish = st.text(alphabet=st.one_of(
 def test_no_control_survives(text):
     out = sanitize(text)
     assert "\x1b" not in out and not BAD.search(out)
-    assert sanitize(out) == out                     # idempotent
-    assert all(c in text for c in out)              # only removes
+    assert sanitize(out) == out  # idempotent
+    assert all(c in text for c in out)  # only removes
 
 
 @settings(max_examples=200, deadline=None)
@@ -101,8 +113,15 @@ def test_splitter_output_is_clean_for_any_bytes(chunks):
 @pytest.mark.timeout(30)
 @pytest.mark.parametrize("n", [1 << 16, 1 << 20])
 def test_sanitize_is_linear(n):
-    for text in ("\x1b" * n, "\x1b[" + "1;" * n, "\x1b]" + "a" * n, "\x1b\b" * n,
-                 "a\x1b" * n, "\x9d" * n, "\x1b[1" * n):
+    for text in (
+        "\x1b" * n,
+        "\x1b[" + "1;" * n,
+        "\x1b]" + "a" * n,
+        "\x1b\b" * n,
+        "a\x1b" * n,
+        "\x9d" * n,
+        "\x1b[1" * n,
+    ):
         t0 = time.perf_counter()
         assert not BAD.search(sanitize(text))
         assert time.perf_counter() - t0 < 2.0
@@ -115,15 +134,17 @@ def test_cut_line():
 
 
 @settings(max_examples=60, deadline=None)
-@given(st.text(alphabet=" epochlsbatitr/:=[]%|0123456789.x", min_size=1, max_size=80),
-       st.integers(1, 3 * MAX_LINE))
+@given(
+    st.text(alphabet=" epochlsbatitr/:=[]%|0123456789.x", min_size=1, max_size=80),
+    st.integers(1, 3 * MAX_LINE),
+)
 def test_long_lines_are_cut_before_the_parsers(unit, extra):
-    line = (unit * ((MAX_LINE + extra) // len(unit) + 1))[:MAX_LINE + extra]
-    line = "x" + line[1:-1] + "x"   # no blank ends: the splitter strips only the right end
+    line = (unit * ((MAX_LINE + extra) // len(unit) + 1))[: MAX_LINE + extra]
+    line = "x" + line[1:-1] + "x"  # no blank ends: the splitter strips only the right end
     s = LineSplitter()
     out = s.feed(line.encode() + b"\n")
     assert out and all(len(x) <= MAX_LINE for x in out)
-    assert out[0].startswith(line[:MAX_LINE - 1].strip()[:10])
+    assert out[0].startswith(line[: MAX_LINE - 1].strip()[:10])
     seen = []
 
     class Spy(ConsoleParser):
@@ -131,10 +152,10 @@ def test_long_lines_are_cut_before_the_parsers(unit, extra):
             seen.append(len(line))
             return super()._slow(line, now, rank)
 
-    Spy().feed(line, 0.0)           # fed directly, longer than the cap
+    Spy().feed(line, 0.0)  # fed directly, longer than the cap
     assert all(n <= MAX_LINE for n in seen)
     w = WarningMatcher()
-    w.feed(line, 0.0)               # the matcher cuts too (no exception, bounded time)
+    w.feed(line, 0.0)  # the matcher cuts too (no exception, bounded time)
 
 
 HOSTILE = {

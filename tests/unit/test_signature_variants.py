@@ -3,6 +3,7 @@ older and newer kernel, ROCm, PyTorch, NCCL and CPython lines, each rendered fro
 source's format string or quoted from the public thread the file names.  Each must be
 claimed FIRST by its own signature, from its own source (trainer or kernel), with the
 prefilter giving the same answer as trying every signature."""
+
 from __future__ import annotations
 
 import re
@@ -44,7 +45,7 @@ def test_each_variant_is_claimed_by_its_own_signature_first(variant):
     assert own_id(sig_id, CATALOG.match(line, "any")), (CATALOG.match(line, "any"), variant["source"])
     own_source = sig.source if sig.source != "any" else "trainer"
     assert own_id(sig_id, CATALOG.match(line, own_source))
-    assert CATALOG.matches(line, "any")[0].id == CATALOG.match(line, "any").id   # prefilter is exact
+    assert CATALOG.matches(line, "any")[0].id == CATALOG.match(line, "any").id  # prefilter is exact
 
 
 def test_prefilter_needles_are_in_every_variant_their_pattern_matches():

@@ -4,6 +4,7 @@ Matching is FIRST-MATCH: a line gets the first signature in catalog order that m
 (the order encodes precedence, e.g. dl.shm_bus_error before dl.worker_killed_signal). So
 every example of a signature must come out as exactly that signature.
 """
+
 from __future__ import annotations
 
 import math
@@ -14,15 +15,28 @@ import pytest
 
 from trainctl.core.events import SEVERITIES, Progress
 from trainctl.core.signature_prefilter import required_literals, required_words
-from trainctl.core.signatures import ACTIONS, LOSS_NAN, MAX_TEXT, SOURCES, Catalog, CatalogError, WarningMatcher, nan_warning, normalise
+from trainctl.core.signatures import (
+    ACTIONS,
+    LOSS_NAN,
+    MAX_TEXT,
+    SOURCES,
+    Catalog,
+    CatalogError,
+    WarningMatcher,
+    nan_warning,
+    normalise,
+)
 
 pytestmark = pytest.mark.timeout(60)
 
 DATA = Path(__file__).resolve().parents[1] / "data"
 CATALOG = Catalog.load()
 EXAMPLES = [(sig.id, ex) for sig in CATALOG for ex in sig.examples]
-HEALTHY = [line for line in (DATA / "healthy_lines.txt").read_text(encoding="utf-8").splitlines()
-           if line and not line.startswith("#")]
+HEALTHY = [
+    line
+    for line in (DATA / "healthy_lines.txt").read_text(encoding="utf-8").splitlines()
+    if line and not line.startswith("#")
+]
 
 
 def own_id(sig_id: str, matched) -> bool:
@@ -39,8 +53,7 @@ def test_catalog_is_big_and_well_formed():
         assert s.severity in SEVERITIES and s.action in ACTIONS and s.source in SOURCES, s.id
         assert s.examples and s.patterns and s.advice and s.title, s.id
     assert CATALOG.get(LOSS_NAN) is not None
-    assert {"rocm.miopen.sysdb_missing", "compile.started"} <= {
-        s.id for s in CATALOG if s.startup_evidence}
+    assert {"rocm.miopen.sysdb_missing", "compile.started"} <= {s.id for s in CATALOG if s.startup_evidence}
     assert len(EXAMPLES) >= 150
 
 
@@ -110,9 +123,11 @@ def test_ansi_glued_and_carriage_return_lines():
     assert CATALOG.match(line).id == "rt.illegal_memory_access"
     coloured = "\x1b[34m\x1b[1mAMP: \x1b[0mchecks failed ❌. Anomalies were detected with AMP"
     assert CATALOG.match(coloured).id == "num.amp_check_failed"
-    frames = ("\r\x1b[K        1/2         0G     0.2232     0.4435     0.1438          4         64: "
-              "50% ━━━━━━────── 1/2 6.6it/s 0.3s\rHW Exception by GPU node-1 (Agent handle: 0x5a) "
-              "reason :GPU Hang")
+    frames = (
+        "\r\x1b[K        1/2         0G     0.2232     0.4435     0.1438          4         64: "
+        "50% ━━━━━━────── 1/2 6.6it/s 0.3s\rHW Exception by GPU node-1 (Agent handle: 0x5a) "
+        "reason :GPU Hang"
+    )
     assert CATALOG.match(frames).id == "rocm.hsa.gpu_hang"
 
 
@@ -121,14 +136,18 @@ def test_prefixes_are_stripped_for_anchored_patterns():
     assert normalise("Feb 25 19:15:17 minty kernel: amdgpu 0000:03:00.0: x") == "amdgpu 0000:03:00.0: x"
     assert normalise("[Tue Feb 10 19:34:57 2026] workqueue: x") == "workqueue: x"
     assert normalise("[  +0.000316] pcieport x") == "pcieport x"
-    nan_frame = "[rank0]:     91/300        17G        nan        nan        nan          2        640: 100%|█| 1/1"
+    nan_frame = (
+        "[rank0]:     91/300        17G        nan        nan        nan          2        640: 100%|█| 1/1"
+    )
     assert CATALOG.match(nan_frame).id == LOSS_NAN
     assert CATALOG.match("[rank0]: AUTOTUNE mm(256x512, 512x1024)").id == "compile.autotune"
 
 
 def test_precedence_most_specific_first():
-    bus = ("RuntimeError: DataLoader worker (pid 3855) is killed by signal: Bus error. It is possible "
-           "that dataloader's workers are out of shared memory.")
+    bus = (
+        "RuntimeError: DataLoader worker (pid 3855) is killed by signal: Bus error. It is possible "
+        "that dataloader's workers are out of shared memory."
+    )
     ids = [s.id for s in CATALOG.matches(bus)]
     assert ids[0] == "dl.shm_bus_error" and "dl.worker_killed_signal" in ids
     assert CATALOG.match(bus).id == "dl.shm_bus_error"
@@ -136,8 +155,10 @@ def test_precedence_most_specific_first():
 
 def test_xid_severity_and_action_come_from_the_code_table():
     def xid(code: int):
-        return CATALOG.match(f"[93297.027938] NVRM: Xid (PCI:0000:43:00): {code}, pid=1, name=python3, Ch 1",
-                             "kernel")
+        return CATALOG.match(
+            f"[93297.027938] NVRM: Xid (PCI:0000:43:00): {code}, pid=1, name=python3, Ch 1", "kernel"
+        )
+
     assert (xid(79).id, xid(79).severity, xid(79).action) == ("kernel.nvidia.xid.79", "fatal", "stop")
     assert (xid(45).severity, xid(45).action) == ("info", "ignore")
     assert (xid(13).severity, xid(13).action) == ("error", "restart")
@@ -153,21 +174,30 @@ def test_xid_severity_and_action_come_from_the_code_table():
 
 def test_startup_evidence():
     assert CATALOG.startup_evidence(
-        "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_18.kdb Performance may degrade.")
+        "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_18.kdb Performance may degrade."
+    )
     assert CATALOG.startup_evidence("compile: starting torch.compile with 'default' mode...")
     assert not CATALOG.startup_evidence("RuntimeError: miopenStatusUnknownError")
     assert not CATALOG.startup_evidence(HEALTHY[0])
 
 
 # ---------------------------------------------------------------------- WarningMatcher
-KDB = "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade."
+KDB = (
+    "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_40.kdb Performance may degrade."
+)
 OOM = "[Sun Mar 30 08:24:00 2025] Out of memory: Killed process 7899 (python) total-vm:26,184,840kB"
 
 
 def test_first_occurrence_emits_then_repeats_are_counted():
     m = WarningMatcher(CATALOG)
     w = m.feed(KDB, 100.0)
-    assert (w.id, w.severity, w.count, w.ts, w.source) == ("rocm.miopen.sysdb_missing", "info", 1, 100.0, "trainer")
+    assert (w.id, w.severity, w.count, w.ts, w.source) == (
+        "rocm.miopen.sysdb_missing",
+        "info",
+        1,
+        100.0,
+        "trainer",
+    )
     assert w.text == KDB and "MIOPEN_FIND_MODE" in w.advice
     emitted = [m.feed(KDB, 100.0 + i) for i in range(2, 1001)]
     counts = [w.count for w in emitted if w is not None]
@@ -250,18 +280,30 @@ def test_a_small_valid_catalog(tmp_path):
     assert [s.id for s in cat] == ["x.one"] and cat.match("it went boom").id == "x.one"
 
 
-@pytest.mark.parametrize("change,message", [
-    (("['''\\bboom\\b''']", "['''(unclosed''']"), r"signature 'x\.one' \(entry 1\): pattern 1 .* not a valid regex"),
-    (('advice = "Do something."\n', ""), r"signature 'x\.one' \(entry 1\): missing key\(s\) \['advice'\]"),
-    (('severity = "error"', 'severity = "bad"'), r"severity is 'bad'; allowed: info, warning, error, fatal"),
-    (('action = "warn"', 'action = "panic"'), r"action is 'panic'; allowed: ignore, warn"),
-    (('source = "trainer"', 'source = "gpu"'), r"source is 'gpu'; allowed: trainer, kernel, any"),
-    (('id = "x.one"', 'id = "One"'), r"id must be a dotted lower-case name"),
-    (('examples = ["it went boom"]', "examples = []"), r"examples must be a non-empty list"),
-    (('title = "One"', 'title = "One"\nseverty = "error"'), r"unknown key\(s\) \['severty'\]"),
-    (('title = "One"', 'title = "One"\nper_code = "xid"'), r"per_code 'xid' has no \[codes\.xid\]"),
-    (("[[signature]]", "[[signature]\n"), r"not valid TOML"),
-])
+@pytest.mark.parametrize(
+    "change,message",
+    [
+        (
+            ("['''\\bboom\\b''']", "['''(unclosed''']"),
+            r"signature 'x\.one' \(entry 1\): pattern 1 .* not a valid regex",
+        ),
+        (
+            ('advice = "Do something."\n', ""),
+            r"signature 'x\.one' \(entry 1\): missing key\(s\) \['advice'\]",
+        ),
+        (
+            ('severity = "error"', 'severity = "bad"'),
+            r"severity is 'bad'; allowed: info, warning, error, fatal",
+        ),
+        (('action = "warn"', 'action = "panic"'), r"action is 'panic'; allowed: ignore, warn"),
+        (('source = "trainer"', 'source = "gpu"'), r"source is 'gpu'; allowed: trainer, kernel, any"),
+        (('id = "x.one"', 'id = "One"'), r"id must be a dotted lower-case name"),
+        (('examples = ["it went boom"]', "examples = []"), r"examples must be a non-empty list"),
+        (('title = "One"', 'title = "One"\nseverty = "error"'), r"unknown key\(s\) \['severty'\]"),
+        (('title = "One"', 'title = "One"\nper_code = "xid"'), r"per_code 'xid' has no \[codes\.xid\]"),
+        (("[[signature]]", "[[signature]\n"), r"not valid TOML"),
+    ],
+)
 def test_broken_catalog_gives_a_clear_error(tmp_path, change, message):
     old, new = change
     assert old in GOOD
@@ -285,5 +327,8 @@ def test_per_code_needs_its_named_group(tmp_path):
     ok = load(tmp_path, text.replace("\\bboom\\b", "\\bboom (?P<xid>\\d+)"))
     assert ok.match("it went boom 7").id == "x.one.7"
     with pytest.raises(CatalogError, match=r"\[codes\.xid\.7\]: unknown key\(s\) \['colour'\]"):
-        load(tmp_path, text + '\n[codes.xid.7]\ntitle = "t"\nseverity = "fatal"\naction = "stop"\n'
-                              'advice = "a"\ncolour = "red"\n')
+        load(
+            tmp_path,
+            text + '\n[codes.xid.7]\ntitle = "t"\nseverity = "fatal"\naction = "stop"\n'
+            'advice = "a"\ncolour = "red"\n',
+        )

@@ -1,5 +1,6 @@
 """The pure Slurm pieces: [slurm] in a job file, Slurm times, the sbatch argv trainctl builds,
 the warning's lead time, and sbatch's refusals read as one line."""
+
 from __future__ import annotations
 
 import subprocess
@@ -18,10 +19,19 @@ def job(tmp_path: Path, slurm: str) -> Path:
     return p
 
 
-@pytest.mark.parametrize("value, seconds", [
-    ("90", 5400), (90, 5400), ("1:30", 90), ("2:00:00", 7200), ("1-0", 86400),
-    ("1-2:30", 95400), ("1-00:00:10", 86410), ("infinite", None),
-])
+@pytest.mark.parametrize(
+    "value, seconds",
+    [
+        ("90", 5400),
+        (90, 5400),
+        ("1:30", 90),
+        ("2:00:00", 7200),
+        ("1-0", 86400),
+        ("1-2:30", 95400),
+        ("1-00:00:10", 86410),
+        ("infinite", None),
+    ],
+)
 def test_slurm_times(value, seconds):
     assert slurm_time_s(value) == seconds
 
@@ -33,24 +43,40 @@ def test_bad_slurm_times_are_refused(value):
 
 
 def test_a_slurm_table_is_read(tmp_path):
-    j = load_job(job(tmp_path, 'partition = "gpu"\ntime = "24:00:00"\ngpus = 2\ncpus = 8\n'
-                                'mem = "64G"\nwarn = 300\noptions = ["--qos=high"]\nsetup = "module load cuda"'))
-    assert j.slurm == {"partition": "gpu", "time": "24:00:00", "gpus": "2", "cpus": 8, "mem": "64G",
-                       "warn": 300, "options": ["--qos=high"], "setup": "module load cuda"}
+    j = load_job(
+        job(
+            tmp_path,
+            'partition = "gpu"\ntime = "24:00:00"\ngpus = 2\ncpus = 8\n'
+            'mem = "64G"\nwarn = 300\noptions = ["--qos=high"]\nsetup = "module load cuda"',
+        )
+    )
+    assert j.slurm == {
+        "partition": "gpu",
+        "time": "24:00:00",
+        "gpus": "2",
+        "cpus": 8,
+        "mem": "64G",
+        "warn": 300,
+        "options": ["--qos=high"],
+        "setup": "module load cuda",
+    }
 
 
-@pytest.mark.parametrize("slurm, said", [
-    ('time = "soon"', "[slurm] time: a Slurm time"),
-    ("nodes = 2", '[slurm] nodes: 2 nodes run one torchrun node each: only for kind = "torchrun"'),
-    ('gpus = 2\ngres = "gpu:2"', "give gpus or gres, not both"),
-    ('options = ["--signal=USR2@60"]', "set by trainctl itself"),
-    ('options = ["qos=high"]', "one sbatch option"),
-    ('options = ["--nodes=2"]', "give nodes = N instead"),
-    ('options = ["-N2"]', "give nodes = N instead"),
-    ('partition = "a b"', "must not contain spaces"),
-    ("warn = 100000", "at most 65535"),
-    ("color = 1", "[slurm] color"),
-])
+@pytest.mark.parametrize(
+    "slurm, said",
+    [
+        ('time = "soon"', "[slurm] time: a Slurm time"),
+        ("nodes = 2", '[slurm] nodes: 2 nodes run one torchrun node each: only for kind = "torchrun"'),
+        ('gpus = 2\ngres = "gpu:2"', "give gpus or gres, not both"),
+        ('options = ["--signal=USR2@60"]', "set by trainctl itself"),
+        ('options = ["qos=high"]', "one sbatch option"),
+        ('options = ["--nodes=2"]', "give nodes = N instead"),
+        ('options = ["-N2"]', "give nodes = N instead"),
+        ('partition = "a b"', "must not contain spaces"),
+        ("warn = 100000", "at most 65535"),
+        ("color = 1", "[slurm] color"),
+    ],
+)
 def test_a_bad_slurm_table_names_the_key(tmp_path, slurm, said):
     with pytest.raises(ConfigError) as e:
         load_job(job(tmp_path, slurm))
@@ -64,28 +90,61 @@ def test_slurm_and_host_together_are_refused(tmp_path):
 
 
 def test_the_sbatch_argv_carries_the_job_and_trainctls_own_options(tmp_path):
-    argv = sbatch_argv({"partition": "gpu", "time": "1:00:00", "gpus": "2", "options": ["--qos=high"]},
-                       tmp_path, "trainctl-x", 300, dependency="41")
+    argv = sbatch_argv(
+        {"partition": "gpu", "time": "1:00:00", "gpus": "2", "options": ["--qos=high"]},
+        tmp_path,
+        "trainctl-x",
+        300,
+        dependency="41",
+    )
     assert argv[0] == "sbatch" and argv[-1] == str(tmp_path / "slurm-job.sh")
-    for opt in ("--parsable", "--job-name=trainctl-x", f"--output={tmp_path}/slurm-%j.out",
-                "--signal=B:USR1@300", "--dependency=afterany:41", "--partition=gpu",
-                "--time=1:00:00", "--gpus=2", "--qos=high", "--requeue"):
+    for opt in (
+        "--parsable",
+        "--job-name=trainctl-x",
+        f"--output={tmp_path}/slurm-%j.out",
+        "--signal=B:USR1@300",
+        "--dependency=afterany:41",
+        "--partition=gpu",
+        "--time=1:00:00",
+        "--gpus=2",
+        "--qos=high",
+        "--requeue",
+    ):
         assert opt in argv
 
 
-@pytest.mark.parametrize("cfg, limit, warn", [
-    ({}, 60, 30), ({}, 86400, 600), ({}, 3600, 360), ({}, 600, 60), ({"warn": 45}, 60, 45), ({}, None, None),
-])
+@pytest.mark.parametrize(
+    "cfg, limit, warn",
+    [
+        ({}, 60, 30),
+        ({}, 86400, 600),
+        ({}, 3600, 360),
+        ({}, 600, 60),
+        ({"warn": 45}, 60, 45),
+        ({}, None, None),
+    ],
+)
 def test_the_warning_comes_a_tenth_of_the_limit_before_it(cfg, limit, warn):
     assert warn_seconds(cfg, limit) == warn
 
 
 def test_sbatch_refusals_read_as_one_line():
-    r = subprocess.CompletedProcess([], 1, "", "sbatch: error: invalid partition specified: nope\n"
-                                    "sbatch: error: Batch job submission failed: Invalid partition name specified\n")
-    assert str(_why(r, "sbatch refused the job")) == "sbatch refused the job: Invalid partition name specified"
-    r = subprocess.CompletedProcess([], 1, "", "sbatch: error: Batch job submission failed: Unable to "
-                                    "contact slurm controller (connect failure)\n")
+    r = subprocess.CompletedProcess(
+        [],
+        1,
+        "",
+        "sbatch: error: invalid partition specified: nope\n"
+        "sbatch: error: Batch job submission failed: Invalid partition name specified\n",
+    )
+    assert (
+        str(_why(r, "sbatch refused the job")) == "sbatch refused the job: Invalid partition name specified"
+    )
+    r = subprocess.CompletedProcess(
+        [],
+        1,
+        "",
+        "sbatch: error: Batch job submission failed: Unable to contact slurm controller (connect failure)\n",
+    )
     err = _why(r, "sbatch refused the job")
     assert isinstance(err, SlurmUnreachable) and "slurmctld is unreachable" in str(err)
 
@@ -93,9 +152,16 @@ def test_sbatch_refusals_read_as_one_line():
 def test_the_gaps_between_a_runs_jobs_are_pending_to_the_next_progress():
     from trainctl.core import events as E
     from trainctl.hosts.slurm.agent_part import gap_step
-    evs = [E.Progress(1.0, 1, 1, 1, 9, {}), E.State(10.0, "PENDING", "next job"),
-           E.Info(12.0, "x"), E.Progress(40.0, 1, 1, 2, 9, {}), E.Progress(41.0, 1, 1, 3, 9, {}),
-           E.State(50.0, "PENDING", "next job"), E.Progress(55.0, 1, 1, 4, 9, {})]
+
+    evs = [
+        E.Progress(1.0, 1, 1, 1, 9, {}),
+        E.State(10.0, "PENDING", "next job"),
+        E.Info(12.0, "x"),
+        E.Progress(40.0, 1, 1, 2, 9, {}),
+        E.Progress(41.0, 1, 1, 3, 9, {}),
+        E.State(50.0, "PENDING", "next job"),
+        E.Progress(55.0, 1, 1, 4, 9, {}),
+    ]
     gaps, pending = [], None
     for ev in evs:
         gap, pending = gap_step(ev, pending)

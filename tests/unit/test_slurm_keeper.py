@@ -1,5 +1,6 @@
 """A node's agent kept going inside its Slurm job: the keeper (`slurm-agent.sh`, from
 src/trainctl/hosts/slurm/queue.py keeper_script) run for real by bash, with a stand-in agent."""
+
 from __future__ import annotations
 
 import os
@@ -13,7 +14,7 @@ from trainctl.hosts.slurm import queue as slurm
 
 # The stand-in agent: a bash script that counts its starts in a file and does what the
 # test's plan asks of its Nth start (an exit code, a kill -9 of itself, wait for USR1).
-STAND_IN = r'''
+STAND_IN = r"""
 n=$(( $(cat "$DIR/starts" 2>/dev/null || echo 0) + 1 )); echo $n > "$DIR/starts"
 echo "$n ${TRAINCTL_AGENT_RESTARTED:-} $*" >> "$DIR/seen"
 case "$(sed -n "${n}p" "$DIR/plan")" in
@@ -21,7 +22,7 @@ case "$(sed -n "${n}p" "$DIR/plan")" in
   usr1) trap 'exit 42' USR1; echo ready > "$DIR/ready"; while :; do sleep 0.05; done ;;
   *) exit "$(sed -n "${n}p" "$DIR/plan")" ;;
 esac
-'''
+"""
 
 
 def run_keeper(tmp_path, plan: list[str], usr1: bool = False) -> tuple[int, list[str]]:
@@ -29,13 +30,14 @@ def run_keeper(tmp_path, plan: list[str], usr1: bool = False) -> tuple[int, list
     (tmp_path / "plan").write_text("\n".join(plan) + "\n")
     keeper = tmp_path / "keeper.sh"
     keeper.write_text(slurm.keeper_script(tmp_path, agent=f"bash {tmp_path}/agent.sh"))
-    proc = subprocess.Popen(["bash", str(keeper)], env={**os.environ, "DIR": str(tmp_path)},
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(keeper)], env={**os.environ, "DIR": str(tmp_path)}, stderr=subprocess.PIPE, text=True
+    )
     if usr1:
         deadline = time.monotonic() + 20
         while not (tmp_path / "ready").exists() and time.monotonic() < deadline:
             time.sleep(0.05)
-        proc.send_signal(signal.SIGUSR1)   # the time-limit warning, to the batch shell only
+        proc.send_signal(signal.SIGUSR1)  # the time-limit warning, to the batch shell only
     proc.wait(timeout=60)
     return proc.returncode, (tmp_path / "seen").read_text().splitlines()
 

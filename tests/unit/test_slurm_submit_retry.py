@@ -1,5 +1,6 @@
 """The next job's sbatch, tried again while slurmctld does not answer: the waits (pure) and
 the loop with a fake sbatch and a fake clock."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,12 +12,21 @@ from trainctl.hosts.slurm.agent_part import submit_retrying
 from trainctl.hosts.slurm.queue import SUBMIT_MARGIN_S, submit_retry_wait, submit_timeout
 
 
-@pytest.mark.parametrize("tries, now, end, wait", [
-    (1, 0, 1000, 5), (2, 0, 1000, 10), (3, 0, 1000, 20), (5, 0, 1000, 60), (9, 0, 1000, 60),
-    (1, 0, None, 5), (7, 0, None, 60), (8, 0, None, None),
-    (3, 1000 - SUBMIT_MARGIN_S - 7, 1000, 7),      # never past the job's end minus the margin
-    (1, 1000 - SUBMIT_MARGIN_S, 1000, None),        # no time left: no try
-])
+@pytest.mark.parametrize(
+    "tries, now, end, wait",
+    [
+        (1, 0, 1000, 5),
+        (2, 0, 1000, 10),
+        (3, 0, 1000, 20),
+        (5, 0, 1000, 60),
+        (9, 0, 1000, 60),
+        (1, 0, None, 5),
+        (7, 0, None, 60),
+        (8, 0, None, None),
+        (3, 1000 - SUBMIT_MARGIN_S - 7, 1000, 7),  # never past the job's end minus the margin
+        (1, 1000 - SUBMIT_MARGIN_S, 1000, None),  # no time left: no try
+    ],
+)
 def test_the_waits_double_and_stop_before_the_jobs_end(tries, now, end, wait):
     assert submit_retry_wait(tries, now, end) == wait
 
@@ -49,8 +59,11 @@ class FakeSlurm:
 
 
 def run(fake: FakeSlurm, end, gave_up=lambda: False):
-    return asyncio.run(submit_retrying(["sbatch"], lambda: fake.now, end, fake.say,
-                                       gave_up=gave_up, submit=fake.submit, sleep=fake.sleep))
+    return asyncio.run(
+        submit_retrying(
+            ["sbatch"], lambda: fake.now, end, fake.say, gave_up=gave_up, submit=fake.submit, sleep=fake.sleep
+        )
+    )
 
 
 def test_sbatch_is_tried_again_until_slurmctld_answers():
@@ -62,7 +75,7 @@ def test_sbatch_is_tried_again_until_slurmctld_answers():
 def test_no_try_is_left_near_the_jobs_end():
     fake = FakeSlurm(down=100)
     with pytest.raises(slurm.SlurmUnreachable, match="did not answer 5 sbatch tries"):
-        run(fake, end=60.0)   # tries at 0, 6, 17, 38, then a 6 s wait to the last one at 45
+        run(fake, end=60.0)  # tries at 0, 6, 17, 38, then a 6 s wait to the last one at 45
     assert fake.said[-1] == (4, 6) and fake.now <= 60.0 - SUBMIT_MARGIN_S + 1
 
 
@@ -78,8 +91,10 @@ def test_slurm_ending_the_job_stops_the_tries_and_a_refusal_is_not_retried():
 
 
 def test_the_jobs_queued_after_this_one_are_read_from_squeue():
-    out = ("501|afterany:500(unfulfilled)\n502|(null)\n503|afterany:5000(unfulfilled)\n"
-           "499|afterany:500(unfulfilled),afterok:7\n")
+    out = (
+        "501|afterany:500(unfulfilled)\n502|(null)\n503|afterany:5000(unfulfilled)\n"
+        "499|afterany:500(unfulfilled),afterok:7\n"
+    )
     assert slurm.jobs_after(out, "500") == ["499", "501"]
     assert slurm.jobs_after("", "500") == []
 
@@ -103,9 +118,18 @@ class LateSlurm(FakeSlurm):
 
 
 def run_late(fake: LateSlurm):
-    return asyncio.run(submit_retrying(["sbatch"], lambda: fake.now, 1000.0, fake.say,
-                                       submit=fake.submit, sleep=fake.sleep,
-                                       queued=fake.queued, cancel=fake.cancel))
+    return asyncio.run(
+        submit_retrying(
+            ["sbatch"],
+            lambda: fake.now,
+            1000.0,
+            fake.say,
+            submit=fake.submit,
+            sleep=fake.sleep,
+            queued=fake.queued,
+            cancel=fake.cancel,
+        )
+    )
 
 
 def test_a_try_that_got_through_late_is_the_next_job_not_a_second_one():
@@ -114,8 +138,17 @@ def test_a_try_that_got_through_late_is_the_next_job_not_a_second_one():
 
 
 def test_a_second_job_queued_by_a_race_is_cancelled():
-    fake = LateSlurm(seen_by_squeue=False)   # squeue did not see it before the second try
-    got = asyncio.run(submit_retrying(
-        ["sbatch"], lambda: fake.now, 1000.0, fake.say, submit=fake.submit, sleep=fake.sleep,
-        queued=lambda: list(fake.queue) if len(fake.calls) > 1 else [], cancel=fake.cancel))
+    fake = LateSlurm(seen_by_squeue=False)  # squeue did not see it before the second try
+    got = asyncio.run(
+        submit_retrying(
+            ["sbatch"],
+            lambda: fake.now,
+            1000.0,
+            fake.say,
+            submit=fake.submit,
+            sleep=fake.sleep,
+            queued=lambda: list(fake.queue) if len(fake.calls) > 1 else [],
+            cancel=fake.cancel,
+        )
+    )
     assert got == "4242" and fake.cancelled == ["4243"] and len(fake.calls) == 2

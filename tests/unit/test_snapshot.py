@@ -3,6 +3,7 @@ A snapshot and the journal after it give the same view as the whole journal fold
 corrupt, stale or hostile snapshot is ignored and rebuilt; an older journal is indexed once;
 a client (the offline one here; the agent's in tests/e2e/test_snapshot_agent.py) gets the
 snapshot and the events after it instead of a replay from the start."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,12 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.core import events as E
-from trainctl.core import runview
 from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.client.connection import local_client
+from trainctl.core import events as E
+from trainctl.core import runview
+from trainctl.core.runview import RunView, ViewSnapshot, lttb
 from trainctl.store.journal import Journal, read_events
-from trainctl.core.runview import RunView, Series, ViewSnapshot, lttb
 from trainctl.store.snapshot import load_view, read_snapshot, save, snapshot_path
 from trainctl.store.spec import RunSpec
 
@@ -33,21 +34,33 @@ def long_events(n: int, t0: float = 1.7e9) -> list[E.Event]:
     out: list[E.Event] = [E.Start(t0, 1, 11, "A"), E.State(t0, "RUNNING", "")]
     for i in range(n):
         if i == n // 2:
-            out += [E.Stall(t0 + i, "train", 90.0, "deadlock"),
-                    E.Restart(t0 + i, 2, "stall", "B"), E.Start(t0 + i, 2, 12, "B"),
-                    E.Warning(t0 + i, "nccl.timeout", "warning", "NCCL timeout")]
+            out += [
+                E.Stall(t0 + i, "train", 90.0, "deadlock"),
+                E.Restart(t0 + i, 2, "stall", "B"),
+                E.Start(t0 + i, 2, 12, "B"),
+                E.Warning(t0 + i, "nccl.timeout", "warning", "NCCL timeout"),
+            ]
         epoch, batch = divmod(i, 1000)
-        out.append(E.Progress(t0 + i + 1, epoch + 1, 50, batch + 1, 1000,
-                              {"box_loss": 2.0 / (1 + i / 100) + (i % 7) / 100, "cls_loss": 1.0 + (i % 13) / 50},
-                              rate=2.4))
+        out.append(
+            E.Progress(
+                t0 + i + 1,
+                epoch + 1,
+                50,
+                batch + 1,
+                1000,
+                {"box_loss": 2.0 / (1 + i / 100) + (i % 7) / 100, "cls_loss": 1.0 + (i % 13) / 50},
+                rate=2.4,
+            )
+        )
     return out
 
 
 def write_run(tmp_path: Path, events: list[E.Event]) -> Path:
     run_dir = tmp_path / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
-    RunSpec(job_name="week", kind="command", command=["python", "t.py"], preset="A",
-            fallback="B", host="box").save(run_dir / "spec.json")
+    RunSpec(
+        job_name="week", kind="command", command=["python", "t.py"], preset="A", fallback="B", host="box"
+    ).save(run_dir / "spec.json")
     j = Journal(run_dir / "events.jsonl")
     for e in events:
         j.append(E.from_dict({k: v for k, v in E.to_dict(e).items() if k != "seq"}))
@@ -65,13 +78,14 @@ def test_snapshot_and_tail_equal_the_whole_replay_at_every_cut(tmp_path):
     events = long_events(9000)
     run_dir = write_run(tmp_path, events)
     whole = replayed(run_dir)
-    assert len(whole.losses["box_loss"].xs) < 2 * runview.WHOLE_KEEP   # it was downsampled
+    assert len(whole.losses["box_loss"].xs) < 2 * runview.WHOLE_KEEP  # it was downsampled
     assert whole.restarts and whole.incidents
     for cut in (1, 4500, 4503, 7000, len(events) - 1):
         # a snapshot of the first `cut` lines, as the agent writes it
         view = RunView()
         view.apply_all(list(read_events(run_dir / "events.jsonl"))[:cut])
         from trainctl.store.snapshot import Covered
+
         offset = sum(len(line) for line in (run_dir / "events.jsonl").read_bytes().splitlines(True)[:cut])
         assert save(run_dir, Covered(view, cut, offset))
         got = load_view(run_dir, write=False)
@@ -89,7 +103,7 @@ def test_the_whole_run_keeps_restart_and_incident_points(tmp_path):
     assert all(len(xs) <= runview.CHART_POINTS + 3 for _, xs, _ in series)
     assert mark in series[0][1] and restarts == tuple(view.restarts)
     hour, _ = view.chart("hour")
-    assert hour[0][1][0] >= view.x - 3600 - 1   # one progress a second: the last 3600 batches
+    assert hour[0][1][0] >= view.x - 3600 - 1  # one progress a second: the last 3600 batches
     epoch, _ = view.chart("epoch")
     assert epoch[0][1][0] >= (view.progress.epoch - 1) * 1000
 
@@ -140,7 +154,7 @@ def hostile(run_dir: Path, how: str) -> None:
         doc["view"]["progress"] = {"type": "stall", "ts": 1}
         path.write_text(json.dumps(doc))
     elif how == "offset past the end":
-        doc["offset"] += 10 ** 9
+        doc["offset"] += 10**9
         path.write_text(json.dumps(doc))
     elif how == "another journal":
         doc["tail"] = "0" * 64
@@ -159,22 +173,33 @@ def hostile(run_dir: Path, how: str) -> None:
         path.write_text("[" * 100000 + "]" * 100000)
 
 
-HOW = ["torn", "not json", "other format", "columns", "types", "offset past the end",
-       "another journal", "seq ahead", "symlink", "huge", "nested"]
+HOW = [
+    "torn",
+    "not json",
+    "other format",
+    "columns",
+    "types",
+    "offset past the end",
+    "another journal",
+    "seq ahead",
+    "symlink",
+    "huge",
+    "nested",
+]
 
 
 @pytest.mark.parametrize("how", HOW)
 def test_a_hostile_snapshot_is_ignored_and_rebuilt(tmp_path, how):
     run_dir = write_run(tmp_path, long_events(300))
-    load_view(run_dir)   # index: a good snapshot
+    load_view(run_dir)  # index: a good snapshot
     hostile(run_dir, how)
     assert read_snapshot(run_dir) is None
     got = load_view(run_dir)
     assert not got.from_snapshot and got.view.state_key() == replayed(run_dir).state_key()
     if how != "symlink":
-        assert read_snapshot(run_dir) is not None   # rebuilt
+        assert read_snapshot(run_dir) is not None  # rebuilt
     else:
-        assert (run_dir / "elsewhere.json").exists()   # never written through the link
+        assert (run_dir / "elsewhere.json").exists()  # never written through the link
 
 
 def test_a_journal_cut_shorter_or_replaced_makes_the_snapshot_stale(tmp_path):
@@ -182,7 +207,7 @@ def test_a_journal_cut_shorter_or_replaced_makes_the_snapshot_stale(tmp_path):
     load_view(run_dir)
     journal = run_dir / "events.jsonl"
     lines = journal.read_bytes().splitlines(True)
-    journal.write_bytes(b"".join(lines[:100]))          # cut shorter (restored from a backup)
+    journal.write_bytes(b"".join(lines[:100]))  # cut shorter (restored from a backup)
     assert read_snapshot(run_dir) is None
     assert load_view(run_dir).next_seq == 100
     other = write_run(tmp_path / "b", long_events(400, t0=1.6e9))  # another run's journal put in its place
@@ -195,7 +220,7 @@ def test_a_torn_last_line_is_left_for_later(tmp_path):
     run_dir = write_run(tmp_path, long_events(50))
     journal = run_dir / "events.jsonl"
     with open(journal, "ab") as f:
-        f.write(b'{"ts":1,"type":"state","state":"FAI')   # the agent killed mid-write
+        f.write(b'{"ts":1,"type":"state","state":"FAI')  # the agent killed mid-write
     got = load_view(run_dir)
     assert got.offset == journal.stat().st_size - len(b'{"ts":1,"type":"state","state":"FAI')
     assert got.view.state == "RUNNING"
@@ -204,11 +229,11 @@ def test_a_torn_last_line_is_left_for_later(tmp_path):
 async def test_the_keeper_writes_and_primes_from_what_is_there(tmp_path):
     events = long_events(500)
     run_dir = write_run(tmp_path, events[:300])
-    journal = Journal(run_dir / "events.jsonl")   # an adopting agent goes on with it
+    journal = Journal(run_dir / "events.jsonl")  # an adopting agent goes on with it
     keeper = SnapshotKeeper(run_dir, journal, lambda: 0.0, every_events=50)
     upto = keeper.prime_at()
     journaled = []
-    for e in events[300:320]:   # journaled while the keeper primes: folded after
+    for e in events[300:320]:  # journaled while the keeper primes: folded after
         journaled.append(journal.append(e))
         keeper(journaled[-1])
     keeper.primed(await asyncio.get_running_loop().run_in_executor(None, keeper.prime, upto))
@@ -227,7 +252,7 @@ async def test_offline_client_gets_the_snapshot_then_the_tail(tmp_path):
     run_dir = write_run(tmp_path, events)
     load_view(run_dir)
     more = long_events(5, t0=2e9)[2:]
-    with open(run_dir / "events.jsonl", "ab") as f:   # lines after the snapshot
+    with open(run_dir / "events.jsonl", "ab") as f:  # lines after the snapshot
         for e in more:
             f.write((E.encode(e) + "\n").encode())
     total = len(events) + len(more)
@@ -240,7 +265,7 @@ async def test_offline_client_gets_the_snapshot_then_the_tail(tmp_path):
     assert hello["live"] is False and hello["state"] == "RUNNING"
     # the snapshot's view, folded on with the lines after it: the whole journal
     assert isinstance(got[0], ViewSnapshot) and got[0].next_seq == total and len(got) == 1
-    assert read_snapshot(run_dir).next_seq == len(events)   # the file: written once, not per client
+    assert read_snapshot(run_dir).next_seq == len(events)  # the file: written once, not per client
     view = RunView()
     view.load_dict(got[0].view)
     view.apply_all(got[1:])
@@ -248,8 +273,9 @@ async def test_offline_client_gets_the_snapshot_then_the_tail(tmp_path):
 
 
 def cli(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "trainctl", *args], cwd=cwd, capture_output=True,
-                          text=True, timeout=60)
+    return subprocess.run(
+        [sys.executable, "-m", "trainctl", *args], cwd=cwd, capture_output=True, text=True, timeout=60
+    )
 
 
 def test_status_and_attach_json_without_an_agent(tmp_path):
@@ -259,10 +285,14 @@ def test_status_and_attach_json_without_an_agent(tmp_path):
     assert r.returncode == 0, r.stderr
     status = json.loads(r.stdout)
     assert status["state"] == "FINISHED" and status["progress"]["batch"] == 500
-    assert read_snapshot(run_dir) is not None   # indexed once, by the first status
+    assert read_snapshot(run_dir) is not None  # indexed once, by the first status
     r = cli("attach", "--json", "--tail", "3", str(run_dir))
     lines = [json.loads(line) for line in r.stdout.splitlines()]
-    assert r.returncode == 0 and [d["seq"] for d in lines] == [len(events) - 3, len(events) - 2, len(events) - 1]
+    assert r.returncode == 0 and [d["seq"] for d in lines] == [
+        len(events) - 3,
+        len(events) - 2,
+        len(events) - 1,
+    ]
     r = cli("attach", "--json", "--from-snapshot", str(run_dir))
     lines = [json.loads(line) for line in r.stdout.splitlines()]
     assert r.returncode == 0, r.stderr
@@ -276,10 +306,13 @@ def test_status_merges_the_last_counter_with_a_loss_only_line(tmp_path):
     """Issue 26: HF Trainer's last line carries only a loss; status keeps the batch counter
     read before it: "epoch 1, batch 200/1000, loss 2.1"."""
     t0 = 1.7e9
-    events = [E.Start(t0, 1, 11, "A"), E.State(t0, "RUNNING", ""),
-              E.Progress(t0 + 1, None, None, 200, 1000, {}, rate=3.2),
-              E.Progress(t0 + 2, 1, None, None, None, {"loss": 2.1}),
-              E.State(t0 + 3, "STALLED", "no batch")]
+    events = [
+        E.Start(t0, 1, 11, "A"),
+        E.State(t0, "RUNNING", ""),
+        E.Progress(t0 + 1, None, None, 200, 1000, {}, rate=3.2),
+        E.Progress(t0 + 2, 1, None, None, None, {"loss": 2.1}),
+        E.State(t0 + 3, "STALLED", "no batch"),
+    ]
     run_dir = write_run(tmp_path, events)
     r = cli("status", str(run_dir))
     assert r.returncode == 0, r.stderr

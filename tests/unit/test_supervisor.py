@@ -1,6 +1,14 @@
 import pytest
 
-from trainctl.core.recovery import ALLOWED, FINAL_STATES, Outcome, RecoveryPolicy, RunState, StateMachine, exit_code
+from trainctl.core.recovery import (
+    ALLOWED,
+    FINAL_STATES,
+    Outcome,
+    RecoveryPolicy,
+    RunState,
+    StateMachine,
+    exit_code,
+)
 
 
 def test_stall_falls_back_to_the_fallback_preset_and_backs_off():
@@ -35,8 +43,8 @@ def test_no_progress_attempts_count_double_and_stop_the_loop():
     d = pol.decide(Outcome("stall", False))
     assert d.action == "fail" and "no new batch" in d.reason
     pol = RecoveryPolicy("A", None, max_restarts=3, no_progress_limit=5)
-    assert pol.decide(Outcome("crash", False, 1)).action == "restart"   # used 2
-    assert pol.decide(Outcome("crash", False, 1)).action == "fail"      # used 4 > 3
+    assert pol.decide(Outcome("crash", False, 1)).action == "restart"  # used 2
+    assert pol.decide(Outcome("crash", False, 1)).action == "fail"  # used 4 > 3
 
 
 def test_user_actions_and_endings():
@@ -45,8 +53,8 @@ def test_user_actions_and_endings():
     assert pol.decide(Outcome("user_stop", True)).action == "stop"
     d = pol.decide(Outcome("user_restart", False, preset="A", requested_preset="B"))
     assert (d.action, d.preset, d.delay_s) == ("restart", "B", 0.0)
-    assert pol.used == 0   # the user's restarts do not spend the automatic budget
-    assert pol.decide(Outcome("stall", True)).action == "fail"   # auto-recovery off
+    assert pol.used == 0  # the user's restarts do not spend the automatic budget
+    assert pol.decide(Outcome("stall", True)).action == "fail"  # auto-recovery off
 
 
 def test_fatal_error_that_a_restart_cannot_fix_is_not_retried():
@@ -75,15 +83,17 @@ def test_a_trainer_that_never_started_fails_at_once_and_says_so():
 
 def test_a_user_stop_ends_in_stopped_a_final_state_of_its_own():
     assert FINAL_STATES == {RunState.FINISHED, RunState.FAILED, RunState.STOPPED}
-    assert "STOPPED" in FINAL_STATES and "RUNNING" not in FINAL_STATES   # journal strings too
+    assert "STOPPED" in FINAL_STATES and "RUNNING" not in FINAL_STATES  # journal strings too
     for state in RunState:
         if state in FINAL_STATES:
-            assert ALLOWED[state] == set(), state          # nothing follows an end
+            assert ALLOWED[state] == set(), state  # nothing follows an end
         else:
-            assert FINAL_STATES <= ALLOWED[state], state   # any live state may end
-    for path in ([RunState.RUNNING, RunState.STOPPING, RunState.STOPPED],
-                 [RunState.RUNNING, RunState.STOPPING, RunState.BACKOFF, RunState.STOPPED],
-                 [RunState.STALLED, RunState.STOPPED]):
+            assert FINAL_STATES <= ALLOWED[state], state  # any live state may end
+    for path in (
+        [RunState.RUNNING, RunState.STOPPING, RunState.STOPPED],
+        [RunState.RUNNING, RunState.STOPPING, RunState.BACKOFF, RunState.STOPPED],
+        [RunState.STALLED, RunState.STOPPED],
+    ):
         sm = StateMachine()
         for state in path:
             assert sm.to(state)
@@ -98,9 +108,10 @@ def test_exit_codes_follow_the_final_state():
 
 def test_an_unknown_exit_is_finished_only_at_the_last_batch_of_the_last_epoch():
     from trainctl.core.recovery import reached_the_end
+
     assert reached_the_end(3, 3, 20, 20)
     assert reached_the_end(None, None, None, None, phase="finished")
     assert not reached_the_end(3, 3, 19, 20)
     assert not reached_the_end(2, 3, 20, 20)
-    assert not reached_the_end(None, None, 20, 20)   # no epochs known: cannot tell
+    assert not reached_the_end(None, None, 20, 20)  # no epochs known: cannot tell
     assert not reached_the_end(1, 1, 5, None)

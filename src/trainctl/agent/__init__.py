@@ -12,6 +12,7 @@
 - tasks: supervised background tasks and error reports
 - service: Agent, which wires them and owns the run's life
 """
+
 from trainctl.agent.attempt import EXIT_SUPERVISION_LOST
 from trainctl.agent.service import Agent
 

@@ -2,32 +2,33 @@
 box session).  Everything it needs is in the run directory: the journal says where the run
 was (attempt, preset, restarts, last good checkpoint, furthest batch); the holder's status
 file says whether that attempt's trainer lives on, or how it ended while nobody watched."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainctl.core import events as E
-from trainctl.store.journal import read_events
-from trainctl.inside.report import SAVE_ON_REQUEST_KEY
-from trainctl.store.snapshot import load_view
 from trainctl.core.recovery import FINAL_STATES, Outcome, OutcomeKind
+from trainctl.inside.report import SAVE_ON_REQUEST_KEY
+from trainctl.store.journal import read_events
+from trainctl.store.snapshot import load_view
 
 
 @dataclass
 class Where:
     """Where the run was when its agent died, from its journal."""
 
-    attempt: int = 0                    # the last attempt started (0: none)
-    preset: str | None = None           # that attempt's preset
-    exited: int | None = None           # its exit code, when journaled
-    restart: E.Restart | None = None    # a restart journaled after that exit (died in BACKOFF)
-    state: str | None = None            # the last state journaled
+    attempt: int = 0  # the last attempt started (0: none)
+    preset: str | None = None  # that attempt's preset
+    exited: int | None = None  # its exit code, when journaled
+    restart: E.Restart | None = None  # a restart journaled after that exit (died in BACKOFF)
+    state: str | None = None  # the last state journaled
     last_checkpoint: str | None = None
     furthest: tuple[int, int] = (0, 0)
     auto_restarts: int = 0
-    progressed: bool = False            # the last attempt went beyond the batches before it
-    save_on_request: bool = False       # its trainer declared it (read before the agent died)
+    progressed: bool = False  # the last attempt went beyond the batches before it
+    save_on_request: bool = False  # its trainer declared it (read before the agent died)
 
     @property
     def ended(self) -> bool:
@@ -42,7 +43,7 @@ class Where:
 
 def where_the_run_was(journal: Path) -> Where:
     w = Where()
-    before = (0, 0)   # the furthest batch before the last attempt began
+    before = (0, 0)  # the furthest batch before the last attempt began
     try:
         events = list(read_events(journal))
     except OSError:
@@ -75,6 +76,7 @@ def where_the_run_was(journal: Path) -> Where:
 def agent_running(run_dir: Path) -> bool:
     """An agent holds this run (alive, even if stopped): its flock on agent.lock is held."""
     from trainctl.client.connection import agent_holds
+
     return agent_holds(run_dir)
 
 
@@ -82,22 +84,24 @@ def needs_adoption(run_dir: Path) -> bool:
     """True for a run whose agent is gone while the run is not over: its trainer lives on
     (under its holder), or its agent died between attempts (BACKOFF, STARTING)."""
     from trainctl.holder.handle import HeldTrainer, live_trainer
+
     run_dir = Path(run_dir)
     if not (run_dir / "spec.json").exists() or agent_running(run_dir):
         return False
-    if (run_dir / "slurm.json").exists() or (run_dir.name.startswith("node")
-                                             and (run_dir.parent / "slurm.json").exists()):
+    if (run_dir / "slurm.json").exists() or (
+        run_dir.name.startswith("node") and (run_dir.parent / "slurm.json").exists()
+    ):
         # a Slurm run's agent is its job's (on a compute node, whose lock this machine may
         # not see), and so is a node's of a job of several (RUN/node<N>): the job's next
         # start goes on with the run, never a client's agent here
         return False
     if load_view(run_dir).view.state in FINAL_STATES:
-        return False   # an ended run (the common case): its snapshot and the journal's tail say so
+        return False  # an ended run (the common case): its snapshot and the journal's tail say so
     was = where_the_run_was(run_dir / "events.jsonl")
     if was.ended:
         return False
     if was.attempt and was.exited is None and HeldTrainer.adopt(run_dir, was.attempt) is not None:
         return True
     if was.exited is None and (st := live_trainer(run_dir)) is not None and st.get("attempt") == was.attempt:
-        return True   # its holder was killed too: the trainer runs on unsupervised
+        return True  # its holder was killed too: the trainer runs on unsupervised
     return was.state in ("BACKOFF", "STARTING")

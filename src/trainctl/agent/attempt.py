@@ -7,6 +7,7 @@ comes next (restart with which preset after which pause, finish, fail, stop).  T
 from the context's clock and asyncio's sleeps, so a fake spawner on a virtual-time loop
 replays a whole recovery in milliseconds.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -16,25 +17,25 @@ import shutil
 import signal
 from collections.abc import Callable
 
-from trainctl.core import events as E
-from trainctl.config import ConfigError
-from trainctl.inside import INSTRUMENT_ENV, OFF_KEY
-from trainctl.core.tracebacks import last_exception
-from trainctl.system.process import signal_name
-from trainctl.core.recovery import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
-from trainctl.core.torchrun import SETUP_MARK, rendezvous_wait
 from trainctl.agent.context import RunContext
-from trainctl.agent.requests import EndRequest
 from trainctl.agent.intake import Intake
 from trainctl.agent.launch import runner_for, trainer_env
 from trainctl.agent.plug import AgentPlug
+from trainctl.agent.requests import EndRequest
 from trainctl.agent.spawner import Spawner, Trainer
 from trainctl.agent.stop import Stopper
 from trainctl.agent.tasks import ErrorReporter, supervise
 from trainctl.agent.watch import Watcher
+from trainctl.config import ConfigError
+from trainctl.core import events as E
+from trainctl.core.recovery import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
+from trainctl.core.torchrun import SETUP_MARK, rendezvous_wait
+from trainctl.core.tracebacks import last_exception
+from trainctl.inside import INSTRUMENT_ENV, OFF_KEY
+from trainctl.system.process import signal_name
 
 READERS_DRAIN_S = 5.0
-EXIT_SUPERVISION_LOST = 5   # the agent could not go on supervising (its reason is journaled)
+EXIT_SUPERVISION_LOST = 5  # the agent could not go on supervising (its reason is journaled)
 KILL_RETRY_S = 1.0
 OFFSETS_S = 1.0
 
@@ -53,8 +54,14 @@ _IMPORT_ERROR = ("ModuleNotFoundError:", "ImportError:")
 
 
 class AttemptLoop:
-    def __init__(self, ctx: RunContext, spawner: Spawner, report: ErrorReporter, on_give_up,
-                 plug: AgentPlug | None = None) -> None:
+    def __init__(
+        self,
+        ctx: RunContext,
+        spawner: Spawner,
+        report: ErrorReporter,
+        on_give_up,
+        plug: AgentPlug | None = None,
+    ) -> None:
         self.ctx = ctx
         self.spawner = spawner
         self.report = report
@@ -72,8 +79,13 @@ class AttemptLoop:
         self.before_start: Callable[[], object] | None = None
 
     # ------------------------------------------------------------------ the loop
-    async def run(self, adopted: Trainer | None = None, outcome: Outcome | None = None,
-                  resume: bool = False, restart: E.Restart | None = None) -> int:
+    async def run(
+        self,
+        adopted: Trainer | None = None,
+        outcome: Outcome | None = None,
+        resume: bool = False,
+        restart: E.Restart | None = None,
+    ) -> int:
         """The attempts, from the first one; or, for an agent that takes over a run, from
         the ``adopted`` trainer of attempt ``ctx.facts.attempt``, or from the ``outcome`` of an
         attempt whose decision its dead agent never journaled, or from the ``restart`` it
@@ -85,19 +97,21 @@ class AttemptLoop:
         resume_from: str | None = None
         waits = rendezvous_wait(ctx.spec.command)
         if waits and adopted is None and outcome is None:
-            ctx.info(f"{waits}: the deadlock watch before the first batch starts with the ranks "
-                     "(the launcher at its rendezvous is not watched), and a still node whose "
-                     "every rank waits in a collective is waiting for the other nodes",
-                     "startup_idle_nodes")
+            ctx.info(
+                f"{waits}: the deadlock watch before the first batch starts with the ranks "
+                "(the launcher at its rendezvous is not watched), and a still node whose "
+                "every rank waits in a collective is waiting for the other nodes",
+                "startup_idle_nodes",
+            )
         if resume:
             resume_from = await self.find_resume()
         elif adopted is None and outcome is None:
-            resume_from = ctx.spec.resume_from   # --resume-from, for the first attempt
+            resume_from = ctx.spec.resume_from  # --resume-from, for the first attempt
             if resume_from:
                 ctx.facts.last_checkpoint = resume_from
                 ctx.info(f"starting from checkpoint {resume_from} (--resume-from)", "resume_from")
         while True:
-            if restart is not None:   # the dead agent's back-off, what is left of it
+            if restart is not None:  # the dead agent's back-off, what is left of it
                 preset, resume_from = restart.preset, restart.resume_from
                 delay = max(0.0, restart.ts + (restart.delay_s or 0.0) - ctx.clock())
                 if ctx.sm.state != RunState.BACKOFF:
@@ -115,12 +129,11 @@ class AttemptLoop:
                 outcome = await self.run_attempt(preset, resume_from, adopted)
                 adopted = None
             asked = ctx.requests
-            if asked.ending is not None:   # Slurm ends the job: why decides what comes next
+            if asked.ending is not None:  # Slurm ends the job: why decides what comes next
                 await asyncio.wait({asked.ending}, timeout=15)
                 if asked.suspend_requested.is_set() and not asked.stop_requested.is_set():
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.SUSPEND)
-                elif asked.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH,
-                                                                      OutcomeKind.STALL):
+                elif asked.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH, OutcomeKind.STALL):
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.USER_STOP)
             decision = ctx.policy.decide(outcome)
             if decision.action == "finish":
@@ -136,8 +149,11 @@ class AttemptLoop:
             preset = asked.take_next(decision.preset)
             resume_from = await self.find_resume()
             ctx.set_state(RunState.BACKOFF, decision.reason)
-            ctx.emit(E.Restart(ctx.clock(), ctx.facts.attempt + 1, decision.reason, preset,
-                               resume_from, decision.delay_s))
+            ctx.emit(
+                E.Restart(
+                    ctx.clock(), ctx.facts.attempt + 1, decision.reason, preset, resume_from, decision.delay_s
+                )
+            )
             if (code := await self.backoff(decision.delay_s, preset)) is not None:
                 return code
             preset = asked.take_next(preset)
@@ -155,9 +171,11 @@ class AttemptLoop:
             return self.stopped(asked.stop_reason or "stopped by the user during backoff")
         if asked.suspend_requested.is_set():
             return await self.suspend()
-        if asked.next_preset is not None and asked.next_preset != preset:   # picked meanwhile
-            ctx.info(f"attempt {ctx.facts.attempt + 1} uses preset {asked.next_preset}, "
-                     "picked during the backoff", "next_preset")
+        if asked.next_preset is not None and asked.next_preset != preset:  # picked meanwhile
+            ctx.info(
+                f"attempt {ctx.facts.attempt + 1} uses preset {asked.next_preset}, picked during the backoff",
+                "next_preset",
+            )
         return None
 
     async def suspend(self) -> int:
@@ -179,25 +197,32 @@ class AttemptLoop:
     async def fail(self, reason: str, outcome: Outcome) -> None:
         ctx = self.ctx
         ctx.set_state(RunState.FAILED, reason)
-        advice = ("Fix the command or preset named above, then `trainctl run` again."
-                  if outcome.returncode is None else
-                  "Read the stall diagnosis, warnings and stacks above; fix, then "
-                  "`trainctl run` again.")
+        advice = (
+            "Fix the command or preset named above, then `trainctl run` again."
+            if outcome.returncode is None
+            else "Read the stall diagnosis, warnings and stacks above; fix, then `trainctl run` again."
+        )
         if outcome.exception and outcome.exception.startswith(_IMPORT_ERROR):
-            advice = ("Install the missing module in the environment the trainer runs in (the "
-                      "python that runs it), then `trainctl run` again.")
+            advice = (
+                "Install the missing module in the environment the trainer runs in (the "
+                "python that runs it), then `trainctl run` again."
+            )
             if ctx.spec.remote:
-                now = (f"(now: {ctx.spec.setup!r})" if ctx.spec.setup.strip() else "(none set)")
-                advice = (f"On {ctx.spec.host} the trainer runs in a non-login shell, where "
-                          "`python` is often not your venv's: say how to prepare the environment "
-                          "with [host] setup = \"source ~/venv/bin/activate\" (or a conda "
-                          f"activate line) in the job {now}, or install the module there.")
+                now = f"(now: {ctx.spec.setup!r})" if ctx.spec.setup.strip() else "(none set)"
+                advice = (
+                    f"On {ctx.spec.host} the trainer runs in a non-login shell, where "
+                    "`python` is often not your venv's: say how to prepare the environment "
+                    'with [host] setup = "source ~/venv/bin/activate" (or a conda '
+                    f"activate line) in the job {now}, or install the module there."
+                )
         elif outcome.exception and outcome.stop_reason:
             advice = "Fix the error above (a restart would meet it again), then `trainctl run` again."
         good = await self.find_resume() if outcome.returncode is not None else None
         if good:
-            advice += (f" To go on from its last good checkpoint ({good}): "
-                       f"`trainctl run ... --resume-from {ctx.files.dir}`.")
+            advice += (
+                f" To go on from its last good checkpoint ({good}): "
+                f"`trainctl run ... --resume-from {ctx.files.dir}`."
+            )
         ctx.emit(E.Warning(ctx.clock(), "trainctl.failed", "fatal", reason, advice, source="trainctl"))
 
     def resume_checkpoint(self, say: Callable[[str, str], None] | None = None) -> str | None:
@@ -206,10 +231,14 @@ class AttemptLoop:
         ctx = self.ctx
         say = say or ctx.info
         return self.runner.resume_checkpoint(
-            ctx.spec, ctx.files, ctx.facts.last_checkpoint,
+            ctx.spec,
+            ctx.files,
+            ctx.facts.last_checkpoint,
             on_skip=lambda path, why: say(f"not resuming from {path}: {why}", "resume_skip"),
-            on_unverified=lambda path, why: say(f"resuming from {path} without verifying it: {why}",
-                                                "resume_unverified"))
+            on_unverified=lambda path, why: say(
+                f"resuming from {path} without verifying it: {why}", "resume_unverified"
+            ),
+        )
 
     async def find_resume(self) -> str | None:
         """:meth:`resume_checkpoint` off the event loop: the rule verifies checkpoints and
@@ -217,7 +246,8 @@ class AttemptLoop:
         said: list[tuple[str, str]] = []
         try:
             return await asyncio.get_running_loop().run_in_executor(
-                None, lambda: self.resume_checkpoint(lambda text, key: said.append((text, key))))
+                None, lambda: self.resume_checkpoint(lambda text, key: said.append((text, key)))
+            )
         finally:
             for text, key in said:
                 self.ctx.info(text, key)
@@ -229,10 +259,12 @@ class AttemptLoop:
         argv = self.runner.argv(ctx.spec, ctx.files, preset_name, preset, resume_from, ctx.facts.attempt)
         try:
             env = self.runner.env(ctx.spec, ctx.files, env, argv, resume_from)
-        except OSError as e:   # the run directory's links (a full disk): run it as it is
+        except OSError as e:  # the run directory's links (a full disk): run it as it is
             self._instrument_said = True
-            ctx.info(f"no integration: cannot prepare trainctl's code for the trainer ({e}); "
-                     "console parsing", OFF_KEY)
+            ctx.info(
+                f"no integration: cannot prepare trainctl's code for the trainer ({e}); console parsing",
+                OFF_KEY,
+            )
         ctx.facts.instrumented = INSTRUMENT_ENV in env
         return with_setup(argv, ctx.spec.setup), env
 
@@ -243,13 +275,17 @@ class AttemptLoop:
         if self._instrument_said or ctx.spec.kind != "command" or ctx.facts.instrumented:
             return
         self._instrument_said = True
-        why = ("off (--no-instrument)" if not ctx.spec.instrument else
-               "not a Python command (python ..., or a script whose #! names python)")
+        why = (
+            "off (--no-instrument)"
+            if not ctx.spec.instrument
+            else "not a Python command (python ..., or a script whose #! names python)"
+        )
         ctx.info(f"no integration: {why}; console parsing", OFF_KEY)
 
     # ------------------------------------------------------------------ one attempt
-    async def run_attempt(self, preset: str | None, resume_from: str | None,
-                          adopted: Trainer | None = None) -> Outcome:
+    async def run_attempt(
+        self, preset: str | None, resume_from: str | None, adopted: Trainer | None = None
+    ) -> Outcome:
         ctx, intake = self.ctx, self.intake
         asked = ctx.requests.new_attempt()
         if ctx.sm.state != RunState.STARTING:
@@ -266,15 +302,16 @@ class AttemptLoop:
         now = ctx.clock()
         ctx.detector.reset(now)
         intake.begin(now)
-        if adopted is not None:   # what its trainer declared before this agent took over
+        if adopted is not None:  # what its trainer declared before this agent took over
             intake.save_on_request = adopted.save_on_request
-            intake.replay_until = ctx.facts.furthest   # lines read again since the last saved offset
+            intake.replay_until = ctx.facts.furthest  # lines read again since the last saved offset
         watcher = Watcher(ctx, intake, self.on_stall, self.report)
-        readers = [supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
-                   supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up)]
-        if trainer.rank_output() is not None:   # torchrun: each rank's own output files
-            readers.append(supervise("ranks", lambda: self.read_ranks(trainer), self.report,
-                                     self.on_give_up))
+        readers = [
+            supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
+            supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up),
+        ]
+        if trainer.rank_output() is not None:  # torchrun: each rank's own output files
+            readers.append(supervise("ranks", lambda: self.read_ranks(trainer), self.report, self.on_give_up))
         watch = supervise("watch", watcher.run, self.report, self.on_give_up)
         offsets = supervise("offsets", lambda: self.keep_offsets(trainer), self.report)
         waiter = asyncio.create_task(trainer.wait())
@@ -283,8 +320,7 @@ class AttemptLoop:
         kind: OutcomeKind | None = None
         if not waiter.done():
             kind = OutcomeKind(asked.kind.value)
-            if (asked.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND)
-                    and not intake.stalled):
+            if asked.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND) and not intake.stalled:
                 # restart, preset switch, fallback, the editor's save-and-restart, a Slurm
                 # job's time limit: a healthy run saves first and loses nothing (bounded; a
                 # trainer that cannot is killed)
@@ -294,10 +330,10 @@ class AttemptLoop:
         returncode = await waiter
         interrupt.cancel()
         returncode = self._judge_unknown_exit(trainer, intake, returncode)
-        await self.stopper.sweep(trainer)   # orphaned workers included
+        await self.stopper.sweep(trainer)  # orphaned workers included
         try:
             await asyncio.wait_for(asyncio.gather(*readers), READERS_DRAIN_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             for t in readers:
                 t.cancel()
         watch.cancel()
@@ -310,14 +346,20 @@ class AttemptLoop:
         exception, tb = last_exception(intake.tail) if returncode else (None, ())
         ctx.emit(E.Exit(ctx.clock(), returncode, signal_name(returncode), exception, tb))
         if returncode == 0:
-            ctx.project(ctx.clock())     # the end: status and the dashboard say 'finished'
+            ctx.project(ctx.clock())  # the end: status and the dashboard say 'finished'
         ctx.save_detector_state()
         ctx.facts.trainer = None
         if kind is None or (kind == OutcomeKind.STALL and returncode == 0):
             kind = OutcomeKind.FINISHED if returncode == 0 else OutcomeKind.CRASH
-        return Outcome(kind, intake.progressed, returncode, preset,
-                       requested_preset=asked.preset, stop_reason=intake.fatal_stop,
-                       exception=exception)
+        return Outcome(
+            kind,
+            intake.progressed,
+            returncode,
+            preset,
+            requested_preset=asked.preset,
+            stop_reason=intake.fatal_stop,
+            exception=exception,
+        )
 
     def _judge_unknown_exit(self, trainer: Trainer, intake: Intake, returncode: int) -> int:
         """An adopted trainer whose holder was killed ends with no exit status anyone can
@@ -327,11 +369,13 @@ class AttemptLoop:
             return returncode
         p = intake.last_progress
         where = f"epoch {p.epoch}/{p.epochs}, batch {p.batch}/{p.batches}" if p else "no batch read"
-        ended = (reached_the_end(p.epoch, p.epochs, p.batch, p.batches, intake.phase) if p
-                 else intake.phase == "finished")
+        ended = (
+            reached_the_end(p.epoch, p.epochs, p.batch, p.batches, intake.phase)
+            if p
+            else intake.phase == "finished"
+        )
         if ended:
-            self.ctx.info(f"{unknown}; it had reached its end ({where}): taken as finished",
-                          "exit.unknown")
+            self.ctx.info(f"{unknown}; it had reached its end ({where}): taken as finished", "exit.unknown")
             return 0
         self.ctx.info(f"{unknown}; it stopped at {where}: taken as a crash", "exit.unknown")
         return returncode
@@ -342,29 +386,48 @@ class AttemptLoop:
         if self.before_start is not None:
             try:
                 self.before_start()
-            except Exception as e:   # noqa: BLE001 - the start says what is missing, if anything
+            except Exception as e:  # noqa: BLE001 - the start says what is missing, if anything
                 self.report("before_start", e)
         try:
             argv, env = self.command(preset, resume_from)
         except ConfigError as e:
-            ctx.emit(E.Warning(ctx.clock(), "trainctl.preset_invalid", "fatal", str(e),
-                               "Fix the preset (trainctl presets validate) and restart.", source="trainctl"))
+            ctx.emit(
+                E.Warning(
+                    ctx.clock(),
+                    "trainctl.preset_invalid",
+                    "fatal",
+                    str(e),
+                    "Fix the preset (trainctl presets validate) and restart.",
+                    source="trainctl",
+                )
+            )
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
         try:
             trainer = await self.spawner.spawn(argv, env, ctx.spec.cwd, ctx.files.log)
         except OSError as e:
-            ctx.emit(E.Warning(ctx.clock(), "trainctl.spawn_failed", "fatal",
-                               f"cannot start {argv[0]}: {e}", "Check the command and its path.",
-                               source="trainctl"))
+            ctx.emit(
+                E.Warning(
+                    ctx.clock(),
+                    "trainctl.spawn_failed",
+                    "fatal",
+                    f"cannot start {argv[0]}: {e}",
+                    "Check the command and its path.",
+                    source="trainctl",
+                )
+            )
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
-        ctx.emit(E.Start(ctx.clock(), ctx.facts.attempt, trainer.pid, preset, tuple(argv),
-                         slurm_job=self.plug.job_id))
+        ctx.emit(
+            E.Start(
+                ctx.clock(), ctx.facts.attempt, trainer.pid, preset, tuple(argv), slurm_job=self.plug.job_id
+            )
+        )
         self.say_instrument()
         return trainer
 
     async def keep_offsets(self, trainer: Trainer) -> None:
         """Where a new agent would read this trainer's files on from, every OFFSETS_S."""
         from trainctl.agent.holder_spawner import save_offsets
+
         if trainer.offsets() is None:
             return
         while True:
@@ -391,7 +454,7 @@ class AttemptLoop:
     async def on_stall(self, verdict) -> None:
         try:
             await self.stopper.on_stall(verdict)
-        except Exception as e:   # recovery must happen even if the stall report failed
+        except Exception as e:  # recovery must happen even if the stall report failed
             self.report("stall", e)
             if self.ctx.policy.auto_recover and self.ctx.facts.trainer is not None:
                 self.ctx.requests.recover()
@@ -414,7 +477,7 @@ class AttemptLoop:
         async for line in trainer.side_lines():
             try:
                 self.intake.on_side_line(line)
-            except Exception as e:   # a bug meeting one line: said, and the next lines read
+            except Exception as e:  # a bug meeting one line: said, and the next lines read
                 self.report("side_channel", e)
 
     def report_log_loss(self, trainer: Trainer, final: bool = False) -> None:
@@ -422,10 +485,16 @@ class AttemptLoop:
         ctx = self.ctx
         if trainer.log_dropped and not self._log_loss_warned:
             self._log_loss_warned = True
-            ctx.emit(E.Warning(ctx.clock(), "trainctl.log_write_failed", "error",
-                               f"cannot write {ctx.files.log}: {trainer.log_error}",
-                               "Free disk space. Supervision goes on; the lines are read but not "
-                               "kept in train.log until then.", source="trainctl"))
+            ctx.emit(
+                E.Warning(
+                    ctx.clock(),
+                    "trainctl.log_write_failed",
+                    "error",
+                    f"cannot write {ctx.files.log}: {trainer.log_error}",
+                    "Free disk space. Supervision goes on; the lines are read but not "
+                    "kept in train.log until then.",
+                    source="trainctl",
+                )
+            )
         elif final and trainer.log_dropped:
-            ctx.info(f"{trainer.log_dropped} lines of output could not be kept in train.log",
-                     "log_dropped")
+            ctx.info(f"{trainer.log_dropped} lines of output could not be kept in train.log", "log_dropped")

@@ -5,6 +5,7 @@ A sink that fails never stops the others or the agent.  A journal that cannot be
 (disk full, I/O error) loses those events only: the live sinks still get them, and one
 warning says how many were not kept.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,11 +22,11 @@ class EventBus:
     def __init__(self, journal: Journal, clock: Callable[[], float]) -> None:
         self.journal = journal
         self.clock = clock
-        self.on_journaled: list[Sink] = []   # journaled events only (the projector)
-        self.sinks: list[Sink] = []          # every event, ephemeral ones too (clients)
-        self.printers: list[Sink] = []       # journaled events, after the others
-        self.dropped = 0                     # events the journal could not keep
-        self._dropping: str | None = None    # the error, while the journal fails
+        self.on_journaled: list[Sink] = []  # journaled events only (the projector)
+        self.sinks: list[Sink] = []  # every event, ephemeral ones too (clients)
+        self.printers: list[Sink] = []  # journaled events, after the others
+        self.dropped = 0  # events the journal could not keep
+        self._dropping: str | None = None  # the error, while the journal fails
 
     def emit(self, ev: E.Event) -> E.Event:
         if ev.type not in E.EPHEMERAL:
@@ -52,22 +53,32 @@ class EventBus:
             self.dropped += 1
             if self._dropping is None:
                 self._dropping = str(e)
-                self._live(E.Warning(self.clock(), "trainctl.journal_failed", "error",
-                                     f"cannot write the journal {self.journal.path}: {e}",
-                                     "Free disk space; supervision goes on, events are not kept "
-                                     "until then.", source="trainctl"))
+                self._live(
+                    E.Warning(
+                        self.clock(),
+                        "trainctl.journal_failed",
+                        "error",
+                        f"cannot write the journal {self.journal.path}: {e}",
+                        "Free disk space; supervision goes on, events are not kept until then.",
+                        source="trainctl",
+                    )
+                )
             return ev
 
     def _close_gap(self, ts: float) -> None:
         """The journal failed before: first say, in it, how many events it lost."""
-        gap = E.Warning(ts, "trainctl.journal_gap", "warning",
-                        f"{self.dropped} events were not journaled while the disk was full",
-                        "The journal has a gap here; train.log and the run went on.",
-                        source="trainctl")
+        gap = E.Warning(
+            ts,
+            "trainctl.journal_gap",
+            "warning",
+            f"{self.dropped} events were not journaled while the disk was full",
+            "The journal has a gap here; train.log and the run went on.",
+            source="trainctl",
+        )
         try:
             gap = self.journal.append(gap)
         except (OSError, ValueError):
-            return   # still failing: the event that follows is counted too
+            return  # still failing: the event that follows is counted too
         self._dropping, self.dropped = None, 0
         self._deliver(gap)
 
@@ -80,10 +91,13 @@ class EventBus:
     def _call(sink: Sink, ev: E.Event) -> None:
         try:
             sink(ev)
-        except Exception as e:   # a sink's bug must not stop supervision
+        except Exception as e:  # a sink's bug must not stop supervision
             try:
-                print(f"trainctl: event sink {getattr(sink, '__qualname__', sink)!s} failed: {e!r}",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"trainctl: event sink {getattr(sink, '__qualname__', sink)!s} failed: {e!r}",
+                    file=sys.stderr,
+                    flush=True,
+                )
             except (OSError, ValueError):
                 pass
 
@@ -103,7 +117,7 @@ class PrinterSink:
         except (OSError, ValueError):
             self.printer = None
             try:
-                fd = os.open(os.devnull, os.O_WRONLY)   # later stray prints must not fail either
+                fd = os.open(os.devnull, os.O_WRONLY)  # later stray prints must not fail either
                 os.dup2(fd, 1)
                 os.dup2(fd, 2)
                 os.close(fd)

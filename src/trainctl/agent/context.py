@@ -4,6 +4,7 @@ requests that change its course (src/trainctl/agent/requests.py), and the few fa
 outlive an attempt (:class:`RunFacts`: attempt number, preset, last checkpoint, furthest
 batch), each with one writer.  The context opens nothing of its own: the service gives it
 the run's journal and signature catalog, so a test builds one without a whole agent."""
+
 from __future__ import annotations
 
 import dataclasses
@@ -12,27 +13,27 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainctl.core import events as E
-from trainctl.config import ConfigError, load_preset
-from trainctl.store.journal import Journal
-from trainctl.store.paths import RunFiles, config_dir, write_private
-from trainctl.core.projection import Projector
-from trainctl.core.rates import RateHistory
-from trainctl.core.signatures import Catalog, WarningMatcher
-from trainctl.store.spec import RunSpec
-from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
-from trainctl.core.recovery import RecoveryPolicy, RunState, StateMachine
 from trainctl.agent.bus import EventBus
 from trainctl.agent.requests import Requests
+from trainctl.config import ConfigError, load_preset
+from trainctl.core import events as E
+from trainctl.core.projection import Projector
+from trainctl.core.rates import RateHistory
+from trainctl.core.recovery import RecoveryPolicy, RunState, StateMachine
+from trainctl.core.signatures import Catalog, WarningMatcher
+from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
+from trainctl.store.journal import Journal
+from trainctl.store.paths import RunFiles, config_dir, write_private
+from trainctl.store.spec import RunSpec
 
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
     """The run's configuration, fixed for the agent's life."""
 
-    files: RunFiles                  # the run directory's files
-    spec: RunSpec                    # what to run, and how to supervise it
-    clock: Callable[[], float]       # the time (a virtual one in the replayed tests)
+    files: RunFiles  # the run directory's files
+    spec: RunSpec  # what to run, and how to supervise it
+    clock: Callable[[], float]  # the time (a virtual one in the replayed tests)
 
 
 @dataclasses.dataclass
@@ -41,16 +42,17 @@ class RunFacts:
     machine's) and its journal.  Each fact has one writer, named; an adopting agent's
     service sets them once, from the journal, before its attempt loop runs (:meth:`restore`)."""
 
-    preset: str | None               # the attempt loop: the current attempt's preset
-    attempt: int = 0                 # the attempt loop: the current attempt's number
-    trainer: Any = None              # the attempt loop: the live trainer's handle (spawner.Trainer)
-    instrumented: bool = False       # the attempt loop: this attempt's trainer got the zero-code bootstrap
-    last_checkpoint: str | None = None   # the intake (a good checkpoint read); the loop: --resume-from
-    furthest: tuple[int, int] = (0, 0)   # the intake: the furthest (epoch, batch) of the run
-    gpu_probe: Any = None            # the service: found once, before the first attempt
+    preset: str | None  # the attempt loop: the current attempt's preset
+    attempt: int = 0  # the attempt loop: the current attempt's number
+    trainer: Any = None  # the attempt loop: the live trainer's handle (spawner.Trainer)
+    instrumented: bool = False  # the attempt loop: this attempt's trainer got the zero-code bootstrap
+    last_checkpoint: str | None = None  # the intake (a good checkpoint read); the loop: --resume-from
+    furthest: tuple[int, int] = (0, 0)  # the intake: the furthest (epoch, batch) of the run
+    gpu_probe: Any = None  # the service: found once, before the first attempt
 
-    def restore(self, attempt: int, preset: str | None, last_checkpoint: str | None,
-                furthest: tuple[int, int]) -> None:
+    def restore(
+        self, attempt: int, preset: str | None, last_checkpoint: str | None, furthest: tuple[int, int]
+    ) -> None:
         """Where a dead agent's run was (read from its journal), before this agent goes on."""
         self.attempt, self.preset = attempt, preset or self.preset
         self.last_checkpoint, self.furthest = last_checkpoint, furthest
@@ -65,26 +67,36 @@ class RunContext:
         self.journal = journal
         self.bus = EventBus(self.journal, clock)
         self.sm = StateMachine()
-        self.policy = RecoveryPolicy(spec.preset, spec.fallback, max_restarts=spec.max_restarts,
-                                     backoff_base=spec.backoff_base_s,
-                                     no_progress_limit=spec.no_progress_limit,
-                                     auto_recover=spec.auto_recover)
-        self.detector = StallDetector(train_timeout=spec.stall.get("train_timeout"),
-                                      startup_timeout=spec.stall.get("startup_timeout"),
-                                      val_timeout=spec.stall.get("val_timeout"),
-                                      save_timeout=spec.stall.get("save_timeout"),
-                                      silence_floor=spec.stall.get("silence_floor", SILENCE_FLOOR_S),
-                                      startup_idle=spec.stall.get("startup_idle", STARTUP_IDLE_S))
+        self.policy = RecoveryPolicy(
+            spec.preset,
+            spec.fallback,
+            max_restarts=spec.max_restarts,
+            backoff_base=spec.backoff_base_s,
+            no_progress_limit=spec.no_progress_limit,
+            auto_recover=spec.auto_recover,
+        )
+        self.detector = StallDetector(
+            train_timeout=spec.stall.get("train_timeout"),
+            startup_timeout=spec.stall.get("startup_timeout"),
+            val_timeout=spec.stall.get("val_timeout"),
+            save_timeout=spec.stall.get("save_timeout"),
+            silence_floor=spec.stall.get("silence_floor", SILENCE_FLOOR_S),
+            startup_idle=spec.stall.get("startup_idle", STARTUP_IDLE_S),
+        )
         self.matcher = WarningMatcher(catalog)
-        self.projector = Projector(deadline=spec.deadline, cost_per_hour=spec.cost_per_hour,
-                                   budget=spec.budget, preset=spec.preset,
-                                   expected_rates=self.expected_rates(),
-                                   history=RateHistory(config_dir() / "rates.json"),
-                                   job=spec.job_name)
+        self.projector = Projector(
+            deadline=spec.deadline,
+            cost_per_hour=spec.cost_per_hour,
+            budget=spec.budget,
+            preset=spec.preset,
+            expected_rates=self.expected_rates(),
+            history=RateHistory(config_dir() / "rates.json"),
+            job=spec.job_name,
+        )
         self.load_detector_state()
         self.facts = RunFacts(spec.preset, gpu_probe=gpu_probe)
-        self.requests = Requests()   # stop, suspend, restart: asked through it only
-        self._last_projection = 0.0   # project()'s own
+        self.requests = Requests()  # stop, suspend, restart: asked through it only
+        self._last_projection = 0.0  # project()'s own
 
     # ------------------------------------------------------------------ the configuration
     @property

@@ -1,12 +1,13 @@
 """The agent's command handlers, one per name in the registry (src/trainctl/core/commands.py)."""
+
 from __future__ import annotations
 
+from trainctl.agent.context import RunContext
+from trainctl.config import ConfigError, load_preset, preset_problems
 from trainctl.core import events as E
 from trainctl.core.commands import COMMANDS, CommandError, check_request
-from trainctl.config import ConfigError, load_preset, preset_problems
-from trainctl.store.paths import write_private
 from trainctl.core.recovery import FINAL_STATES, RunState
-from trainctl.agent.context import RunContext
+from trainctl.store.paths import write_private
 
 
 class CommandHandlers:
@@ -23,7 +24,7 @@ class CommandHandlers:
             name, args = check_request(name, args)
             result = await self.handlers[name](**args)
             return {"ok": True, "error": None, "result": result}
-        except TypeError as e:   # a missing argument
+        except TypeError as e:  # a missing argument
             return {"ok": False, "error": f"{name}: {e}", "result": None}
         except (CommandError, ValueError, ConfigError, OSError) as e:
             return {"ok": False, "error": str(e), "result": None}
@@ -36,11 +37,15 @@ class CommandHandlers:
 
     async def cmd_status(self) -> dict:
         proj = self.ctx.projector.project(self.ctx.clock())
-        out = {**self.hello(), "phase": self.intake.phase,
-               "projection": E.to_dict(proj) if proj else None, "save_dir": self.intake.save_dir}
+        out = {
+            **self.hello(),
+            "phase": self.intake.phase,
+            "projection": E.to_dict(proj) if proj else None,
+            "save_dir": self.intake.save_dir,
+        }
         if self.intake.last_progress is not None:
             out["progress"] = E.to_dict(self.intake.last_progress)
-        if self.intake.rank_progress:   # torchrun: each rank's last batch, the stuck ones
+        if self.intake.rank_progress:  # torchrun: each rank's last batch, the stuck ones
             out["ranks"] = rank_status(self.intake.rank_progress.values(), self.intake.stuck_ranks)
         return out
 
@@ -49,7 +54,7 @@ class CommandHandlers:
         if ctx.sm.state in FINAL_STATES:
             raise ValueError(f"the run is {ctx.sm.state.value}; start a new one with trainctl run")
         if target is not None:
-            load_preset(ctx.preset_path(target))   # refuse a missing or invalid preset now
+            load_preset(ctx.preset_path(target))  # refuse a missing or invalid preset now
         if ctx.facts.trainer is None:
             ctx.requests.pick_next(target)
             return {"restart": "next attempt", "preset": target}
@@ -91,8 +96,11 @@ class CommandHandlers:
         what = "a snapshot" if snapshot else diag.diagnosis
         where = f"stacks dumped to {diag.stacks}" if diag.stacks else "no stacks written"
         ctx.info(f"{where} ({what}: {diag.detail})", "stacks")
-        return {"stacks": diag.stacks, "diagnosis": "snapshot" if snapshot else diag.diagnosis,
-                "detail": diag.detail}
+        return {
+            "stacks": diag.stacks,
+            "diagnosis": "snapshot" if snapshot else diag.diagnosis,
+            "detail": diag.detail,
+        }
 
     async def cmd_list_presets(self) -> list:
         out = []
@@ -133,6 +141,14 @@ class CommandHandlers:
 
 def rank_status(progress, stuck) -> dict[str, dict]:
     """``{"0": {"epoch", "epochs", "batch", "batches", "ts", "stuck"}, ...}`` (JSON keys)."""
-    return {str(p.rank): {"epoch": p.epoch, "epochs": p.epochs, "batch": p.batch,
-                          "batches": p.batches, "ts": p.ts, "stuck": p.rank in stuck}
-            for p in sorted(progress, key=lambda p: p.rank)}
+    return {
+        str(p.rank): {
+            "epoch": p.epoch,
+            "epochs": p.epochs,
+            "batch": p.batch,
+            "batches": p.batches,
+            "ts": p.ts,
+            "stuck": p.rank in stuck,
+        }
+        for p in sorted(progress, key=lambda p: p.rank)
+    }

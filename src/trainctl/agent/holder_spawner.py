@@ -8,6 +8,7 @@ it reads both files on from the offsets the last agent saved in intake.json.
 A torchrun trainer (src/trainctl/core/torchrun.py) writes each rank's output to its own files under
 ``ranks-<attempt>/``: they are tailed too, each with its rank known (:meth:`HeldHandle.rank_output`),
 and their offsets kept with the others."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,11 +17,11 @@ import os
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from trainctl.agent.spawner import Trainer, TreeOps, split_lines
+from trainctl.core.torchrun import Layout, layout, rank_files
 from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_status
 from trainctl.holder.main import status_path
 from trainctl.store.paths import read_private, write_private
-from trainctl.core.torchrun import Layout, layout, rank_files
-from trainctl.agent.spawner import Trainer, TreeOps, split_lines
 
 OFFSETS_FILE = "intake.json"
 
@@ -32,7 +33,7 @@ def side_path(run_dir: Path, attempt: int) -> Path:
 class HeldSpawner:
     def __init__(self, run_dir: Path, lock_fd=lambda: None) -> None:
         self.run_dir = Path(run_dir)
-        self.lock_fd = lock_fd     # () -> the job lock's fd for the holder to keep, or None
+        self.lock_fd = lock_fd  # () -> the job lock's fd for the holder to keep, or None
 
     async def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path):
         attempt = int(env.get("TRAINCTL_ATTEMPT") or 0)
@@ -46,8 +47,9 @@ class HeldSpawner:
         except FileNotFoundError:
             log_offset = 0
         try:
-            held = await HeldTrainer.start(argv, env, cwd, self.run_dir, attempt,
-                                           lock_fd=self.lock_fd(), log=log_path)
+            held = await HeldTrainer.start(
+                argv, env, cwd, self.run_dir, attempt, lock_fd=self.lock_fd(), log=log_path
+            )
         except TimeoutError as e:
             raise OSError(str(e)) from e
         return HeldHandle(held, log_path, log_offset, side, 0, layout(argv))
@@ -62,15 +64,22 @@ class HeldSpawner:
             status = read_status(status_path(str(self.run_dir), attempt))
             if not status or status.get("pid") is None:
                 return None
-            held = HeldTrainer(self.run_dir, attempt, status)   # ended: wait() reads its exit
-            orphan = held.alive()   # or its holder was killed too: see rehold
+            held = HeldTrainer(self.run_dir, attempt, status)  # ended: wait() reads its exit
+            orphan = held.alive()  # or its holder was killed too: see rehold
         offsets = read_offsets(self.run_dir)
         same = offsets.get("attempt") == attempt
         log_offset = offsets.get("log", 0) if same else 0
         side_offset = offsets.get("side", 0) if same else 0
         ranks = _layout_from(offsets.get("layout")) if same else None
-        handle = HeldHandle(held, log_path, log_offset, side_path(self.run_dir, attempt), side_offset,
-                            ranks, offsets.get("ranks", {}) if same and ranks else {})
+        handle = HeldHandle(
+            held,
+            log_path,
+            log_offset,
+            side_path(self.run_dir, attempt),
+            side_offset,
+            ranks,
+            offsets.get("ranks", {}) if same and ranks else {},
+        )
         handle.orphan = orphan
         return handle
 
@@ -80,9 +89,16 @@ class HeldSpawner:
         if not isinstance(handle, HeldHandle):
             raise OSError("not a trainer under a holder")
         try:
-            handle.held = await HeldTrainer.start([], None, None, self.run_dir, handle.attempt,
-                                                  lock_fd=self.lock_fd(), log=handle.log_tail.path,
-                                                  adopt=True)
+            handle.held = await HeldTrainer.start(
+                [],
+                None,
+                None,
+                self.run_dir,
+                handle.attempt,
+                lock_fd=self.lock_fd(),
+                log=handle.log_tail.path,
+                adopt=True,
+            )
         except TimeoutError as e:
             raise OSError(str(e)) from e
         handle.orphan = False
@@ -91,21 +107,28 @@ class HeldSpawner:
 class HeldHandle(TreeOps):
     """A trainer under its holder, as the attempt loop sees it."""
 
-    def __init__(self, held: HeldTrainer, log_path: Path, log_offset: int, side: Path,
-                 side_offset: int, ranks: Layout | None = None,
-                 rank_offsets: dict[str, int] | None = None) -> None:
+    def __init__(
+        self,
+        held: HeldTrainer,
+        log_path: Path,
+        log_offset: int,
+        side: Path,
+        side_offset: int,
+        ranks: Layout | None = None,
+        rank_offsets: dict[str, int] | None = None,
+    ) -> None:
         self._init_tree(held.pid, held.run_dir)
         self.held = held
         self.attempt = held.attempt
-        self.orphan = False   # adopted with its holder gone: HeldSpawner.rehold gives it one
+        self.orphan = False  # adopted with its holder gone: HeldSpawner.rehold gives it one
         self.returncode: int | None = None
-        self.exit_unknown: str | None = None   # why no exit status could be read, if so
+        self.exit_unknown: str | None = None  # why no exit status could be read, if so
         self.exited = asyncio.Event()
         self.log_tail = FileTail(log_path, log_offset).until_eof_after(self.exited)
         self.side_tail = FileTail(side, side_offset).until_eof_after(self.exited)
-        self.side_offset = side_offset   # the end of the last complete side-channel line
+        self.side_offset = side_offset  # the end of the last complete side-channel line
         self._dropped = 0
-        self.layout = ranks              # torchrun: where its ranks write, how they number
+        self.layout = ranks  # torchrun: where its ranks write, how they number
         self.rank_tails: dict[str, FileTail] = {}
         self._rank_offsets = dict(rank_offsets or {})
 
@@ -118,7 +141,11 @@ class HeldHandle(TreeOps):
 
     @property
     def log_error(self) -> str | None:
-        return "disk full or I/O error (the holder counts the lines it could not keep)" if self._dropped else None
+        return (
+            "disk full or I/O error (the holder counts the lines it could not keep)"
+            if self._dropped
+            else None
+        )
 
     async def wait(self) -> int:
         while True:
@@ -126,10 +153,10 @@ class HeldHandle(TreeOps):
                 rc = await self.held.wait()
                 break
             except HolderLost as e:
-                rc = -9   # its holder was killed: the trainer is gone or orphaned to us
-                self.exit_unknown = str(e)   # the attempt loop judges by how far it got
+                rc = -9  # its holder was killed: the trainer is gone or orphaned to us
+                self.exit_unknown = str(e)  # the attempt loop judges by how far it got
                 break
-            except OSError:   # e.g. no file descriptor left to read its status: again soon
+            except OSError:  # e.g. no file descriptor left to read its status: again soon
                 await asyncio.sleep(0.5)
         self._dropped = int(self.held.status().get("dropped_lines") or 0)
         self.returncode = rc
@@ -161,17 +188,18 @@ class HeldHandle(TreeOps):
             while True:
                 final = self.exited.is_set()
                 found = [str(p.relative_to(root)) for p in root.glob("*/attempt_*/*/std*.log")]
-                new = {rel: local for rel, local in rank_files(found).items()
-                       if rel not in self.rank_tails}
+                new = {rel: local for rel, local in rank_files(found).items() if rel not in self.rank_tails}
                 ranks = self.global_ranks() if new else {}
                 for rel, local in new.items():
                     if local not in ranks and not final and self.layout.nnodes_max > 1:
-                        continue   # several nodes: the rendezvous numbers the ranks; ask again
-                    tail = FileTail(root / rel, self._rank_offsets.get(rel, 0),
-                                    poll_s=0.2).until_eof_after(self.exited)
+                        continue  # several nodes: the rendezvous numbers the ranks; ask again
+                    tail = FileTail(root / rel, self._rank_offsets.get(rel, 0), poll_s=0.2).until_eof_after(
+                        self.exited
+                    )
                     self.rank_tails[rel] = tail
-                    pumps.append(asyncio.create_task(
-                        pump(tail, ranks.get(local, self.layout.global_rank(local)), rel)))
+                    pumps.append(
+                        asyncio.create_task(pump(tail, ranks.get(local, self.layout.global_rank(local)), rel))
+                    )
                 if final:
                     break
                 await asyncio.sleep(0.5)
@@ -191,6 +219,7 @@ class HeldHandle(TreeOps):
         """Local rank -> global rank of this node's live ranks, from their environment
         (LOCAL_RANK, RANK): with several nodes the rendezvous, not the node rank, numbers them."""
         import psutil
+
         out: dict[int, int] = {}
         try:
             procs = psutil.Process(self.pid).children(recursive=True)
@@ -238,7 +267,7 @@ def _layout_from(saved) -> Layout | None:
 
 def read_offsets(run_dir: Path) -> dict:
     try:
-        data = json.loads(read_private(Path(run_dir) / OFFSETS_FILE))   # the user's own file
+        data = json.loads(read_private(Path(run_dir) / OFFSETS_FILE))  # the user's own file
         return data if isinstance(data, dict) else {}
     except (OSError, ValueError):
         return {}

@@ -1,61 +1,64 @@
 """What the trainer says, taken in: console lines (through the output feed) and the
 runner's side channel become phases, progress, warnings and checkpoints; they move the
 stall detector and the projector, and the journal gets them (progress throttled)."""
+
 from __future__ import annotations
 
 import dataclasses
 from collections import deque
 
+from trainctl.agent.context import RunContext
 from trainctl.core import events as E
 from trainctl.core.feed import FedLine, OutputFeed
-from trainctl.inside import NONE_KEY, attached_integration
-from trainctl.store.journal import ProgressThrottle
 from trainctl.core.parse import line_rank
-from trainctl.inside.report import SAVE_ON_REQUEST_KEY
 from trainctl.core.recovery import RunState
-from trainctl.agent.context import RunContext
+from trainctl.inside import NONE_KEY, attached_integration
+from trainctl.inside.report import SAVE_ON_REQUEST_KEY
+from trainctl.store.journal import ProgressThrottle
 
 LOG_FLUSH_S = 0.25
 LOG_TAIL = 200
-OUTPUT_TAIL = 60   # lines kept to find the trainer's last exception
-NONE_ATTACHED_TEXT = ("no integration attached (the script imported none of ultralytics, "
-                      "transformers, lightning, or its integration refused): console parsing")
+OUTPUT_TAIL = 60  # lines kept to find the trainer's last exception
+NONE_ATTACHED_TEXT = (
+    "no integration attached (the script imported none of ultralytics, "
+    "transformers, lightning, or its integration refused): console parsing"
+)
 NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
-BAD_SIDE_NAMED = 5   # side-channel events refused that are named each; then every 100th
-SAY_FORMAT_AFTER_S = 2.0   # an instrumented run: time for the integration's "attached" to come
+BAD_SIDE_NAMED = 5  # side-channel events refused that are named each; then every 100th
+SAY_FORMAT_AFTER_S = 2.0  # an instrumented run: time for the integration's "attached" to come
 
 
 class Intake:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.phase = "startup"
-        self.reported_phase = False   # the phase came from the side channel, not the console
+        self.reported_phase = False  # the phase came from the side channel, not the console
         self.feed = OutputFeed(ctx.matcher, progress=ctx.spec.progress)
-        self.throttles: dict[int | None, ProgressThrottle] = {}   # one per rank
-        self.lead_rank: int | None = None   # torchrun: the lowest rank seen speaks for the job's rate
-        self.structured = False       # progress comes on the side channel: ignore the console's
+        self.throttles: dict[int | None, ProgressThrottle] = {}  # one per rank
+        self.lead_rank: int | None = None  # torchrun: the lowest rank seen speaks for the job's rate
+        self.structured = False  # progress comes on the side channel: ignore the console's
         self.structured_phases = False
-        self.progressed = False       # this attempt went beyond the furthest batch of the run
+        self.progressed = False  # this attempt went beyond the furthest batch of the run
         self.fatal_stop: str | None = None
         self.stalled = False
-        self.replay_until: tuple[int, int] | None = None   # adopted: progress up to here is known
+        self.replay_until: tuple[int, int] | None = None  # adopted: progress up to here is known
         self.save_on_request = False  # the trainer declared it (info runner.save_on_request)
-        self.checkpoints = 0          # checkpoint events of this attempt (ok or not)
-        self.bad_side_events = 0      # side-channel lines refused (not an event of its schema)
+        self.checkpoints = 0  # checkpoint events of this attempt (ok or not)
+        self.bad_side_events = 0  # side-channel lines refused (not an event of its schema)
         self.last_checkpoint: E.Checkpoint | None = None
         self.log_lines: deque[str] = deque(maxlen=LOG_TAIL)
         self.last_log_flush = 0.0
-        self.silence_said = False     # "no progress format recognised" said (once a run)
-        self.silence_seen: float | None = None   # output with no format known, not said yet
-        self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)   # this attempt's last lines
-        self.seen_progress = False    # a batch came in this attempt (start-up errors: fatal before)
-        self.integration: str | None = None   # the zero-code integration that attached
+        self.silence_said = False  # "no progress format recognised" said (once a run)
+        self.silence_seen: float | None = None  # output with no format known, not said yet
+        self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)  # this attempt's last lines
+        self.seen_progress = False  # a batch came in this attempt (start-up errors: fatal before)
+        self.integration: str | None = None  # the zero-code integration that attached
         self.integration_said = False  # attached, or "none attached" said, this attempt
-        self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}   # torchrun: a feed per rank file
-        self.rank_progress: dict[int, E.Progress] = {}   # torchrun: each rank's last batch
-        self.stuck_ranks: tuple[int, ...] = ()           # the culprits of this attempt's stall
-        self.save_dir: str | None = None   # where the library writes results (kept across attempts)
-        self.last_progress: E.Progress | None = None     # the last position, merged (status)
+        self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}  # torchrun: a feed per rank file
+        self.rank_progress: dict[int, E.Progress] = {}  # torchrun: each rank's last batch
+        self.stuck_ranks: tuple[int, ...] = ()  # the culprits of this attempt's stall
+        self.save_dir: str | None = None  # where the library writes results (kept across attempts)
+        self.last_progress: E.Progress | None = None  # the last position, merged (status)
 
     def begin(self, now: float) -> None:
         """A new attempt: forget what the last trainer said."""
@@ -105,14 +108,22 @@ class Intake:
             self.on_activity(now, len(lines), rank)
         for fed in lines:
             said = rank if rank is not None else (line_rank(fed.text) if fed.warning else None)
-            if fed.warning is not None and said is not None:   # an NCCL/gloo watchdog's rank
-                fed = dataclasses.replace(fed, warning=dataclasses.replace(
-                    fed.warning, text=f"rank {said}: {fed.warning.text}", rank=said))
+            if fed.warning is not None and said is not None:  # an NCCL/gloo watchdog's rank
+                fed = dataclasses.replace(
+                    fed,
+                    warning=dataclasses.replace(
+                        fed.warning, text=f"rank {said}: {fed.warning.text}", rank=said
+                    ),
+                )
             if rank is not None:
                 fed = dataclasses.replace(
-                    fed, text=f"[rank{rank}]: {fed.text}",   # torchrun's own prefix
-                    events=tuple(dataclasses.replace(ev, rank=rank) if isinstance(ev, E.Progress)
-                                 else ev for ev in fed.events))
+                    fed,
+                    text=f"[rank{rank}]: {fed.text}",  # torchrun's own prefix
+                    events=tuple(
+                        dataclasses.replace(ev, rank=rank) if isinstance(ev, E.Progress) else ev
+                        for ev in fed.events
+                    ),
+                )
             self.log_lines.append(fed.text)
             self.tail.append(fed.text)
             if fed.warning is not None:
@@ -132,14 +143,14 @@ class Intake:
         if not ctx.detector.watching_silence:
             return
         if not self.silence_said and self.integration is None and self.silence_seen is None:
-            self.silence_seen = now   # said once no integration attached (say_unknown_format)
+            self.silence_seen = now  # said once no integration attached (say_unknown_format)
         self.say_unknown_format(now)
-        if self.stalled and ctx.sm.state == RunState.STALLED:   # it speaks again
+        if self.stalled and ctx.sm.state == RunState.STALLED:  # it speaks again
             self.stalled = False
             ctx.set_state(RunState.RUNNING, "output again")
 
     def say_unknown_format(self, now: float) -> None:
-        """"No progress format recognised", once a run, only when no integration reports
+        """ "No progress format recognised", once a run, only when no integration reports
         batches: in a zero-code run the integration's "attached" comes on the side channel,
         read at other moments than the console, so it is given ``SAY_FORMAT_AFTER_S`` to
         come before the run is said to have none (never both)."""
@@ -173,9 +184,10 @@ class Intake:
                 self.ctx.info(f"side channel: event refused ({n} so far): {e}", "side.bad_event")
             return
         now = self.ctx.clock()
-        ev = dataclasses.replace(ev, ts=now)   # one time base for detector and journal
-        if isinstance(ev, E.Progress) or (isinstance(ev, E.Info) and (
-                attached_integration(ev.key) or ev.key.startswith("runner."))):
+        ev = dataclasses.replace(ev, ts=now)  # one time base for detector and journal
+        if isinstance(ev, E.Progress) or (
+            isinstance(ev, E.Info) and (attached_integration(ev.key) or ev.key.startswith("runner."))
+        ):
             # its progress comes here (an integration attached, trainctl's own runner): its
             # console is no unknown format (not so for a refusal, a failed bootstrap, or a
             # script reporting only phases or checkpoints)
@@ -193,11 +205,11 @@ class Intake:
                 self.ctx.facts.last_checkpoint = ev.path
             self.checkpoints += 1
             self.last_checkpoint = ev
-            self.ctx.emit(ev)   # journaled with its position (epoch, batch) and kind
-            self.ctx.project(now)   # the dashboard's "last checkpoint" line, now
+            self.ctx.emit(ev)  # journaled with its position (epoch, batch) and kind
+            self.ctx.project(now)  # the dashboard's "last checkpoint" line, now
         elif isinstance(ev, (E.Info, E.Warning)):
             if isinstance(ev, E.Info) and ev.key == "runner.config_error":
-                self.fatal_stop = f"bad configuration: {ev.text}"   # a restart cannot fix it
+                self.fatal_stop = f"bad configuration: {ev.text}"  # a restart cannot fix it
             if isinstance(ev, E.Info) and ev.key == SAVE_ON_REQUEST_KEY:
                 self.save_on_request = True
             if (path := E.results_path(ev)) is not None:
@@ -212,7 +224,7 @@ class Intake:
         self.ctx.emit(warning)
         sig = self.ctx.matcher.catalog.get(warning.id)
         if sig is not None and sig.before_progress and self.seen_progress:
-            return   # a start-up error's wording, after the first batch: not a start-up error
+            return  # a start-up error's wording, after the first batch: not a start-up error
         if sig is not None and sig.action == "stop" and warning.severity == "fatal":
             self.fatal_stop = f"{warning.id}: {warning.text[:200]}"
 
@@ -234,9 +246,9 @@ class Intake:
             # the position (status, an unknown exit's judgement), replayed lines included;
             # a loss-only line (HF's dict after its bar) keeps the counter read before it
             self.last_progress = E.merged_progress(self.last_progress, ev)
-        if self.replay_until is not None:   # an adopted trainer's lines its dead agent journaled
+        if self.replay_until is not None:  # an adopted trainer's lines its dead agent journaled
             if (ev.epoch or 0, ev.batch or 0) <= self.replay_until:
-                ctx.detector.on_progress(ev, now)   # it is alive: only not news
+                ctx.detector.on_progress(ev, now)  # it is alive: only not news
                 return
             self.replay_until = None
         self.seen_progress = True
@@ -250,7 +262,7 @@ class Intake:
         if self.phase != "train" and not late:
             self.set_phase("train", now)
         mark = (ev.epoch or 0, ev.batch or 0)
-        if mark > ctx.facts.furthest:   # only a batch beyond any earlier attempt's is new progress
+        if mark > ctx.facts.furthest:  # only a batch beyond any earlier attempt's is new progress
             ctx.facts.furthest = mark
             self.progressed = True
         ctx.detector.on_progress(ev, now)
@@ -258,8 +270,8 @@ class Intake:
             self.rank_progress[ev.rank] = ev
             if self.lead_rank is None or ev.rank < self.lead_rank:
                 self.lead_rank = ev.rank
-        if ev.rank == self.lead_rank:   # ranks move in lockstep: one of them makes the rate
-            ctx.projector.on_event(ev)   # every batch, not only the throttled ones in the journal
+        if ev.rank == self.lead_rank:  # ranks move in lockstep: one of them makes the rate
+            ctx.projector.on_event(ev)  # every batch, not only the throttled ones in the journal
         warning = ctx.matcher.feed_progress(ev, now)
         if warning is not None:
             self.on_warning(warning)

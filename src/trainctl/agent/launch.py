@@ -2,6 +2,7 @@
 (argv and env) and where a restart resumes from.  The job-file side of a kind (its table)
 lives with the job model in engine/config; the code that runs inside the trainer lives in
 src/trainctl/inside/.  A new kind is one more entry here."""
+
 from __future__ import annotations
 
 import os
@@ -21,20 +22,34 @@ class RunnerKind:
     def table(self):
         """The job file's table for this kind (engine/config's JOB_TABLES)."""
         from trainctl.config.kinds import JOB_TABLES
+
         return JOB_TABLES[self.name]
 
-    def argv(self, spec: RunSpec, files: RunFiles, preset_name: str | None, preset,
-             resume_from: str | None, attempt: int) -> list[str]:
+    def argv(
+        self,
+        spec: RunSpec,
+        files: RunFiles,
+        preset_name: str | None,
+        preset,
+        resume_from: str | None,
+        attempt: int,
+    ) -> list[str]:
         raise NotImplementedError
 
-    def env(self, spec: RunSpec, files: RunFiles, env: dict[str, str], argv: list[str],
-            resume_from: str | None) -> dict[str, str]:
+    def env(
+        self, spec: RunSpec, files: RunFiles, env: dict[str, str], argv: list[str], resume_from: str | None
+    ) -> dict[str, str]:
         """The trainer's environment for ``argv`` (``env``: :func:`trainer_env`'s)."""
         return env
 
-    def resume_checkpoint(self, spec: RunSpec, files: RunFiles, last_checkpoint: str | None,
-                          on_skip: Callable[[Path, str], None],
-                          on_unverified: Callable[[Path, str], None] | None = None) -> str | None:
+    def resume_checkpoint(
+        self,
+        spec: RunSpec,
+        files: RunFiles,
+        last_checkpoint: str | None,
+        on_skip: Callable[[Path, str], None],
+        on_unverified: Callable[[Path, str], None] | None = None,
+    ) -> str | None:
         """The checkpoint a restart goes on from, or None (start over).  A candidate that
         does not load goes to ``on_skip(path, why)``; one chosen although its format cannot
         be checked, to ``on_unverified(path, why)``."""
@@ -55,8 +70,9 @@ class CommandRunner(RunnerKind):
     name = "command"
 
     def env(self, spec, files, env, argv, resume_from):
-        from trainctl.inside import CHECKPOINT_EVERY_ENV, RESUME_ENV
         from trainctl.agent.zero_code import instrument_env, python_command
+        from trainctl.inside import CHECKPOINT_EVERY_ENV, RESUME_ENV
+
         if not spec.instrument or not python_command(argv, spec.cwd, env.get("PATH")):
             return env
         env = instrument_env(env, files.dir)
@@ -69,7 +85,7 @@ class CommandRunner(RunnerKind):
     def argv(self, spec, files, preset_name, preset, resume_from, attempt):
         argv = list(spec.command) + list(preset.args if preset else ())
         if spec.instrument and integration_of(files) in INTEGRATION_RESUME:
-            return argv   # the integration resumes (TRAINCTL_RESUME_FROM), not resume_args
+            return argv  # the integration resumes (TRAINCTL_RESUME_FROM), not resume_args
         needs = any("{checkpoint}" in a for a in spec.resume_args)
         resuming = attempt > 1 or resume_from is not None
         # A fixed resume file that resume_checkpoint refused: start over, without it.
@@ -87,6 +103,7 @@ class CommandRunner(RunnerKind):
         if rule is not None:
             return rule(spec, files, last_checkpoint, on_skip, on_unverified)
         from trainctl.store.checkpoint_verify import first_loadable
+
         fixed = None if any("{checkpoint}" in a for a in spec.resume_args) else self._fixed_file(spec)
         candidates = [fixed] if fixed else reported_checkpoints(files, last_checkpoint, spec.resume_from)
         verdict = first_loadable(candidates, on_skip=on_skip, base=spec.cwd)
@@ -100,14 +117,22 @@ class CommandRunner(RunnerKind):
     def _fixed_file(spec: RunSpec) -> str | None:
         return next((a for a in spec.resume_args if os.path.isfile(os.path.join(spec.cwd, a))), None)
 
+
 class UltralyticsRunner(RunnerKind):
     """The built-in Ultralytics runner (src/trainctl/inside/ultralytics_runner.py runs in the trainer)."""
 
     name = "ultralytics"
 
     def argv(self, spec, files, preset_name, preset, resume_from, attempt):
-        argv = [sys.executable, "-m", "trainctl.inside.ultralytics_runner",
-                "--job", str(spec.job_file), "--run-dir", str(files.dir)]
+        argv = [
+            sys.executable,
+            "-m",
+            "trainctl.inside.ultralytics_runner",
+            "--job",
+            str(spec.job_file),
+            "--run-dir",
+            str(files.dir),
+        ]
         if preset_name is not None:
             argv += ["--preset", str(files.presets / f"{preset_name}.toml")]
         if resume_from:
@@ -119,9 +144,12 @@ class UltralyticsRunner(RunnerKind):
         mid-epoch saves kept in checkpoints/, the checkpoints reported on the side channel
         (rescue, periodic, planned, epoch), and last_good.pt."""
         from trainctl.store.checkpoint import mid_epoch_checkpoints, pick_resume_checkpoint
-        candidates = [*mid_epoch_checkpoints(files.checkpoints),
-                      *reported_checkpoints(files, last_checkpoint, None),
-                      files.checkpoints / "last_good.pt"]
+
+        candidates = [
+            *mid_epoch_checkpoints(files.checkpoints),
+            *reported_checkpoints(files, last_checkpoint, None),
+            files.checkpoints / "last_good.pt",
+        ]
         chosen = pick_resume_checkpoint(candidates, on_skip=on_skip)
         return str(chosen) if chosen else None
 
@@ -137,8 +165,10 @@ class TorchrunRunner(CommandRunner):
 
     def argv(self, spec, files, preset_name, preset, resume_from, attempt):
         from trainctl.core.torchrun import supervised
-        return supervised(super().argv(spec, files, preset_name, preset, resume_from, attempt),
-                          rank_log_dir(files, attempt))
+
+        return supervised(
+            super().argv(spec, files, preset_name, preset, resume_from, attempt), rank_log_dir(files, attempt)
+        )
 
 
 def rank_log_dir(files: RunFiles, attempt: int) -> Path:
@@ -146,20 +176,23 @@ def rank_log_dir(files: RunFiles, attempt: int) -> Path:
     return files.dir / f"ranks-{attempt}"
 
 
-def reported_checkpoints(files: RunFiles, last_checkpoint: str | None,
-                         resume_from: str | None) -> list[str | None]:
+def reported_checkpoints(
+    files: RunFiles, last_checkpoint: str | None, resume_from: str | None
+) -> list[str | None]:
     """The checkpoints the trainer reported as written (the journal's, which an adopting
     agent has too), newest first; then the one the run started from."""
     from trainctl.store.journal import read_events
+
     try:
-        journaled = [ev.path for ev in read_events(files.events)
-                     if ev.type == "checkpoint" and ev.ok and ev.path]
+        journaled = [
+            ev.path for ev in read_events(files.events) if ev.type == "checkpoint" and ev.ok and ev.path
+        ]
     except OSError:
         journaled = []
     return [last_checkpoint, *reversed(journaled), resume_from]
 
 
-_ATTACHED_SEEN: dict[str, tuple[int, str | None]] = {}   # journal -> (bytes read, last found)
+_ATTACHED_SEEN: dict[str, tuple[int, str | None]] = {}  # journal -> (bytes read, last found)
 
 
 def integration_of(files: RunFiles) -> str | None:
@@ -167,17 +200,18 @@ def integration_of(files: RunFiles) -> str | None:
     ``instrument.attached.<name>`` info, which an adopting agent reads too), or None.  The
     journal only grows: each call reads what was appended since the last one."""
     from trainctl.inside import ATTACHED_KEY, attached_integration
+
     path = str(files.events)
     offset, found = _ATTACHED_SEEN.get(path, (0, None))
     try:
         with open(path, "rb") as f:
-            if os.fstat(f.fileno()).st_size < offset:   # another journal there: from the start
+            if os.fstat(f.fileno()).st_size < offset:  # another journal there: from the start
                 offset, found = 0, None
             f.seek(offset)
             data = f.read()
     except OSError:
         return found
-    end = data.rfind(b"\n") + 1   # whole lines only
+    end = data.rfind(b"\n") + 1  # whole lines only
     needle = f'"{ATTACHED_KEY}.'.encode()
     for line in data[:end].splitlines():
         if needle in line:
@@ -191,8 +225,7 @@ def integration_of(files: RunFiles) -> str | None:
     return found
 
 
-RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner(),
-                                                       TorchrunRunner())}
+RUNNERS: dict[str, RunnerKind] = {r.name: r for r in (CommandRunner(), UltralyticsRunner(), TorchrunRunner())}
 
 ResumeRule = Callable[..., "str | None"]
 
@@ -204,6 +237,7 @@ def library_checkpoints(what: str, refuse: Callable[[Path], str | None]) -> Resu
 
     def rule(spec, files, last_checkpoint, on_skip, on_unverified=None):
         from trainctl.store.checkpoint_verify import first_loadable
+
         candidates = []
         for cand in reported_checkpoints(files, last_checkpoint, spec.resume_from):
             if not cand:
@@ -254,19 +288,24 @@ def runner_for(kind: str) -> RunnerKind:
         raise ValueError(f"unknown runner kind {kind!r}; known: {', '.join(RUNNERS)}") from None
 
 
-def trainer_env(files: RunFiles, preset_name: str | None, preset, attempt: int,
-                base: dict[str, str] | None = None) -> dict[str, str]:
+def trainer_env(
+    files: RunFiles, preset_name: str | None, preset, attempt: int, base: dict[str, str] | None = None
+) -> dict[str, str]:
     """The trainer's environment: ours, the preset's [env]/threads, and TRAINCTL_* facts."""
     env = dict(os.environ if base is None else base)
-    env.pop("GITHUB_ACTIONS", None)   # Ultralytics prints no progress frames under it
+    env.pop("GITHUB_ACTIONS", None)  # Ultralytics prints no progress frames under it
     if preset is not None:
         env.update(preset.child_env())
-    env.update(TRAINCTL_RUN_DIR=str(files.dir), TRAINCTL_ATTEMPT=str(attempt),
-               TRAINCTL_PRESET=preset_name or "", PYTHONUNBUFFERED="1")
-    if preset_name is not None:   # the preset itself, for an integration to apply natively
+    env.update(
+        TRAINCTL_RUN_DIR=str(files.dir),
+        TRAINCTL_ATTEMPT=str(attempt),
+        TRAINCTL_PRESET=preset_name or "",
+        PYTHONUNBUFFERED="1",
+    )
+    if preset_name is not None:  # the preset itself, for an integration to apply natively
         env["TRAINCTL_PRESET_FILE"] = str(files.presets / f"{preset_name}.toml")
     else:
         env.pop("TRAINCTL_PRESET_FILE", None)
-    for key in ("TRAINCTL_RESUME_FROM", "TRAINCTL_INSTRUMENT"):   # never inherited from ours
+    for key in ("TRAINCTL_RESUME_FROM", "TRAINCTL_INSTRUMENT"):  # never inherited from ours
         env.pop(key, None)
     return env

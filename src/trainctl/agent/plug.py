@@ -7,6 +7,7 @@ plug never sets attributes of the agent's parts nor replaces their handlers: it 
 changes of the run's course through ``ctx.requests`` (src/trainctl/agent/requests.py),
 e.g. a suspend before the save deadline it knows of.  This base class is the plug of a
 run with nothing to add (a local or an ssh run): every point answers "nothing"."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -23,9 +24,9 @@ class Attempts(Protocol):
 
 
 class AgentPlug:
-    name = ""                     # what its errors are reported as ("" : no plug)
-    job_id: str | None = None     # the host's job this agent runs in, in each start event
-    takes_over_begun = False      # a journal already begun is a run to go on with (a next job)
+    name = ""  # what its errors are reported as ("" : no plug)
+    job_id: str | None = None  # the host's job this agent runs in, in each start event
+    takes_over_begun = False  # a journal already begun is a run to go on with (a next job)
 
     def attach(self, ctx: RunContext, attempts: Attempts) -> None:
         """Once, when the agent has built its parts (before its event loop runs)."""

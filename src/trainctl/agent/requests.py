@@ -7,6 +7,7 @@ the run's state changes, :class:`Requests` is the one way a change is asked for:
 user's commands, the signals, a host's plug (src/trainctl/agent/plug.py) and the agent's
 own give-up call its methods; the attempt loop reads what was asked.  Each method sets
 every flag its request needs, so no caller can set half of one."""
+
 from __future__ import annotations
 
 import asyncio
@@ -43,12 +44,12 @@ class Requests:
 
     def __init__(self) -> None:
         self.stop_requested = asyncio.Event()
-        self.suspend_requested = asyncio.Event()   # a Slurm job's time-limit warning
-        self.stop_reason: str | None = None        # why the run stops, when not the user's `s`
+        self.suspend_requested = asyncio.Event()  # a Slurm job's time-limit warning
+        self.stop_reason: str | None = None  # why the run stops, when not the user's `s`
         self.ending: asyncio.Future | None = None  # finding out why Slurm ends the job
-        self.lost: str | None = None      # why supervision could not go on (the run then FAILS)
-        self.next_preset: str | None = None   # the preset the next attempt uses, when picked
-        self.interrupt = Interrupt()      # the current attempt's
+        self.lost: str | None = None  # why supervision could not go on (the run then FAILS)
+        self.next_preset: str | None = None  # the preset the next attempt uses, when picked
+        self.interrupt = Interrupt()  # the current attempt's
 
     # ------------------------------------------------------------------ the run
     def stop(self, reason: str | None = None) -> None:

@@ -6,11 +6,12 @@ matcher), and reports the phases seen,
 the first and last progress, the warnings, and where the run stopped.  ``--explain``
 (each line and the reader that claimed it) is :mod:`trainctl.agent.scan_explain`.
 """
+
 from __future__ import annotations
 
 import json
-import re
 import math
+import re
 import sys
 from collections import deque
 from dataclasses import asdict, dataclass, field
@@ -141,10 +142,17 @@ class _Scan:
 
     def _progress(self, ev: Progress) -> None:
         self.progress_lines += 1
-        merged = merged_progress(self.last_event, ev)   # a loss-only line keeps the counter
+        merged = merged_progress(self.last_event, ev)  # a loss-only line keeps the counter
         self.last_event = merged
-        self.last = ProgressPoint(self.n, merged.epoch, merged.epochs, merged.batch, merged.batches,
-                                  dict(merged.losses), merged.rate)
+        self.last = ProgressPoint(
+            self.n,
+            merged.epoch,
+            merged.epochs,
+            merged.batch,
+            merged.batches,
+            dict(merged.losses),
+            merged.rate,
+        )
         if self.first is None:
             self.first = self.last
         if self.feed_progress is not None:
@@ -159,21 +167,36 @@ class _Scan:
     def report(self, path: str, last_phase: str | None) -> ScanReport:
         counts = self.matcher.counts() if self.matcher is not None else {}
         warnings = tuple(
-            WarningSummary(id=w.id, severity=w.severity,
-                           count=max(counts.get(w.id, 0), self.own_counts[w.id]),
-                           first_line=w.text, advice=w.advice, first_line_no=line_no)
-            for w, line_no in sorted(self.first_warning.values(), key=lambda t: t[1]))
+            WarningSummary(
+                id=w.id,
+                severity=w.severity,
+                count=max(counts.get(w.id, 0), self.own_counts[w.id]),
+                first_line=w.text,
+                advice=w.advice,
+                first_line_no=line_no,
+            )
+            for w, line_no in sorted(self.first_warning.values(), key=lambda t: t[1])
+        )
         finished = last_phase == "finished"
         return ScanReport(
-            path=path, lines=self.n, progress_lines=self.progress_lines, phases=tuple(self.phases),
-            first_progress=self.first, last_progress=self.last, last_phase=last_phase,
-            finished=finished, warnings=warnings, warnings_checked=self.matcher is not None,
+            path=path,
+            lines=self.n,
+            progress_lines=self.progress_lines,
+            phases=tuple(self.phases),
+            first_progress=self.first,
+            last_progress=self.last,
+            last_phase=last_phase,
+            finished=finished,
+            warnings=warnings,
+            warnings_checked=self.matcher is not None,
             lines_after_progress=self.after,
             tail=tuple(self.tail),
-            where=_where(self.last, last_phase, finished, self.after, self.n))
+            where=_where(self.last, last_phase, finished, self.after, self.n),
+        )
 
 
 # ---------------------------------------------------------------------------- text
+
 
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}" if n == 1 else f"{n} {word}s"
@@ -202,8 +225,7 @@ def describe_position(p) -> str:
     return describe_progress(p) + (f", {losses}" if losses else "")
 
 
-def _where(last: ProgressPoint | None, phase: str | None, finished: bool, after: int,
-           lines: int) -> str:
+def _where(last: ProgressPoint | None, phase: str | None, finished: bool, after: int, lines: int) -> str:
     if last is None:
         state = "finished" if finished else f"phase {phase or 'startup'}"
         return f"no training progress in {lines} lines ({state})"
@@ -212,8 +234,11 @@ def _where(last: ProgressPoint | None, phase: str | None, finished: bool, after:
         at += f", {_fmt_losses(last.losses)}"
     if finished:
         return f"finished; last progress in {at}"
-    distance = ("the last line is a progress line" if after == 0 else
-                f"after the last progress line {_plural(after, 'line')} from the end")
+    distance = (
+        "the last line is a progress line"
+        if after == 0
+        else f"after the last progress line {_plural(after, 'line')} from the end"
+    )
     return f"stopped in {at}, phase {phase or 'train'}, {distance}"
 
 
@@ -226,22 +251,25 @@ def _fmt_phases(phases: tuple[str, ...]) -> str:
         return "none"
     if len(phases) <= 12:
         return " -> ".join(phases)
-    return (" -> ".join(phases[:6]) + f" -> ... ({len(phases) - 12} more) -> "
-            + " -> ".join(phases[-6:]))
+    return " -> ".join(phases[:6]) + f" -> ... ({len(phases) - 12} more) -> " + " -> ".join(phases[-6:])
 
 
 def format_report(report: ScanReport) -> str:
     """The report as text for a terminal."""
-    out = [f"scan of {report.path}",
-           f"  lines:          {report.lines} ({report.progress_lines} progress)",
-           f"  phases:         {_fmt_phases(report.phases)}"]
-    for label, p in (("first progress", report.first_progress),
-                     ("last progress", report.last_progress)):
+    out = [
+        f"scan of {report.path}",
+        f"  lines:          {report.lines} ({report.progress_lines} progress)",
+        f"  phases:         {_fmt_phases(report.phases)}",
+    ]
+    for label, p in (("first progress", report.first_progress), ("last progress", report.last_progress)):
         if p is not None:
-            extra = [s for s in (_fmt_losses(p.losses),
-                                 f"{p.rate:.3g} it/s" if p.rate is not None else "") if s]
-            out.append(f"  {label + ':':15s} {describe_progress(p)} (line {p.line_no})"
-                       + (f"; {'; '.join(extra)}" if extra else ""))
+            extra = [
+                s for s in (_fmt_losses(p.losses), f"{p.rate:.3g} it/s" if p.rate is not None else "") if s
+            ]
+            out.append(
+                f"  {label + ':':15s} {describe_progress(p)} (line {p.line_no})"
+                + (f"; {'; '.join(extra)}" if extra else "")
+            )
     out.append(f"  where:          {report.where}")
     if not report.warnings_checked:
         out.append("  warnings:       not checked (no signature catalog)")
@@ -257,8 +285,11 @@ def format_report(report: ScanReport) -> str:
                 out.append(f"      advice: {w.advice}")
     if report.last_progress is not None and report.tail:
         n, shown = report.lines_after_progress, len(report.tail)
-        out.append(f"  after the last progress line ({_plural(n, 'line')}"
-                   + (f", last {shown} shown" if n > shown else "") + "):")
+        out.append(
+            f"  after the last progress line ({_plural(n, 'line')}"
+            + (f", last {shown} shown" if n > shown else "")
+            + "):"
+        )
         out.extend(f"    | {sanitize(line)}" for line in report.tail)
     return "\n".join(out)
 
@@ -281,8 +312,9 @@ def report_to_dict(report: ScanReport) -> dict[str, Any]:
 def fatal_found(report: ScanReport, section: dict[str, Any] | None = None) -> bool:
     """Whether the log (or the kernel log beside it) has a finding of severity fatal."""
     kernel = [] if section is None else section.get("timeline") or section.get("kernel") or []
-    return (any(w.severity == "fatal" for w in report.warnings)
-            or any(f.get("severity") == "fatal" for f in kernel))
+    return any(w.severity == "fatal" for w in report.warnings) or any(
+        f.get("severity") == "fatal" for f in kernel
+    )
 
 
 def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
@@ -290,10 +322,12 @@ def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
     finding, 2 when unreadable."""
     p = Path(path)
     if not p.is_file():
-        what = ("is a directory" if p.is_dir() else
-                "not a regular file" if p.exists() else "no such file")
-        print(f"trainctl scan: cannot read log file {path}: {what} (give the path of a trainer "
-              f"console log, e.g. <run_dir>/train.log)", file=sys.stderr)
+        what = "is a directory" if p.is_dir() else "not a regular file" if p.exists() else "no such file"
+        print(
+            f"trainctl scan: cannot read log file {path}: {what} (give the path of a trainer "
+            f"console log, e.g. <run_dir>/train.log)",
+            file=sys.stderr,
+        )
         return 2
     try:
         matcher = _default_matcher()
@@ -307,11 +341,10 @@ def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
         return 2
     section = None
     if kernel_log is not None and matcher is not None:
-        try:   # fresh matchers: each finding counted from its own file
+        try:  # fresh matchers: each finding counted from its own file
             section = kernel_section(p, kernel_log, _default_matcher())
         except OSError as e:
-            print(f"trainctl scan: cannot read kernel log {kernel_log}: {e.strerror or e}",
-                  file=sys.stderr)
+            print(f"trainctl scan: cannot read kernel log {kernel_log}: {e.strerror or e}", file=sys.stderr)
             return 2
     if as_json:
         out = report_to_dict(report)
@@ -327,8 +360,12 @@ def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
 
 # ---------------------------------------------------------------------- kernel logs
 
-_MONTHS = {m: i for i, m in enumerate(("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug",
-                                       "Sep", "Oct", "Nov", "Dec"), 1)}
+_MONTHS = {
+    m: i
+    for i, m in enumerate(
+        ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"), 1
+    )
+}
 # dmesg -T: "[Mon Nov 24 13:02:11 2025] amdgpu ..."
 _DMESG_T = re.compile(r"^\[[A-Z][a-z]{2} ([A-Z][a-z]{2}) +(\d{1,2}) (\d\d):(\d\d):(\d\d) (\d{4})\] ")
 # journalctl -k (short): "Nov 24 13:02:11 host kernel: ..."; short-iso: "2025-11-24T13:02:11+0100 host kernel: ..."
@@ -340,8 +377,8 @@ _ISO = re.compile(r"^\[?(\d{4})-(\d\d)-(\d\d)[T ](\d\d):(\d\d):(\d\d)")
 class Finding:
     """One matched line: where it is, when (None: the line has no time) and what."""
 
-    source: str            # "trainer" | "kernel"
-    line: int              # 1-based line number in its file
+    source: str  # "trainer" | "kernel"
+    line: int  # 1-based line number in its file
     ts: float | None
     id: str
     severity: str
@@ -353,14 +390,16 @@ def line_time(line: str, year: int | None = None) -> float | None:
     logging writes it), or None.  A journalctl line has no year: ``year`` (default: this one)."""
     import datetime as dt
     import time as _time
+
     try:
         if m := _DMESG_T.match(line):
             mon, day, hh, mm, ss, yy = m.groups()
             return dt.datetime(int(yy), _MONTHS[mon], int(day), int(hh), int(mm), int(ss)).timestamp()
         if m := _JOURNAL.match(line):
             mon, day, hh, mm, ss = m.groups()
-            return dt.datetime(year or _time.localtime().tm_year, _MONTHS[mon], int(day),
-                               int(hh), int(mm), int(ss)).timestamp()
+            return dt.datetime(
+                year or _time.localtime().tm_year, _MONTHS[mon], int(day), int(hh), int(mm), int(ss)
+            ).timestamp()
         if m := _ISO.match(line):
             return dt.datetime(*map(int, m.groups())).timestamp()
     except (KeyError, ValueError, OverflowError):
@@ -387,8 +426,16 @@ def findings(path: str | Path, source: str, matcher: Matcher, year: int | None =
                 sig = getattr(matcher, "last", None)
                 # a trainer's warnings once per id (and at 10, 100, ...); every kernel line
                 if w is not None or (source == "kernel" and sig is not None):
-                    out.append(Finding(source, n, last_ts, w.id if w else sig.id,
-                                       w.severity if w else sig.severity, sanitize(text)[:300]))
+                    out.append(
+                        Finding(
+                            source,
+                            n,
+                            last_ts,
+                            w.id if w else sig.id,
+                            w.severity if w else sig.severity,
+                            sanitize(text)[:300],
+                        )
+                    )
             if not chunk:
                 break
     return out
@@ -398,24 +445,35 @@ def kernel_section(log: str | Path, kernel_log: str | Path, matcher: Matcher) ->
     """The kernel log's findings next to the trainer log's: interleaved by time when both
     files carry timestamps, else listed apart (``interleaved`` says which)."""
     import datetime as dt
+
     trainer = findings(log, "trainer", matcher)
     year = next((dt.datetime.fromtimestamp(f.ts).year for f in trainer if f.ts is not None), None)
     kernel = findings(kernel_log, "kernel", matcher, year)
-    both = (any(f.ts is not None for f in trainer) and kernel and all(f.ts is not None for f in kernel))
+    both = any(f.ts is not None for f in trainer) and kernel and all(f.ts is not None for f in kernel)
     if both:
-        merged = sorted(kernel + [f for f in trainer if f.ts is not None],
-                        key=lambda f: (f.ts, f.source != "trainer", f.line))
-        return {"kernel_log": str(kernel_log), "interleaved": True,
-                "timeline": [asdict(f) for f in merged]}
-    why = ("no kernel finding" if not kernel else
-           "the kernel log has no timestamps (save it with `dmesg -T` or `journalctl -k`)"
-           if any(f.ts is None for f in kernel) else "the trainer log has no timestamps")
-    return {"kernel_log": str(kernel_log), "interleaved": False, "why": why,
-            "kernel": [asdict(f) for f in kernel]}
+        merged = sorted(
+            kernel + [f for f in trainer if f.ts is not None],
+            key=lambda f: (f.ts, f.source != "trainer", f.line),
+        )
+        return {"kernel_log": str(kernel_log), "interleaved": True, "timeline": [asdict(f) for f in merged]}
+    why = (
+        "no kernel finding"
+        if not kernel
+        else "the kernel log has no timestamps (save it with `dmesg -T` or `journalctl -k`)"
+        if any(f.ts is None for f in kernel)
+        else "the trainer log has no timestamps"
+    )
+    return {
+        "kernel_log": str(kernel_log),
+        "interleaved": False,
+        "why": why,
+        "kernel": [asdict(f) for f in kernel],
+    }
 
 
 def format_kernel_section(section: dict[str, Any]) -> str:
     import time as _time
+
     out = [f"Kernel log {section['kernel_log']}:"]
     rows = section.get("timeline") if section["interleaved"] else section.get("kernel")
     if not section["interleaved"]:
@@ -424,6 +482,8 @@ def format_kernel_section(section: dict[str, Any]) -> str:
         out.append("  no kernel finding")
     for f in rows or ():
         when = _time.strftime("%Y-%m-%d %H:%M:%S", _time.localtime(f["ts"])) if f["ts"] else "-"
-        out.append(f"  {when}  {f['source']:7} line {f['line']:<6} {f['severity'].upper():7} "
-                   f"{f['id']}: {f['text'][:160]}")
+        out.append(
+            f"  {when}  {f['source']:7} line {f['line']:<6} {f['severity'].upper():7} "
+            f"{f['id']}: {f['text'][:160]}"
+        )
     return "\n".join(out)

@@ -1,13 +1,15 @@
 """``trainctl scan --explain LOGFILE``: each line of a trainer's console log, the reader of
 :class:`~trainctl.core.parse.ConsoleParser` that claimed it, and what it read.
 """
+
 from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 from trainctl.agent.scan import CHUNK, ProgressPoint, describe_progress, json_safe
 from trainctl.core.events import Progress
@@ -39,8 +41,7 @@ def explain_log(path: str | Path, progress: dict | None = None) -> Iterator[Expl
             n += 1
             parser.last_format = None
             events = parser.feed(text, 0.0)
-            yield Explained(n, text, parser.last_format,
-                            tuple(_event_dict(e) for e in events))
+            yield Explained(n, text, parser.last_format, tuple(_event_dict(e) for e in events))
 
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
@@ -50,8 +51,14 @@ def explain_log(path: str | Path, progress: dict | None = None) -> Iterator[Expl
 
 def _event_dict(ev: Any) -> dict[str, Any]:
     if isinstance(ev, Progress):
-        d = {"type": "progress", "epoch": ev.epoch, "epochs": ev.epochs, "batch": ev.batch,
-             "batches": ev.batches, "losses": dict(ev.losses)}
+        d = {
+            "type": "progress",
+            "epoch": ev.epoch,
+            "epochs": ev.epochs,
+            "batch": ev.batch,
+            "batches": ev.batches,
+            "losses": dict(ev.losses),
+        }
         if ev.rate is not None:
             d["rate"] = ev.rate
         if ev.rank is not None:
@@ -68,14 +75,15 @@ def format_explained(e: Explained, width: int = 100) -> str:
             said.append(f"phase {ev['phase']}")
         else:
             p = ProgressPoint(e.line_no, ev["epoch"], ev["epochs"], ev["batch"], ev["batches"])
-            losses = " ".join(f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}"
-                              for k, v in ev["losses"].items())
+            losses = " ".join(
+                f"{k} {v:.4g}" if isinstance(v, float) else f"{k} {v}" for k, v in ev["losses"].items()
+            )
             said.append(describe_progress(p) + (f"; {losses}" if losses else ""))
     if e.parser is not None and not said:
-        said.append("context")   # an "Epoch 2/10" or Ultralytics header line: read, no event
+        said.append("context")  # an "Epoch 2/10" or Ultralytics header line: read, no event
     text = sanitize(e.text)
     if len(text) > width:
-        text = text[:width - 1] + "…"
+        text = text[: width - 1] + "…"
     return f"{e.line_no:6d} {e.parser or '-':15s} {'; '.join(said) or '-':40s} | {text}"
 
 
@@ -85,6 +93,7 @@ def main_explain(path: str, as_json: bool, job: str | None = None) -> int:
     progress = None
     if job is not None:
         from trainctl.config import ConfigError, load_job
+
         try:
             progress = load_job(job).progress
         except ConfigError as e:
@@ -96,12 +105,16 @@ def main_explain(path: str, as_json: bool, job: str | None = None) -> int:
     try:
         for e in explain_log(path, progress):
             if as_json:
-                print(json.dumps({"line": e.line_no, "parser": e.parser, "events": list(e.events),
-                                  "text": e.text}, ensure_ascii=False))
+                print(
+                    json.dumps(
+                        {"line": e.line_no, "parser": e.parser, "events": list(e.events), "text": e.text},
+                        ensure_ascii=False,
+                    )
+                )
             else:
                 print(format_explained(e))
     except BrokenPipeError:
-        raise   # the reader of our output left (`| head`): the CLI ends quietly
+        raise  # the reader of our output left (`| head`): the CLI ends quietly
     except OSError as e:
         print(f"trainctl scan: cannot read log file {path}: {e.strerror or e}", file=sys.stderr)
         return 2

@@ -6,6 +6,7 @@ HELLO_TIMEOUT_S; each client's backlog is bounded in bytes, and one that falls b
 (stops reading) is dropped with a reason and catches up from the journal by seq when it
 comes back; requests are bounded in size and checked in type.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -17,16 +18,16 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 
-from trainctl.core import events as E
 from trainctl.client.connection import parse_hello
+from trainctl.core import events as E
 from trainctl.store.journal import iter_journal_lines
 
 HELLO_TIMEOUT_S = 5.0
-REQUEST_MAX = 1 << 20          # bytes in one request line
-CLIENT_BACKLOG_MAX = 8 << 20   # bytes waiting for one client
-SEND_TIMEOUT_S = 10.0          # a client that takes no bytes for this long is dropped
+REQUEST_MAX = 1 << 20  # bytes in one request line
+CLIENT_BACKLOG_MAX = 8 << 20  # bytes waiting for one client
+SEND_TIMEOUT_S = 10.0  # a client that takes no bytes for this long is dropped
 REPLAY_CHUNK = 2000
-ACCEPT_BACKLOG = 1024          # clients connecting in one instant (the kernel caps it at somaxconn)
+ACCEPT_BACKLOG = 1024  # clients connecting in one instant (the kernel caps it at somaxconn)
 
 
 class _Client:
@@ -61,9 +62,14 @@ class _Client:
 
 
 class ClientServer:
-    def __init__(self, sock_path: Path, journal, hello: Callable[[], dict],
-                 command: Callable[[str, object], Awaitable[dict]],
-                 snapshot: Callable[[], dict | None] = lambda: None) -> None:
+    def __init__(
+        self,
+        sock_path: Path,
+        journal,
+        hello: Callable[[], dict],
+        command: Callable[[str, object], Awaitable[dict]],
+        snapshot: Callable[[], dict | None] = lambda: None,
+    ) -> None:
         self.sock_path = sock_path
         self.journal = journal
         self.hello = hello
@@ -71,7 +77,7 @@ class ClientServer:
         self.snapshot = snapshot
         self.clients: set[_Client] = set()
         self._server: asyncio.base_events.Server | None = None
-        self._ino: int | None = None   # the socket file's, to see it deleted or replaced
+        self._ino: int | None = None  # the socket file's, to see it deleted or replaced
 
     # the bus sink: every event to every client
     def __call__(self, ev: E.Event) -> None:
@@ -87,8 +93,9 @@ class ClientServer:
             sock.unlink()
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(self._serve, path=str(sock), limit=REQUEST_MAX,
-                                                          backlog=ACCEPT_BACKLOG)
+            self._server = await asyncio.start_unix_server(
+                self._serve, path=str(sock), limit=REQUEST_MAX, backlog=ACCEPT_BACKLOG
+            )
         finally:
             os.umask(old)
         os.chmod(sock, 0o600)
@@ -104,14 +111,14 @@ class ClientServer:
                 return False
         except FileNotFoundError:
             pass
-        self._server.close()   # the old listener only: no client can reach it any more
+        self._server.close()  # the old listener only: no client can reach it any more
         await self.start()
         return True
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
-            await asyncio.sleep(0.2)   # let clients read the last events
+            await asyncio.sleep(0.2)  # let clients read the last events
             for client in list(self.clients):
                 client.drop("the agent has ended")
         try:
@@ -125,15 +132,15 @@ class ClientServer:
         try:
             try:
                 first = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
-            except asyncio.TimeoutError:
-                return   # an idle connection: it must not hold a file descriptor forever
+            except TimeoutError:
+                return  # an idle connection: it must not hold a file descriptor forever
             asked = parse_hello(first)
             upto = self.journal.next_seq
             since = asked.start(upto)
             snap = self.snapshot() if asked.snapshot_for(since, upto) else None
             self.clients.add(client)
             writer.write((json.dumps(self.hello()) + "\n").encode())
-            if snap is not None:   # the view up to upto: nothing to replay
+            if snap is not None:  # the view up to upto: nothing to replay
                 since = snap["next_seq"]
                 sender = asyncio.create_task(self._send(writer, client, since, upto, snap))
             else:
@@ -143,14 +150,14 @@ class ClientServer:
                 if reply is not None:
                     client.push((json.dumps(reply) + "\n").encode())
         except (ConnectionError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, ValueError):
-            pass   # ValueError: a request line over REQUEST_MAX
+            pass  # ValueError: a request line over REQUEST_MAX
         finally:
             self.clients.discard(client)
             if sender is not None:
                 client.drop("the connection closed")
                 try:
                     await asyncio.wait_for(sender, 1.0)
-                except (asyncio.TimeoutError, Exception):
+                except (TimeoutError, Exception):
                     sender.cancel()
             writer.close()
 
@@ -166,15 +173,16 @@ class ClientServer:
         reply.update(op="reply", id=rid if isinstance(rid, (int, str)) else None)
         return reply
 
-    async def _send(self, writer: asyncio.StreamWriter, client: _Client, since: int, upto: int,
-                    snap: dict | None = None) -> None:
+    async def _send(
+        self, writer: asyncio.StreamWriter, client: _Client, since: int, upto: int, snap: dict | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
             if snap is not None:
                 data = await loop.run_in_executor(None, _encode_line, snap)
                 writer.write(data)
                 await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
-            if since < upto:   # read in chunks: a week-long journal never sits in memory
+            if since < upto:  # read in chunks: a week-long journal never sits in memory
                 lines = iter_journal_lines(self.journal.path, since, upto)
                 while chunk := await loop.run_in_executor(None, _chunk, lines):
                     writer.write(chunk)
@@ -187,16 +195,22 @@ class ClientServer:
                     await asyncio.wait_for(writer.drain(), SEND_TIMEOUT_S)
                 if client.dropped is not None:
                     break
-        except asyncio.TimeoutError:
+        except TimeoutError:
             client.drop(f"it read nothing for {SEND_TIMEOUT_S:.0f}s")
         except (ConnectionError, RuntimeError):
             pass
         finally:
             self.clients.discard(client)
-            if client.dropped is not None:   # why, and where to catch up from (best effort)
+            if client.dropped is not None:  # why, and where to catch up from (best effort)
                 with contextlib.suppress(ConnectionError, RuntimeError):
-                    writer.write((json.dumps({"op": "bye", "reason": client.dropped,
-                                              "next_seq": self.journal.next_seq}) + "\n").encode())
+                    writer.write(
+                        (
+                            json.dumps(
+                                {"op": "bye", "reason": client.dropped, "next_seq": self.journal.next_seq}
+                            )
+                            + "\n"
+                        ).encode()
+                    )
             writer.close()
 
 

@@ -1,6 +1,7 @@
 """The agent: the headless supervisor of one run.  It wires the parts (context, bus and its
 sinks, attempt loop, socket server, command handlers, kernel log) and owns their life:
 the job lock, agent.json, signals, and an orderly end."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,36 +14,47 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainctl import __version__
-from trainctl.core import events as E
-from trainctl.store.joblock import JobBusy, JobLock
-from trainctl.store.paths import RunFiles, make_private_dir, write_private
-from trainctl.system.process import become_subreaper
-from trainctl.system.machine import where_i_run
-from trainctl.store.spec import RunSpec
-from trainctl.core.recovery import exit_code
+from trainctl.agent.adopt import where_the_run_was
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
-from trainctl.agent.handlers import CommandHandlers
 from trainctl.agent.context import RunConfig, RunContext
-from trainctl.core.signatures import Catalog
-from trainctl.store.journal import Journal
-from trainctl.agent.server import ClientServer
-from trainctl.agent.snapshots import SnapshotKeeper
-from trainctl.agent.adopt import where_the_run_was
+from trainctl.agent.handlers import CommandHandlers
 from trainctl.agent.holder_spawner import HeldSpawner
 from trainctl.agent.plug import AgentPlug
+from trainctl.agent.server import ClientServer
+from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.agent.spawner import PipeSpawner, Spawner
 from trainctl.agent.tasks import ErrorReporter
+from trainctl.core import events as E
+from trainctl.core.recovery import exit_code
+from trainctl.core.signatures import Catalog
+from trainctl.store.joblock import JobBusy, JobLock
+from trainctl.store.journal import Journal
+from trainctl.store.paths import RunFiles, make_private_dir, write_private
+from trainctl.store.spec import RunSpec
+from trainctl.system.machine import where_i_run
+from trainctl.system.process import become_subreaper
 
-KEEP_S = 1.0   # how often the agent looks whether its run directory or socket were deleted
+KEEP_S = 1.0  # how often the agent looks whether its run directory or socket were deleted
 
 
 class Agent:
-    def __init__(self, run_dir: Path, spec: RunSpec, *, printer: Callable[[E.Event], None] | None = None,
-                 clock: Callable[[], float] = time.time, gpu_probe=None, serve: bool = True,
-                 on_locked: Callable[[], None] | None = None, spawner: Spawner | None = None,
-                 kernel_log: bool | None = None, adopt: bool = False, subreaper: bool = True,
-                 plug: AgentPlug | None = None):
+    def __init__(
+        self,
+        run_dir: Path,
+        spec: RunSpec,
+        *,
+        printer: Callable[[E.Event], None] | None = None,
+        clock: Callable[[], float] = time.time,
+        gpu_probe=None,
+        serve: bool = True,
+        on_locked: Callable[[], None] | None = None,
+        spawner: Spawner | None = None,
+        kernel_log: bool | None = None,
+        adopt: bool = False,
+        subreaper: bool = True,
+        plug: AgentPlug | None = None,
+    ):
         """``on_locked``: called once the job is this agent's (its lock taken), before the
         trainer starts: `trainctl run --headless` points `latest` at the run then.
         ``spawner``: how trainers are started (a fake one in tests; by default each
@@ -52,9 +64,10 @@ class Agent:
         ``plug``: what the host adds (src/trainctl/agent/plug.py): a run's Slurm batch job
         (`agent --slurm`, src/trainctl/hosts/slurm/agent_part.py) goes on with the run an
         earlier job began, and continues it in a next job at the time limit."""
-        files = RunFiles(run_dir)   # the context is given what it reads, opened here
-        self.ctx = ctx = RunContext(RunConfig(files, spec, clock), Journal(files.events), Catalog.load(),
-                                    gpu_probe)
+        files = RunFiles(run_dir)  # the context is given what it reads, opened here
+        self.ctx = ctx = RunContext(
+            RunConfig(files, spec, clock), Journal(files.events), Catalog.load(), gpu_probe
+        )
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
         self.serve = serve
@@ -64,7 +77,7 @@ class Agent:
         self.subreaper = subreaper
         self.lock = JobLock(spec.job_name)
         if spawner is None and os.environ.get("TRAINCTL_SPAWNER") == "pipe":
-            spawner = PipeSpawner()   # for side-by-side benches only: the trainer dies with the agent
+            spawner = PipeSpawner()  # for side-by-side benches only: the trainer dies with the agent
         self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
         self.plug = plug or AgentPlug()
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up, self.plug)
@@ -72,8 +85,9 @@ class Agent:
         self.plug.attach(ctx, self.loop)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
-        self.server = ClientServer(ctx.files.sock, ctx.journal, self.hello, self.commands,
-                                   snapshot=self.snapshots.current)
+        self.server = ClientServer(
+            ctx.files.sock, ctx.journal, self.hello, self.commands, snapshot=self.snapshots.current
+        )
         ctx.bus.on_journaled.append(self._project_on)
         ctx.bus.on_journaled.append(self.snapshots)
         ctx.bus.sinks.append(self.server)
@@ -81,7 +95,7 @@ class Agent:
             ctx.bus.printers.append(PrinterSink(printer))
         self._loop: asyncio.AbstractEventLoop | None = None
         self._agent_lock: int | None = None
-        self._more_locks: list[int] = []   # agent.lock made again in a re-made run directory
+        self._more_locks: list[int] = []  # agent.lock made again in a re-made run directory
         self._kept: dict[str, bytes] = {}  # the run's own small files, to make them again
         self.alerts = _alert_sink(ctx, self._alert_warning)
         if self.alerts is not None:
@@ -105,21 +119,39 @@ class Agent:
 
     def hello(self) -> dict:
         ctx, spec = self.ctx, self.spec
-        return {"op": "hello", "ok": True, "version": __version__, "job": spec.job_name,
-                "run_dir": str(ctx.files.dir), "host": spec.host, "state": ctx.sm.state.value,
-                "auto_recover": ctx.policy.auto_recover, "preset": ctx.facts.preset,
-                "fallback": spec.fallback, "attempt": ctx.facts.attempt,
-                "deadline": spec.deadline, "budget": spec.budget,
-                "currency": spec.currency, "live": True}
+        return {
+            "op": "hello",
+            "ok": True,
+            "version": __version__,
+            "job": spec.job_name,
+            "run_dir": str(ctx.files.dir),
+            "host": spec.host,
+            "state": ctx.sm.state.value,
+            "auto_recover": ctx.policy.auto_recover,
+            "preset": ctx.facts.preset,
+            "fallback": spec.fallback,
+            "attempt": ctx.facts.attempt,
+            "deadline": spec.deadline,
+            "budget": spec.budget,
+            "currency": spec.currency,
+            "live": True,
+        }
 
     def give_up(self, where: str, exc: BaseException) -> None:
         """A supervised task failed too often: supervision cannot go on.  Say so (an error
         warning, FAILED with the reason) and end the attempt; never silently."""
         ctx = self.ctx
         lost = f"the agent's {where} task kept failing ({type(exc).__name__}: {exc})"
-        ctx.emit(E.Warning(ctx.clock(), "trainctl.supervision_lost", "fatal", lost,
-                           f"See {ctx.files.dir / 'errors'}; the trainer is stopped rather than left "
-                           "unwatched.", source="trainctl"))
+        ctx.emit(
+            E.Warning(
+                ctx.clock(),
+                "trainctl.supervision_lost",
+                "fatal",
+                lost,
+                f"See {ctx.files.dir / 'errors'}; the trainer is stopped rather than left unwatched.",
+                source="trainctl",
+            )
+        )
         ctx.requests.give_up(lost)
 
     def _alert_warning(self, ev: E.Warning) -> None:
@@ -131,18 +163,21 @@ class Agent:
     async def run(self) -> int:
         loop = self._loop = asyncio.get_running_loop()
         ctx = self.ctx
-        begun = self.plug.takes_over_begun and _begun(ctx.files.events)   # an earlier job's run
+        begun = self.plug.takes_over_begun and _begun(ctx.files.events)  # an earlier job's run
         if self.subreaper:
             become_subreaper()
         loop.set_exception_handler(_quiet_repeats(loop))
-        handlers: dict[int, Callable[[], None]] = {signal.SIGINT: self._on_signal, signal.SIGTERM: self._on_signal,
-                    signal.SIGHUP: lambda: None}   # SIGHUP: the run outlives the terminal
+        handlers: dict[int, Callable[[], None]] = {
+            signal.SIGINT: self._on_signal,
+            signal.SIGTERM: self._on_signal,
+            signal.SIGHUP: lambda: None,
+        }  # SIGHUP: the run outlives the terminal
         handlers.update(self.plug.signals())
         for sig, handler in handlers.items():
             loop.add_signal_handler(sig, handler)
         try:
             make_private_dir(ctx.files.dir)
-        except OSError as e:   # UnsafePathError: not ours, or open to others
+        except OSError as e:  # UnsafePathError: not ours, or open to others
             print(f"trainctl: {e}", file=sys.stderr, flush=True)
             return 2
         agent_lock = self._agent_lock = _agent_lock(ctx.files.dir)
@@ -172,11 +207,12 @@ class Agent:
         kernel = self._start_kernel_log()
         if ctx.facts.gpu_probe is None:
             from trainctl.system.gpu import detect_gpu_probe
+
             ctx.facts.gpu_probe = await loop.run_in_executor(None, detect_gpu_probe)
         try:
             try:
                 await self.plug.begin()
-            except Exception as e:   # supervision goes on without the host's facts
+            except Exception as e:  # supervision goes on without the host's facts
                 self.report(self.plug.name, e)
             if self.adopt or begun:
                 return await self._take_over()
@@ -191,7 +227,7 @@ class Agent:
             if not priming.done():
                 await asyncio.wait([priming], timeout=30.0)
             await loop.run_in_executor(None, self.snapshots.close)
-            if self.alerts is not None:   # the last message (finished, failed), bounded
+            if self.alerts is not None:  # the last message (finished, failed), bounded
                 await loop.run_in_executor(None, self.alerts.close)
             ctx.journal.close()
             self.lock.release()
@@ -209,18 +245,23 @@ class Agent:
             try:
                 self._say_remade()
                 if self.serve and await self.server.keep_listening():
-                    self.ctx.info(f"the agent's socket {self.files.sock} was deleted: listening on a new one",
-                                  "socket.remade")
-            except Exception as e:   # noqa: BLE001 - said, tried again at the next turn
+                    self.ctx.info(
+                        f"the agent's socket {self.files.sock} was deleted: listening on a new one",
+                        "socket.remade",
+                    )
+            except Exception as e:  # noqa: BLE001 - said, tried again at the next turn
                 self.report("keep_run_dir", e)
 
     def _say_remade(self) -> None:
-        if not self.ctx.journal.lost():   # as last saved (a preset edited in the dashboard)
+        if not self.ctx.journal.lost():  # as last saved (a preset edited in the dashboard)
             self._kept.update(_small_files(self.files.dir))
         if self._remake_run_dir():
-            self.ctx.info(f"the run directory {self.files.dir} was deleted or moved away while the run went on: "
-                          "made again from what the agent holds (the journal whole, spec, "
-                          "agent.json); the trainer goes on", "run_dir.remade")
+            self.ctx.info(
+                f"the run directory {self.files.dir} was deleted or moved away while the run went on: "
+                "made again from what the agent holds (the journal whole, spec, "
+                "agent.json); the trainer goes on",
+                "run_dir.remade",
+            )
 
     def _remake_run_dir(self) -> bool:
         files = self.files
@@ -230,7 +271,7 @@ class Agent:
         self.ctx.journal.remake()
         if not files.spec.exists():
             self.spec.save(files.spec)
-        for rel, data in self._kept.items():   # presets, alerts.json: as they were
+        for rel, data in self._kept.items():  # presets, alerts.json: as they were
             path = files.dir / rel
             if not path.exists():
                 make_private_dir(path.parent)
@@ -238,7 +279,7 @@ class Agent:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
         self._write_info()
-        if (fd := _agent_lock(files.dir, wait_s=0)) is not None:   # one agent per directory, still
+        if (fd := _agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
             self._more_locks.append(fd)
         return True
 
@@ -250,7 +291,7 @@ class Agent:
             upto = keeper.prime_at()
             covered = await asyncio.get_running_loop().run_in_executor(None, keeper.prime, upto)
             keeper.primed(covered)
-        except Exception as e:   # noqa: BLE001 - the journal is still complete
+        except Exception as e:  # noqa: BLE001 - the journal is still complete
             print(f"trainctl: no snapshots for this run: {e!r}", file=sys.stderr, flush=True)
 
     def _lock_fd(self) -> int | None:
@@ -275,29 +316,43 @@ class Agent:
             return exit_code(was.state)
         ctx.facts.restore(was.attempt, was.preset, was.last_checkpoint, was.furthest)
         ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
-        if lead is not None:   # a node of a Slurm job: its run is the lead's, which goes on
-            ctx.info(f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
-                     f"on (the lead is {lead}): from its last good checkpoint", "slurm.continue")
+        if lead is not None:  # a node of a Slurm job: its run is the lead's, which goes on
+            ctx.info(
+                f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "
+                f"on (the lead is {lead}): from its last good checkpoint",
+                "slurm.continue",
+            )
             return await self.loop.run(resume=True)
         kept = plug.killed_before()
         restarts = plug.restarted()
         requeued = kept is None and restarts not in ("", "0")
-        handle = (self.spawner.adopt(was.attempt, ctx.files.log)
-                  if was.exited is None and was.attempt and not requeued else None)
+        handle = (
+            self.spawner.adopt(was.attempt, ctx.files.log)
+            if was.exited is None and was.attempt and not requeued
+            else None
+        )
         if handle is not None:
             handle.save_on_request = was.save_on_request
             if handle.orphan:
                 try:
                     await self.spawner.rehold(handle)
-                    ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
-                             "its holder killed too: a new holder reads its output again", "adopt.rehold")
+                    ctx.info(
+                        f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
+                        "its holder killed too: a new holder reads its output again",
+                        "adopt.rehold",
+                    )
                 except OSError as e:
-                    ctx.info(f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
-                             f"its holder killed too, and no new holder could start ({e}): it is watched "
-                             "by its pid, its output no longer read", "adopt.rehold")
-            ctx.info(f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
-                     f"(pid {handle.pid}){'' if handle.alive() else ', which ended meanwhile'}",
-                     "adopt")
+                    ctx.info(
+                        f"the trainer of attempt {was.attempt} (pid {handle.pid}) ran on unsupervised, "
+                        f"its holder killed too, and no new holder could start ({e}): it is watched "
+                        "by its pid, its output no longer read",
+                        "adopt.rehold",
+                    )
+            ctx.info(
+                f"a new agent (pid {os.getpid()}) adopted the trainer of attempt {was.attempt} "
+                f"(pid {handle.pid}){'' if handle.alive() else ', which ended meanwhile'}",
+                "adopt",
+            )
             return await self.loop.run(adopted=handle)
         if was.state == "PENDING" or (requeued and was.attempt):
             # an earlier Slurm job saved and queued this one; or Slurm started this job again
@@ -305,19 +360,27 @@ class Agent:
             # save, no end in the journal): not a crash of the trainer
             if was.exited is None:
                 ctx.emit(E.Exit(ctx.clock(), None, None))
-            again = "" if was.state == "PENDING" else (
-                f" (Slurm started it again, restart {restarts}: its node "
-                "failed under it, or it was requeued before a save)")
-            ctx.info(f"Slurm job {plug.job_id if plug.name else '?'}{again} goes on with the "
-                     f"run after attempt {was.attempt}, from its last good checkpoint", "slurm.continue")
+            again = (
+                ""
+                if was.state == "PENDING"
+                else (
+                    f" (Slurm started it again, restart {restarts}: its node "
+                    "failed under it, or it was requeued before a save)"
+                )
+            )
+            ctx.info(
+                f"Slurm job {plug.job_id if plug.name else '?'}{again} goes on with the "
+                f"run after attempt {was.attempt}, from its last good checkpoint",
+                "slurm.continue",
+            )
             return await self.loop.run(resume=True)
         if was.attempt == 0:
             ctx.info(f"a new agent (pid {os.getpid()}) starts the run its agent never began", "adopt")
             return await self.loop.run()
-        if was.exited is None:   # started but no trainer to be found: it is gone
+        if was.exited is None:  # started but no trainer to be found: it is gone
             ctx.emit(E.Exit(ctx.clock(), None, None))
         ctx.info(f"a new agent (pid {os.getpid()}) goes on after attempt {was.attempt}", "adopt")
-        if was.exited is not None and was.restart is not None:   # it died in its back-off
+        if was.exited is not None and was.restart is not None:  # it died in its back-off
             return await self.loop.run(restart=was.restart)
         return await self.loop.run(outcome=was.outcome())
 
@@ -325,16 +388,22 @@ class Agent:
         self.ctx.requests.stop()
 
     def _write_info(self) -> None:
-        info = {"pid": os.getpid(), "version": __version__, "job": self.spec.job_name,
-                "host": self.spec.host, "started": self.clock(),
-                "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", ""),
-                **where_i_run()}   # node, hostname, boot id: clients elsewhere go over ssh
+        info = {
+            "pid": os.getpid(),
+            "version": __version__,
+            "job": self.spec.job_name,
+            "host": self.spec.host,
+            "started": self.clock(),
+            "tmux_session": os.environ.get("TRAINCTL_TMUX_SESSION", ""),
+            **where_i_run(),
+        }  # node, hostname, boot id: clients elsewhere go over ssh
         write_private(self.files.info, json.dumps(info))
 
     def _start_kernel_log(self):
         if not self.kernel_log:
             return None
         from trainctl.system.kernlog import KernelLogFollower
+
         loop = asyncio.get_running_loop()
         intake = self.loop.intake
 
@@ -349,7 +418,7 @@ class Agent:
         return follower
 
 
-KEPT = ("presets/*.toml", "alerts.json")   # what a re-made run directory gets back
+KEPT = ("presets/*.toml", "alerts.json")  # what a re-made run directory gets back
 
 
 def _small_files(run_dir: Path, most: int = 1 << 20) -> dict[str, bytes]:
@@ -379,6 +448,7 @@ def _alert_sink(ctx: RunContext, on_warning):
     from trainctl.alerts.policy import AlertPolicy
     from trainctl.alerts.settings import AlertConfigError, read_run_alerts
     from trainctl.alerts.sink import AlertSink
+
     try:
         conf = read_run_alerts(ctx.files.dir)
     except (OSError, ValueError, AlertConfigError) as e:
@@ -388,7 +458,9 @@ def _alert_sink(ctx: RunContext, on_warning):
         return None
     spec = ctx.spec
     on = conf.get("on") or None
-    policy = AlertPolicy(spec.job_name, spec.host, conf.get("attach") or f"trainctl attach {ctx.files.dir}", on)
+    policy = AlertPolicy(
+        spec.job_name, spec.host, conf.get("attach") or f"trainctl attach {ctx.files.dir}", on
+    )
     return AlertSink(conf["urls"], policy, on_warning=on_warning)
 
 
@@ -397,6 +469,7 @@ def _agent_lock(run_dir: Path, wait_s: float = 1.0) -> int | None:
     drops it when the agent dies, so an adopter can take it).  None when another holds it
     (``wait_s`` blocks: only at the agent's start, before its loop serves anything)."""
     import fcntl
+
     fd = os.open(run_dir / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     # Clients probe this lock for an instant (is an agent there?): tried again for a while,
     # so a probe at the wrong moment never turns an adopting agent away.
@@ -423,4 +496,5 @@ def _quiet_repeats(loop: asyncio.AbstractEventLoop, every_s: float = 60.0):
         if now - last.get(key, -every_s) >= every_s:
             last[key] = now
             loop.default_exception_handler(context)
+
     return handler

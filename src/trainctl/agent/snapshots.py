@@ -9,6 +9,7 @@ journal once: :meth:`SnapshotKeeper.prime`, run in an executor.  Events journale
 meanwhile wait and are folded after; a client that asks for a snapshot before then gets
 the journal replayed (:meth:`SnapshotKeeper.current` is None).
 """
+
 from __future__ import annotations
 
 import concurrent.futures
@@ -19,17 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.core import events as E
-from trainctl.store.journal import Journal
 from trainctl.core.runview import RunView
+from trainctl.store.journal import Journal
 from trainctl.store.snapshot import Covered, load_view, snapshot_doc, tail_hash, write_snapshot
 
-EVERY_EVENTS = 3000    # journaled events between two snapshots (TRAINCTL_SNAPSHOT_EVERY: tests)
-EVERY_S = 120.0        # seconds between two snapshots (when events came)
+EVERY_EVENTS = 3000  # journaled events between two snapshots (TRAINCTL_SNAPSHOT_EVERY: tests)
+EVERY_S = 120.0  # seconds between two snapshots (when events came)
 
 
 class SnapshotKeeper:
-    def __init__(self, run_dir: Path, journal: Journal, clock: Callable[[], float], *,
-                 every_events: int | None = None, every_s: float = EVERY_S) -> None:
+    def __init__(
+        self,
+        run_dir: Path,
+        journal: Journal,
+        clock: Callable[[], float],
+        *,
+        every_events: int | None = None,
+        every_s: float = EVERY_S,
+    ) -> None:
         if every_events is None:
             try:
                 every_events = max(1, int(os.environ.get("TRAINCTL_SNAPSHOT_EVERY", EVERY_EVENTS)))
@@ -48,7 +56,7 @@ class SnapshotKeeper:
         self._last_write = clock()
         self._pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="snapshot")
         self._writing: concurrent.futures.Future | None = None
-        self.written = 0   # snapshots written (tests, benches)
+        self.written = 0  # snapshots written (tests, benches)
 
     # ------------------------------------------------------------------ start
     def prime_at(self) -> tuple[int, int]:
@@ -68,20 +76,23 @@ class SnapshotKeeper:
             if ev.seq is not None and ev.seq >= self.next_seq:
                 self(ev)
         if not covered.from_snapshot and self.next_seq:
-            self.write()   # an older journal: indexed now, once
+            self.write()  # an older journal: indexed now, once
 
     # ------------------------------------------------------------------ the bus hook
     def __call__(self, ev: E.Event) -> None:
         if ev.seq is None:
-            return   # not journaled (the disk was full): not in a rebuilt view either
+            return  # not journaled (the disk was full): not in a rebuilt view either
         if not self.ready:
             self._waiting.append(ev)
             return
         self.view.apply(ev)
         self.next_seq, self.offset = ev.seq + 1, self.journal.offset
         self._since_write += 1
-        if (ev.type == "state" or self._since_write >= self.every_events
-                or self.clock() - self._last_write >= self.every_s):
+        if (
+            ev.type == "state"
+            or self._since_write >= self.every_events
+            or self.clock() - self._last_write >= self.every_s
+        ):
             self.write()
 
     def current(self) -> dict[str, Any] | None:
@@ -104,13 +115,14 @@ class SnapshotKeeper:
     def _write(self, view: dict[str, Any], seq: int, offset: int) -> None:
         tail = tail_hash(self.journal.path, offset)
         if tail is None:
-            return   # the journal is not what the view covers (a line cut short)
+            return  # the journal is not what the view covers (a line cut short)
         try:
             write_snapshot(self.run_dir, snapshot_doc(view, seq, offset, tail))
             self.written += 1
-        except OSError as e:   # a full disk: the journal is what counts
-            print(f"trainctl: cannot write {self.run_dir / 'snapshot.json'}: {e}",
-                  file=sys.stderr, flush=True)
+        except OSError as e:  # a full disk: the journal is what counts
+            print(
+                f"trainctl: cannot write {self.run_dir / 'snapshot.json'}: {e}", file=sys.stderr, flush=True
+            )
 
     def close(self) -> None:
         """The last snapshot (the run's end), written before this returns."""

@@ -6,6 +6,7 @@ diagnose a stall, kill the tree, sweep what is left).  The attempt loop only spe
 protocol, so tests replay recorded histories through a fake spawner and a fake clock in
 milliseconds; :class:`PipeSpawner` is the real one.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -19,9 +20,9 @@ import psutil
 
 from trainctl.system.process import KillReport, kill_tree
 
-READ_PAUSE_S = 0.1     # after a small read of the trainer's output, read again this much later
-READ_BURST = 32768     # a read this large (a flood) is followed at once
-SIDE_LINE_MAX = 1 << 20   # a side-channel line longer than this is dropped, not fatal
+READ_PAUSE_S = 0.1  # after a small read of the trainer's output, read again this much later
+READ_BURST = 32768  # a read this large (a flood) is followed at once
+SIDE_LINE_MAX = 1 << 20  # a side-channel line longer than this is dropped, not fatal
 
 
 class Trainer(Protocol):
@@ -30,11 +31,11 @@ class Trainer(Protocol):
 
     pid: int
     returncode: int | None
-    log_dropped: int          # output lines train.log could not keep (disk full, I/O error)
-    log_error: str | None     # the last such error, while it lasts
+    log_dropped: int  # output lines train.log could not keep (disk full, I/O error)
+    log_error: str | None  # the last such error, while it lasts
     # optional, "not supported" answers in brackets:
-    orphan: bool              # adopted with its holder gone: Spawner.rehold gives it one (False)
-    save_on_request: bool     # it declared save-on-request before an agent adopted it (False)
+    orphan: bool  # adopted with its holder gone: Spawner.rehold gives it one (False)
+    save_on_request: bool  # it declared save-on-request before an agent adopted it (False)
     exit_unknown: str | None  # why no exit status could be read, once it ended (None)
 
     def output(self) -> AsyncIterator[bytes]: ...
@@ -94,9 +95,15 @@ class PipeSpawner:
         env = dict(env, TRAINCTL_EVENTS_FD=str(side_w))
         try:
             proc = await asyncio.create_subprocess_exec(
-                *argv, stdin=asyncio.subprocess.DEVNULL, stdout=out_w,
-                stderr=asyncio.subprocess.STDOUT, env=env, cwd=cwd,
-                start_new_session=True, pass_fds=(side_w,))
+                *argv,
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out_w,
+                stderr=asyncio.subprocess.STDOUT,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                pass_fds=(side_w,),
+            )
         except OSError:
             for fd in (side_r, side_w, out_r, out_w):
                 os.close(fd)
@@ -123,14 +130,15 @@ class TreeOps:
 
     def _init_tree(self, pid: int, run_dir: Path | None = None) -> None:
         from trainctl.system.probes import TreeSampler
+
         self.pid = pid
-        self.run_dir = run_dir   # processes whose env names it are this run's (found at sweep)
+        self.run_dir = run_dir  # processes whose env names it are this run's (found at sweep)
         self.sampler = TreeSampler()
-        try:   # captured now, while it is surely ours: later signals check it is the same
+        try:  # captured now, while it is surely ours: later signals check it is the same
             self.root: psutil.Process | int = psutil.Process(pid)
-        except (psutil.Error, OSError):   # OSError: out of file descriptors
+        except (psutil.Error, OSError):  # OSError: out of file descriptors
             self.root = pid
-        self.seen: dict[int, psutil.Process] = {}   # every process of its tree seen so far
+        self.seen: dict[int, psutil.Process] = {}  # every process of its tree seen so far
         self.last_workers: set[int] = set()
 
     async def sample(self) -> tuple:
@@ -147,18 +155,29 @@ class TreeOps:
 
     async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False):
         from trainctl.system.diagnose import diagnose
+
         loop = asyncio.get_running_loop()
         known = set(self.last_workers)
-        return await loop.run_in_executor(None, lambda: diagnose(
-            self.pid, stacks_dir, sampler=self.sampler, gpu=gpu, tag=tag,
-            known_workers=known, snapshot=snapshot))
+        return await loop.run_in_executor(
+            None,
+            lambda: diagnose(
+                self.pid,
+                stacks_dir,
+                sampler=self.sampler,
+                gpu=gpu,
+                tag=tag,
+                known_workers=known,
+                snapshot=snapshot,
+            ),
+        )
 
     def signal_main(self, sig: int) -> bool:
         """Signal the trainer's main process only (never its group: DataLoader workers
         inherit its handlers), through the process captured at start; whether it went."""
         from trainctl.system.process import Signaller
+
         if not isinstance(self.root, psutil.Process):
-            return False   # never captured: a bare pid may have been reused
+            return False  # never captured: a bare pid may have been reused
         with Signaller() as sender:
             return sender.send(self.root, sig)
 
@@ -166,8 +185,9 @@ class TreeOps:
         """The whole tree; the trainer itself is left to its one reaper."""
         loop = asyncio.get_running_loop()
         extra = tuple(p for p in self.seen.values() if p.pid != self.pid)
-        return await loop.run_in_executor(None, lambda: kill_tree(self.root, self.pid, grace=grace,
-                                                                  extra_roots=extra))
+        return await loop.run_in_executor(
+            None, lambda: kill_tree(self.root, self.pid, grace=grace, extra_roots=extra)
+        )
 
     async def sweep(self) -> KillReport:
         """After the trainer's exit: what is left of its tree (orphaned workers included),
@@ -218,7 +238,8 @@ class PipeTrainer(TreeOps):
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader(limit=1 << 22)
         transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0))
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(fd, "rb", 0)
+        )
         return reader, transport
 
     async def output(self) -> AsyncIterator[bytes]:
@@ -250,7 +271,7 @@ class PipeTrainer(TreeOps):
                 raise OSError(f"cannot open {self.log_path}")
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             self.log_error = None
         except OSError as e:
             self.log_dropped += max(1, data.count(b"\n"))
@@ -262,6 +283,7 @@ class PipeTrainer(TreeOps):
         async def chunks():
             while chunk := await reader.read(1 << 16):
                 yield chunk
+
         try:
             async for line in split_lines(chunks()):
                 yield line
@@ -276,7 +298,7 @@ async def split_lines(chunks: AsyncIterator[bytes], limit: int = SIDE_LINE_MAX) 
     async for chunk in chunks:
         buf += chunk
         while (nl := buf.find(b"\n")) >= 0:
-            line, buf = buf[:nl + 1], buf[nl + 1:]
+            line, buf = buf[: nl + 1], buf[nl + 1 :]
             if not skipping:
                 yield line
             skipping = False

@@ -3,6 +3,7 @@ kill the whole tree, then wait until the GPU lets go of its memory.
 
 A diagnosis that fails (py-spy missing, stacks/ unwritable, a psutil race) is reported and
 recovery goes on without it: nothing here may leave a stalled run stalled."""
+
 from __future__ import annotations
 
 import asyncio
@@ -11,15 +12,15 @@ import traceback
 
 import psutil
 
-from trainctl.core import events as E
-from trainctl.system.diagnose import BUSY_CPU, Diagnosis, main_thread_frames
-from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
-from trainctl.store.paths import make_private_dir
-from trainctl.core.recovery import RunState
-from trainctl.core.torchrun import rendezvous_wait
 from trainctl.agent.context import RunContext
 from trainctl.agent.intake import Intake
 from trainctl.agent.spawner import Trainer
+from trainctl.core import events as E
+from trainctl.core.recovery import RunState
+from trainctl.core.torchrun import rendezvous_wait
+from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
+from trainctl.store.paths import make_private_dir
+from trainctl.system.diagnose import BUSY_CPU, Diagnosis, main_thread_frames
 
 GPU_RELEASE_S = 30.0
 
@@ -28,23 +29,27 @@ class Stopper:
     def __init__(self, ctx: RunContext, intake: Intake, report_error) -> None:
         self.ctx = ctx
         self.intake = intake
-        self.report_error = report_error   # (where, exception) -> None: an `error` event
-        self.requests = 0                  # save requests sent (their ids)
+        self.report_error = report_error  # (where, exception) -> None: an `error` event
+        self.requests = 0  # save requests sent (their ids)
 
     async def diagnose(self, trainer: Trainer, tag: str, snapshot: bool = False) -> Diagnosis:
         ctx = self.ctx
         try:
             make_private_dir(ctx.files.stacks)
         except OSError:
-            pass   # diagnose() says the stacks could not be written
+            pass  # diagnose() says the stacks could not be written
         try:
             loop = asyncio.get_running_loop()
             probe = ctx.facts.gpu_probe
-            gpu = (await loop.run_in_executor(None, probe.sample)
-                   if probe is not None and probe.available()[0] else None)
-            return await trainer.diagnose(ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu,
-                                          snapshot=snapshot)
-        except Exception as e:   # never in the way of recovery
+            gpu = (
+                await loop.run_in_executor(None, probe.sample)
+                if probe is not None and probe.available()[0]
+                else None
+            )
+            return await trainer.diagnose(
+                ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot
+            )
+        except Exception as e:  # never in the way of recovery
             self.report_error("diagnose", e)
             return Diagnosis("unknown", None, None, f"the diagnosis failed: {e!r}")
 
@@ -57,21 +62,34 @@ class Stopper:
         if verdict.still and rendezvous_wait(ctx.spec.command):
             # several nodes: this node's ranks all still may be waiting for another node's
             diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
-            if diag.rank_pids and not diag.ranks:   # every rank waits in a collective
-                ctx.info(f"every rank of this node waits in a collective for "
-                         f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
-                         f"(the phase's threshold still applies). {diag.detail}", "startup_idle_nodes")
+            if diag.rank_pids and not diag.ranks:  # every rank waits in a collective
+                ctx.info(
+                    f"every rank of this node waits in a collective for "
+                    f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
+                    f"(the phase's threshold still applies). {diag.detail}",
+                    "startup_idle_nodes",
+                )
                 self.intake.stalled = False
                 return
             ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
         else:
             ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
             diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
-        ranks = tuple(diag.ranks) or tuple(verdict.ranks)   # the stacks know the culprit best
+        ranks = tuple(diag.ranks) or tuple(verdict.ranks)  # the stacks know the culprit best
         self.intake.stuck_ranks = ranks
-        ctx.emit(E.Stall(ctx.clock(), verdict.phase, round(verdict.idle_s, 1), diag.diagnosis,
-                         diag.cpu_percent, diag.stacks, verdict.threshold_s,
-                         f"{diag.detail} ({verdict.reason})", ranks))
+        ctx.emit(
+            E.Stall(
+                ctx.clock(),
+                verdict.phase,
+                round(verdict.idle_s, 1),
+                diag.diagnosis,
+                diag.cpu_percent,
+                diag.stacks,
+                verdict.threshold_s,
+                f"{diag.detail} ({verdict.reason})",
+                ranks,
+            )
+        )
         if not (ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled):
             return
         if self.intake.save_on_request:
@@ -79,8 +97,10 @@ class Stopper:
             if answers:
                 await self.request_save(trainer, "rescue")
             else:
-                ctx.info(f"no rescue save: {why}; the restart goes on from the last checkpoint",
-                         "save_request_skipped")
+                ctx.info(
+                    f"no rescue save: {why}; the restart goes on from the last checkpoint",
+                    "save_request_skipped",
+                )
         if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
             ctx.requests.recover()
 
@@ -97,14 +117,16 @@ class Stopper:
         try:
             write_save_request(ctx.files.dir, self.requests, kind, t0, hold=kind == "planned")
             sent = trainer.signal_main(SAVE_REQUEST_SIGNAL)
-        except Exception as e:   # a full disk, a psutil race: kill without the save
+        except Exception as e:  # a full disk, a psutil race: kill without the save
             self.report_error("save_request", e)
             return False
         if not sent:
             ctx.info(f"could not signal the trainer for a {kind} save (it is gone)", "save_request")
             return False
-        ctx.info(f"asked the trainer for a {kind} save (request {self.requests}); "
-                 f"waiting up to {limit:.0f}s", "save_request")
+        ctx.info(
+            f"asked the trainer for a {kind} save (request {self.requests}); waiting up to {limit:.0f}s",
+            "save_request",
+        )
         while ctx.clock() - t0 < limit and trainer.returncode is None:
             if intake.checkpoints > seen and intake.phase != "save":
                 break
@@ -115,15 +137,20 @@ class Stopper:
             ctx.info(f"{kind} save took {took:.1f}s: {ev.path} ({position(ev)})", "save_request_done")
             return True
         if ev is not None:
-            ctx.info(f"the {kind} save failed after {took:.1f}s: {ev.detail or ev.path}",
-                     "save_request_failed")
+            ctx.info(
+                f"the {kind} save failed after {took:.1f}s: {ev.detail or ev.path}", "save_request_failed"
+            )
         elif trainer.returncode is not None:
-            ctx.info(f"the trainer exited {took:.1f}s after the {kind} save request, "
-                     "without a checkpoint", "save_request_failed")
+            ctx.info(
+                f"the trainer exited {took:.1f}s after the {kind} save request, without a checkpoint",
+                "save_request_failed",
+            )
         else:
-            ctx.info(f"no {kind} save after {took:.0f}s (the main thread does not answer); "
-                     "stopping it; the restart goes on from the last checkpoint",
-                     "save_request_timeout")
+            ctx.info(
+                f"no {kind} save after {took:.0f}s (the main thread does not answer); "
+                "stopping it; the restart goes on from the last checkpoint",
+                "save_request_timeout",
+            )
         return False
 
     async def kill(self, trainer: Trainer, why: str) -> None:
@@ -170,9 +197,10 @@ class Stopper:
                     ctx.info(f"GPU memory released after {ctx.clock() - t0:.1f}s", "gpu_release")
                     return
                 await asyncio.sleep(0.5)
-            ctx.info(f"GPU memory still held by {held} after {limit_s:.0f}s; restarting anyway",
-                     "gpu_release")
-        except Exception as e:   # a GPU probe's failure must not hold up the restart
+            ctx.info(
+                f"GPU memory still held by {held} after {limit_s:.0f}s; restarting anyway", "gpu_release"
+            )
+        except Exception as e:  # a GPU probe's failure must not hold up the restart
             self.report_error("gpu_release", e)
 
 

@@ -7,6 +7,7 @@ that keeps failing (``MAX_FAILURES`` within ``WINDOW_S``: minutes, so that a pas
 shortage of file descriptors or memory is ridden out) is given up, loudly: ``on_give_up``
 is called and the agent ends the run in FAILED with a reason, never silently.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,12 +28,14 @@ REPEAT_S = 60.0
 class ErrorReporter:
     """Turns an exception into an ``error`` event with its traceback kept on disk."""
 
-    def __init__(self, emit: Callable[[E.Event], E.Event], errors_dir: Path, clock: Callable[[], float]) -> None:
+    def __init__(
+        self, emit: Callable[[E.Event], E.Event], errors_dir: Path, clock: Callable[[], float]
+    ) -> None:
         self.emit = emit
         self.dir = errors_dir
         self.clock = clock
         self.count = 0
-        self._recent: dict[tuple[str, str], tuple[float, int]] = {}   # -> (last journaled, repeats since)
+        self._recent: dict[tuple[str, str], tuple[float, int]] = {}  # -> (last journaled, repeats since)
 
     def __call__(self, where: str, exc: BaseException) -> None:
         self.count += 1
@@ -54,14 +57,20 @@ class ErrorReporter:
                 f.write("".join(traceback.format_exception(type(exc), exc, exc.__traceback__)))
             path = str(name)
         except OSError:
-            pass   # a full disk: the event still says what failed
+            pass  # a full disk: the event still says what failed
         self.emit(E.Error(now, where, text, path))
 
 
-def supervise(name: str, factory: Callable[[], Awaitable[None]], report: ErrorReporter,
-              on_give_up: Callable[[str, BaseException], None] | None = None,
-              *, max_failures: int = MAX_FAILURES, window_s: float = WINDOW_S,
-              pause_s: float = RESTART_PAUSE_S) -> asyncio.Task:
+def supervise(
+    name: str,
+    factory: Callable[[], Awaitable[None]],
+    report: ErrorReporter,
+    on_give_up: Callable[[str, BaseException], None] | None = None,
+    *,
+    max_failures: int = MAX_FAILURES,
+    window_s: float = WINDOW_S,
+    pause_s: float = RESTART_PAUSE_S,
+) -> asyncio.Task:
     """Run ``factory()`` as a task; restart it after an exception, up to ``max_failures``
     within ``window_s`` (loop time: this bounds a crash loop, it is not a policy)."""
 

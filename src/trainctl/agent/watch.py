@@ -1,14 +1,15 @@
 """The periodic watch of a running attempt: every WATCH_S it flushes what the throttle and
 the log tail hold, asks the stall detector, and on its cadences samples the process tree
 and GPU (a tick for the dashboard), projects the deadline and checks the risk."""
+
 from __future__ import annotations
 
 import asyncio
 
-from trainctl.core import events as E
-from trainctl.system.probes import tree_activity
 from trainctl.agent.context import RunContext
 from trainctl.agent.intake import Intake
+from trainctl.core import events as E
+from trainctl.system.probes import tree_activity
 
 TICK_S = 1.0
 WATCH_S = 0.5
@@ -18,14 +19,14 @@ PROJECTION_S = 30.0
 class Watcher:
     def __init__(self, ctx: RunContext, intake: Intake, on_stall, report=None) -> None:
         self.ctx = ctx
-        self.report = report   # (where, exception): a probe that fails costs its figures only
+        self.report = report  # (where, exception): a probe that fails costs its figures only
         self.intake = intake
-        self.on_stall = on_stall          # async (verdict) -> None, run as its own task
+        self.on_stall = on_stall  # async (verdict) -> None, run as its own task
         self._last_tick = 0.0
         self._last_risk_check = 0.0
         self._projection_basis = (False, False)
         self._last_gpu: dict | None = None
-        self._rank_of: dict[int, int | None] = {}   # torchrun: pid -> its rank (read once per pid)
+        self._rank_of: dict[int, int | None] = {}  # torchrun: pid -> its rank (read once per pid)
         self.stall_task: asyncio.Task | None = None
 
     async def run(self) -> None:
@@ -37,7 +38,7 @@ class Watcher:
         ctx, intake = self.ctx, self.intake
         intake.flush_progress(now)
         intake.say_unknown_format(now)
-        intake.flush_logs_if_due()   # lines that came with the trainer's last write
+        intake.flush_logs_if_due()  # lines that came with the trainer's last write
         verdict = ctx.detector.check(now)
         if verdict is not None and not intake.stalled:
             intake.stalled = True
@@ -74,10 +75,10 @@ class Watcher:
                     watched = tuple(s for s in samples if ranks.get(s.pid) is not None)
                 else:
                     processes, watched = tuple(s.as_dict() for s in samples), samples
-                if watched:   # a still tree (no output, CPU, I/O or GPU) is a deadlock
+                if watched:  # a still tree (no output, CPU, I/O or GPU) is a deadlock
                     cpu, io = tree_activity(watched)
                     if any(s.status == "disk-sleep" for s in watched):
-                        cpu = None     # in an uninterruptible read or write: not still
+                        cpu = None  # in an uninterruptible read or write: not still
                     gpu = self._last_gpu.get("util") if self._last_gpu else None
                     ctx.detector.on_tree(now, cpu, io, gpu)
                 elif ctx.spec.kind == "torchrun":
@@ -88,17 +89,26 @@ class Watcher:
                     ctx.detector.on_evidence(now, "cpu")
             if ctx.facts.gpu_probe is not None and int(now) % 2 == 0:
                 loop = asyncio.get_running_loop()
-                self._last_gpu = None   # a probe that fails leaves no stale figure behind
+                self._last_gpu = None  # a probe that fails leaves no stale figure behind
                 sample = await loop.run_in_executor(None, ctx.facts.gpu_probe.sample)
-                self._last_gpu = sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
-        except Exception as e:   # e.g. no file descriptor left to read /proc: no figures this tick
+                self._last_gpu = (
+                    sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
+                )
+        except Exception as e:  # e.g. no file descriptor left to read /proc: no figures this tick
             if self.report is None:
                 raise
             self.report("probes", e)
-        ctx.emit(E.Tick(now, self.intake.phase, round(ctx.detector.idle(now), 1),
-                        _round(ctx.detector.threshold(now)), ctx.policy.auto_recover,
-                        processes, self._last_gpu))
-
+        ctx.emit(
+            E.Tick(
+                now,
+                self.intake.phase,
+                round(ctx.detector.idle(now), 1),
+                _round(ctx.detector.threshold(now)),
+                ctx.policy.auto_recover,
+                processes,
+                self._last_gpu,
+            )
+        )
 
     def with_ranks(self, samples, ranks: dict[int, int | None] | None = None) -> tuple[dict, ...]:
         """The tick's process dicts, each rank process and its descendants (DataLoader
@@ -117,10 +127,14 @@ class Watcher:
         (DataLoader workers) have the rank's (read from its environment once per new pid);
         the launcher and its other children have None."""
         from trainctl.system.diagnose import find_ranks
+
         root = samples[0].pid if samples else None
         # the launcher's own children are asked again until they say (caught before exec)
-        new = tuple(s for s in samples if s.pid not in self._rank_of
-                    or (self._rank_of[s.pid] is None and s.ppid == root))
+        new = tuple(
+            s
+            for s in samples
+            if s.pid not in self._rank_of or (self._rank_of[s.pid] is None and s.ppid == root)
+        )
         if new:
             found = find_ranks(samples)
             for s in new:

@@ -1,6 +1,7 @@
 """The agent's side of the zero-code integrations: whether a command runs Python, and the
 environment that loads the bootstrap into it.  Pure but for reading a script's first line
 (its ``#!``) and asking Python where trainctl's own packages are."""
+
 from __future__ import annotations
 
 import importlib
@@ -15,7 +16,7 @@ from trainctl.inside import BOOTSTRAP_DIR, INSTRUMENT_ENV, INTEGRATIONS
 FALLBACK = ("tomlkit",)
 """Pure-Python modules trainctl's trainer-side code imports: linked last on the trainer's
 sys.path (the user's own come first)."""
-LIB_DIR = "instrument"   # in the run directory: lib/trainctl (links), fallback/<module> (links)
+LIB_DIR = "instrument"  # in the run directory: lib/trainctl (links), fallback/<module> (links)
 
 _PYTHON = re.compile(r"(?:python|pypy)(?:\d+(?:\.\d+)*)?[mtw]?(?:\.exe)?$")
 _ENV_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
@@ -54,9 +55,10 @@ def python_command(argv: Sequence[str], cwd: str | os.PathLike[str] = ".", path:
         return False
     if is_python(args[0]):
         return True
-    if os.sep in args[0]:   # a path to a script: its #! line
+    if os.sep in args[0]:  # a path to a script: its #! line
         return _shebang_is_python(Path(cwd) / args[0])
     import shutil
+
     found = shutil.which(args[0], path=path)
     return found is not None and _shebang_is_python(Path(found))
 
@@ -73,6 +75,7 @@ def build_lib(dest: Path) -> tuple[Path, Path]:
     import tempfile
 
     import trainctl
+
     pkg = Path(list(trainctl.__path__)[0]).resolve()
     dest.mkdir(mode=0o700, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=".build-", dir=dest))
@@ -105,8 +108,9 @@ def settings(lib: Path, fallback: Path, watch: Mapping[str, str] = INTEGRATIONS)
     return {"watch": dict(watch), "path": str(lib), "fallback": str(fallback)}
 
 
-def instrument_env(env: Mapping[str, str], run_dir: str | os.PathLike[str],
-                   bootstrap: Path = BOOTSTRAP_DIR) -> dict[str, str]:
+def instrument_env(
+    env: Mapping[str, str], run_dir: str | os.PathLike[str], bootstrap: Path = BOOTSTRAP_DIR
+) -> dict[str, str]:
     """``env`` with the bootstrap first on PYTHONPATH (the user's PYTHONPATH after it, as it
     was) and its settings in ``TRAINCTL_INSTRUMENT``; trainctl's links built in
     ``<run_dir>/instrument``."""

@@ -13,17 +13,18 @@ Events go in (:meth:`AlertPolicy.feed`), messages come out (:meth:`AlertPolicy.d
   its parts is chosen.
 Trainer text in messages goes through :func:`sanitize`.
 """
+
 from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
 
-from trainctl.core import events as E
 from trainctl.config import ALERT_KINDS
+from trainctl.core import events as E
 from trainctl.core.sanitize import sanitize
 
-SETTLE_S = 45.0      # a stall waits this long at most for what trainctl did about it
-MIN_GAP_S = 60.0     # one message a minute at most; the rest goes in a digest
+SETTLE_S = 45.0  # a stall waits this long at most for what trainctl did about it
+MIN_GAP_S = 60.0  # one message a minute at most; the rest goes in a digest
 TEXT_MAX = 200
 
 
@@ -34,18 +35,18 @@ class Alert:
     title: str
     body: str
     kinds: tuple[str, ...]
-    ts: float            # the newest event in it
-    items: int = 1       # incidents and notices in it (a digest has several)
+    ts: float  # the newest event in it
+    items: int = 1  # incidents and notices in it (a digest has several)
 
 
 @dataclass
 class _Item:
     opened: float
-    head: str                      # the title's gist: "stalled (deadlock)"
+    head: str  # the title's gist: "stalled (deadlock)"
     parts: list[str] = field(default_factory=list)
     kinds: set[str] = field(default_factory=set)
     last: float = 0.0
-    did: str = ""                  # the title's second half: "restarted under B"
+    did: str = ""  # the title's second half: "restarted under B"
 
 
 def _cut(text: str, n: int = TEXT_MAX) -> str:
@@ -68,8 +69,16 @@ def _clock(ts: float, now: float) -> str:
 
 
 class AlertPolicy:
-    def __init__(self, job: str, host: str = "", attach: str = "", on=None, *,
-                 settle_s: float = SETTLE_S, min_gap_s: float = MIN_GAP_S) -> None:
+    def __init__(
+        self,
+        job: str,
+        host: str = "",
+        attach: str = "",
+        on=None,
+        *,
+        settle_s: float = SETTLE_S,
+        min_gap_s: float = MIN_GAP_S,
+    ) -> None:
         self.job, self.host, self.attach = job, host, attach
         self.on = set(on if on is not None else ALERT_KINDS)
         self.settle_s, self.min_gap_s = settle_s, min_gap_s
@@ -97,11 +106,14 @@ class AlertPolicy:
             self._close(now)
             where = self._where(ev.phase)
             why = _cut(ev.diagnosis + (f", {ev.detail}" if ev.detail else ""))
-            self._open(ev.ts, f"stalled ({ev.diagnosis})",
-                       f"stalled {where} after {ev.idle_s:.0f} s without progress: {why}", "stall")
+            self._open(
+                ev.ts,
+                f"stalled ({ev.diagnosis})",
+                f"stalled {where} after {ev.idle_s:.0f} s without progress: {why}",
+                "stall",
+            )
         elif isinstance(ev, E.Exit):
-            if self.open is None and ev.returncode not in (0, None) or (
-                    self.open is None and ev.signal):
+            if self.open is None and ev.returncode not in (0, None) or (self.open is None and ev.signal):
                 how = f"killed by {ev.signal}" if ev.signal else f"exit code {ev.returncode}"
                 self._open(ev.ts, "crashed", f"the trainer crashed {self._where(self.phase)} ({how})", None)
         elif isinstance(ev, E.Warning):
@@ -109,13 +121,16 @@ class AlertPolicy:
         elif isinstance(ev, E.Restart):
             if "requested by the user" in ev.reason:
                 if self.open is not None and self.open.head == "crashed":
-                    self.open = None   # the kill of the user's own restart
+                    self.open = None  # the kill of the user's own restart
                 return
             kind = "fallback" if "falling back" in ev.reason else "restart"
             frm = "from the start"
             if ev.resume_from:
-                frm = (f"from the checkpoint of {_ago(ev.ts - self.checkpoint_ts)} ago"
-                       if self.checkpoint_ts is not None else "from its last checkpoint")
+                frm = (
+                    f"from the checkpoint of {_ago(ev.ts - self.checkpoint_ts)} ago"
+                    if self.checkpoint_ts is not None
+                    else "from its last checkpoint"
+                )
             delay = f" in {ev.delay_s:.0f} s" if ev.delay_s >= 1 else ""
             did = f"restarted under preset {ev.preset}" if ev.preset else "restarted"
             if self.open is None:
@@ -126,14 +141,14 @@ class AlertPolicy:
             if ev.state == "FAILED":
                 if self.open is None:
                     self._open(ev.ts, "failed", "", None)
-                self._add(ev.ts, f"failed for good: {_cut(ev.reason)}; it needs you", "failed",
-                          "FAILED, needs you")
+                self._add(
+                    ev.ts, f"failed for good: {_cut(ev.reason)}; it needs you", "failed", "FAILED, needs you"
+                )
                 self._close(now)
             elif ev.state == "FINISHED":
                 self._close(now)
                 self._open(ev.ts, "finished", "", None)
-                self._add(ev.ts, "finished" + (f" ({_cut(ev.reason)})" if ev.reason else ""),
-                          "finished", "")
+                self._add(ev.ts, "finished" + (f" ({_cut(ev.reason)})" if ev.reason else ""), "finished", "")
                 self._close(now)
             elif ev.state == "STOPPED" and self.open is not None:
                 self._add(ev.ts, "then stopped by the user", "", "stopped")
@@ -142,8 +157,12 @@ class AlertPolicy:
     def _warning(self, ev: E.Warning, now: float) -> None:
         if ev.id in ("deadline.at_risk", "budget.at_risk"):
             self._close(now)
-            self._open(ev.ts, ev.id.replace(".", " ").replace("_", " "),
-                       _cut(ev.text) + (f". {_cut(ev.advice)}" if ev.advice else ""), ev.id)
+            self._open(
+                ev.ts,
+                ev.id.replace(".", " ").replace("_", " "),
+                _cut(ev.text) + (f". {_cut(ev.advice)}" if ev.advice else ""),
+                ev.id,
+            )
             self._close(now)
         elif ev.severity == "fatal" and ev.id != "trainctl.failed":
             text = f"fatal warning {ev.id}: {_cut(ev.text)}"
@@ -234,14 +253,17 @@ class AlertPolicy:
             line = f"ended {_clock(p.eta, now)}"
         elif p.eta is not None:
             line = f"ETA {_clock(p.eta, now)}"
-            if p.rate_source == "declared":   # a figure from elsewhere: nothing measured yet
+            if p.rate_source == "declared":  # a figure from elsewhere: nothing measured yet
                 line += f" (at preset {p.preset or '?'}'s declared rate, not measured yet)"
         else:
             return "ETA unknown yet" + (f"; deadline {_clock(p.deadline, now)}" if p.deadline else "")
         if p.deadline is not None:
             margin = p.deadline - p.eta
-            line += (f", {_ago(margin)} before the deadline {_clock(p.deadline, now)}" if margin >= 0
-                     else f", {_ago(-margin)} AFTER the deadline {_clock(p.deadline, now)}")
+            line += (
+                f", {_ago(margin)} before the deadline {_clock(p.deadline, now)}"
+                if margin >= 0
+                else f", {_ago(-margin)} AFTER the deadline {_clock(p.deadline, now)}"
+            )
         if p.budget is not None and p.cost_at_eta is not None:
             line += f"; cost {p.cost_at_eta:.2f} of budget {p.budget:.2f}"
         return line

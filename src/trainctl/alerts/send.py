@@ -6,6 +6,7 @@
 ``python -m trainctl.alerts.send --unsupervised --alert-file F --run-dir D [--pid P]``
     the holder's: its agent is gone while the trainer (pid P) runs; says so to the URLs in F.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -17,7 +18,7 @@ import sys
 
 from trainctl.alerts.settings import read_private_json, redact, redact_text
 
-TIMEOUT_S = 5.0   # connect and read, each, per service
+TIMEOUT_S = 5.0  # connect and read, each, per service
 
 
 class _Last(logging.Handler):
@@ -35,7 +36,8 @@ class _Last(logging.Handler):
 def send(urls: list[str], title: str, body: str, progress=None) -> list[dict]:
     """Each URL in turn; ``progress(result)`` after each (the helper prints it at once, so
     a caller that kills a helper stuck on a later service still knows the earlier ones)."""
-    import apprise   # ~26 MB: only here, in this helper
+    import apprise  # ~26 MB: only here, in this helper
+
     socket.setdefaulttimeout(TIMEOUT_S)
     last = _Last()
     logging.getLogger("apprise").addHandler(last)
@@ -45,16 +47,21 @@ def send(urls: list[str], title: str, body: str, progress=None) -> list[dict]:
         last.text = ""
         ap = apprise.Apprise()
         if not ap.add(url):
-            out.append({"url": redact(url), "ok": False,
-                        "error": "apprise does not understand this URL (scheme or form)"})
+            out.append(
+                {
+                    "url": redact(url),
+                    "ok": False,
+                    "error": "apprise does not understand this URL (scheme or form)",
+                }
+            )
             continue
-        for server in ap:   # bounded waits on the services that take them
+        for server in ap:  # bounded waits on the services that take them
             for attr in ("socket_connect_timeout", "socket_read_timeout"):
                 if hasattr(server, attr):
                     setattr(server, attr, TIMEOUT_S)
         try:
             ok = bool(ap.notify(body=body, title=title))
-        except Exception as e:   # a service plugin's bug
+        except Exception as e:  # a service plugin's bug
             ok, last.text = False, redact_text(f"{type(e).__name__}: {e}")[:300]
         out.append({"url": redact(url), "ok": ok, "error": "" if ok else (last.text or "not accepted")})
         if progress is not None:
@@ -70,11 +77,14 @@ def unsupervised_message(about: dict, run_dir: str, pid: str | None) -> tuple[st
     job = about.get("job") or os.path.basename(run_dir.rstrip("/"))
     host = about.get("host") or socket.gethostname()
     title = f"trainctl {job}: UNSUPERVISED, its agent died"
-    body = "\n".join([
-        f"job {job} on {host}",
-        f"the agent supervising this run is gone (killed, or out of memory); the trainer"
-        f"{f' (pid {pid})' if pid else ''} runs on, but nobody detects or recovers a stall now",
-        f"look (and adopt it): {about.get('attach') or f'trainctl attach {run_dir}'}"])
+    body = "\n".join(
+        [
+            f"job {job} on {host}",
+            f"the agent supervising this run is gone (killed, or out of memory); the trainer"
+            f"{f' (pid {pid})' if pid else ''} runs on, but nobody detects or recovers a stall now",
+            f"look (and adopt it): {about.get('attach') or f'trainctl attach {run_dir}'}",
+        ]
+    )
     return title, body
 
 
@@ -93,9 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         about = read_private_json(opts.alert_file)
         title, body = unsupervised_message(about, opts.run_dir, opts.pid)
         results = send(list(about.get("urls", [])), title, body)
-        for r in results:   # into holder.out: redacted
-            print(f"trainctl alerts: unsupervised alert to {r['url']}: "
-                  f"{'sent' if r['ok'] else 'NOT sent: ' + r['error']}", file=sys.stderr, flush=True)
+        for r in results:  # into holder.out: redacted
+            print(
+                f"trainctl alerts: unsupervised alert to {r['url']}: "
+                f"{'sent' if r['ok'] else 'NOT sent: ' + r['error']}",
+                file=sys.stderr,
+                flush=True,
+            )
     else:
         ap.error("give --stdin, or --unsupervised --alert-file F --run-dir D")
     print(json.dumps(results), flush=True)

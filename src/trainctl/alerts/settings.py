@@ -13,6 +13,7 @@ A run's resolved URLs live in ``<run_dir>/alerts.json`` (0600): the agent sends 
 holder hands the file to the helper that says "unsupervised".  Everywhere else (journal,
 spec, logs, status) a URL appears only :func:`redact`\\ ed: scheme and host, token elided.
 """
+
 from __future__ import annotations
 
 import json
@@ -44,8 +45,11 @@ def redact(url: str) -> str:
     scheme, netloc, rest = m.groups()
     host = netloc.rsplit("@", 1)[-1]
     name = host.rsplit(":", 1)[0] if not host.startswith("[") else host
-    if not (re.fullmatch(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:\d+)?", host) and "." in name
-            or re.fullmatch(r"(localhost|\[[0-9A-Fa-f:.]+\])(:\d+)?", host)):
+    if not (
+        re.fullmatch(r"[A-Za-z0-9-]+(\.[A-Za-z0-9-]+)+(:\d+)?", host)
+        and "." in name
+        or re.fullmatch(r"(localhost|\[[0-9A-Fa-f:.]+\])(:\d+)?", host)
+    ):
         return f"{scheme}://…"
     return f"{scheme}://{host}" + ("/…" if rest.strip("/") or "@" in netloc else "")
 
@@ -85,8 +89,7 @@ def load_user_alerts(path: Path | None = None) -> UserAlerts:
         raise AlertConfigError(f"{path}: {e}") from None
     with os.fdopen(fd, "rb") as f:
         if stat.S_IMODE(os.fstat(f.fileno()).st_mode) & 0o077:
-            raise AlertConfigError(f"{path}: readable by others (it holds alert tokens): "
-                                   f"chmod 600 {path}")
+            raise AlertConfigError(f"{path}: readable by others (it holds alert tokens): chmod 600 {path}")
         try:
             data = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
@@ -94,8 +97,9 @@ def load_user_alerts(path: Path | None = None) -> UserAlerts:
     out = UserAlerts(path=path)
     unknown = set(data) - {"bell", "default", "alert"}
     if unknown:
-        raise AlertConfigError(f"{path}: unknown key {sorted(unknown)[0]!r}: allowed are bell, "
-                               "default and [alert.NAME] tables")
+        raise AlertConfigError(
+            f"{path}: unknown key {sorted(unknown)[0]!r}: allowed are bell, default and [alert.NAME] tables"
+        )
     if "bell" in data:
         if not isinstance(data["bell"], bool):
             raise AlertConfigError(f"{path}: bell: must be true or false")
@@ -105,11 +109,12 @@ def load_user_alerts(path: Path | None = None) -> UserAlerts:
         raise AlertConfigError(f"{path}: alert: write each entry as an [alert.NAME] table")
     for name, entry in entries.items():
         if not isinstance(entry, dict) or set(entry) - {"url", "urls"} or not entry:
-            raise AlertConfigError(f"{path}: [alert.{name}]: give url = \"...\" or urls = [...]")
+            raise AlertConfigError(f'{path}: [alert.{name}]: give url = "..." or urls = [...]')
         urls = ([entry["url"]] if "url" in entry else []) + list(entry.get("urls", []))
         if not all(isinstance(u, str) and is_url(u) for u in urls):
-            raise AlertConfigError(f"{path}: [alert.{name}]: every url must be a string "
-                                   "SCHEME://... (apprise's syntax)")
+            raise AlertConfigError(
+                f"{path}: [alert.{name}]: every url must be a string SCHEME://... (apprise's syntax)"
+            )
         out.named[name] = tuple(urls)
     default = data.get("default", [])
     if isinstance(default, str):
@@ -134,8 +139,10 @@ def resolve(refs: list[str] | tuple[str, ...], user: UserAlerts) -> list[str]:
         else:
             where = user.path or user_alerts_path()
             known = ", ".join(sorted(user.named)) or "none"
-            raise AlertConfigError(f"no alert named {ref!r} in {where} (known: {known}); give a "
-                                   "name from there or an apprise URL")
+            raise AlertConfigError(
+                f"no alert named {ref!r} in {where} (known: {known}); give a "
+                "name from there or an apprise URL"
+            )
         urls += [u for u in found if u not in urls]
     return urls
 

@@ -1,5 +1,6 @@
 """`trainctl agent RUN_DIR` (hidden): the agent of one run, in this process; what `run`
 starts in tmux or detached, and a Slurm batch job runs on its nodes."""
+
 from __future__ import annotations
 
 import contextlib
@@ -11,21 +12,25 @@ from trainctl.cli.starting import run_agent as _run_agent
 
 
 def cmd_agent(args) -> int:
-    from trainctl.store.paths import RunFiles
-    from trainctl.store.paths import UnsafePathError, trusted_run_dir
+    from trainctl.store.paths import RunFiles, trusted_run_dir
     from trainctl.store.spec import RunSpec
-    try:   # the agent runs what spec.json says: only from a directory of the user's own
+
+    try:  # the agent runs what spec.json says: only from a directory of the user's own
         files = RunFiles(trusted_run_dir(args.run_dir))
         spec = RunSpec.load(files.spec)
     except (OSError, ValueError) as e:
         raise UsageError(f"{args.run_dir}: {e}") from None
-    plug = None   # what the host adds to the agent (src/trainctl/agent/plug.py)
+    plug = None  # what the host adds to the agent (src/trainctl/agent/plug.py)
     if getattr(args, "slurm", False):
         from trainctl.hosts.slurm.agent_part import SlurmPart
+
         node, files, spec = _slurm_node(files, spec)
         plug = SlurmPart(node)
-    print(f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
-          f"dashboard: trainctl attach {files.dir}", flush=True)
+    print(
+        f"trainctl agent for {spec.job_name} — run directory {files.dir}\n"
+        f"dashboard: trainctl attach {files.dir}",
+        flush=True,
+    )
     code = _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False), plug=plug)
     if code in RUN_ENDED_CODES:
         _close_own_pane()
@@ -43,31 +48,40 @@ def _close_own_pane() -> None:
     pane = os.environ.get("TMUX_PANE")
     if not (os.environ.get("TRAINCTL_TMUX_SESSION") and os.environ.get("TMUX") and pane):
         return
-    with contextlib.suppress(OSError, subprocess.SubprocessError):   # $TMUX names the server
-        subprocess.run(["tmux", "set-option", "-w", "-t", pane, "remain-on-exit", "off"],
-                       stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
+    with contextlib.suppress(OSError, subprocess.SubprocessError):  # $TMUX names the server
+        subprocess.run(
+            ["tmux", "set-option", "-w", "-t", pane, "remain-on-exit", "off"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
 
 
 def _slurm_node(files, spec):
     """A Slurm job of several nodes: this agent's place (src/trainctl/hosts/slurm/nodes.py); node N > 0
     supervises in its own run directory, <run_dir>/node<N>; every node's torchrun joins the
     job's rendezvous.  (None, files, spec) for a job of one node."""
-    from trainctl.hosts.slurm import queue as slurm
-    from trainctl.hosts.slurm import nodes as slurm_nodes
-    from trainctl.store.paths import RunFiles
     from trainctl.core.torchrun import across_nodes, is_torchrun
+    from trainctl.hosts.slurm import nodes as slurm_nodes
+    from trainctl.hosts.slurm import queue as slurm
+    from trainctl.store.paths import RunFiles
+
     try:
         node = slurm_nodes.place(files.dir)
         if node is None:
             return None, files, spec
         if not is_torchrun(spec.command):
-            raise UsageError(f"a Slurm job of {node.nnodes} nodes runs a torchrun command on each "
-                             "(kind = \"torchrun\"); this run's command is not one")
+            raise UsageError(
+                f"a Slurm job of {node.nnodes} nodes runs a torchrun command on each "
+                '(kind = "torchrun"); this run\'s command is not one'
+            )
         if not node.lead:
             path, spec = slurm_nodes.prepare_node_dir(files.dir, node.node_rank)
             files = RunFiles(path)
     except (slurm.SlurmError, OSError, ValueError) as e:
         raise UsageError(f"Slurm node {os.environ.get('SLURM_NODEID', '?')}: {e}") from None
-    spec.command = across_nodes(spec.command, node.nnodes, node.node_rank, node.endpoint,
-                                node.rdzv_id, node.local_addr)
+    spec.command = across_nodes(
+        spec.command, node.nnodes, node.node_rank, node.endpoint, node.rdzv_id, node.local_addr
+    )
     return node, files, spec

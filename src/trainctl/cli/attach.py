@@ -1,5 +1,6 @@
 """`trainctl attach [RUN_DIR | ssh://HOST[/RUN_DIR]]`: the dashboard on a run's agent, or its
 events followed as lines (--json/--headless); a run whose agent died is adopted first."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,12 +13,16 @@ from trainctl.cli.starting import adopt_if_orphaned
 
 
 def attach_local(run_dir: Path) -> int:
+    from trainctl.hosts.all_runs import RunsSource
     from trainctl.hosts.registry import client_for
     from trainctl.tui.app import run_dashboard
-    from trainctl.hosts.all_runs import RunsSource
-    return run_dashboard(lambda: client_for(run_dir),
-                         attach_hint=f"{self_command()} attach {shlex.quote(str(run_dir))}",
-                         runs=RunsSource(), run_key=("local", str(run_dir)))
+
+    return run_dashboard(
+        lambda: client_for(run_dir),
+        attach_hint=f"{self_command()} attach {shlex.quote(str(run_dir))}",
+        runs=RunsSource(),
+        run_key=("local", str(run_dir)),
+    )
 
 
 def cmd_attach(args) -> int:
@@ -28,16 +33,31 @@ def cmd_attach(args) -> int:
     if args.target and args.target.startswith("ssh://"):
         from trainctl.cli.remote import attach_remote
         from trainctl.hosts.all_runs import RunsSource
-        return attach_remote(args.target, follow=args.json or args.headless, as_json=args.json,
-                             tail=args.tail, from_snapshot=args.from_snapshot, runs=RunsSource())
+
+        return attach_remote(
+            args.target,
+            follow=args.json or args.headless,
+            as_json=args.json,
+            tail=args.tail,
+            from_snapshot=args.from_snapshot,
+            runs=RunsSource(),
+        )
     run_dir = resolve_run_dir(args.target)
     adopt_if_orphaned(run_dir)
     if args.json or args.headless:
-        from trainctl.hosts.registry import client_for
         from trainctl.client.follow import follow
-        return asyncio.run(follow(lambda: client_for(run_dir), printer(args.json), note,
-                                  tail=args.tail, from_snapshot=args.from_snapshot,
-                                  between_agents=_Adopting(run_dir)))
+        from trainctl.hosts.registry import client_for
+
+        return asyncio.run(
+            follow(
+                lambda: client_for(run_dir),
+                printer(args.json),
+                note,
+                tail=args.tail,
+                from_snapshot=args.from_snapshot,
+                between_agents=_Adopting(run_dir),
+            )
+        )
     return attach_local(run_dir)
 
 
@@ -54,6 +74,7 @@ class _Adopting:
 
     async def __call__(self, hello: dict) -> bool:
         from trainctl.agent.adopt import agent_running, needs_adoption
+
         now = time.monotonic()
         self.since = self.since or now
         if now - self.since > self.ADOPT_WAIT_S:

@@ -1,6 +1,7 @@
 """The `trainctl` command line: the parser and the dispatch.  Each command is a module of
 src/trainctl/cli/ of its name, whose `cmd_<name>(args)` returns the exit code (imported when
 that command runs).  Exit codes: see EXIT_CODES_HELP."""
+
 from __future__ import annotations
 
 import argparse
@@ -43,32 +44,53 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     from trainctl.config.demo import DEMO_EPOCHS
-    p = _Parser(prog="trainctl", description="Keep a training run alive.",
-                                epilog=EXIT_CODES_HELP,
-                                formatter_class=argparse.RawDescriptionHelpFormatter)
+
+    p = _Parser(
+        prog="trainctl",
+        description="Keep a training run alive.",
+        epilog=EXIT_CODES_HELP,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     p.add_argument("--version", action="version", version=f"trainctl {__version__}")
-    sub = p.add_subparsers(dest="cmd", parser_class=_Parser, title="commands",
-                           metavar="{" + ",".join(c for c in COMMANDS if c not in HIDDEN_COMMANDS) + "}")
+    sub = p.add_subparsers(
+        dest="cmd",
+        parser_class=_Parser,
+        title="commands",
+        metavar="{" + ",".join(c for c in COMMANDS if c not in HIDDEN_COMMANDS) + "}",
+    )
     codes = {"epilog": EXIT_CODES_HELP, "formatter_class": argparse.RawDescriptionHelpFormatter}
-    run = sub.add_parser("run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI",
-                         **codes)
+    run = sub.add_parser(
+        "run", help="start a run (a job file, or `-- COMMAND ...`) and open the TUI", **codes
+    )
     run.add_argument("job", nargs="?", help="job file (trainctl.toml)")
     run_options(run)
     demo = sub.add_parser("demo", help="a real tiny YOLO training on CPU, in the TUI")
     run_options(demo)
-    demo.add_argument("--epochs", type=int, default=None, metavar="N",
-                      help=f"how many epochs (default {DEMO_EPOCHS}: a few minutes on 2 CPU cores)")
+    demo.add_argument(
+        "--epochs",
+        type=int,
+        default=None,
+        metavar="N",
+        help=f"how many epochs (default {DEMO_EPOCHS}: a few minutes on 2 CPU cores)",
+    )
     att = sub.add_parser("attach", help="open the dashboard on a running agent", **codes)
     att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
     amode = att.add_mutually_exclusive_group()
     amode.add_argument("--headless", action="store_true", help="no TUI: follow the events as text lines")
     amode.add_argument("--json", action="store_true", help="no TUI: follow the events as JSON lines")
-    att.add_argument("--tail", type=int, metavar="N",
-                     help="with --json/--headless: the journal's last N events, then live ones "
-                          "(default: the whole journal)")
-    att.add_argument("--from-snapshot", action="store_true",
-                     help="with --json/--headless: first the run's snapshot as one line "
-                          '({"op": "snapshot", "next_seq": N, "view": {...}}), then the events from N')
+    att.add_argument(
+        "--tail",
+        type=int,
+        metavar="N",
+        help="with --json/--headless: the journal's last N events, then live ones "
+        "(default: the whole journal)",
+    )
+    att.add_argument(
+        "--from-snapshot",
+        action="store_true",
+        help="with --json/--headless: first the run's snapshot as one line "
+        '({"op": "snapshot", "next_seq": N, "view": {...}}), then the events from N',
+    )
     st = sub.add_parser("status", help="the state and projection of a run", **codes)
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
@@ -78,16 +100,19 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("presets", help="list, show, validate or edit presets")
     pr.add_argument("action", choices=("list", "show", "validate", "edit"))
     pr.add_argument("names", nargs="*")
-    sc = sub.add_parser("scan", help="postmortem of a saved training log (exit 1: a fatal finding)",
-                        **codes)
+    sc = sub.add_parser("scan", help="postmortem of a saved training log (exit 1: a fatal finding)", **codes)
     sc.add_argument("logfile")
     sc.add_argument("--json", action="store_true")
-    sc.add_argument("--explain", action="store_true",
-                    help="each line: which format reader claimed it and what it read")
+    sc.add_argument(
+        "--explain", action="store_true", help="each line: which format reader claimed it and what it read"
+    )
     sc.add_argument("--job", help="with --explain: a job file whose [progress] pattern is tried first")
-    sc.add_argument("--kernel-log", metavar="FILE",
-                    help="a saved kernel log (dmesg -T or journalctl -k output): its findings, "
-                         "interleaved with the trainer's by time when both have timestamps")
+    sc.add_argument(
+        "--kernel-log",
+        metavar="FILE",
+        help="a saved kernel log (dmesg -T or journalctl -k output): its findings, "
+        "interleaved with the trainer's by time when both have timestamps",
+    )
     ctl = sub.add_parser("ctl", help="send a command to a running agent", **codes)
     ctl.add_argument("run_dir")
     ctl.add_argument("command", choices=CTL_COMMANDS)
@@ -96,9 +121,8 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--off", dest="on", action="store_false")
     al = sub.add_parser("alerts", help="alerts: `alerts test [NAME|URL]` sends a test message")
     al.add_argument("action", choices=("test",))
-    al.add_argument("refs", nargs="*", metavar="NAME|URL",
-                    help="default: every alert in alerts.toml")
-    br = sub.add_parser("bridge")   # no help=: not listed (HIDDEN_COMMANDS)
+    al.add_argument("refs", nargs="*", metavar="NAME|URL", help="default: every alert in alerts.toml")
+    br = sub.add_parser("bridge")  # no help=: not listed (HIDDEN_COMMANDS)
     br.add_argument("run_dir")
     ag = sub.add_parser("agent")
     ag.add_argument("run_dir")
@@ -113,28 +137,29 @@ def main(argv: list[str] | None = None) -> int:
     command: list[str] = []
     if "--" in argv:
         i = argv.index("--")
-        argv, command = argv[:i], argv[i + 1:]
+        argv, command = argv[:i], argv[i + 1 :]
     if not argv or (argv[0] not in COMMANDS and argv[0] not in ("-h", "--help", "--version")):
         argv = ["run", *argv]
     from trainctl.store.paths import UnsafePathError
+
     try:
         try:
             args = build_parser().parse_args(_joined_values(argv))
-        except SystemExit:   # --help, --version, a usage error: its text may meet a closed pipe
+        except SystemExit:  # --help, --version, a usage error: its text may meet a closed pipe
             sys.stdout.flush()
             raise
         args.command_argv = command
         code = handler(args.cmd)(args)
-        sys.stdout.flush()   # a closed pipe is met here, never in the interpreter's exit
+        sys.stdout.flush()  # a closed pipe is met here, never in the interpreter's exit
         return code
-    except (UsageError, UnsafePathError) as e:   # a file not the user's, met anywhere: one line
+    except (UsageError, UnsafePathError) as e:  # a file not the user's, met anywhere: one line
         print(f"trainctl: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         return 130
-    except BrokenPipeError:   # `trainctl scan LOG | head`: the reader left; end quietly
+    except BrokenPipeError:  # `trainctl scan LOG | head`: the reader left; end quietly
         _quiet_stdout()
-        return 141   # as a shell reports a command killed by SIGPIPE
+        return 141  # as a shell reports a command killed by SIGPIPE
 
 
 def _quiet_stdout() -> None:

@@ -1,4 +1,5 @@
 """The options of `trainctl run` and `trainctl demo` (src/trainctl/cli/main.py builds the parser)."""
+
 from __future__ import annotations
 
 import argparse
@@ -10,43 +11,90 @@ def run_options(p: argparse.ArgumentParser) -> None:
     mode.add_argument("--json", action="store_true", help="no TUI: events as JSON lines on stdout")
     p.add_argument("--preset", help="preset name or path (overrides the job's)")
     p.add_argument("--fallback", help="fallback preset name or path, used after a stall or crash")
-    p.add_argument("--stall-timeout", type=float, metavar="SECONDS",
-                   help="train-phase stall threshold (default: learned from the run)")
-    p.add_argument("--startup-idle", type=float, metavar="SECONDS",
-                   help="before the first batch, a tree this long with no output, CPU or I/O "
-                        "is a deadlock (default 90)")
-    p.add_argument("--silence-floor", type=float, metavar="SECONDS",
-                   help="an unknown progress format: the least output silence allowed (default 60)")
-    p.add_argument("--setup", metavar="SHELL",
-                   help="shell lines run (in bash) before the trainer, e.g. 'source ~/venv/bin/activate' "
-                        "(a job's [host] setup)")
+    p.add_argument(
+        "--stall-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="train-phase stall threshold (default: learned from the run)",
+    )
+    p.add_argument(
+        "--startup-idle",
+        type=float,
+        metavar="SECONDS",
+        help="before the first batch, a tree this long with no output, CPU or I/O is a deadlock (default 90)",
+    )
+    p.add_argument(
+        "--silence-floor",
+        type=float,
+        metavar="SECONDS",
+        help="an unknown progress format: the least output silence allowed (default 60)",
+    )
+    p.add_argument(
+        "--setup",
+        metavar="SHELL",
+        help="shell lines run (in bash) before the trainer, e.g. 'source ~/venv/bin/activate' "
+        "(a job's [host] setup)",
+    )
     p.add_argument("--via-ssh", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
-    p.add_argument("--node-rank", type=int, metavar="N",
-                   help="a kind = \"torchrun\" job of several nodes: this node's rank (default: the "
-                        "job's node_rank); one run per (job, node rank) on a machine")
-    p.add_argument("--rescue-wait", type=float, metavar="SECONDS", default=30.0,
-                   help="how long a stalled trainer that saves on request gets for its rescue save (30)")
-    p.add_argument("--resume-arg", action="append", default=[], metavar="ARG",
-                   help="appended to a generic command on restart (repeatable; {checkpoint} is replaced)")
-    p.add_argument("--resume-from", metavar="PATH",
-                   help="start from this checkpoint, or from the last good checkpoint of this "
-                        "earlier run directory (a command resumes through its --resume-arg)")
+    p.add_argument(
+        "--node-rank",
+        type=int,
+        metavar="N",
+        help='a kind = "torchrun" job of several nodes: this node\'s rank (default: the '
+        "job's node_rank); one run per (job, node rank) on a machine",
+    )
+    p.add_argument(
+        "--rescue-wait",
+        type=float,
+        metavar="SECONDS",
+        default=30.0,
+        help="how long a stalled trainer that saves on request gets for its rescue save (30)",
+    )
+    p.add_argument(
+        "--resume-arg",
+        action="append",
+        default=[],
+        metavar="ARG",
+        help="appended to a generic command on restart (repeatable; {checkpoint} is replaced)",
+    )
+    p.add_argument(
+        "--resume-from",
+        metavar="PATH",
+        help="start from this checkpoint, or from the last good checkpoint of this "
+        "earlier run directory (a command resumes through its --resume-arg)",
+    )
     p.add_argument("--run-dir", help="where the journal, log and stacks go")
     p.add_argument("--deadline", help="ISO 8601 date/time the run must finish by")
     p.add_argument("--name", help="job name (generic commands; default: the script's name)")
-    p.add_argument("--no-auto-recover", action="store_true", help="detect and diagnose, but never restart by itself")
+    p.add_argument(
+        "--no-auto-recover", action="store_true", help="detect and diagnose, but never restart by itself"
+    )
     p.add_argument("--no-tmux", action="store_true", help="run the agent detached, not in tmux")
-    p.add_argument("--no-instrument", action="store_true",
-                   help="no zero-code integration (Ultralytics, Transformers, Lightning) in a Python "
-                        "command: console parsing only (a job's instrument = false)")
+    p.add_argument(
+        "--no-instrument",
+        action="store_true",
+        help="no zero-code integration (Ultralytics, Transformers, Lightning) in a Python "
+        "command: console parsing only (a job's instrument = false)",
+    )
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
-    p.add_argument("--slurm", action="store_true",
-                   help="run as Slurm batch jobs (sbatch), going on in a next job at each time "
-                        "limit (the job's [slurm] sets partition, time, gpus, ...)")
-    p.add_argument("--detach", action="store_true",
-                   help="start the agent (in tmux when there) and print its run directory; no TUI")
-    p.add_argument("--alert", action="append", default=[], metavar="NAME|URL",
-                   help="send alerts here: a name from alerts.toml, or an apprise URL (visible "
-                        "in the process list: prefer a name); repeatable")
-    p.add_argument("--alert-file", help=argparse.SUPPRESS)   # --host: the client's, sent 0600
+    p.add_argument(
+        "--slurm",
+        action="store_true",
+        help="run as Slurm batch jobs (sbatch), going on in a next job at each time "
+        "limit (the job's [slurm] sets partition, time, gpus, ...)",
+    )
+    p.add_argument(
+        "--detach",
+        action="store_true",
+        help="start the agent (in tmux when there) and print its run directory; no TUI",
+    )
+    p.add_argument(
+        "--alert",
+        action="append",
+        default=[],
+        metavar="NAME|URL",
+        help="send alerts here: a name from alerts.toml, or an apprise URL (visible "
+        "in the process list: prefer a name); repeatable",
+    )
+    p.add_argument("--alert-file", help=argparse.SUPPRESS)  # --host: the client's, sent 0600

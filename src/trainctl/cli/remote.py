@@ -2,6 +2,7 @@
 the box (inside tmux), the dashboard wherever the user is, joined by the user's own ssh.
 What the box does (sending the job, starting its agent, reaching it) is its Host's,
 src/trainctl/hosts/box.py; here: the options, what is printed, the follow or the dashboard."""
+
 from __future__ import annotations
 
 import asyncio
@@ -31,7 +32,7 @@ def _forwarded_options(args) -> list[str]:
         out.append("--no-auto-recover")
     if getattr(args, "no_instrument", False):
         out.append("--no-instrument")
-    out.append("--via-ssh")   # the box's agent says so in its advice
+    out.append("--via-ssh")  # the box's agent says so in its advice
     return out
 
 
@@ -48,10 +49,17 @@ def run_remote(args, runs=None) -> int:
         raise UsageError(str(e)) from e
     host_cfg = dict(job.host or {}) if job else {}
     box = host_for_destination(args.host or host_cfg.get("destination"), host_cfg.get("trainctl"))
-    request = LaunchRequest(name=run_name(args, job), job=job, command=list(args.command_argv or []),
-                            run_dir=args.run_dir, preset=args.preset, fallback=args.fallback,
-                            setup=args.setup or "", options=_forwarded_options(args),
-                            alerts=resolve_alerts(args, job))
+    request = LaunchRequest(
+        name=run_name(args, job),
+        job=job,
+        command=list(args.command_argv or []),
+        run_dir=args.run_dir,
+        preset=args.preset,
+        fallback=args.fallback,
+        setup=args.setup or "",
+        options=_forwarded_options(args),
+        alerts=resolve_alerts(args, job),
+    )
     launched = box.launch(request)
     run_dir = launched.run_dir
     print(launched.said, flush=True)
@@ -63,24 +71,38 @@ def run_remote(args, runs=None) -> int:
     return _dashboard(box, run_dir, runs)
 
 
-def _follow(box, run_dir: str, as_json: bool, *, tail: int | None = None,
-            from_snapshot: bool = False) -> int:
+def _follow(box, run_dir: str, as_json: bool, *, tail: int | None = None, from_snapshot: bool = False) -> int:
     from trainctl.client.follow import follow
-    return asyncio.run(follow(box.client_factory(run_dir), printer(as_json), note,
-                              tail=tail, from_snapshot=from_snapshot))
+
+    return asyncio.run(
+        follow(box.client_factory(run_dir), printer(as_json), note, tail=tail, from_snapshot=from_snapshot)
+    )
 
 
 def _dashboard(box, run_dir: str, runs=None) -> int:
     """``runs``: the user's other runs for the dashboard's picker (the CLI's RunsSource)."""
     from trainctl.tui.app import run_dashboard
-    return run_dashboard(box.client_factory(run_dir), attach_hint=box.attach_hint(run_dir),
-                         runs=runs, run_key=(box.where, run_dir))
+
+    return run_dashboard(
+        box.client_factory(run_dir),
+        attach_hint=box.attach_hint(run_dir),
+        runs=runs,
+        run_key=(box.where, run_dir),
+    )
 
 
-def attach_remote(url: str, *, follow: bool = False, as_json: bool = False,
-                  tail: int | None = None, from_snapshot: bool = False, runs=None) -> int:
+def attach_remote(
+    url: str,
+    *,
+    follow: bool = False,
+    as_json: bool = False,
+    tail: int | None = None,
+    from_snapshot: bool = False,
+    runs=None,
+) -> int:
     from trainctl.hosts.registry import host_for
     from trainctl.hosts.ssh import parse_attach_url
+
     try:
         _, run_dir = parse_attach_url(url)
     except ValueError as e:
@@ -95,5 +117,5 @@ def attach_remote(url: str, *, follow: bool = False, as_json: bool = False,
     return _dashboard(box, run_dir, runs)
 
 
-if __name__ == "__main__":   # pragma: no cover
+if __name__ == "__main__":  # pragma: no cover
     sys.exit(2)

@@ -1,6 +1,7 @@
 """Starting an agent from the command line: in this process (`run --json/--headless`,
 `agent`), or detached (in tmux when there) so that it outlives the terminal (`run`, and
 `attach`/`ctl` adopting a run whose agent died)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -16,18 +17,24 @@ from trainctl.agent.prepare import agent_alive
 from trainctl.cli.common import UsageError, note, printer
 
 
-def run_agent(run_dir: Path, spec, as_json: bool,
-               on_locked: Callable[[], None] | None = None, adopt: bool = False,
-               plug=None) -> int:
+def run_agent(
+    run_dir: Path,
+    spec,
+    as_json: bool,
+    on_locked: Callable[[], None] | None = None,
+    adopt: bool = False,
+    plug=None,
+) -> int:
     from trainctl.agent import Agent
-    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt,
-                  plug=plug)
+
+    agent = Agent(run_dir, spec, printer=printer(as_json), on_locked=on_locked, adopt=adopt, plug=plug)
     return asyncio.run(agent.run())
 
 
 def agent_answers(run_dir: Path) -> bool:
     """Whether the run's agent still answers on its socket."""
     from trainctl.store.paths import RunFiles
+
     return RunFiles(run_dir).sock.exists() and agent_alive(run_dir)
 
 
@@ -36,39 +43,46 @@ def start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fals
     after the job when tmux is there, else as a detached process.  Returns where it runs, in
     words, for the caller to say (an adopting agent's is said here, on stderr)."""
     from trainctl.store.paths import RunFiles
+
     files = RunFiles(run_dir)
     argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)] + (["--adopt"] if adopt else [])
     from trainctl.hosts import tmux
+
     if use_tmux and tmux.tmux_available():
         server = tmux.Tmux(os.environ.get("TRAINCTL_TMUX_SOCKET") or None)
         session = tmux.session_name(spec.job_name)
         try:
-            server.start_session(session, argv, cwd=str(run_dir),
-                                 env={"TRAINCTL_TMUX_SESSION": session})
+            server.start_session(session, argv, cwd=str(run_dir), env={"TRAINCTL_TMUX_SESSION": session})
         except tmux.TmuxError as e:
             raise UsageError(str(e)) from e
-        where = (f"the agent runs in tmux session {session} "
-                 f"(`{' '.join(server.attach_argv(session))}` shows it)")
+        where = (
+            f"the agent runs in tmux session {session} (`{' '.join(server.attach_argv(session))}` shows it)"
+        )
 
-        def gone() -> bool:   # remain-on-exit keeps a dead pane: look at its command
+        def gone() -> bool:  # remain-on-exit keeps a dead pane: look at its command
             return not server.session_alive(session)
 
-        def said() -> str:   # what its pane shows, then the dead session goes
+        def said() -> str:  # what its pane shows, then the dead session goes
             try:
                 return _last_lines(server.capture(session, lines=50))
             except tmux.TmuxError:
                 return ""
             finally:
                 with contextlib.suppress(tmux.TmuxError):
-                    server.ensure_not_running(session)   # clears a dead session
+                    server.ensure_not_running(session)  # clears a dead session
     else:
         with open(files.dir / "agent.out", "ab") as out:
-            proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True,
-                                    cwd=str(run_dir))
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                cwd=str(run_dir),
+            )
         why = "tmux not found" if use_tmux else "--no-tmux"
         where = f"the agent runs detached ({why}); its output: {files.dir / 'agent.out'}"
-        if adopt:   # attach (--json too): stdout is the caller's, the news goes to stderr
+        if adopt:  # attach (--json too): stdout is the caller's, the news goes to stderr
             note(where)
 
         def gone() -> bool:
@@ -79,6 +93,7 @@ def start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fals
                 return _last_lines((files.dir / "agent.out").read_text(errors="replace"))
             except OSError:
                 return ""
+
     deadline = time.monotonic() + 30
     next_check = time.monotonic() + 0.5
     while time.monotonic() < deadline:
@@ -88,9 +103,10 @@ def start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fals
             next_check += 0.5
             if gone() and not (files.sock.exists() and agent_alive(run_dir)):
                 if not never_began(run_dir):
-                    return where   # it ran, and ended already (`-- true`): not a failure
-                raise UsageError("the agent ended before it started the run: "
-                                 + (said() or "it printed nothing"))
+                    return where  # it ran, and ended already (`-- true`): not a failure
+                raise UsageError(
+                    "the agent ended before it started the run: " + (said() or "it printed nothing")
+                )
         time.sleep(0.1)
     raise UsageError(f"the agent did not start within 30 s; see {files.dir / 'agent.out'}")
 
@@ -98,6 +114,7 @@ def start_detached_agent(run_dir: Path, spec, use_tmux: bool, adopt: bool = Fals
 def never_began(run_dir: Path) -> bool:
     """No event in the run's journal: the agent refused (or never ran) before its start."""
     from trainctl.store.paths import RunFiles
+
     events = RunFiles(run_dir).events
     try:
         return events.stat().st_size == 0
@@ -109,6 +126,7 @@ def _last_lines(text: str) -> str:
     """Why the agent ended: its `trainctl:` lines (a refusal), else its last lines
     (sanitised: a tmux pane or agent.out holds what the trainer printed)."""
     from trainctl.core.sanitize import sanitize_text
+
     lines = [ln for ln in sanitize_text(text).strip().splitlines() if ln.strip()]
     refusals = [ln for ln in lines if ln.startswith("trainctl: ")]
     return "\n".join(refusals[-2:] or lines[-5:])
@@ -120,6 +138,7 @@ def adopt_if_orphaned(run_dir: Path) -> bool:
     one was started."""
     from trainctl.agent.adopt import needs_adoption
     from trainctl.store.spec import RunSpec
+
     if not needs_adoption(run_dir):
         return False
     try:

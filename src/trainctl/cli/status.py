@@ -1,6 +1,7 @@
 """`trainctl status [RUN_DIR]`: the state and projection of a run, as the status builder
 (src/trainctl/hosts/run_status.py) assembles it; exit 4 (after the run directory's) when
 the agent is there but does not answer."""
+
 from __future__ import annotations
 
 import contextlib
@@ -17,6 +18,7 @@ def cmd_status(args) -> int:
     from trainctl.core import events as E
     from trainctl.core.recovery import FINAL_STATES
     from trainctl.hosts.run_status import run_status
+
     run_dir = resolve_run_dir(args.run_dir)
     built = run_status(run_dir)
     if built.error is not None:
@@ -26,36 +28,47 @@ def cmd_status(args) -> int:
         print(json.dumps(status, indent=2))
         return code
     from trainctl.core.projection_text import format_projection
+
     print(f"run     {status.get('run_dir', run_dir)} ({agent})")
-    print(f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
-          f"   attempt {status.get('attempt', '?')}")
+    print(
+        f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
+        f"   attempt {status.get('attempt', '?')}"
+    )
     if status.get("slurm"):
         sl = status["slurm"]
         reason = f" ({sl['reason']})" if sl.get("reason") not in (None, "", "None") else ""
-        print(f"slurm   job {sl['job']} {sl.get('state', sl.get('error', '?'))}{reason}"
-              f"   jobs {', '.join(sl['jobs'])}")
+        print(
+            f"slurm   job {sl['job']} {sl.get('state', sl.get('error', '?'))}{reason}"
+            f"   jobs {', '.join(sl['jobs'])}"
+        )
     proj = status.get("projection")
     if proj and status.get("state") in FINAL_STATES and not proj.get("finished"):
-        print(f"        no ETA: the run is {status['state']}")   # its last live one is stale
+        print(f"        no ETA: the run is {status['state']}")  # its last live one is stale
     elif proj:
         for line in format_projection(E.from_dict(proj), time.time(), status.get("currency", "$")):
             print(f"        {line}")
     else:
         print("        no projection yet")
-    if status.get("save_dir"):   # Ultralytics' save_dir: the weights, plots and results.csv
+    if status.get("save_dir"):  # Ultralytics' save_dir: the weights, plots and results.csv
         print(f"results {status['save_dir']}")
     if status.get("progress"):
         from trainctl.agent.scan import describe_position
-        with contextlib.suppress(ValueError, TypeError, KeyError):   # an older agent's reply
+
+        with contextlib.suppress(ValueError, TypeError, KeyError):  # an older agent's reply
             print(f"at      {describe_position(E.from_dict(status['progress']))}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
     for node in status.get("nodes", ()):
-        print(f"node {node['node']}  {node.get('state') or '?'}   attempt {node.get('attempt') or '?'}"
-              f"   {'agent live' if node['live'] else 'agent not running'}   {node['run_dir']}")
+        print(
+            f"node {node['node']}  {node.get('state') or '?'}   attempt {node.get('attempt') or '?'}"
+            f"   {'agent live' if node['live'] else 'agent not running'}   {node['run_dir']}"
+        )
     return code
 
 
 def _rank_rows(ranks: dict) -> str:
-    return " · ".join(f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
-                      + (" STUCK" if v.get("stuck") else "") for r, v in ranks.items())
+    return " · ".join(
+        f"{r}: epoch {v.get('epoch')} batch {v.get('batch')}/{v.get('batches') or '?'}"
+        + (" STUCK" if v.get("stuck") else "")
+        for r, v in ranks.items()
+    )

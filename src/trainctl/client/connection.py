@@ -1,22 +1,22 @@
 """How a client (the TUI, `trainctl ctl`, `trainctl status`) talks to an agent."""
+
 from __future__ import annotations
 
 import asyncio
 import itertools
 import json
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
-
-from dataclasses import dataclass
 
 import psutil
 
 from trainctl.core import events as E
-from trainctl.store.journal import journal_lines, read_events, wire_lines_from
-from trainctl.store.snapshot import Covered, load_view
-from trainctl.store.paths import RunFiles, read_private
 from trainctl.core.runview import ViewSnapshot
+from trainctl.store.journal import journal_lines, read_events, wire_lines_from
+from trainctl.store.paths import RunFiles, read_private
+from trainctl.store.snapshot import Covered, load_view
 
 
 class Transport(Protocol):
@@ -29,8 +29,8 @@ class Transport(Protocol):
 #: remote `trainctl bridge` to start) gets REMOTE_HELLO_TIMEOUT_S.
 HELLO_TIMEOUT_S = 3.0
 REMOTE_HELLO_TIMEOUT_S = 30.0
-SNAPSHOT_OVER = 2000       # events to replay above which a client that asks gets a snapshot
-COMMAND_TIMEOUT_S = 60.0   # a stack dump (py-spy on every process) takes seconds
+SNAPSHOT_OVER = 2000  # events to replay above which a client that asks gets a snapshot
+COMMAND_TIMEOUT_S = 60.0  # a stack dump (py-spy on every process) takes seconds
 
 
 class AgentUnavailable(ConnectionError):
@@ -41,7 +41,7 @@ class AgentNotResponding(AgentUnavailable):
     """The agent is there (its socket accepts) but does not answer in time: stopped
     (SIGSTOP, a debugger), or wedged.  Nothing retries this by itself."""
 
-    exit_code = 4   # `trainctl status`, `ctl`, `attach --json`, `bridge`
+    exit_code = 4  # `trainctl status`, `ctl`, `attach --json`, `bridge`
 
 
 def agent_process(run_dir: Path | str) -> str:
@@ -68,13 +68,14 @@ def agent_process(run_dir: Path | str) -> str:
     return f"pid {pid}, {status}"
 
 
-SOCKET_REMADE_S = 5.0   # how long a client waits for a live agent's deleted socket to come back
+SOCKET_REMADE_S = 5.0  # how long a client waits for a live agent's deleted socket to come back
 
 
 def agent_holds(run_dir: Path | str) -> bool:
     """An agent holds this run (alive, even if stopped): its flock on agent.lock is held."""
     import fcntl
     import os
+
     try:
         fd = os.open(Path(run_dir) / "agent.lock", os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
@@ -100,8 +101,10 @@ class UnixTransport:
         self.journal_fallback = journal_fallback
 
     def not_responding(self, what: str) -> str:
-        return (f"agent not responding ({agent_process(self.sock_path.parent)}): {what} from "
-                f"{self.sock_path.parent}")
+        return (
+            f"agent not responding ({agent_process(self.sock_path.parent)}): {what} from "
+            f"{self.sock_path.parent}"
+        )
 
     async def open(self):
         loop = asyncio.get_running_loop()
@@ -133,8 +136,11 @@ class AgentClient:
 
     def __init__(self, transport: Transport, *, hello_timeout: float | None = None):
         self.transport = transport
-        self.hello_timeout = (hello_timeout if hello_timeout is not None else
-                              getattr(transport, "hello_timeout", REMOTE_HELLO_TIMEOUT_S))
+        self.hello_timeout = (
+            hello_timeout
+            if hello_timeout is not None
+            else getattr(transport, "hello_timeout", REMOTE_HELLO_TIMEOUT_S)
+        )
         self._reader: asyncio.StreamReader | None = None
         self._writer = None
         self._ids = itertools.count(1)
@@ -146,11 +152,13 @@ class AgentClient:
 
     def _not_responding(self, what: str) -> AgentNotResponding:
         describe = getattr(self.transport, "not_responding", None)
-        return AgentNotResponding(describe(what) if describe is not None else
-                                  f"agent not responding: {what} from {self.transport.describe()}")
+        return AgentNotResponding(
+            describe(what)
+            if describe is not None
+            else f"agent not responding: {what} from {self.transport.describe()}"
+        )
 
-    async def connect(self, since: int = 0, snapshot: bool | str = False,
-                      tail: int | None = None) -> dict:
+    async def connect(self, since: int = 0, snapshot: bool | str = False, tail: int | None = None) -> dict:
         """Open, say hello, read the agent's hello: all within ``hello_timeout``, else
         AgentNotResponding (the caller closes the client, as after any failure).
         ``snapshot``: a long replay may come as one :class:`ViewSnapshot` (the view up to
@@ -163,15 +171,17 @@ class AgentClient:
             hello["tail"] = tail
         try:
             line = await asyncio.wait_for(self._hello(hello), self.hello_timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise self._not_responding(f"no hello within {self.hello_timeout:g} s") from None
         if not line:
             raise AgentUnavailable(f"the agent at {self.transport.describe()} closed the connection")
         try:
             self.hello_info = json.loads(line)
         except ValueError as e:
-            raise AgentUnavailable(f"unexpected answer from {self.transport.describe()}: {line[:200]!r}") from e
-        if self.hello_info.get("ok") is False:   # a bridge whose agent did not answer
+            raise AgentUnavailable(
+                f"unexpected answer from {self.transport.describe()}: {line[:200]!r}"
+            ) from e
+        if self.hello_info.get("ok") is False:  # a bridge whose agent did not answer
             raise AgentNotResponding(str(self.hello_info.get("error") or "agent not responding"))
         self.last_seq = since - 1 if tail is None else -1
         self._events = asyncio.Queue()
@@ -209,7 +219,7 @@ class AgentClient:
                     continue
                 if ev.seq is not None:
                     if ev.seq <= self.last_seq:
-                        continue   # already seen (a replay overlapping live)
+                        continue  # already seen (a replay overlapping live)
                     self.last_seq = ev.seq
                 self._events.put_nowait(ev)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -247,9 +257,10 @@ class AgentClient:
             assert self._writer is not None
             await self._writer.drain()
             return await fut
+
         try:
             return await asyncio.wait_for(reply(), timeout)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             raise self._not_responding(f"no reply to {name} within {timeout:g} s") from None
         finally:
             self._waiting.pop(cid, None)
@@ -288,14 +299,28 @@ def offline_hello(run_dir: Path | str, covered: Covered | None = None) -> dict:
     """The hello an agent would give, from the run directory alone (``"live": false``):
     the spec, and the view of the journal (its snapshot and the lines after it)."""
     from trainctl.store.spec import RunSpec
+
     files = RunFiles(run_dir)
-    hello = {"op": "hello", "ok": True, "live": False, "run_dir": str(files.dir),
-             "state": "UNKNOWN", "job": files.dir.name}
+    hello = {
+        "op": "hello",
+        "ok": True,
+        "live": False,
+        "run_dir": str(files.dir),
+        "state": "UNKNOWN",
+        "job": files.dir.name,
+    }
     try:
         spec = RunSpec.load(files.spec)
-        hello.update(job=spec.job_name, host=spec.host, preset=spec.preset, fallback=spec.fallback,
-                     auto_recover=spec.auto_recover, deadline=spec.deadline, budget=spec.budget,
-                     currency=spec.currency)
+        hello.update(
+            job=spec.job_name,
+            host=spec.host,
+            preset=spec.preset,
+            fallback=spec.fallback,
+            auto_recover=spec.auto_recover,
+            deadline=spec.deadline,
+            budget=spec.budget,
+            currency=spec.currency,
+        )
     except (OSError, ValueError, TypeError):
         pass
     view = (covered or offline_view(files.dir)).view
@@ -313,8 +338,10 @@ def offline_view(run_dir: Path | str) -> Covered:
 
 
 def offline_reply(run_dir: Path | str, hello: dict) -> str:
-    return (f"no agent is running for {RunFiles(run_dir).dir} (the run is {hello.get('state')}); "
-            "its journal is all there is")
+    return (
+        f"no agent is running for {RunFiles(run_dir).dir} (the run is {hello.get('state')}); "
+        "its journal is all there is"
+    )
 
 
 class _OfflineWriter:
@@ -388,12 +415,16 @@ def offline_lines(run_dir: Path | str, request: HelloRequest | int = 0) -> list[
     covered = offline_view(files.dir)
     hello = json.dumps(offline_hello(run_dir, covered)) + "\n"
     start = request.start(covered.next_seq)
-    after = lambda: wire_lines_from(files.events, covered.offset, covered.next_seq,  # noqa: E731
-                                    covered.view.progress)   # lines written since the view
+    after = lambda: wire_lines_from(
+        files.events,
+        covered.offset,
+        covered.next_seq,
+        covered.view.progress,
+    )  # lines written since the view
     if request.snapshot_for(start, covered.next_seq):
         snap = {"op": "snapshot", "next_seq": covered.next_seq, "view": covered.view.to_dict()}
         return [hello, json.dumps(snap, separators=(",", ":")) + "\n", *after()]
-    if start >= covered.next_seq:   # nothing old asked (`status`, `ctl`): no need to read it
+    if start >= covered.next_seq:  # nothing old asked (`status`, `ctl`): no need to read it
         return [hello, *(line for line in after() if _seq_of(line) >= start)]
     return [hello, *journal_lines(files.events, start)]
 

@@ -1,22 +1,29 @@
 """Follow an agent's events without a screen (`trainctl attach --json`), reconnecting
 with backoff when the connection drops and catching up from the journal: no gap, no
 duplicate (the journal's seq numbers say where to resume)."""
+
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
 
-from trainctl.core import events as E
 from trainctl.client.connection import AgentClient, AgentNotResponding
-from trainctl.core.runview import ViewSnapshot
+from trainctl.core import events as E
 from trainctl.core.recovery import FINAL_STATES, exit_code
+from trainctl.core.runview import ViewSnapshot
 
 
-async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Event], None],
-                 note: Callable[[str], None], *, max_wait_s: float = 30.0,
-                 give_up_s: float | None = None, tail: int | None = None,
-                 from_snapshot: bool = False,
-                 between_agents: Callable[[dict], Awaitable[bool]] | None = None) -> int:
+async def follow(
+    client_factory: Callable[[], AgentClient],
+    emit: Callable[[E.Event], None],
+    note: Callable[[str], None],
+    *,
+    max_wait_s: float = 30.0,
+    give_up_s: float | None = None,
+    tail: int | None = None,
+    from_snapshot: bool = False,
+    between_agents: Callable[[dict], Awaitable[bool]] | None = None,
+) -> int:
     """Print journal events until the run ends. Returns the final state's exit code (0
     finished, 1 failed, 130 stopped by the user), 3 gave up (or the agent is gone and the
     journal does not end the run), 4 the agent does not answer (AgentNotResponding).
@@ -35,8 +42,9 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
         client = client_factory()
         try:
             if first:
-                hello = await client.connect(since=0, tail=tail,
-                                             snapshot="always" if from_snapshot else False)
+                hello = await client.connect(
+                    since=0, tail=tail, snapshot="always" if from_snapshot else False
+                )
             else:
                 hello = await client.connect(since=next_seq)
             first = False
@@ -51,7 +59,7 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
                         return exit_code(ev.view["state"])
                     continue
                 if ev.seq is None:
-                    continue   # ticks and log lines: the screen's business
+                    continue  # ticks and log lines: the screen's business
                 next_seq = ev.seq + 1
                 emit(ev)
                 if isinstance(ev, E.State) and ev.state in FINAL_STATES:
@@ -65,9 +73,11 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
             if hello.get("live") is False:
                 # The journal was all there is, and it does not end the run: nobody is
                 # supervising it any more (the agent was killed or crashed).
-                note(f"no agent is running for {hello.get('run_dir', 'this run')} and its journal "
-                     f"ends in state {hello.get('state')}: the agent was killed or crashed "
-                     "(its output is agent.out in the run directory, or its tmux pane)")
+                note(
+                    f"no agent is running for {hello.get('run_dir', 'this run')} and its journal "
+                    f"ends in state {hello.get('state')}: the agent was killed or crashed "
+                    "(its output is agent.out in the run directory, or its tmux pane)"
+                )
                 return 3
             note("connection to the agent lost; the run goes on — retrying")
         except AgentNotResponding as e:
@@ -76,7 +86,7 @@ async def follow(client_factory: Callable[[], AgentClient], emit: Callable[[E.Ev
             note(str(e))
             return e.exit_code
         except (ConnectionError, OSError) as e:
-            if between_agents is not None and next_seq == 0:   # no agent began yet
+            if between_agents is not None and next_seq == 0:  # no agent began yet
                 await client.close()
                 if not await between_agents({"state": "PENDING"}):
                     return 3

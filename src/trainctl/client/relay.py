@@ -1,6 +1,7 @@
 """The bridge: a client's transport to an agent on another machine is `ssh HOST trainctl
 bridge RUN_DIR`, which relays its stdin/stdout to the agent's Unix socket (:func:`relay`);
 a run whose agent is gone is answered from its journal."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,24 +28,26 @@ def relay(run_dir: str) -> int:
     def not_responding(what: str) -> int:
         error = UnixTransport(sock).not_responding(what)
         print(f"trainctl bridge: {error}", file=sys.stderr)
-        sys.stdout.buffer.write((json.dumps({"op": "hello", "ok": False, "error": error})
-                                 + "\n").encode())
+        sys.stdout.buffer.write((json.dumps({"op": "hello", "ok": False, "error": error}) + "\n").encode())
         sys.stdout.buffer.flush()
         return 4
 
     async def relay() -> int:
         try:
             reader, writer = await asyncio.wait_for(
-                asyncio.open_unix_connection(str(sock), limit=1 << 22), HELLO_TIMEOUT_S)
-        except asyncio.TimeoutError:
+                asyncio.open_unix_connection(str(sock), limit=1 << 22), HELLO_TIMEOUT_S
+            )
+        except TimeoutError:
             return not_responding(f"its socket did not accept within {HELLO_TIMEOUT_S:g} s")
         except OSError as e:
             if not RunFiles(run_dir).events.exists():
-                print(f"trainctl bridge: no agent at {sock} and no journal there: {e.strerror}",
-                      file=sys.stderr)
+                print(
+                    f"trainctl bridge: no agent at {sock} and no journal there: {e.strerror}", file=sys.stderr
+                )
                 return 1
             # The run is over (or its agent died): answer with its journal, then end.
             from trainctl.client.connection import offline_lines, parse_hello
+
             first = sys.stdin.buffer.readline()
             sys.stdout.buffer.write("".join(offline_lines(run_dir, parse_hello(first))).encode())
             sys.stdout.buffer.flush()
@@ -57,11 +60,11 @@ def relay(run_dir: str) -> int:
         # accepts, as its kernel does, but never answers).
         hello = await stdin.readline()
         if not hello:
-            return 0   # the client went before it said hello
+            return 0  # the client went before it said hello
         writer.write(hello)
         try:
             first = await asyncio.wait_for(reader.readline(), HELLO_TIMEOUT_S)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             writer.close()
             return not_responding(f"no hello within {HELLO_TIMEOUT_S:g} s")
         out.write(first)
@@ -77,12 +80,13 @@ def relay(run_dir: str) -> int:
             while data := await reader.read(65536):
                 out.write(data)
                 out.flush()
+
         up_task = asyncio.create_task(up())
         await down()
         up_task.cancel()
         return 0
+
     try:
         return asyncio.run(relay())
     except (BrokenPipeError, ConnectionError):
         return 0
-

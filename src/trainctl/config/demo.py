@@ -7,6 +7,7 @@ idempotent and safe to call from several processes at once (the data set is buil
 temporary directory and renamed into place).  The caller chooses the root (the CLI uses
 ``paths.cache_dir() / "demo"``).
 """
+
 from __future__ import annotations
 
 import json
@@ -16,7 +17,16 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
-__all__ = ["CLASSES", "DEMO_EPOCHS", "DEMO_EPOCH_S", "demo_length_text", "DEMO_TRAIN_IMAGES", "DEMO_VAL_IMAGES", "make_dataset", "make_demo_job"]
+__all__ = [
+    "CLASSES",
+    "DEMO_EPOCHS",
+    "DEMO_EPOCH_S",
+    "demo_length_text",
+    "DEMO_TRAIN_IMAGES",
+    "DEMO_VAL_IMAGES",
+    "make_dataset",
+    "make_demo_job",
+]
 
 CLASSES = ("red", "blue")
 _COLOURS = ((220, 40, 40), (40, 60, 220))
@@ -45,9 +55,10 @@ def _draw_image(rng, size: int):
         w, h = (int(v) for v in rng.integers(size // 6, size // 2, size=2))
         x0 = int(rng.integers(0, size - w))
         y0 = int(rng.integers(0, size - h))
-        pixels[y0:y0 + h, x0:x0 + w] = _COLOURS[cls]
-        lines.append(f"{cls} {(x0 + w / 2) / size:.6f} {(y0 + h / 2) / size:.6f} "
-                     f"{w / size:.6f} {h / size:.6f}")
+        pixels[y0 : y0 + h, x0 : x0 + w] = _COLOURS[cls]
+        lines.append(
+            f"{cls} {(x0 + w / 2) / size:.6f} {(y0 + h / 2) / size:.6f} {w / size:.6f} {h / size:.6f}"
+        )
     return Image.fromarray(pixels), lines
 
 
@@ -63,8 +74,10 @@ def _write_split(root: Path, split: str, count: int, size: int, rng) -> None:
 
 def _data_yaml(root: Path) -> str:
     names = "\n".join(f"  {i}: {name}" for i, name in enumerate(CLASSES))
-    return (f"# Synthetic demo data set written by trainctl (no download key: it works offline).\n"
-            f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n{names}\n")
+    return (
+        f"# Synthetic demo data set written by trainctl (no download key: it works offline).\n"
+        f"path: {root}\ntrain: images/train\nval: images/val\nnames:\n{names}\n"
+    )
 
 
 def make_dataset(root: Path, n_train: int = 24, n_val: int = 8, size: int = 64, seed: int = 0) -> Path:
@@ -75,8 +88,14 @@ def make_dataset(root: Path, n_train: int = 24, n_val: int = 8, size: int = 64, 
     import numpy as np
 
     root = Path(root).expanduser().absolute()
-    params = {"n_train": n_train, "n_val": n_val, "size": size, "seed": seed,
-              "classes": list(CLASSES), "version": 1}
+    params = {
+        "n_train": n_train,
+        "n_val": n_val,
+        "size": size,
+        "seed": seed,
+        "classes": list(CLASSES),
+        "version": 1,
+    }
     data_yaml = root / "data.yaml"
     if _stamp_matches(root, params) and data_yaml.is_file():
         return data_yaml
@@ -112,8 +131,9 @@ def _swap_into_place(tmp: Path, root: Path, params: dict) -> None:
             if _stamp_matches(root, params):
                 return  # someone else built the same data set meanwhile
             if root.exists() and not (root / _STAMP).exists() and any(root.iterdir()):
-                raise FileExistsError(f"{root} exists and is not a trainctl demo data set; "
-                                      "choose another directory") from None
+                raise FileExistsError(
+                    f"{root} exists and is not a trainctl demo data set; choose another directory"
+                ) from None
             old = root.with_name(f".{root.name}-old-{os.getpid()}")
             try:
                 os.rename(root, old)
@@ -171,9 +191,11 @@ def demo_length_text(epochs: int) -> str:
     lo, hi = (epochs * s for s in DEMO_EPOCH_S)
     span = f"{lo // 60}-{-(-hi // 60)} minutes" if hi >= 120 else f"{lo}-{hi} s"
     enough = ": long enough to try every key" if epochs >= DEMO_EPOCHS else ""
-    return (f"the demo trains {epochs} epoch{'s' if epochs != 1 else ''} (about {span} on 2 CPU "
-            f"cores){enough}; `trainctl demo --epochs N` (`make demo EPOCHS=N`) for a shorter or "
-            "longer one")
+    return (
+        f"the demo trains {epochs} epoch{'s' if epochs != 1 else ''} (about {span} on 2 CPU "
+        f"cores){enough}; `trainctl demo --epochs N` (`make demo EPOCHS=N`) for a shorter or "
+        "longer one"
+    )
 
 
 def make_demo_job(root: Path, epochs: int = DEMO_EPOCHS) -> Path:

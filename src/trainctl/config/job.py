@@ -4,6 +4,7 @@ A job file names what to run (``kind``: its own keys and section are in
 :data:`.kinds.JOB_TABLES`), the presets, the deadline and budget, and the restart policy.
 :func:`load_job` validates it, its presets included.
 """
+
 from __future__ import annotations
 
 import datetime as dt
@@ -14,26 +15,42 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from trainctl.core.names import MAX_NAME, BadNameError, check_name
-from trainctl.core.formats import PatternError, compile_user_pattern
 from trainctl.config.kinds import JOB_TABLES, JobTable
 from trainctl.config.preset import Preset
 from trainctl.config.slurm import job_slurm, slurm_nodes_problems
 from trainctl.config.store import is_path_ref, load_preset
 from trainctl.config.validation import SAFE_NAME, ConfigError, Problems, choices, parse_toml, read_text, show
+from trainctl.core.formats import PatternError, compile_user_pattern
+from trainctl.core.names import MAX_NAME, BadNameError, check_name
 
-JOB_KINDS = tuple(JOB_TABLES)   # as shipped; the checks below read JOB_TABLES itself
+JOB_KINDS = tuple(JOB_TABLES)  # as shipped; the checks below read JOB_TABLES itself
 JOB_FILE_NAME = "trainctl.toml"
 
-_SHARED_KEYS = ("preset", "fallback", "deadline", "cost_per_hour", "budget", "currency",
-                "run_dir", "max_restarts")
+_SHARED_KEYS = (
+    "preset",
+    "fallback",
+    "deadline",
+    "cost_per_hour",
+    "budget",
+    "currency",
+    "run_dir",
+    "max_restarts",
+)
 _SHARED_SECTIONS = ("stall", "host", "progress", "alerts", "slurm")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
 _HOST_KEYS = ("destination", "workdir", "trainctl", "setup")
 _PROGRESS_KEYS = ("pattern", "losses")
 _ALERTS_KEYS = ("use", "urls", "on")
-ALERT_KINDS = ("stall", "restart", "fallback", "failed", "finished", "deadline.at_risk",
-               "budget.at_risk", "fatal_warning")
+ALERT_KINDS = (
+    "stall",
+    "restart",
+    "fallback",
+    "failed",
+    "finished",
+    "deadline.at_risk",
+    "budget.at_risk",
+    "fatal_warning",
+)
 """What ``[alerts] on = [...]`` chooses among (default: all); the at-risk ones are the
 projection's warning ids."""
 
@@ -61,9 +78,9 @@ class Job:
     description: str = ""
     # [progress]: the trainer's own progress line, {"pattern": regex, "losses": [group names]}
     progress: dict[str, Any] | None = None
-    checkpoint_every: float = 600.0   # seconds between mid-epoch saves (0: off); ultralytics, or
+    checkpoint_every: float = 600.0  # seconds between mid-epoch saves (0: off); ultralytics, or
     #                                   a command whose Ultralytics script an integration runs
-    instrument: bool = True           # kind command: zero-code integrations in a Python command
+    instrument: bool = True  # kind command: zero-code integrations in a Python command
     # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
     alerts: dict[str, tuple[str, ...]] | None = None
     # [slurm]: partition, time, nodes, gpus, gres, cpus, mem, warn, options, setup (config/slurm.py)
@@ -109,8 +126,10 @@ def parse_deadline(value: str | dt.datetime | dt.date) -> float:
         try:
             value = dt.datetime.fromisoformat(value.strip())
         except ValueError:
-            raise ValueError("must be an ISO 8601 date and time, e.g. 2025-11-28T18:00 (local) or "
-                             f"2025-11-28T18:00+01:00 (got {show(value)})") from None
+            raise ValueError(
+                "must be an ISO 8601 date and time, e.g. 2025-11-28T18:00 (local) or "
+                f"2025-11-28T18:00+01:00 (got {show(value)})"
+            ) from None
     if isinstance(value, dt.datetime):
         return value.timestamp()
     if isinstance(value, dt.date):
@@ -134,15 +153,22 @@ def _job_name(p: Problems, data: Mapping[str, Any], path: Path) -> str:
     if "name" in data:
         name = p.str_(None, "name", data["name"], nonempty=True)
         if name is not None and not SAFE_NAME.match(name):
-            p.add(None, "name", "must contain only letters, digits, '.', '_' and '-' (it names "
-                                f"tmux sessions and run directories) (got {show(name)})")
+            p.add(
+                None,
+                "name",
+                "must contain only letters, digits, '.', '_' and '-' (it names "
+                f"tmux sessions and run directories) (got {show(name)})",
+            )
             return "job"
         if name is not None:
             try:
                 check_name(name, "name")
             except BadNameError as e:
-                p.add(None, "name", f"{e} (it names tmux sessions, run directories and the "
-                                    "job's directory on a box)")
+                p.add(
+                    None,
+                    "name",
+                    f"{e} (it names tmux sessions, run directories and the job's directory on a box)",
+                )
                 return "job"
         return name or "job"
     stem = path.stem if path.stem != Path(JOB_FILE_NAME).stem else path.resolve().parent.name
@@ -203,13 +229,26 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
     if slurm is not None and host is not None:
         p.add("slurm", None, "give [slurm] or [host], not both (run from the login node)")
 
-    return Job(name=name, kind=kind or "command", path=path, preset=presets["preset"],
-               fallback=presets["fallback"], deadline=deadline,
-               cost_per_hour=opt_number("cost_per_hour"), budget=opt_number("budget"),
-               currency=currency or "$", run_dir=run_dir,
-               max_restarts=3 if max_restarts is None else max_restarts,
-               stall=stall, host=host, description=description or "", progress=progress,
-               alerts=alerts, slurm=slurm, **by_kind)
+    return Job(
+        name=name,
+        kind=kind or "command",
+        path=path,
+        preset=presets["preset"],
+        fallback=presets["fallback"],
+        deadline=deadline,
+        cost_per_hour=opt_number("cost_per_hour"),
+        budget=opt_number("budget"),
+        currency=currency or "$",
+        run_dir=run_dir,
+        max_restarts=3 if max_restarts is None else max_restarts,
+        stall=stall,
+        host=host,
+        description=description or "",
+        progress=progress,
+        alerts=alerts,
+        slurm=slurm,
+        **by_kind,
+    )
 
 
 def _kind_keys() -> tuple[str, ...]:
@@ -217,8 +256,13 @@ def _kind_keys() -> tuple[str, ...]:
     return tuple(dict.fromkeys(k for t in JOB_TABLES.values() for k in t.keys))
 
 
-def _kind_fields(p: Problems, data: Mapping[str, Any], own: JobTable,
-                 tables: Mapping[str, Mapping[str, Any] | None], job_dir: Path) -> dict[str, Any]:
+def _kind_fields(
+    p: Problems,
+    data: Mapping[str, Any],
+    own: JobTable,
+    tables: Mapping[str, Mapping[str, Any] | None],
+    job_dir: Path,
+) -> dict[str, Any]:
     """The Job fields of the job's kind; other kinds' keys and sections are refused."""
     for key in _kind_keys():
         if key in data and key not in own.keys:
@@ -244,8 +288,12 @@ def _job_progress(p: Problems, table: Mapping[str, Any]) -> dict[str, Any] | Non
     (named in ``losses``, or called ``loss`` / ``loss_*``), tried before the built-in formats."""
     p.unknown("progress", table, _PROGRESS_KEYS)
     if "pattern" not in table:
-        p.add("progress", "pattern", "required: a regular expression with named groups, e.g. "
-                                     "pattern = 'it (?P<batch>\\d+)/(?P<batches>\\d+) L=(?P<loss>[\\d.]+)'")
+        p.add(
+            "progress",
+            "pattern",
+            "required: a regular expression with named groups, e.g. "
+            "pattern = 'it (?P<batch>\\d+)/(?P<batches>\\d+) L=(?P<loss>[\\d.]+)'",
+        )
         return None
     pattern = p.str_("progress", "pattern", table["pattern"], nonempty=True)
     losses = p.str_list("progress", "losses", table["losses"]) if "losses" in table else ()
@@ -283,9 +331,16 @@ def _job_alerts(p: Problems, table: Mapping[str, Any]) -> dict[str, tuple[str, .
         if key in table:
             value = table[key]
             if not isinstance(value, list) or not all(isinstance(v, str) and v.strip() for v in value):
-                p.add("alerts", key, "must be a list of non-empty strings"
-                      + (" (alert names from alerts.toml)" if key == "use" else
-                         " (apprise URLs, e.g. \"ntfys://ntfy.sh/my-topic\")"))
+                p.add(
+                    "alerts",
+                    key,
+                    "must be a list of non-empty strings"
+                    + (
+                        " (alert names from alerts.toml)"
+                        if key == "use"
+                        else ' (apprise URLs, e.g. "ntfys://ntfy.sh/my-topic")'
+                    ),
+                )
                 continue
             if key == "urls" and (bad := [i for i, v in enumerate(value) if "://" not in v]):
                 p.add("alerts", key, f"item {bad[0] + 1} is not a URL (SCHEME://...)")
@@ -305,9 +360,12 @@ def _job_alerts(p: Problems, table: Mapping[str, Any]) -> dict[str, tuple[str, .
 def _job_host(p: Problems, table: Mapping[str, Any]) -> dict[str, str]:
     p.unknown("host", table, _HOST_KEYS)
     if "destination" not in table:
-        p.add("host", "destination", "required: an ssh destination, e.g. destination = \"user@gpu-box\"")
-    return {k: v for k in _HOST_KEYS if k in table
-            and (v := p.str_("host", k, table[k], nonempty=True)) is not None}
+        p.add("host", "destination", 'required: an ssh destination, e.g. destination = "user@gpu-box"')
+    return {
+        k: v
+        for k in _HOST_KEYS
+        if k in table and (v := p.str_("host", k, table[k], nonempty=True)) is not None
+    }
 
 
 def job_problems(text: str, path: str | os.PathLike[str]) -> list[ConfigError]:

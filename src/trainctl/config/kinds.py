@@ -4,6 +4,7 @@ A job file's ``kind`` picks one entry; :func:`~.job.load_job` checks the shared 
 itself and hands the rest to the entry.  A new runner kind is one more entry here (and its
 runner, which reads the :class:`~.job.Job` it gets).
 """
+
 from __future__ import annotations
 
 import math
@@ -19,7 +20,7 @@ from trainctl.config.preset import check_train_value
 from trainctl.config.validation import Problems, show
 
 _RESUME_FIELDS = ("checkpoint",)
-CHECKPOINT_EVERY_S = 600.0   # default of ``checkpoint_every``: a mid-epoch save every 10 minutes
+CHECKPOINT_EVERY_S = 600.0  # default of ``checkpoint_every``: a mid-epoch save every 10 minutes
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 
 
@@ -45,21 +46,29 @@ class JobTable:
     hints: Mapping[str, str] = field(default_factory=dict)
 
 
-def _ultralytics(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
-                 job_dir: Path) -> dict[str, Any]:
+def _ultralytics(
+    p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None, job_dir: Path
+) -> dict[str, Any]:
     """``[ultralytics]``: the arguments of ``YOLO(model).train(...)``."""
     if "ultralytics" not in data:
-        p.add("ultralytics", None, "required for kind = \"ultralytics\": a section with "
-                                   "model = \"...\" and data = \"...\"")
-    every = _checkpoint_every(p, data["checkpoint_every"]) if "checkpoint_every" in data else CHECKPOINT_EVERY_S
-    return {"settings": _ultralytics_table(p, table, job_dir) if table is not None else {},
-            "checkpoint_every": CHECKPOINT_EVERY_S if every is None else every}
+        p.add(
+            "ultralytics",
+            None,
+            'required for kind = "ultralytics": a section with model = "..." and data = "..."',
+        )
+    every = (
+        _checkpoint_every(p, data["checkpoint_every"]) if "checkpoint_every" in data else CHECKPOINT_EVERY_S
+    )
+    return {
+        "settings": _ultralytics_table(p, table, job_dir) if table is not None else {},
+        "checkpoint_every": CHECKPOINT_EVERY_S if every is None else every,
+    }
 
 
 def _checkpoint_every(p: Problems, value: Any) -> float | None:
     """``checkpoint_every``: seconds between mid-epoch saves, a number or "90s" / "10m" /
     "1h"; 0 turns them off."""
-    allowed = "seconds (a number >= 0, 0 = off) or a string such as \"15s\", \"10m\", \"1h\""
+    allowed = 'seconds (a number >= 0, 0 = off) or a string such as "15s", "10m", "1h"'
     seconds: float | None = None
     if type(value) in (int, float):
         seconds = float(value)
@@ -87,8 +96,9 @@ def _ultralytics_table(p: Problems, table: Mapping[str, Any], job_dir: Path) -> 
                 value = _resolve_job_path(key, value, job_dir)
         elif key == "device":
             if type(value) is not int and not isinstance(value, str):
-                p.add(sec, key, f"must be a string or an integer, e.g. \"0\", \"0,1\" or \"cpu\" "
-                                f"(got {show(value)})")
+                p.add(
+                    sec, key, f'must be a string or an integer, e.g. "0", "0,1" or "cpu" (got {show(value)})'
+                )
                 value = None
         elif key == "workers":
             p.add(sec, key, "not allowed here: set DataLoader workers in the preset's [dataloader] workers")
@@ -115,15 +125,16 @@ def _resolve_job_path(key: str, value: str, job_dir: Path) -> str:
     return value
 
 
-def _command(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
-             job_dir: Path) -> dict[str, Any]:
+def _command(
+    p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None, job_dir: Path
+) -> dict[str, Any]:
     """``command`` (required) and ``resume_args``: any program, resumed by its arguments."""
     command = _command_argv(p, data)
     resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
     out: dict[str, Any] = {"command": command, "resume_args": resume_args}
-    if "instrument" in data:   # false: no zero-code integration in a Python command
+    if "instrument" in data:  # false: no zero-code integration in a Python command
         out["instrument"] = p.bool_(None, "instrument", data["instrument"]) is not False
-    if "checkpoint_every" in data:   # an integration's mid-epoch saves (Ultralytics)
+    if "checkpoint_every" in data:  # an integration's mid-epoch saves (Ultralytics)
         every = _checkpoint_every(p, data["checkpoint_every"])
         out["checkpoint_every"] = CHECKPOINT_EVERY_S if every is None else every
     return out
@@ -133,7 +144,7 @@ def _command_argv(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
     """``command`` of a kind = "command" job: a non-empty list of strings."""
     example = 'e.g. command = ["python", "train.py"]'
     if "command" not in data:
-        p.add(None, "command", f"required for kind = \"command\": a list of strings, {example}")
+        p.add(None, "command", f'required for kind = "command": a list of strings, {example}')
         return ()
     value = data["command"]
     if isinstance(value, str):
@@ -155,8 +166,12 @@ def _resume_args(p: Problems, value: Any) -> tuple[str, ...]:
     for arg in args:
         fields = _placeholders(arg)
         if fields is None or any(f not in _RESUME_FIELDS for f in fields):
-            p.add(None, "resume_args", "the only placeholder allowed is {checkpoint} "
-                                       f"(write {{{{ and }}}} for braces) (got {show(arg)})")
+            p.add(
+                None,
+                "resume_args",
+                "the only placeholder allowed is {checkpoint} "
+                f"(write {{{{ and }}}} for braces) (got {show(arg)})",
+            )
             return ()
     return args
 
@@ -168,12 +183,22 @@ def _placeholders(arg: str) -> list[str] | None:
         return None
 
 
-_TORCHRUN_KEYS = ("script", "args", "python", "nproc_per_node", "nnodes", "node_rank",
-                  "rdzv_backend", "rdzv_endpoint", "rdzv_id")
+_TORCHRUN_KEYS = (
+    "script",
+    "args",
+    "python",
+    "nproc_per_node",
+    "nnodes",
+    "node_rank",
+    "rdzv_backend",
+    "rdzv_endpoint",
+    "rdzv_id",
+)
 
 
-def _torchrun(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None,
-              job_dir: Path) -> dict[str, Any]:
+def _torchrun(
+    p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | None, job_dir: Path
+) -> dict[str, Any]:
     """``[torchrun]``: the script and its ``args``, ``nproc_per_node``, ``nnodes``,
     ``node_rank`` (this node's; ``trainctl run --node-rank`` overrides it), the rendezvous
     (``rdzv_backend``, ``rdzv_endpoint``: required for several nodes, ``rdzv_id``) and the
@@ -181,13 +206,22 @@ def _torchrun(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | N
     resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
     if table is None:
         if "torchrun" not in data:
-            p.add("torchrun", None, 'required for kind = "torchrun": a section with '
-                                    'script = "train.py" and nproc_per_node = N')
+            p.add(
+                "torchrun",
+                None,
+                'required for kind = "torchrun": a section with script = "train.py" and nproc_per_node = N',
+            )
         return {"resume_args": resume_args}
     sec = "torchrun"
     p.unknown(sec, table, _TORCHRUN_KEYS)
-    out: dict[str, Any] = {"python": "python", "args": [], "nproc_per_node": 1, "nnodes": 1,
-                           "node_rank": 0, "rdzv_backend": "c10d"}
+    out: dict[str, Any] = {
+        "python": "python",
+        "args": [],
+        "nproc_per_node": 1,
+        "nnodes": 1,
+        "node_rank": 0,
+        "rdzv_backend": "c10d",
+    }
     if "script" not in table:
         p.add(sec, "script", 'required: the training script, e.g. script = "train.py"')
     for key, value in table.items():
@@ -205,8 +239,12 @@ def _torchrun(p: Problems, data: Mapping[str, Any], table: Mapping[str, Any] | N
     if out["node_rank"] >= out["nnodes"]:
         p.add(sec, "node_rank", f"must be below nnodes ({out['nnodes']}) (got {out['node_rank']})")
     if out["nnodes"] > 1 and "rdzv_endpoint" not in out:
-        p.add(sec, "rdzv_endpoint", "required when nnodes > 1: the rendezvous host:port every "
-                                    'node reaches, e.g. rdzv_endpoint = "10.0.0.1:29400"')
+        p.add(
+            sec,
+            "rdzv_endpoint",
+            "required when nnodes > 1: the rendezvous host:port every "
+            'node reaches, e.g. rdzv_endpoint = "10.0.0.1:29400"',
+        )
     ready = "script" in out and (out["nnodes"] == 1 or "rdzv_endpoint" in out)
     command = torchrun_command(out) if ready else ()
     return {"command": command, "resume_args": resume_args, "settings": out}
@@ -216,23 +254,46 @@ def torchrun_command(settings: Mapping[str, Any], node_rank: int | None = None) 
     """The torchrun command line of a ``[torchrun]`` table (``node_rank`` overrides its own).
     One node without an endpoint: ``--standalone``."""
     rank = settings.get("node_rank", 0) if node_rank is None else node_rank
-    argv = [settings.get("python", "python"), "-m", "torch.distributed.run",
-            "--nproc-per-node", str(settings.get("nproc_per_node", 1)),
-            "--nnodes", str(settings.get("nnodes", 1))]
+    argv = [
+        settings.get("python", "python"),
+        "-m",
+        "torch.distributed.run",
+        "--nproc-per-node",
+        str(settings.get("nproc_per_node", 1)),
+        "--nnodes",
+        str(settings.get("nnodes", 1)),
+    ]
     if settings.get("nnodes", 1) == 1 and not settings.get("rdzv_endpoint"):
         argv.append("--standalone")
     else:
-        argv += ["--node-rank", str(rank), "--rdzv-backend", settings.get("rdzv_backend", "c10d"),
-                 "--rdzv-endpoint", settings["rdzv_endpoint"],
-                 "--rdzv-id", settings.get("rdzv_id") or "trainctl"]
+        argv += [
+            "--node-rank",
+            str(rank),
+            "--rdzv-backend",
+            settings.get("rdzv_backend", "c10d"),
+            "--rdzv-endpoint",
+            settings["rdzv_endpoint"],
+            "--rdzv-id",
+            settings.get("rdzv_id") or "trainctl",
+        ]
     return (*argv, settings["script"], *settings.get("args", ()))
 
 
 JOB_TABLES: dict[str, JobTable] = {
-    "ultralytics": JobTable(_ultralytics, keys=("checkpoint_every",), section="ultralytics",
-                            hints={"command": "; use [ultralytics] model and data",
-                                   "resume_args": " (Ultralytics runs resume natively)"}),
+    "ultralytics": JobTable(
+        _ultralytics,
+        keys=("checkpoint_every",),
+        section="ultralytics",
+        hints={
+            "command": "; use [ultralytics] model and data",
+            "resume_args": " (Ultralytics runs resume natively)",
+        },
+    ),
     "command": JobTable(_command, keys=("command", "resume_args", "instrument", "checkpoint_every")),
-    "torchrun": JobTable(_torchrun, keys=("resume_args",), section="torchrun",
-                         hints={"command": "; use [torchrun] script and args"}),
+    "torchrun": JobTable(
+        _torchrun,
+        keys=("resume_args",),
+        section="torchrun",
+        hints={"command": "; use [torchrun] script and args"},
+    ),
 }

@@ -4,6 +4,7 @@ A preset (``presets/A.toml``) has ``description``, ``expected_rate``, ``args`` a
 sections ``[dataloader]``, ``[threads]``, ``[train]`` and ``[env]``.  :class:`Preset`
 gives the trainer's environment (:meth:`Preset.child_env`) and DataLoader arguments.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,13 @@ from trainctl.config.validation import ConfigError, Problems, parse_toml, show
 MP_CONTEXTS = ("fork", "spawn", "forkserver")
 SHARING_STRATEGIES = ("file_descriptor", "file_system")
 
-_DATALOADER_KEYS = ("workers", "persistent_workers", "prefetch_factor",
-                    "multiprocessing_context", "sharing_strategy")
+_DATALOADER_KEYS = (
+    "workers",
+    "persistent_workers",
+    "prefetch_factor",
+    "multiprocessing_context",
+    "sharing_strategy",
+)
 _THREADS_KEYS = ("omp_num_threads", "torch_num_threads")
 _PRESET_SECTIONS = ("dataloader", "threads", "train", "env")
 _PRESET_KEYS = ("description", "expected_rate", "args")
@@ -97,9 +103,11 @@ class Preset:
         if dl.workers is not None:
             kwargs["num_workers"] = dl.workers
         if dl.workers:
-            optional = {"persistent_workers": dl.persistent_workers,
-                        "prefetch_factor": dl.prefetch_factor,
-                        "multiprocessing_context": dl.multiprocessing_context}
+            optional = {
+                "persistent_workers": dl.persistent_workers,
+                "prefetch_factor": dl.prefetch_factor,
+                "multiprocessing_context": dl.multiprocessing_context,
+            }
             kwargs.update({k: v for k, v in optional.items() if v is not None})
         return kwargs
 
@@ -115,14 +123,19 @@ def check_train_value(p: Problems, sec: str, key: str, value: Any) -> Any:
         ok = type(value) is int and (value >= 1 or value == -1)
         ok = ok or (type(value) is float and 0 < value < 1)
         if not ok:
-            p.add(sec, key, "must be an integer >= 1, -1 (auto), or a fraction of GPU memory "
-                            f"between 0 and 1 (got {show(value)})")
+            p.add(
+                sec,
+                key,
+                "must be an integer >= 1, -1 (auto), or a fraction of GPU memory "
+                f"between 0 and 1 (got {show(value)})",
+            )
             return None
         return value
     if key in ("epochs", "imgsz"):
         return p.int_(sec, key, value, 1)
     if isinstance(value, bool | int | float | str) and not (
-            isinstance(value, float) and not math.isfinite(value)):
+        isinstance(value, float) and not math.isfinite(value)
+    ):
         return value
     p.add(sec, key, f"must be a string, number or boolean (got {show(value)})")
     return None
@@ -145,12 +158,13 @@ def _preset_dataloader(p: Problems, table: Mapping[str, Any]) -> DataLoaderCfg:
     if cfg.workers or ("workers" in table and cfg.workers is None):
         return cfg  # workers > 0, or a bad workers value already reported
     have = "workers is not set" if cfg.workers is None else f"got workers = {cfg.workers}"
-    worker_only = {"persistent_workers": cfg.persistent_workers is True,
-                   "prefetch_factor": cfg.prefetch_factor is not None,
-                   "multiprocessing_context": cfg.multiprocessing_context is not None}
+    worker_only = {
+        "persistent_workers": cfg.persistent_workers is True,
+        "prefetch_factor": cfg.prefetch_factor is not None,
+        "multiprocessing_context": cfg.multiprocessing_context is not None,
+    }
     for key in (k for k, is_set in worker_only.items() if is_set):
-        p.add(sec, key, f"only allowed with [dataloader] workers > 0 ({have}); "
-                        "remove it or set workers >= 1")
+        p.add(sec, key, f"only allowed with [dataloader] workers > 0 ({have}); remove it or set workers >= 1")
     return cfg
 
 
@@ -165,20 +179,25 @@ def _string_table(p: Problems, sec: str, table: Mapping[str, Any]) -> dict[str, 
     env: dict[str, str] = {}
     for name, value in table.items():
         if not _ENV_NAME.match(name):
-            p.add(sec, name, "not a valid environment variable name: letters, digits and _, "
-                             "not starting with a digit")
+            p.add(
+                sec,
+                name,
+                "not a valid environment variable name: letters, digits and _, not starting with a digit",
+            )
         elif name.startswith("TRAINCTL_"):
             p.add(sec, name, "names starting with TRAINCTL_ are set by trainctl; choose another name")
         elif not isinstance(value, str):
-            p.add(sec, name, f"must be a string: quote it, {name} = {json.dumps(show(value))} "
-                             f"(got {show(value)})")
+            p.add(
+                sec,
+                name,
+                f"must be a string: quote it, {name} = {json.dumps(show(value))} (got {show(value)})",
+            )
         else:
             env[name] = value
     return env
 
 
-def _validate_preset(data: Mapping[str, Any], p: Problems, name: str,
-                     path: Path | None) -> Preset:
+def _validate_preset(data: Mapping[str, Any], p: Problems, name: str, path: Path | None) -> Preset:
     p.unknown(None, data, _PRESET_KEYS, _PRESET_SECTIONS)
     p.controls(data)
     tables = {sec: p.table(sec, data[sec]) for sec in _PRESET_SECTIONS if sec in data}
@@ -189,11 +208,23 @@ def _validate_preset(data: Mapping[str, Any], p: Problems, name: str,
     if "OMP_NUM_THREADS" in env and threads.omp_num_threads is not None:
         p.add("env", "OMP_NUM_THREADS", "also set by [threads] omp_num_threads; keep only one")
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
-    rate = p.number(None, "expected_rate", data["expected_rate"], positive=True) \
-        if "expected_rate" in data else None
+    rate = (
+        p.number(None, "expected_rate", data["expected_rate"], positive=True)
+        if "expected_rate" in data
+        else None
+    )
     args = p.str_list(None, "args", data["args"]) if "args" in data else ()
-    return Preset(name=name, path=path, description=description or "", dataloader=dataloader,
-                  threads=threads, train=train, env=env, args=args or (), expected_rate=rate)
+    return Preset(
+        name=name,
+        path=path,
+        description=description or "",
+        dataloader=dataloader,
+        threads=threads,
+        train=train,
+        env=env,
+        args=args or (),
+        expected_rate=rate,
+    )
 
 
 def preset_problems(text: str | Mapping[str, Any], file: str | os.PathLike[str]) -> list[ConfigError]:

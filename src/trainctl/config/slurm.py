@@ -3,6 +3,7 @@
 The keys become sbatch options (``src/trainctl/hosts/slurm/queue.py`` builds the argv); trainctl adds its own
 (``--signal``, ``--dependency``, ``--output``, ...), which ``options`` may not set.
 """
+
 from __future__ import annotations
 
 import re
@@ -14,9 +15,29 @@ from trainctl.config.validation import Problems, show
 SLURM_KEYS = ("partition", "time", "nodes", "gpus", "gres", "cpus", "mem", "warn", "options", "setup")
 
 #: sbatch options trainctl sets itself; ``[slurm] options`` may not name them.
-OWN_OPTIONS = ("--signal", "--dependency", "-d", "--output", "-o", "--error", "-e", "--job-name",
-               "-J", "--parsable", "--chdir", "-D", "--wrap", "--array", "-a", "--open-mode",
-               "--requeue", "--no-requeue", "--kill-on-invalid-dep", "--wait", "-W")
+OWN_OPTIONS = (
+    "--signal",
+    "--dependency",
+    "-d",
+    "--output",
+    "-o",
+    "--error",
+    "-e",
+    "--job-name",
+    "-J",
+    "--parsable",
+    "--chdir",
+    "-D",
+    "--wrap",
+    "--array",
+    "-a",
+    "--open-mode",
+    "--requeue",
+    "--no-requeue",
+    "--kill-on-invalid-dep",
+    "--wait",
+    "-W",
+)
 
 _TIME = re.compile(r"(?:(?P<d>\d+)-)?(?P<rest>\d+(?::\d+){0,2})\Z")
 
@@ -37,10 +58,11 @@ def slurm_time_s(value: str | int) -> int | None:
         return None
     m = _TIME.match(text)
     if not m:
-        raise ValueError("a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS "
-                         f"(got {show(value)})")
+        raise ValueError(
+            f"a Slurm time: MM, MM:SS, HH:MM:SS, D-HH, D-HH:MM or D-HH:MM:SS (got {show(value)})"
+        )
     parts = [int(x) for x in m["rest"].split(":")]
-    if m["d"] is not None:          # days-hours[:minutes[:seconds]]
+    if m["d"] is not None:  # days-hours[:minutes[:seconds]]
         parts += [0] * (3 - len(parts))
         h, mi, s = parts
         total = int(m["d"]) * 86400 + h * 3600 + mi * 60 + s
@@ -59,19 +81,28 @@ def slurm_time_s(value: str | int) -> int | None:
 NODE_KEYS = ("nnodes", "node_rank", "rdzv_backend", "rdzv_endpoint", "rdzv_id")
 
 
-def slurm_nodes_problems(p: Problems, slurm: Mapping[str, Any], kind: str | None,
-                         torchrun: Mapping[str, Any] | None) -> None:
+def slurm_nodes_problems(
+    p: Problems, slurm: Mapping[str, Any], kind: str | None, torchrun: Mapping[str, Any] | None
+) -> None:
     """``nodes > 1`` runs one agent per node, each a torchrun node of the job's rendezvous:
     only a ``kind = "torchrun"`` job, whose nodes and rendezvous trainctl sets itself."""
     nodes = slurm.get("nodes", 1)
     if nodes > 1 and kind != "torchrun":
-        p.add("slurm", "nodes", f'{nodes} nodes run one torchrun node each: only for kind = '
-                                '"torchrun" (a command or Ultralytics job runs on one node)')
+        p.add(
+            "slurm",
+            "nodes",
+            f"{nodes} nodes run one torchrun node each: only for kind = "
+            '"torchrun" (a command or Ultralytics job runs on one node)',
+        )
     for key in NODE_KEYS if nodes > 1 else ("nnodes",):
         value = (torchrun or {}).get(key)
         if value is not None and (nodes > 1 or value != 1):
-            p.add("torchrun", key, "set by trainctl on Slurm (the nodes come from [slurm] nodes, "
-                                   "the rendezvous from the allocation); remove it")
+            p.add(
+                "torchrun",
+                key,
+                "set by trainctl on Slurm (the nodes come from [slurm] nodes, "
+                "the rendezvous from the allocation); remove it",
+            )
 
 
 def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
@@ -89,7 +120,11 @@ def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
     if "time" in table:
         value = table["time"]
         if not isinstance(value, (str, int)) or isinstance(value, bool):
-            p.add("slurm", "time", f"a Slurm time such as \"1:00:00\" or minutes as an integer (got {show(value)})")
+            p.add(
+                "slurm",
+                "time",
+                f'a Slurm time such as "1:00:00" or minutes as an integer (got {show(value)})',
+            )
         else:
             try:
                 slurm_time_s(value)
@@ -107,7 +142,7 @@ def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
         elif isinstance(g, str) and re.fullmatch(r"[A-Za-z0-9_.-]+(:\d+)?", g.strip() or "!"):
             out["gpus"] = g.strip()
         else:
-            p.add("slurm", "gpus", f"an integer >= 1 or TYPE:COUNT such as \"a100:2\" (got {show(g)})")
+            p.add("slurm", "gpus", f'an integer >= 1 or TYPE:COUNT such as "a100:2" (got {show(g)})')
     if "gpus" in out and "gres" in out:
         p.add("slurm", "gres", "give gpus or gres, not both")
     if "warn" in table and (w := p.number("slurm", "warn", table["warn"], positive=True)) is not None:
@@ -119,13 +154,21 @@ def job_slurm(p: Problems, table: Mapping[str, Any]) -> dict[str, Any]:
         own = [o for o in opts if o.split("=", 1)[0] in OWN_OPTIONS]
         nodes = [o for o in opts if o.split("=", 1)[0] in ("--nodes", "-N") or re.match(r"-N\d", o)]
         if nodes:
-            p.add("slurm", "options", f"{show(nodes[0])}: give nodes = N instead (several nodes "
-                                      "run one agent each, for a torchrun job)")
+            p.add(
+                "slurm",
+                "options",
+                f"{show(nodes[0])}: give nodes = N instead (several nodes "
+                "run one agent each, for a torchrun job)",
+            )
         elif own:
-            p.add("slurm", "options", f"{show(own[0])} is set by trainctl itself (it needs it to "
-                                      "follow and continue the run); remove it")
+            p.add(
+                "slurm",
+                "options",
+                f"{show(own[0])} is set by trainctl itself (it needs it to "
+                "follow and continue the run); remove it",
+            )
         elif any(not o.startswith("-") for o in opts):
-            p.add("slurm", "options", "each item must be one sbatch option such as \"--qos=high\"")
+            p.add("slurm", "options", 'each item must be one sbatch option such as "--qos=high"')
         else:
             out["options"] = list(opts)
     return out

@@ -3,6 +3,7 @@
 Read with :mod:`tomllib`; edited with :mod:`tomlkit` so comments and order survive;
 written atomically, and only after validation.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -98,8 +99,9 @@ def load_preset(ref: str | os.PathLike[str], search_dirs: Sequence[Path] | None 
         if path is None:
             names = ", ".join(p.stem for p in list_presets(search_dirs)) or "none"
             where = ", ".join(str(d) for d in preset_search_dirs(search_dirs))
-            raise ConfigError("", "preset", f"no preset named {show(ref)}; available: {names} "
-                                            f"(looked in {where})")
+            raise ConfigError(
+                "", "preset", f"no preset named {show(ref)}; available: {names} (looked in {where})"
+            )
     return preset_from_text(read_text(path, str(path)), path)
 
 
@@ -172,14 +174,20 @@ def update_preset_values(path: str | os.PathLike[str], changes: Mapping[str, Any
 
 def diff_text(old: str, new: str, path: str | os.PathLike[str]) -> str:
     """A unified diff from the saved ``old`` text to the edited ``new`` text."""
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True),
-                                 fromfile=f"{path} (saved)", tofile=f"{path} (edited)")
-    return "".join(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n"
-                   for line in lines)
+    lines = difflib.unified_diff(
+        old.splitlines(keepends=True),
+        new.splitlines(keepends=True),
+        fromfile=f"{path} (saved)",
+        tofile=f"{path} (edited)",
+    )
+    return "".join(
+        line if line.endswith("\n") else line + "\n\\ No newline at end of file\n" for line in lines
+    )
 
 
-def new_preset_from(src_path: str | os.PathLike[str], new_path: str | os.PathLike[str],
-                    name: str | None = None) -> Preset:
+def new_preset_from(
+    src_path: str | os.PathLike[str], new_path: str | os.PathLike[str], name: str | None = None
+) -> Preset:
     """Copy a preset, comments and all, to a new file; never overwrites.
 
     ``new_path`` is the new file, or an existing directory to hold ``<name>.toml``.
@@ -188,8 +196,11 @@ def new_preset_from(src_path: str | os.PathLike[str], new_path: str | os.PathLik
     src, dest = Path(src_path), Path(new_path)
     if dest.is_dir():
         if not name or not SAFE_NAME.match(name):
-            raise ConfigError(str(dest), "name", "a new preset needs a name of letters, digits, "
-                                                 f"'.', '_' or '-' (got {show(name)})")
+            raise ConfigError(
+                str(dest),
+                "name",
+                f"a new preset needs a name of letters, digits, '.', '_' or '-' (got {show(name)})",
+            )
         dest = dest / f"{name}.toml"
     if dest.exists():
         raise ConfigError(str(dest), "", "already exists; choose another name")
@@ -197,4 +208,3 @@ def new_preset_from(src_path: str | os.PathLike[str], new_path: str | os.PathLik
     preset_from_text(text, src)
     header = f"# Copied from {src.name}.\n"
     return save_preset_text(dest, header + text)
-

@@ -8,6 +8,7 @@ Every problem names the file, the key and what is allowed::
 checkers (``int_``, ``number``, ``bool_``, ``str_``, ``choice``, ``str_list``, ``table``,
 ``unknown``) return the value, or None after recording what is wrong.
 """
+
 from __future__ import annotations
 
 import difflib
@@ -32,8 +33,7 @@ class ConfigError(Exception):
     problems were found, ``problems`` holds them all and ``str()`` lists one per line.
     """
 
-    def __init__(self, file: str | os.PathLike[str], key: str, message: str,
-                 line: int | None = None) -> None:
+    def __init__(self, file: str | os.PathLike[str], key: str, message: str, line: int | None = None) -> None:
         super().__init__(str(file), key, message)
         self.file = str(file)
         self.key = key
@@ -109,8 +109,9 @@ class Problems:
 
     def add(self, section: str | None, key: str | None, message: str) -> None:
         line = _find_line(self.text, section, key)
-        section, key = (_UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], x) if x else x
-                        for x in (section, key))   # a message never carries a control character
+        section, key = (
+            _UNPRINTABLE.sub(lambda m: repr(m.group())[1:-1], x) if x else x for x in (section, key)
+        )  # a message never carries a control character
         self.items.append(ConfigError(self.file, _label(section, key), message, line))
 
     def sorted(self) -> list[ConfigError]:
@@ -127,8 +128,11 @@ class Problems:
         a terminal obeys escapes."""
         if isinstance(data, Mapping):
             for k, v in data.items():
-                here_sec, here_key = (k, None) if sec is None and isinstance(v, Mapping) else \
-                    (sec, k if key is None else f"{key}.{k}")
+                here_sec, here_key = (
+                    (k, None)
+                    if sec is None and isinstance(v, Mapping)
+                    else (sec, k if key is None else f"{key}.{k}")
+                )
                 bad = _control_char(str(k))
                 if bad:
                     self.add(sec, str(k), f"the name holds a control character ({bad})")
@@ -180,12 +184,13 @@ class Problems:
 
     def str_list(self, sec: str | None, key: str, value: Any) -> tuple[str, ...] | None:
         if not isinstance(value, list):
-            self.add(sec, key, f"must be a list of strings, e.g. [\"--flag\", \"value\"] (got {show(value)})")
+            self.add(sec, key, f'must be a list of strings, e.g. ["--flag", "value"] (got {show(value)})')
             return None
         bad = [i for i, item in enumerate(value) if not isinstance(item, str)]
         if bad:
-            self.add(sec, key, f"must be a list of strings (item {bad[0] + 1} is {show(value[bad[0]])}; "
-                                "quote it)")
+            self.add(
+                sec, key, f"must be a list of strings (item {bad[0] + 1} is {show(value[bad[0]])}; quote it)"
+            )
             return None
         return tuple(value)
 
@@ -195,8 +200,9 @@ class Problems:
             return None
         return value
 
-    def unknown(self, sec: str | None, data: Mapping[str, Any], keys: Sequence[str],
-                sections: Sequence[str] = ()) -> None:
+    def unknown(
+        self, sec: str | None, data: Mapping[str, Any], keys: Sequence[str], sections: Sequence[str] = ()
+    ) -> None:
         for name, value in data.items():
             if name in keys or name in sections:
                 continue
@@ -215,7 +221,7 @@ class Problems:
 _CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u2028\u2029]")
 """Control characters (NUL, ESC, CR, C1...): a tab and a newline are text (a multi-line
 description or environment value is passed on literally)."""
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")   # escaped in a message
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")  # escaped in a message
 
 
 def _control_char(text: str) -> str | None:
@@ -244,4 +250,3 @@ def read_text(path: Path, file: str) -> str:
         raise ConfigError(file, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:
         raise ConfigError(file, "", f"cannot read: {exc.strerror}") from None
-

@@ -5,6 +5,7 @@ Pure data: a command's name, the arguments it takes, whether `trainctl ctl` offe
 one-line help.  The agent refuses a name that is not here; a test checks that every name
 here has a handler in the agent and that nothing else lists them.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -15,26 +16,34 @@ from typing import Any
 class CommandSpec:
     name: str
     help: str
-    args: dict[str, type] = field(default_factory=dict)   # name -> the JSON type expected
-    ctl: bool = True          # offered by `trainctl ctl`
-    ends_attempt: bool = False   # kills the running trainer
+    args: dict[str, type] = field(default_factory=dict)  # name -> the JSON type expected
+    ctl: bool = True  # offered by `trainctl ctl`
+    ends_attempt: bool = False  # kills the running trainer
 
 
-COMMANDS: dict[str, CommandSpec] = {c.name: c for c in (
-    CommandSpec("status", "the run's state, phase, preset and projection"),
-    CommandSpec("restart", "kill the trainer and resume with the same preset", ends_attempt=True),
-    CommandSpec("fallback", "kill the trainer and resume with the fallback preset", ends_attempt=True),
-    CommandSpec("switch_preset", "kill the trainer and resume with --preset NAME",
-                {"preset": str}, ends_attempt=True),
-    CommandSpec("stop", "kill the trainer; no restart (the run ends STOPPED)", ends_attempt=True),
-    CommandSpec("dump_stacks", "py-spy dump of the trainer and its workers (a snapshot)"),
-    CommandSpec("auto_recover", "turn automatic restarts on or off (--on/--off)", {"on": bool}),
-    CommandSpec("list_presets", "the presets this run may use"),
-    CommandSpec("read_preset", "a preset's text", {"name": str}, ctl=False),
-    CommandSpec("write_preset", "replace a preset's text (validated first)",
-                {"name": str, "text": str}, ctl=False),
-    CommandSpec("set_next_preset", "the preset the next restart uses", {"name": str}, ctl=False),
-)}
+COMMANDS: dict[str, CommandSpec] = {
+    c.name: c
+    for c in (
+        CommandSpec("status", "the run's state, phase, preset and projection"),
+        CommandSpec("restart", "kill the trainer and resume with the same preset", ends_attempt=True),
+        CommandSpec("fallback", "kill the trainer and resume with the fallback preset", ends_attempt=True),
+        CommandSpec(
+            "switch_preset",
+            "kill the trainer and resume with --preset NAME",
+            {"preset": str},
+            ends_attempt=True,
+        ),
+        CommandSpec("stop", "kill the trainer; no restart (the run ends STOPPED)", ends_attempt=True),
+        CommandSpec("dump_stacks", "py-spy dump of the trainer and its workers (a snapshot)"),
+        CommandSpec("auto_recover", "turn automatic restarts on or off (--on/--off)", {"on": bool}),
+        CommandSpec("list_presets", "the presets this run may use"),
+        CommandSpec("read_preset", "a preset's text", {"name": str}, ctl=False),
+        CommandSpec(
+            "write_preset", "replace a preset's text (validated first)", {"name": str, "text": str}, ctl=False
+        ),
+        CommandSpec("set_next_preset", "the preset the next restart uses", {"name": str}, ctl=False),
+    )
+}
 
 CTL_COMMANDS: tuple[str, ...] = tuple(name for name, spec in COMMANDS.items() if spec.ctl)
 

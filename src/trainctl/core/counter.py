@@ -4,6 +4,7 @@ line no known format claimed: one clear ``N/M`` with a sign of training next to 
 Like every pattern of the parser these run on every line the trainer prints: each takes
 time linear in the line's length (possessive repetitions; see :mod:`trainctl.core.parse`).
 """
+
 from __future__ import annotations
 
 import re
@@ -14,11 +15,13 @@ from typing import cast
 # parts), a path or a version (a letter, dot or slash against it), a quantity (a unit after
 # it), a count of things that are not batches (a noun after it: "1/2 nodes", "3/10 kernels"),
 # or a ratio or an identifier (a word before it: accuracy, rank, GPU, ...).
-_GENERIC = re.compile(r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|%|(?i:"
-                      r"files?|images?|imgs|samples?|tokens?|items?|nodes?|workers?|ranks?|"
-                      r"shards?|kernels?|configs?|configurations?|trials?|folds?|attempts?|"
-                      r"requests?|retries|tries|gpus?|devices?|processes|jobs?|tasks?|tests?|"
-                      r"chunks?|parts?))\b)")
+_GENERIC = re.compile(
+    r"(?<![\w./:-])(\d++) ?/ ?(\d++)(?![\w./:-]|\s*+(?:[kKMGT]i?B|bytes|%|(?i:"
+    r"files?|images?|imgs|samples?|tokens?|items?|nodes?|workers?|ranks?|"
+    r"shards?|kernels?|configs?|configurations?|trials?|folds?|attempts?|"
+    r"requests?|retries|tries|gpus?|devices?|processes|jobs?|tasks?|tests?|"
+    r"chunks?|parts?))\b)"
+)
 # A rate anywhere in the line.  A clock is no sign by itself (nearly every log line starts
 # with a time of day): only an elapsed/ETA clock right after the counter is (_NEAR_CLOCK).
 _GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?)/s|s/it)\b", re.I)
@@ -26,22 +29,93 @@ _GENERIC_SIGN = re.compile(r"\b(?:\d++(?:\.\d++)?\s*+(?:it|s|steps?|batch(?:es)?
 # labelled "ETA 00:41" / "elapsed: 0:12", or "00:12 elapsed" / "00:12 remaining".
 _NEAR_CLOCK = re.compile(
     r"[\s|,;]*+(?:\[\s*+\d++:\d\d(?::\d\d)?\s*+[<,\]]|(?:eta|elapsed|remaining|left)\b\W{0,3}\d++:\d\d"
-    r"|\d++:\d\d(?::\d\d)?\s*+(?:elapsed|remaining|left|eta)\b)", re.I)
+    r"|\d++:\d\d(?::\d\d)?\s*+(?:elapsed|remaining|left|eta)\b)",
+    re.I,
+)
 # A word just before the counter that makes it something else than a batch counter:
 # "epoch 1/10" is the epoch (the key=value reader had its say on it), the rest a ratio, an
 # identifier or a count of things.
-_RATIO_WORDS = frozenset({"epoch", "epochs",
-                          "acc", "accuracy", "correct", "top1", "top5", "top-1", "top-5", "hits",
-                          "score", "ratio", "matched", "match", "rank", "node", "nodes", "gpu",
-                          "gpus", "device", "cuda", "worker", "workers", "process", "proc", "shard",
-                          "shards", "split", "layer", "layers", "head", "heads", "file", "files",
-                          "on", "at", "since", "until", "date", "day",
-                          "of", "passed", "failed", "tests", "checkpoint", "loading", "loaded",
-                          "downloading", "downloaded", "scanning", "caching", "cached", "saving",
-                          "fold", "folds", "trial", "trials", "attempt", "attempts", "request",
-                          "requests", "retry", "retries", "try", "kernel", "kernels", "config",
-                          "configs", "util", "utilization", "usage", "mem", "memory", "job",
-                          "jobs", "task", "tasks"})
+_RATIO_WORDS = frozenset(
+    {
+        "epoch",
+        "epochs",
+        "acc",
+        "accuracy",
+        "correct",
+        "top1",
+        "top5",
+        "top-1",
+        "top-5",
+        "hits",
+        "score",
+        "ratio",
+        "matched",
+        "match",
+        "rank",
+        "node",
+        "nodes",
+        "gpu",
+        "gpus",
+        "device",
+        "cuda",
+        "worker",
+        "workers",
+        "process",
+        "proc",
+        "shard",
+        "shards",
+        "split",
+        "layer",
+        "layers",
+        "head",
+        "heads",
+        "file",
+        "files",
+        "on",
+        "at",
+        "since",
+        "until",
+        "date",
+        "day",
+        "of",
+        "passed",
+        "failed",
+        "tests",
+        "checkpoint",
+        "loading",
+        "loaded",
+        "downloading",
+        "downloaded",
+        "scanning",
+        "caching",
+        "cached",
+        "saving",
+        "fold",
+        "folds",
+        "trial",
+        "trials",
+        "attempt",
+        "attempts",
+        "request",
+        "requests",
+        "retry",
+        "retries",
+        "try",
+        "kernel",
+        "kernels",
+        "config",
+        "configs",
+        "util",
+        "utilization",
+        "usage",
+        "mem",
+        "memory",
+        "job",
+        "jobs",
+        "task",
+        "tasks",
+    }
+)
 
 
 def generic_counter(line: str, low: str) -> tuple[int, int, int] | None:
@@ -54,10 +128,10 @@ def generic_counter(line: str, low: str) -> tuple[int, int, int] | None:
     n, m = int(found[0][0]), int(found[0][1])
     if m < 2 or n > m:
         return None
-    at = cast(re.Match[str], _GENERIC.search(line))   # findall found it
-    before = low[:at.start()].replace(":", " ").replace("=", " ").split()
+    at = cast(re.Match[str], _GENERIC.search(line))  # findall found it
+    before = low[: at.start()].replace(":", " ").replace("=", " ").split()
     word = before[-1].strip("[(#|,-") if before else ""
-    if not word and len(before) > 1:   # "epoch # 1/10", "request | 2/5"
+    if not word and len(before) > 1:  # "epoch # 1/10", "request | 2/5"
         word = before[-2].strip("[(#|,-")
     if word in _RATIO_WORDS:
         return None

@@ -7,6 +7,7 @@ socket all use :func:`encode` / :func:`decode`.  A missing metric is ``None``.
 Journal events carry ``seq`` (their 0-based line number in the journal) once the
 journal has written them; ephemeral events (``tick``, ``log``) are never journaled.
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -38,7 +39,7 @@ class Start(Event):
     pid: int
     preset: str | None
     command: tuple[str, ...] = ()
-    slurm_job: str | None = None     # the Slurm job this attempt runs in
+    slurm_job: str | None = None  # the Slurm job this attempt runs in
 
 
 @dataclass(frozen=True)
@@ -80,7 +81,7 @@ def merged_progress(prev: Progress | None, new: Progress) -> Progress:
 
 
 @dataclass(frozen=True)
-class Warning(Event):  # noqa: A001 - the event's name in the contract
+class Warning(Event):
     type: ClassVar[str] = "warning"
     id: str
     severity: str
@@ -101,7 +102,7 @@ class Stall(Event):
     stacks: str | None = None
     threshold_s: float | None = None
     detail: str = ""
-    ranks: tuple[int, ...] = ()   # torchrun: the culprit ranks (absent in older journals)
+    ranks: tuple[int, ...] = ()  # torchrun: the culprit ranks (absent in older journals)
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ class Exit(Event):
     type: ClassVar[str] = "exit"
     returncode: int | None
     signal: str | None = None
-    exception: str | None = None        # the trainer's last exception line, from its output
-    traceback: tuple[str, ...] = ()     # the tail of that traceback (a few lines)
+    exception: str | None = None  # the trainer's last exception line, from its output
+    traceback: tuple[str, ...] = ()  # the tail of that traceback (a few lines)
 
 
 @dataclass(frozen=True)
@@ -137,13 +138,13 @@ class Projection(Event):
     budget: float | None = None
     what_if: tuple[dict[str, Any], ...] = ()
     lost_s: float | None = None  # time lost to stalls and restarts (detection, restart, redone work)
-    finished: bool = False       # the run ended (eta is when); not inferred from eta <= ts
+    finished: bool = False  # the run ended (eta is when); not inferred from eta <= ts
     checkpoint: dict[str, Any] | None = None  # the last good one: ts, epoch, batch, kind, lose
-                                              # (batches a restart now would redo)
+    # (batches a restart now would redo)
     redone: tuple[int, ...] = ()  # batches redone per restart (resume point vs furthest before)
-    rate_source: str | None = None   # where `rate` comes from: measured (this run), history
-                                     # (earlier runs), declared (the preset's expected_rate)
-    preset: str | None = None        # the preset `rate` is of
+    rate_source: str | None = None  # where `rate` comes from: measured (this run), history
+    # (earlier runs), declared (the preset's expected_rate)
+    preset: str | None = None  # the preset `rate` is of
 
 
 @dataclass(frozen=True)
@@ -162,8 +163,8 @@ class Checkpoint(Event):
     epoch: int | None = None
     ok: bool = True
     detail: str = ""
-    batch: int | None = None      # the position within the epoch; None at an epoch's end
-    kind: str = "epoch"           # epoch | periodic | rescue | planned
+    batch: int | None = None  # the position within the epoch; None at an epoch's end
+    kind: str = "epoch"  # epoch | periodic | rescue | planned
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def results_info(ts: float, path: str) -> Info:
 def results_path(e: Event) -> str | None:
     """The results directory an info of :func:`results_info` names, else None."""
     if isinstance(e, Info) and e.key == RESULTS_KEY and e.text.startswith(_RESULTS_TEXT):
-        return e.text[len(_RESULTS_TEXT):]
+        return e.text[len(_RESULTS_TEXT) :]
     return None
 
 
@@ -225,8 +226,22 @@ class Log(Event):
 
 EVENT_TYPES: dict[str, type[Event]] = {
     cls.type: cls
-    for cls in (Start, Phase, Progress, Warning, Stall, Restart, Exit, Projection, State,
-                Checkpoint, Info, Error, Tick, Log)
+    for cls in (
+        Start,
+        Phase,
+        Progress,
+        Warning,
+        Stall,
+        Restart,
+        Exit,
+        Projection,
+        State,
+        Checkpoint,
+        Info,
+        Error,
+        Tick,
+        Log,
+    )
 }
 EPHEMERAL = frozenset({"tick", "log"})
 _FIELDS = {cls: frozenset(f.name for f in dataclasses.fields(cls)) for cls in EVENT_TYPES.values()}
@@ -304,7 +319,7 @@ def _is_dict(v: Any) -> bool:
     return isinstance(v, dict) and all(isinstance(k, str) for k in v)
 
 
-_SCHEMA: dict[str, tuple[Any, str]] = {   # a field's annotation -> (check, what it must be)
+_SCHEMA: dict[str, tuple[Any, str]] = {  # a field's annotation -> (check, what it must be)
     "float": (_is_num, "a number"),
     "int": (_is_int, "an integer"),
     "str": (_is_str, "a string"),
@@ -312,8 +327,10 @@ _SCHEMA: dict[str, tuple[Any, str]] = {   # a field's annotation -> (check, what
     "float | None": (_opt(_is_num), "a number or null"),
     "int | None": (_opt(_is_int), "an integer or null"),
     "str | None": (_opt(_is_str), "a string or null"),
-    "dict[str, float]": (lambda v: _is_dict(v) and all(_is_num(x) for x in v.values()),
-                         "an object of numbers"),
+    "dict[str, float]": (
+        lambda v: _is_dict(v) and all(_is_num(x) for x in v.values()),
+        "an object of numbers",
+    ),
     "dict[str, Any] | None": (_opt(_is_dict), "an object or null"),
     "tuple[str, ...]": (_tuple_of(_is_str), "a list of strings"),
     "tuple[int, ...]": (_tuple_of(_is_int), "a list of integers"),
@@ -328,12 +345,14 @@ def check(event: Event) -> Event:
     for f in dataclasses.fields(event):
         if f.name == "seq":
             continue
-        ok, what = _SCHEMA[cast(str, f.type)]   # the annotation's text (PEP 563)
+        ok, what = _SCHEMA[cast(str, f.type)]  # the annotation's text (PEP 563)
         value = getattr(event, f.name)
         if not ok(value):
             shown = json.dumps(_clean(value), default=str)
-            raise EventError(f"{event.type}.{f.name} must be {what} (got "
-                             f"{shown if len(shown) <= 40 else shown[:37] + '...'})")
+            raise EventError(
+                f"{event.type}.{f.name} must be {what} (got "
+                f"{shown if len(shown) <= 40 else shown[:37] + '...'})"
+            )
     return event
 
 
@@ -345,7 +364,7 @@ def decode_checked(line: str | bytes) -> Event:
         raise EventError("not a JSON object")
     try:
         return check(from_dict(d))
-    except TypeError as e:   # a field missing, or one it does not know how to take
+    except TypeError as e:  # a field missing, or one it does not know how to take
         raise EventError(f"{d.get('type')}: {e}") from None
 
 

@@ -4,6 +4,7 @@ One pipeline for the live agent and for `trainctl scan`: split on \\r and \\n (A
 stripped), parse each line for progress and phases, and match it against the warning
 signatures.  Pure: time is an argument; nothing here blocks or touches a file.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,14 +22,18 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class FedLine:
     text: str
-    events: tuple[E.Event, ...]        # progress and phase events parsed from the line
-    warning: E.Warning | None = None   # the signature it matched (repeats counted by the matcher)
-    evidence: bool = False             # the line shows the trainer busy starting up
+    events: tuple[E.Event, ...]  # progress and phase events parsed from the line
+    warning: E.Warning | None = None  # the signature it matched (repeats counted by the matcher)
+    evidence: bool = False  # the line shows the trainer busy starting up
 
 
 class OutputFeed:
-    def __init__(self, matcher: WarningMatcher | None = None, source: str = "trainer",
-                 progress: dict[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        matcher: WarningMatcher | None = None,
+        source: str = "trainer",
+        progress: dict[str, Any] | None = None,
+    ) -> None:
         """``matcher``: a :class:`~trainctl.core.signatures.WarningMatcher` (or None:
         no warnings).  ``source`` is passed to it ('trainer' or 'kernel').  ``progress``: a
         job's ``[progress]`` table (``{"pattern", "losses"}``, validated with the job), tried
@@ -36,8 +41,7 @@ class OutputFeed:
         self.matcher = matcher
         self.source = source
         self.splitter = LineSplitter()
-        user = (compile_user_pattern(progress["pattern"], progress.get("losses", ()))
-                if progress else None)
+        user = compile_user_pattern(progress["pattern"], progress.get("losses", ())) if progress else None
         self.parser = ConsoleParser(user)
 
     @property
@@ -56,6 +60,6 @@ class OutputFeed:
         warning, evidence = None, False
         if self.matcher is not None:
             warning = self.matcher.feed(text, now, self.source)
-            last = getattr(self.matcher, "last", None)   # scan's matchers may not say
+            last = getattr(self.matcher, "last", None)  # scan's matchers may not say
             evidence = last is not None and last.startup_evidence
         return FedLine(text, tuple(self.parser.feed(text, now)), warning, evidence)

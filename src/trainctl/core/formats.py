@@ -11,6 +11,7 @@ from them.
 Every regex runs in time linear in the line's length: no nested quantifiers, possessive
 repetitions where a run could meet what follows, and every search anchored on a literal.
 """
+
 from __future__ import annotations
 
 import math
@@ -78,7 +79,7 @@ def read_hf_dict(line: str) -> Reading | None:
     if any(k.startswith(("eval_", "test_")) for k in pairs):
         return Reading("hf_dict", phase="val")
     if "train_runtime" in pairs:
-        return None   # the summary at the end of training: not a step
+        return None  # the summary at the end of training: not a step
     losses = {k: float(v) for k, v in pairs.items() if "loss" in k}
     if not losses:
         return None
@@ -106,8 +107,9 @@ def read_timm(line: str) -> Reading | None:
         return None
     lm = _TIMM_LOSS.search(line, m.end())
     losses = {"loss": float(lm.group(1))} if lm else {}
-    return Reading("timm", epoch=int(m.group(1)), batch=int(m.group(2)),
-                   batches=int(m.group(3)), losses=losses)
+    return Reading(
+        "timm", epoch=int(m.group(1)), batch=int(m.group(2)), batches=int(m.group(3)), losses=losses
+    )
 
 
 # ------------------------------------------------------------------ MMEngine / MMCV 1.x (MMDetection 2.x)
@@ -130,7 +132,7 @@ def read_mm(line: str) -> Reading | None:
     if total is None:
         return None
     fmt = "mmengine" if mode is not None else "mmcv"
-    losses = _colon_losses(line[m.end():])
+    losses = _colon_losses(line[m.end() :])
     if unit == "Epoch":
         if ep is None:
             return None
@@ -151,7 +153,7 @@ def read_megatron(line: str) -> Reading | None:
     if m is None:
         return None
     losses = {}
-    for part in line[m.end():].split("|"):
+    for part in line[m.end() :].split("|"):
         key, sep, value = part.partition(": ")
         key = key.strip()
         if sep and "loss" in key and key != "loss scale":
@@ -189,8 +191,7 @@ def read_litgpt(line: str) -> Reading | None:
     m = _LITGPT.search(line)
     if m is None:
         return None
-    return Reading("litgpt", epoch=int(m.group(1)), batch=int(m.group(2)),
-                   losses={"loss": float(m.group(4))})
+    return Reading("litgpt", epoch=int(m.group(1)), batch=int(m.group(2)), losses={"loss": float(m.group(4))})
 
 
 # ------------------------------------------------------------------ DeepSpeed
@@ -231,8 +232,11 @@ def read_keras(line: str) -> Reading | None:
     m = _KERAS.match(line)
     if m is None:
         return None
-    losses = {k: float(v) for k, v in _KERAS_METRIC.findall(line, m.end())
-              if "loss" in k and not k.startswith("val_")}
+    losses = {
+        k: float(v)
+        for k, v in _KERAS_METRIC.findall(line, m.end())
+        if "loss" in k and not k.startswith("val_")
+    }
     return Reading("keras", batch=int(m.group(1)), batches=int(m.group(2)), losses=losses)
 
 
@@ -250,11 +254,17 @@ def read_lightning_rich(line: str) -> Reading | None:
     m = _RICH.match(line)
     if m is None:
         return None
-    tail = line[m.end():]
+    tail = line[m.end() :]
     at = tail.find("it/s")
     losses = _colon_losses(tail[at:]) if at >= 0 else {}
-    return Reading("lightning_rich", epoch=int(m.group(1)), epochs=_int(m.group(2)),
-                   batch=int(m.group(3)), batches=int(m.group(4)), losses=losses)
+    return Reading(
+        "lightning_rich",
+        epoch=int(m.group(1)),
+        epochs=_int(m.group(2)),
+        batch=int(m.group(3)),
+        batches=int(m.group(4)),
+        losses=losses,
+    )
 
 
 # ------------------------------------------------------------------ Composer
@@ -273,8 +283,7 @@ def read_composer(line: str) -> Reading | None:
     m = _COMPOSER.match(line)
     if m is None:
         return None
-    return Reading("composer", epoch=_int(m.group(1)), batch=int(m.group(2)),
-                   batches=_int(m.group(3)))
+    return Reading("composer", epoch=_int(m.group(1)), batch=int(m.group(2)), batches=_int(m.group(3)))
 
 
 def read_composer_loss(line: str) -> tuple[str, float] | None:
@@ -324,7 +333,7 @@ class UserPattern:
     Compiled by RE2 (:func:`linear_regex`): a match takes time linear in the line, whatever
     the pattern, so no pattern can freeze the agent's supervision."""
 
-    regex: Any   # an re2 pattern: search() and groupdict() as re's
+    regex: Any  # an re2 pattern: search() and groupdict() as re's
     losses: tuple[str, ...]
 
     def read(self, line: str) -> Reading | None:
@@ -352,25 +361,29 @@ def linear_regex(pattern: str) -> Any:
     backreferences nor lookaround; such a pattern is a :class:`PatternError` that says so."""
     try:
         import re2  # type: ignore[import-untyped]
-    except ImportError:   # a dependency of trainctl: only a broken installation lacks it
-        raise PatternError("[progress] patterns need the google-re2 package (pip install "
-                           "google-re2): it matches in linear time") from None
+    except ImportError:  # a dependency of trainctl: only a broken installation lacks it
+        raise PatternError(
+            "[progress] patterns need the google-re2 package (pip install "
+            "google-re2): it matches in linear time"
+        ) from None
     options = re2.Options()
-    options.log_errors = False   # the error is ours to say, in one line
+    options.log_errors = False  # the error is ours to say, in one line
     try:
         return re2.compile(pattern, options=options)
     except re2.error as exc:
-        why = exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) \
-            else str(exc)
-        raise PatternError(f"not a regular expression RE2 takes: {why} (trainctl matches "
-                           "[progress] patterns in linear time: no backreferences, no lookaround)") \
-            from None
+        why = (
+            exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
+        )
+        raise PatternError(
+            f"not a regular expression RE2 takes: {why} (trainctl matches "
+            "[progress] patterns in linear time: no backreferences, no lookaround)"
+        ) from None
 
 
 def compile_user_pattern(pattern: str, losses: tuple[str, ...] | list[str] = ()) -> UserPattern:
     """Compile a ``[progress]`` pattern; :class:`PatternError` says what is wrong."""
     try:
-        re.compile(pattern)   # Python's own message for a pattern that is wrong in any engine
+        re.compile(pattern)  # Python's own message for a pattern that is wrong in any engine
     except re.error as exc:
         raise PatternError(f"not a valid regular expression: {exc}") from None
     except RecursionError:
@@ -380,16 +393,22 @@ def compile_user_pattern(pattern: str, losses: tuple[str, ...] | list[str] = ())
     named_losses = tuple(losses)
     unknown_losses = [n for n in named_losses if n not in groups]
     if unknown_losses:
-        raise PatternError(f"{', '.join(unknown_losses)}: not a named group of the pattern "
-                           f"(its groups: {', '.join(groups) or 'none'})", key="losses")
-    loss_groups = tuple(dict.fromkeys(
-        [*named_losses, *(g for g in groups if g == "loss" or g.startswith("loss_"))]))
+        raise PatternError(
+            f"{', '.join(unknown_losses)}: not a named group of the pattern "
+            f"(its groups: {', '.join(groups) or 'none'})",
+            key="losses",
+        )
+    loss_groups = tuple(
+        dict.fromkeys([*named_losses, *(g for g in groups if g == "loss" or g.startswith("loss_"))])
+    )
     unknown = [g for g in groups if g not in POSITION_GROUPS and g not in loss_groups]
     if unknown:
         raise PatternError(
             f"unknown group name(s) {', '.join(unknown)}: a group is one of "
-            f"{', '.join(POSITION_GROUPS)}, 'loss', 'loss_<name>', or a name listed in losses")
+            f"{', '.join(POSITION_GROUPS)}, 'loss', 'loss_<name>', or a name listed in losses"
+        )
     if "epoch" not in groups and "batch" not in groups:
-        raise PatternError("needs a named group (?P<batch>...) or (?P<epoch>...): "
-                           "what the line says about progress")
+        raise PatternError(
+            "needs a named group (?P<batch>...) or (?P<epoch>...): what the line says about progress"
+        )
     return UserPattern(rx, loss_groups)

@@ -7,6 +7,7 @@ and escape sequence (:func:`trainctl.core.sanitize.sanitize`), decodes UTF-8 inc
 never waits for a newline longer than :data:`MAX_PARTIAL` characters and cuts a line longer
 than :data:`~trainctl.core.sanitize.MAX_LINE` (the raw log, written elsewhere, keeps it whole).
 """
+
 from __future__ import annotations
 
 import codecs
@@ -20,7 +21,7 @@ MAX_PARTIAL = 64 * 1024
 _SPLIT_RE = re.compile(r"[\r\n]+")
 # The bytes of the C0 controls but tab, LF, CR and ESC, and DEL: a chunk without any (and
 # without a C1 control, UTF-8 \xc2\x80-\xc2\x9f) needs only its escape sequences removed.
-_C0_BYTES = bytes([*range(0x00, 0x09), 0x0b, 0x0c, *range(0x0e, 0x1b), *range(0x1c, 0x20), 0x7f])
+_C0_BYTES = bytes([*range(0x00, 0x09), 0x0B, 0x0C, *range(0x0E, 0x1B), *range(0x1C, 0x20), 0x7F])
 _C1_UTF8 = re.compile(rb"\xc2[\x80-\x9f]")
 
 
@@ -49,9 +50,11 @@ class LineSplitter:
 
     def feed(self, data: bytes) -> list[str]:
         new = self._decoder.decode(data)
-        dirty = ((self._c2 and b"\x80" <= data[:1] <= b"\x9f")
-                 or _C1_UTF8.search(data) is not None
-                 or len(data.translate(None, _C0_BYTES)) != len(data))
+        dirty = (
+            (self._c2 and b"\x80" <= data[:1] <= b"\x9f")
+            or _C1_UTF8.search(data) is not None
+            or len(data.translate(None, _C0_BYTES)) != len(data)
+        )
         if data:
             self._c2 = data[-1:] == b"\xc2"
         if "\n" not in new and "\r" not in new:
@@ -65,7 +68,7 @@ class LineSplitter:
         self._pieces, self._size = [tail], len(tail)
         self._dirty |= dirty
         out = self._clean(parts)
-        self._dirty = dirty   # the tail is from this chunk (it follows its last line end)
+        self._dirty = dirty  # the tail is from this chunk (it follows its last line end)
         if self._size > self._max:
             out.extend(self._clean(self._cut()))
         return out
@@ -75,7 +78,7 @@ class LineSplitter:
         self._pieces.append(self._decoder.decode(b"", final=True))
         text = "".join(self._pieces)
         self._pieces, self._size = [], 0
-        self._dirty = True   # the decoder's last word (U+FFFD) or anything: the whole sanitiser
+        self._dirty = True  # the decoder's last word (U+FFFD) or anything: the whole sanitiser
         out = self._clean(_SPLIT_RE.split(text))
         self._dirty = self._c2 = False
         return out
@@ -89,7 +92,7 @@ class LineSplitter:
         """Cut the tail into ``max_partial`` pieces, keeping the (non-empty) rest."""
         text = "".join(self._pieces)
         n = (len(text) - 1) // self._max * self._max
-        pieces = [text[k:k + self._max] for k in range(0, n, self._max)]
+        pieces = [text[k : k + self._max] for k in range(0, n, self._max)]
         self._pieces, self._size = [text[n:]], len(text) - n
         return pieces
 

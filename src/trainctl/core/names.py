@@ -1,5 +1,6 @@
 """Job and run names: what may name a directory, a tmux session and a path on a box.
 Pure (the config's job loader and the CLI both check names; `paths` re-exports these)."""
+
 from __future__ import annotations
 
 MAX_NAME = 64
@@ -15,7 +16,7 @@ def check_name(name: str, what: str = "name") -> str:
     remote box), else :class:`ValueError` (:class:`BadNameError`) saying why."""
     if not isinstance(name, str) or not name:
         raise BadNameError(f"{what} is empty")
-    bad = next((c for c in name if ord(c) < 0x20 or 0x7f <= ord(c) <= 0x9f), None)
+    bad = next((c for c in name if ord(c) < 0x20 or 0x7F <= ord(c) <= 0x9F), None)
     if bad is not None:
         raise BadNameError(f"{what} {name!r}: control character {bad!r} is not allowed")
     if "/" in name or "\\" in name:

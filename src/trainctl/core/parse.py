@@ -18,6 +18,7 @@ meet something they could also match are possessive (``*+``), and no pattern can
 many overlapping attempts that each read to the end of the line.  ``bench/bench_parse.py``
 prints the time per line against its length; the tests feed long hostile lines.
 """
+
 from __future__ import annotations
 
 import math
@@ -27,7 +28,6 @@ from trainctl.core import formats as F
 from trainctl.core.counter import generic_counter, training_sign
 from trainctl.core.events import Event, Phase, Progress
 from trainctl.core.sanitize import MAX_LINE, cut_line
-
 
 # ---------------------------------------------------------------------------- patterns
 
@@ -42,7 +42,8 @@ DEFAULT_LOSS_NAMES = ("box_loss", "cls_loss", "dfl_loss")
 # The 8.4 bar (━━━──) holds no digit and no space; the counts follow it.
 _UL_BATCH = re.compile(
     r" *+(\d++)/(\d++) ++[^ :]*G ++([^:]*+): *+\d++%(?:\|[^|]*+\|| [^ \d]*+) *+(\d++)/(\d++) ++"
-    r"(?:(\d++(?:\.\d*+)?)([kKMG]?)(it/s|s/it)\b)?(.*)$")
+    r"(?:(\d++(?:\.\d*+)?)([kKMG]?)(it/s|s/it)\b)?(.*)$"
+)
 # Ultralytics validation bars (detect/seg/pose/obb and classify).
 _UL_VAL = re.compile(r"\s++(?:Class\s++Images\s++Instances\s++\w++\(P|classes\s++top1_acc)")
 _UL_DONE = re.compile(r"\d++ epochs? completed in ")
@@ -51,8 +52,10 @@ _UL_DONE = re.compile(r"\d++ epochs? completed in ")
 # a lazy (.*?): would try the rest of the line after every colon, quadratic).
 # The bar is optional ("Epoch 2/3:  25%| 5/20 [00:00, 17.14it/s, loss=1.3]": a tqdm-like
 # line with no bar characters), and so is the bracket, "<remaining" in it or not.
-_TQDM = re.compile(r"(?:((?:(?!%\|).)*?):)?\s*+(\d++)%\|(?:[^|]*+\|)?\s*+(\d++)/(\d++)\s*+"
-                   r"(?:\[([^\]]*+)\]?)?([^\[\]]*+)$")
+_TQDM = re.compile(
+    r"(?:((?:(?!%\|).)*?):)?\s*+(\d++)%\|(?:[^|]*+\|)?\s*+(\d++)/(\d++)\s*+"
+    r"(?:\[([^\]]*+)\]?)?([^\[\]]*+)$"
+)
 # tqdm without a total: "Epoch 2: 45it [00:10,  4.40it/s, loss=0.1]"
 _TQDM_NOTOTAL = re.compile(r"(?:((?:(?!it \[).)*?):)?\s*+(\d++)it \[([^\]]*+)\]?\s*+$")
 _SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
@@ -63,10 +66,12 @@ _EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d++)(?:\s*+/\s*+(\d++))?", re.
 # Searched in the lower-cased line (faster than re.I).
 _COUNTER = re.compile(
     r"\b(epoch|step|batch|iter|iteration)s?\b\s*+(?:[:=#]\s*+)?(?:\[\s*+)?(\d++)"
-    r"(?:\s*+/\s*+(\d++))?")
+    r"(?:\s*+/\s*+(\d++))?"
+)
 # torchvision references: "Epoch: [0]  [  0/1563]  eta: ...  loss: 6.9"
 _BRACKET_BATCH = re.compile(
-    r"\bepoch\b\W*+\d++\s*+(?:/\s*+\d++\s*+)?(?:\]\s*+)?\[\s*+(\d++)\s*+/\s*+(\d++)\s*+\]", re.I)
+    r"\bepoch\b\W*+\d++\s*+(?:/\s*+\d++\s*+)?(?:\]\s*+)?\[\s*+(\d++)\s*+/\s*+(\d++)\s*+\]", re.I
+)
 # key=value / key: value.  A key is the run of [\w./-] from its first letter (or _) on.
 # Each run is read once: from where the search stands (a run's start, or the end of the
 # previous pair) to the run's end, then the value; when that fails the second branch skips
@@ -76,12 +81,18 @@ _BRACKET_BATCH = re.compile(
 _KV_LOSS = re.compile(r"([\w./-]++)\s*+[:=]\s*+(?>(" + _NUM + r"))(?![\w.])|[\w./-]++", re.I)
 _KEY_START = re.compile(r"[A-Za-z_]", re.I)
 _ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
-_VAL_WORD = re.compile(r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
-                       r"testing|sanity checking)\b", re.I)
+_VAL_WORD = re.compile(
+    r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
+    r"testing|sanity checking)\b",
+    re.I,
+)
 # Bars of data preparation, not training (HF's "Loading checkpoint shards", datasets' "Map").
-_SKIP_DESC = re.compile(r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped|Loading|"
-                        r"\bMap\b|\bFilter\b|Generating|Resolving|Fetching|Extracting|Upload|"
-                        r"Tokeniz|Saving", re.I)
+_SKIP_DESC = re.compile(
+    r"Scanning|Download|Caching|Class\s+Images|Optimizer stripped|Loading|"
+    r"\bMap\b|\bFilter\b|Generating|Resolving|Fetching|Extracting|Upload|"
+    r"Tokeniz|Saving",
+    re.I,
+)
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:?\s?")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
 # After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
@@ -89,7 +100,8 @@ _AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
 # A tqdm bar of bytes (a download, an upload): "570/570 [00:00<00:00, 2.1MB/s]", "?B/s".
 _BYTE_RATE = re.compile(r"[\d?]\s*+[kKMGTPE]?i?B/s\b")
 _EPOCH_LINE = re.compile(
-    r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I)
+    r"\s*+epoch\s*+(?:\[\s*+)?(\d++)\s*+(?:/|of)\s*+(\d++)\s*+(?:\]\s*+)?(?::\s*+)?$", re.I
+)
 
 
 # The trainers' readers (src/trainctl/core/formats.py), each tried only when one of its needles is in
@@ -99,7 +111,7 @@ _READERS = (
     (("Train: ",), F.read_timm),
     (("Test",), F.read_timm_test),
     (("/step", "ETA: "), F.read_keras),
-    (("━",), F.read_lightning_rich),   # the rich bar's heavy line
+    (("━",), F.read_lightning_rich),  # the rich bar's heavy line
     (("Epoch", "Iter"), F.read_mm),
     (("loss train: ",), F.read_litgpt),
     ((" iteration ",), F.read_megatron),
@@ -120,7 +132,7 @@ def parse_rate(text: str) -> float | None:
         if end < 0:
             return None
         inverse = True
-    num = text[text.rfind(" ", 0, end) + 1:end].lstrip("[(,")
+    num = text[text.rfind(" ", 0, end) + 1 : end].lstrip("[(,")
     scale = _SCALE.get(num[-1:]) if num[-1:].isalpha() else 1.0
     if scale is None:
         return None
@@ -156,7 +168,7 @@ def _float(tok: str) -> float | None:
 def _kv_key(run: str) -> str:
     """The key in a run of key characters: from its first letter or ``_`` on ("" if none)."""
     m = _KEY_START.search(run)
-    return run[m.start():] if m is not None else ""
+    return run[m.start() :] if m is not None else ""
 
 
 def _is_loss_key(key: str) -> bool:
@@ -176,6 +188,7 @@ def _kv_losses(line: str) -> dict[str, float]:
 
 
 # ---------------------------------------------------------------------------- parser
+
 
 class ConsoleParser:
     """Stateful reader of a trainer's console lines.
@@ -219,7 +232,7 @@ class ConsoleParser:
             rm = _RANK_PREFIX.match(line)
             if rm is not None:
                 rank = int(rm.group(1))
-                line = line[rm.end():]
+                line = line[rm.end() :]
                 if "%" in line and "/" in line:
                     m = _UL_BATCH.match(line)
                     if m is not None:
@@ -271,8 +284,9 @@ class ConsoleParser:
                 losses = _kv_losses(rest)
                 if losses or not rest.strip(" :-|"):
                     epoch, epochs = self._context_epoch or (None, None)
-                    return F.Reading("bracket", epoch=epoch, epochs=epochs, batch=batch,
-                                     batches=batches, losses=losses)
+                    return F.Reading(
+                        "bracket", epoch=epoch, epochs=epochs, batch=batch, batches=batches, losses=losses
+                    )
         for needles, reader in _READERS:
             for needle in needles:
                 if needle in line:
@@ -284,8 +298,7 @@ class ConsoleParser:
             kv = F.read_composer_loss(line)
             if kv is not None:
                 epoch, batch, batches = self._composer
-                return F.Reading("composer", epoch=epoch, batch=batch, batches=batches,
-                                 losses={kv[0]: kv[1]})
+                return F.Reading("composer", epoch=epoch, batch=batch, batches=batches, losses={kv[0]: kv[1]})
         return None
 
     def _with_context(self, r: F.Reading) -> F.Reading:
@@ -293,16 +306,24 @@ class ConsoleParser:
         if self._context_epoch is None:
             return r
         epoch, epochs = self._context_epoch
-        return F.Reading(r.fmt, epoch=epoch, epochs=epochs, batch=r.batch, batches=r.batches,
-                         losses=r.losses)
+        return F.Reading(r.fmt, epoch=epoch, epochs=epochs, batch=r.batch, batches=r.batches, losses=r.losses)
 
     def _reading(self, r: F.Reading, now: float, rank: int | None) -> list[Event]:
         self.last_format = r.fmt
         if r.phase is not None:
             return self._phase(r.phase, now) if self.phase != "finished" else []
-        return self._emit(Progress(now, epoch=r.epoch, epochs=r.epochs, batch=r.batch,
-                                   batches=r.batches, losses=dict(r.losses), rate=None,
-                                   rank=rank))
+        return self._emit(
+            Progress(
+                now,
+                epoch=r.epoch,
+                epochs=r.epochs,
+                batch=r.batch,
+                batches=r.batches,
+                losses=dict(r.losses),
+                rate=None,
+                rank=rank,
+            )
+        )
 
     # -- helpers
     def _phase(self, phase: str, now: float) -> list[Event]:
@@ -347,9 +368,18 @@ class ConsoleParser:
             rate = rate if unit == "it/s" else (1.0 / rate if rate else None)
         else:
             rate = parse_rate(tail)
-        return self._emit(Progress(now, epoch=int(epoch), epochs=int(epochs), batch=int(batch),
-                                   batches=int(batches), losses=losses, rate=rate or None,
-                                   rank=rank))
+        return self._emit(
+            Progress(
+                now,
+                epoch=int(epoch),
+                epochs=int(epochs),
+                batch=int(batch),
+                batches=int(batches),
+                losses=losses,
+                rate=rate or None,
+                rank=rank,
+            )
+        )
 
     def _some_losses(self, values: list[str]) -> dict[str, float]:
         """The losses that parse, named by the header (extra columns become ``lossN``)."""
@@ -365,11 +395,12 @@ class ConsoleParser:
         m = _TQDM.match(line)
         if m is not None:
             desc, batch, batches, inside = m.group(1), int(m.group(3)), int(m.group(4)), m.group(5)
-            if inside is None:   # no [elapsed<remaining, rate, postfix]: "17.1it/s loss=1.3"
+            if inside is None:  # no [elapsed<remaining, rate, postfix]: "17.1it/s loss=1.3"
                 if parse_rate(m.group(6)) is None:
-                    return []    # a frame cut short ("45/10"), or not a bar
-                return self._tqdm_event(desc, batch, batches, now, rank, parse_rate(m.group(6)),
-                                        _kv_losses(m.group(6)))
+                    return []  # a frame cut short ("45/10"), or not a bar
+                return self._tqdm_event(
+                    desc, batch, batches, now, rank, parse_rate(m.group(6)), _kv_losses(m.group(6))
+                )
         else:
             m = _TQDM_NOTOTAL.match(line)
             if m is None:
@@ -377,7 +408,7 @@ class ConsoleParser:
             desc, batch, batches, inside = m.group(1), int(m.group(2)), None, m.group(3)
         parts = inside.split(",")
         if len(parts) > 1 and "B/s" in parts[1] and _BYTE_RATE.search(parts[1]):
-            return []    # a download's bar: bytes per second, not batches
+            return []  # a download's bar: bytes per second, not batches
         losses = {}
         for part in parts[2:]:
             k, sep, v = part.partition("=")
@@ -386,11 +417,20 @@ class ConsoleParser:
                 f = _float(v.strip())
                 if f is not None:
                     losses[k] = f
-        return self._tqdm_event(desc, batch, batches, now, rank,
-                                parse_rate(parts[1]) if len(parts) > 1 else None, losses)
+        return self._tqdm_event(
+            desc, batch, batches, now, rank, parse_rate(parts[1]) if len(parts) > 1 else None, losses
+        )
 
-    def _tqdm_event(self, desc: str | None, batch: int, batches: int | None, now: float,
-                    rank: int | None, rate: float | None, losses: dict[str, float]) -> list[Event]:
+    def _tqdm_event(
+        self,
+        desc: str | None,
+        batch: int,
+        batches: int | None,
+        now: float,
+        rank: int | None,
+        rate: float | None,
+        losses: dict[str, float],
+    ) -> list[Event]:
         desc = desc or ""
         if _SKIP_DESC.search(desc):
             return []
@@ -408,8 +448,18 @@ class ConsoleParser:
             epochs = int(em.group(2)) if em.group(2) else None
         elif self._context_epoch is not None:
             epoch, epochs = self._context_epoch
-        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
-                                   losses=losses, rate=rate, rank=rank))
+        return self._emit(
+            Progress(
+                now,
+                epoch=epoch,
+                epochs=epochs,
+                batch=batch,
+                batches=batches,
+                losses=losses,
+                rate=rate,
+                rank=rank,
+            )
+        )
 
     def _generic(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
         """One clear ``N/M`` counter (N <= M) next to a loss pair, a rate or an elapsed/ETA clock."""
@@ -426,8 +476,18 @@ class ConsoleParser:
         if _has_val_word(line, low):
             return self._phase("val", now) if self.phase != "finished" else []
         epoch, epochs = self._context_epoch or (None, None)
-        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=n, batches=m,
-                                   losses=losses, rate=parse_rate(line), rank=rank))
+        return self._emit(
+            Progress(
+                now,
+                epoch=epoch,
+                epochs=epochs,
+                batch=n,
+                batches=m,
+                losses=losses,
+                rate=parse_rate(line),
+                rank=rank,
+            )
+        )
 
     def _keyvalue(self, line: str, now: float, rank: int | None, low: str) -> list[Event]:
         em = _EPOCH_LINE.match(line)
@@ -465,8 +525,18 @@ class ConsoleParser:
             return self._phase("val", now) if self.phase != "finished" else []
         if epoch is None and self._context_epoch is not None:
             epoch, epochs = self._context_epoch
-        return self._emit(Progress(now, epoch=epoch, epochs=epochs, batch=batch, batches=batches,
-                                   losses=losses, rate=None, rank=rank))
+        return self._emit(
+            Progress(
+                now,
+                epoch=epoch,
+                epochs=epochs,
+                batch=batch,
+                batches=batches,
+                losses=losses,
+                rate=None,
+                rank=rank,
+            )
+        )
 
 
 def is_nan_loss(progress: Progress) -> bool:

@@ -1,4 +1,5 @@
 """Plain-text lines for --headless and for the agent's tmux pane."""
+
 from __future__ import annotations
 
 import time
@@ -59,12 +60,16 @@ def _format(ev: E.Event) -> str | None:
         case E.Stall():
             stacks = f", stacks: {ev.stacks}" if ev.stacks else ""
             ranks = f" (rank {', '.join(map(str, ev.ranks))})" if ev.ranks else ""
-            return (f"{t} STALL  {ev.diagnosis}{ranks} in {ev.phase}: no batch for {ev.idle_s:.0f}s "
-                    f"(threshold {ev.threshold_s or 0:.0f}s){stacks}\n         {ev.detail}")
+            return (
+                f"{t} STALL  {ev.diagnosis}{ranks} in {ev.phase}: no batch for {ev.idle_s:.0f}s "
+                f"(threshold {ev.threshold_s or 0:.0f}s){stacks}\n         {ev.detail}"
+            )
         case E.Restart():
             frm = f" from {ev.resume_from}" if ev.resume_from else ""
-            return (f"{t} RESTART attempt {ev.attempt} with preset {ev.preset or '-'}{frm} "
-                    f"in {ev.delay_s:.1f}s: {ev.reason}")
+            return (
+                f"{t} RESTART attempt {ev.attempt} with preset {ev.preset or '-'}{frm} "
+                f"in {ev.delay_s:.1f}s: {ev.reason}"
+            )
         case E.Exit():
             sig = f" ({ev.signal})" if ev.signal else ""
             exc = f": {ev.exception}" if ev.exception else ""
@@ -74,7 +79,9 @@ def _format(ev: E.Event) -> str | None:
             why = f": {ev.reason}" if ev.reason else ""
             return f"{t} STATE  {ev.state}{why}"
         case E.Checkpoint():
-            return f"{t} CKPT   {'good' if ev.ok else 'BAD'} {ev.path} (epoch {ev.epoch}) {ev.detail}".rstrip()
+            return (
+                f"{t} CKPT   {'good' if ev.ok else 'BAD'} {ev.path} (epoch {ev.epoch}) {ev.detail}".rstrip()
+            )
         case E.Info():
             return f"{t} INFO   {ev.text}"
         case E.Projection():
@@ -86,6 +93,8 @@ def _format(ev: E.Event) -> str | None:
                 return f"{t} END    {time.strftime('%a %d %b %H:%M:%S', time.localtime(ev.eta))}{buf}{cost}"
             said = rate_phrase(ev.rate, ev.rate_source, ev.preset)
             rate = f" at {said}" if said else ""
-            return (f"{t} ETA    {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))} "
-                    f"(in {humanize_duration(max(0.0, ev.eta - ev.ts))}{rate}){buf}")
+            return (
+                f"{t} ETA    {time.strftime('%a %d %b %H:%M', time.localtime(ev.eta))} "
+                f"(in {humanize_duration(max(0.0, ev.eta - ev.ts))}{rate}){buf}"
+            )
     return None

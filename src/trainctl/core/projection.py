@@ -8,6 +8,7 @@ batch, as the trainer shows them), so epoch rollover, restarts and resumed runs 
 cleanly.  Speed is the median of recent bucket rates (a pause lands in one bucket and is
 outvoted); the ETA band comes from the 10th/90th percentile bucket rates.
 """
+
 from __future__ import annotations
 
 import math
@@ -21,10 +22,10 @@ from trainctl.core.projection_text import budget_warning, deadline_warning
 from trainctl.core.rates import RateHistory, RateMeter
 
 DEFAULT_JOB = "default"
-MIN_RECORDS = 5          # the current attempt's own rate is trusted from this many intervals on
+MIN_RECORDS = 5  # the current attempt's own rate is trusted from this many intervals on
 HISTORY_EVERY_S = 600.0  # how often a running attempt's rate is written to the history
-REARM_S = 900.0          # a risk warning re-arms after this long clearly safe
-SAFE_MARGIN_S = 900.0    # "clearly safe": the pessimistic ETA this far before the deadline
+REARM_S = 900.0  # a risk warning re-arms after this long clearly safe
+SAFE_MARGIN_S = 900.0  # "clearly safe": the pessimistic ETA this far before the deadline
 
 
 # ---------------------------------------------------------------------------- projector
@@ -41,11 +42,17 @@ class Projector:
     ``preset`` and ``expected_rates`` may be reassigned between attempts.
     """
 
-    def __init__(self, deadline: float | None = None, cost_per_hour: float | None = None,
-                 budget: float | None = None, preset: str | None = None,
-                 expected_rates: dict[str, float | None] | None = None,
-                 history: RateHistory | None = None, window_s: float = 300.0,
-                 job: str | None = None):
+    def __init__(
+        self,
+        deadline: float | None = None,
+        cost_per_hour: float | None = None,
+        budget: float | None = None,
+        preset: str | None = None,
+        expected_rates: dict[str, float | None] | None = None,
+        history: RateHistory | None = None,
+        window_s: float = 300.0,
+        job: str | None = None,
+    ):
         self.deadline = deadline
         self.cost_per_hour = cost_per_hour
         self.budget = budget
@@ -55,42 +62,42 @@ class Projector:
         self.job = job or DEFAULT_JOB
         self._meter = RateMeter(window_s)
         self._measured: dict[str | None, float] = {}
-        self._run_rate: float | None = None          # the last rate this run measured, any preset
+        self._run_rate: float | None = None  # the last rate this run measured, any preset
         self._history_ts: float | None = None
         # time
         self._first_ts: float | None = None
-        self._attempt_ts: float | None = None      # Start of the current attempt
+        self._attempt_ts: float | None = None  # Start of the current attempt
         self._attempt_progressed = False
-        self._startups: list[float] = []           # Start -> first progress, per attempt
+        self._startups: list[float] = []  # Start -> first progress, per attempt
         self._finished_ts: float | None = None
         # position
         self._epochs: int | None = None
         self._batches: int | None = None
         self._single_pass_broken = False
         self._last: tuple[float, int, int, int] | None = None  # ts, g, epoch, batch
-        self._labelled = True                      # progress carries an epoch number
-        self._chain = False                        # _last is in the same unbroken attempt
-        self._resume_g: int | None = None          # where a restarted attempt should resume
+        self._labelled = True  # progress carries an epoch number
+        self._chain = False  # _last is in the same unbroken attempt
+        self._resume_g: int | None = None  # where a restarted attempt should resume
         self._ckpt_epoch: int | None = None
-        self._ckpt: tuple[float, int, int | None, str] | None = None   # ts, epoch, batch, kind
+        self._ckpt: tuple[float, int, int | None, str] | None = None  # ts, epoch, batch, kind
         self._redone: list[int] = []
-        self._restarted = False                    # the first batch of this attempt is a resume
+        self._restarted = False  # the first batch of this attempt is a resume
         self._high_water = 0
         # epoch overhead
-        self._boundaries: list[tuple[float, int]] = []   # (gap_s, batches done in new epoch)
+        self._boundaries: list[tuple[float, int]] = []  # (gap_s, batches done in new epoch)
         self._phase = "startup"
         self._phase_ts: float | None = None
         self._phase_s: dict[str, list[float]] = {"val": [], "save": []}
         # stalls
         self._lost_closed = 0.0
-        self._episode: tuple[float, int] | None = None   # (time lost from, high water then)
+        self._episode: tuple[float, int] | None = None  # (time lost from, high water then)
         self._risk = {"deadline": _Risk(), "budget": _Risk()}
         # a Slurm run: this job's work ends at job_end; each next job gives job_span_s of
         # work after job_gap_s (queue wait and start); None: no such limit
         self.job_end: float | None = None
         self.job_span_s: float | None = None
         self.job_gap_s: float = 0.0
-        self.job_gap_measured = False   # False: a queue wait alone; the start is added
+        self.job_gap_measured = False  # False: a queue wait alone; the start is added
 
     # ------------------------------------------------------------------ events
     def on_event(self, ev: Event) -> None:
@@ -119,7 +126,7 @@ class Projector:
                 self._open_episode(ev.ts)
                 self._resume_g = self._resume_position() if ev.resume_from else 0
                 self._restarted = True
-                self._attempt_ts = ev.ts + ev.delay_s   # the next attempt starts after the delay
+                self._attempt_ts = ev.ts + ev.delay_s  # the next attempt starts after the delay
                 self._attempt_progressed = False
                 if ev.preset is not None:
                     self.preset = ev.preset
@@ -155,7 +162,7 @@ class Projector:
             self._single_pass_broken = True  # an unlabelled counter restarted: total unknown
         if not self._attempt_progressed:
             self._attempt_progressed = True
-            if self._restarted:   # it resumed after g - 1: what it had done past that is redone
+            if self._restarted:  # it resumed after g - 1: what it had done past that is redone
                 self._restarted = False
                 self._redone.append(max(0, self._high_water - (g - 1)))
             self._resume_g = None
@@ -248,8 +255,9 @@ class Projector:
         if est is None or est.records < MIN_RECORDS or est.rate <= 0:
             return
         self._measured[self.preset] = self._run_rate = est.rate
-        if self.history is not None and (force or self._history_ts is None
-                                         or ts - self._history_ts >= HISTORY_EVERY_S):
+        if self.history is not None and (
+            force or self._history_ts is None or ts - self._history_ts >= HISTORY_EVERY_S
+        ):
             self._history_ts = ts
             self.history.record(self.job, self.preset or DEFAULT_JOB, est.rate, ts)
 
@@ -311,15 +319,23 @@ class Projector:
             return statistics.median(max(0.0, gap - b / rate) for gap, b in self._boundaries)
         return sum(statistics.median(v) for v in self._phase_s.values() if v)
 
-    def _eta(self, now: float, rate: float, g: int, total: int, batches: int,
-             startup_left: float, in_progress: bool) -> float:
+    def _eta(
+        self,
+        now: float,
+        rate: float,
+        g: int,
+        total: int,
+        batches: int,
+        startup_left: float,
+        in_progress: bool,
+    ) -> float:
         """Finish time from position g at `rate`, with the per-epoch overhead."""
         overhead = self._epoch_overhead(rate)
         epochs = math.ceil(total / batches)
         if in_progress and self._last is not None:
             t_last, _, _, batch = self._last
             since = max(0.0, now - t_last)
-            if batch >= batches:   # between epochs: this boundary is partly behind us
+            if batch >= batches:  # between epochs: this boundary is partly behind us
                 left_overhead = max(0.0, overhead - since) + (epochs - math.ceil(g / batches)) * overhead
                 work = (total - g) / rate
             else:
@@ -364,20 +380,33 @@ class Projector:
                 eta_low = self._in_jobs(now, self._eta(now, high, g, total, batches, startup, in_progress))
             what_if = self._what_if(now, total, batches, rate if source != "declared" else None)
         buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
-        return Projection(now, eta, self.deadline, buffer_s, rate, self._cost(end),
-                          self._cost(eta), eta_low, eta_high, self.budget, what_if,
-                          self._lost(now, rate), finished=self._finished_ts is not None,
-                          checkpoint=self._checkpoint_view(), redone=tuple(self._redone),
-                          rate_source=source if rate else None, preset=self.preset)
+        return Projection(
+            now,
+            eta,
+            self.deadline,
+            buffer_s,
+            rate,
+            self._cost(end),
+            self._cost(eta),
+            eta_low,
+            eta_high,
+            self.budget,
+            what_if,
+            self._lost(now, rate),
+            finished=self._finished_ts is not None,
+            checkpoint=self._checkpoint_view(),
+            redone=tuple(self._redone),
+            rate_source=source if rate else None,
+            preset=self.preset,
+        )
 
     def _in_jobs(self, now: float, eta: float) -> float:
         gap = self.job_gap_s
-        if not self.job_gap_measured and self._startups:   # each next job starts the trainer again
+        if not self.job_gap_measured and self._startups:  # each next job starts the trainer again
             gap += statistics.median(self._startups)
         return across_jobs(now, eta, self.job_end, self.job_span_s, gap)
 
-    def _what_if(self, now: float, total: int, batches: int,
-                 own: float | None) -> tuple[dict[str, Any], ...]:
+    def _what_if(self, now: float, total: int, batches: int, own: float | None) -> tuple[dict[str, Any], ...]:
         """Each other known preset, switched to now: a restart from the last checkpoint.
 
         A declared rate is a figure from another machine: once the running preset has a
@@ -395,8 +424,14 @@ class Projector:
         out = []
         for name in sorted(names):
             rate, source = self.rate_for(name)
-            item: dict[str, Any] = {"preset": name, "rate": rate, "source": source, "eta": None,
-                                    "buffer_s": None, "cost_at_eta": None}
+            item: dict[str, Any] = {
+                "preset": name,
+                "rate": rate,
+                "source": source,
+                "eta": None,
+                "buffer_s": None,
+                "cost_at_eta": None,
+            }
             if source == "declared" and own is not None:
                 item["declared"] = rate
                 if mine:
@@ -404,8 +439,11 @@ class Projector:
                     item.update(rate=rate, source="scaled", against=self.preset)
             if rate is not None:
                 eta = self._eta(now, rate, resume, total, batches, startup, False)
-                item.update(eta=eta, cost_at_eta=self._cost(eta),
-                            buffer_s=self.deadline - eta if self.deadline is not None else None)
+                item.update(
+                    eta=eta,
+                    cost_at_eta=self._cost(eta),
+                    buffer_s=self.deadline - eta if self.deadline is not None else None,
+                )
             out.append(item)
         return tuple(out)
 
@@ -432,14 +470,16 @@ class Projector:
         found: WarningEvent | None = None
         if self.deadline is not None:
             margin = max(SAFE_MARGIN_S, 0.02 * max(0.0, p.eta - now))
-            if self._update_risk("deadline", now, pessimistic > self.deadline,
-                                 pessimistic <= self.deadline - margin, True):
+            if self._update_risk(
+                "deadline", now, pessimistic > self.deadline, pessimistic <= self.deadline - margin, True
+            ):
                 found = deadline_warning(p, now)
         cost = self._cost(pessimistic)
         if self.budget is not None and cost is not None:
             # one warning per call: a budget warning due now comes with the next call
-            if self._update_risk("budget", now, cost > self.budget, cost <= 0.98 * self.budget,
-                                 found is None):
+            if self._update_risk(
+                "budget", now, cost > self.budget, cost <= 0.98 * self.budget, found is None
+            ):
                 found = budget_warning(p, now, cost)
         return found
 
@@ -460,13 +500,12 @@ class Projector:
         return False
 
 
-def across_jobs(now: float, eta: float, job_end: float | None, span_s: float | None,
-                gap_s: float) -> float:
+def across_jobs(now: float, eta: float, job_end: float | None, span_s: float | None, gap_s: float) -> float:
     """The end of work that would end at ``eta`` without a time limit, when the job it runs
     in stops at ``job_end`` and each next job does ``span_s`` of it after ``gap_s`` of queue
     wait and start (a Slurm run: its limit is a deadline within each job)."""
     if job_end is None or not span_s or span_s <= 0 or eta <= job_end:
         return eta
     base = max(now, job_end)
-    left = eta - base                            # the work this job cannot do
+    left = eta - base  # the work this job cannot do
     return base + math.ceil(left / span_s) * gap_s + left

@@ -2,6 +2,7 @@
 projection and what-if lines, and the deadline and budget warnings
 (:class:`trainctl.core.projection.Projector` raises them).  Pure: time is an argument.
 """
+
 from __future__ import annotations
 
 import math
@@ -31,13 +32,17 @@ def deadline_warning(p: Projection, now: float) -> WarningEvent:
     if p.eta_low is not None and p.eta_high is not None:
         band = f" ± {humanize_duration((p.eta_high - p.eta_low) / 2)}"
     verb = "is after" if cast(float, p.eta) > cast(float, p.deadline) else "may miss"
-    text = (f"ETA {format_when(p.eta, now)}{band} {verb} the deadline "
-            f"{format_when(p.deadline, now)} (buffer {signed_duration(p.buffer_s)})")
+    text = (
+        f"ETA {format_when(p.eta, now)}{band} {verb} the deadline "
+        f"{format_when(p.deadline, now)} (buffer {signed_duration(p.buffer_s)})"
+    )
     best = _best_alternative(p, "eta")
     if best is not None and best["buffer_s"] is not None and best["buffer_s"] > 0:
         guess = _guessed(best)
-        text += (f"; {best['preset']} would finish {format_when(best['eta'], now)} with "
-                 f"{humanize_duration(best['buffer_s'])} to spare{guess}")
+        text += (
+            f"; {best['preset']} would finish {format_when(best['eta'], now)} with "
+            f"{humanize_duration(best['buffer_s'])} to spare{guess}"
+        )
         advice = f"Switch to preset {best['preset']}, or move the deadline."
     else:
         advice = "No known preset finishes in time: move the deadline or speed the run up."
@@ -45,8 +50,10 @@ def deadline_warning(p: Projection, now: float) -> WarningEvent:
 
 
 def budget_warning(p: Projection, now: float, cost: float) -> WarningEvent:
-    text = (f"cost at ETA {format_money(cost)} is over the budget {format_money(p.budget)} "
-            f"(spent {format_money(p.cost_so_far)}, ETA {format_when(p.eta, now)})")
+    text = (
+        f"cost at ETA {format_money(cost)} is over the budget {format_money(p.budget)} "
+        f"(spent {format_money(p.cost_so_far)}, ETA {format_when(p.eta, now)})"
+    )
     best = _best_alternative(p, "cost_at_eta")
     if best is not None and best["cost_at_eta"] <= p.budget:
         text += f"; {best['preset']} would cost {format_money(best['cost_at_eta'])}{_guessed(best)}"
@@ -102,16 +109,16 @@ def format_money(v: float | None, currency: str = "$") -> str:
 def eta_phrase(p: Projection, now: float) -> str:
     """'ETA Nov 24 18:00 (in 2 h 5 m)' or, once the run ended, 'finished … (3 m ago)'."""
     assert p.eta is not None
-    rel = (f"in {humanize_duration(p.eta - now)}" if p.eta >= now
-           else f"{humanize_duration(now - p.eta)} ago")
+    rel = f"in {humanize_duration(p.eta - now)}" if p.eta >= now else f"{humanize_duration(now - p.eta)} ago"
     return f"{'finished' if p.finished else 'ETA'} {format_when(p.eta, now)} ({rel})"
 
 
 RATE_WORDS = {"measured": "", "history": "measured in earlier runs", "declared": "declared"}
 
 
-def rate_phrase(rate: float | None, source: str | None, preset: str | None = None,
-                compact: bool = False) -> str:
+def rate_phrase(
+    rate: float | None, source: str | None, preset: str | None = None, compact: bool = False
+) -> str:
     """'14.30 it/s', '2.40 it/s (declared by preset A, not measured yet)', '2.10 it/s
     (measured in earlier runs)'; '' without a rate.  Only a rate this run measured goes
     without words."""
@@ -137,8 +144,7 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
     said = rate_phrase(p.rate, p.rate_source, p.preset)
     rate = f" at {said}" if said else ""
     if p.eta is None:
-        lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown")
-                     + rate)
+        lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown") + rate)
     else:
         line = eta_phrase(p, now) + rate
         if p.eta_low is not None and p.eta_high is not None and p.eta_high - p.eta_low >= 60:
@@ -150,17 +156,22 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
             line += f": buffer {signed_duration(p.buffer_s)}" + (" (late)" if p.buffer_s < 0 else "")
         lines.append(line)
     if p.cost_so_far is not None:
-        if p.finished:      # one figure
+        if p.finished:  # one figure
             line = f"cost {format_money(p.cost_so_far, currency)} in all"
         else:
-            line = (f"cost {format_money(p.cost_so_far, currency)} so far, "
-                    f"{format_money(p.cost_at_eta, currency)} at ETA")
+            line = (
+                f"cost {format_money(p.cost_so_far, currency)} so far, "
+                f"{format_money(p.cost_at_eta, currency)} at ETA"
+            )
         if p.budget is not None:
             line += f"; budget {format_money(p.budget, currency)}"
             if p.cost_at_eta is not None:
                 spare = p.budget - p.cost_at_eta
-                line += (f" ({format_money(spare, currency)} to spare)" if spare >= 0 else
-                         f" (over by {format_money(-spare, currency)})")
+                line += (
+                    f" ({format_money(spare, currency)} to spare)"
+                    if spare >= 0
+                    else f" (over by {format_money(-spare, currency)})"
+                )
         lines.append(line)
     elif p.budget is not None:
         lines.append(f"budget {format_money(p.budget, currency)} (no cost per hour set)")
@@ -177,8 +188,11 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
 
 def checkpoint_phrase(c: dict[str, Any], now: float, compact: bool = False) -> str:
     """'last checkpoint 3 m ago, epoch 2 batch 700 (periodic); a restart now loses 12 batches'."""
-    where = (f"epoch {c.get('epoch')} batch {c['batch']}" if c.get("batch") is not None
-             else f"end of epoch {c.get('epoch')}")
+    where = (
+        f"epoch {c.get('epoch')} batch {c['batch']}"
+        if c.get("batch") is not None
+        else f"end of epoch {c.get('epoch')}"
+    )
     ago = humanize_duration(max(0.0, now - c.get("ts", now)))
     if compact:
         lose = f", loses {c['lose']}" if c.get("lose") is not None else ""
@@ -198,8 +212,10 @@ def format_what_if(w: dict[str, Any], now: float, currency: str = "$") -> str:
         return f"{name} (rate unknown): no ETA"
     source = w.get("source", "?")
     if source == "scaled":
-        head = (f"{name} (~{w['rate']:.3g} it/s: declared {w['declared']:.3g}, scaled to "
-                f"{w.get('against') or '?'}'s measured)")
+        head = (
+            f"{name} (~{w['rate']:.3g} it/s: declared {w['declared']:.3g}, scaled to "
+            f"{w.get('against') or '?'}'s measured)"
+        )
     elif source == "declared":
         head = f"{name} (declared {w['rate']:.3g} it/s, not measured here)"
     elif source == "history":

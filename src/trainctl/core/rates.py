@@ -6,6 +6,7 @@ preset across runs (the only I/O of the projection: its small JSON file).  Used 
 Speed is the median of recent bucket rates (a pause lands in one bucket and is outvoted);
 the ETA band comes from the 10th/90th percentile bucket rates.
 """
+
 from __future__ import annotations
 
 import json
@@ -23,8 +24,8 @@ from typing import Any
 @dataclass(frozen=True)
 class RateEstimate:
     rate: float
-    low: float | None     # 10th percentile bucket rate (None: too little data for a band)
-    high: float | None    # 90th percentile bucket rate
+    low: float | None  # 10th percentile bucket rate (None: too little data for a band)
+    high: float | None  # 90th percentile bucket rate
     records: int
 
 
@@ -93,8 +94,7 @@ class RateMeter:
         if dt > 0:
             rates.append(db / dt)
         rates.sort()
-        return RateEstimate(statistics.median(rates), _percentile(rates, 0.1),
-                            _percentile(rates, 0.9), n)
+        return RateEstimate(statistics.median(rates), _percentile(rates, 0.1), _percentile(rates, 0.9), n)
 
     @staticmethod
     def _few(recent: list[tuple[float, float, int]]) -> RateEstimate:
@@ -103,8 +103,7 @@ class RateMeter:
         per_batch = sorted(dt / db for _, dt, db in recent)
         limit = 4 * statistics.median(per_batch)
         kept = [(dt, db) for _, dt, db in recent if dt / db <= limit]
-        return RateEstimate(sum(db for _, db in kept) / sum(dt for dt, _ in kept), None, None,
-                            len(recent))
+        return RateEstimate(sum(db for _, db in kept) / sum(dt for dt, _ in kept), None, None, len(recent))
 
 
 # ---------------------------------------------------------------------------- history
@@ -148,7 +147,7 @@ class RateHistory:
     def rate(self, job: str, preset: str) -> float | None:
         if self._data is None:
             self._data = self._load()
-        values = [float(e["rate"]) for e in self._entries(self._data, job, preset)][-self.RECENT:]
+        values = [float(e["rate"]) for e in self._entries(self._data, job, preset)][-self.RECENT :]
         return statistics.median(values) if values else None
 
     def record(self, job: str, preset: str, rate: float, now: float) -> bool:
@@ -157,7 +156,7 @@ class RateHistory:
             return False
         data = self._load()
         entries = self._entries(data, job, preset)
-        entries = (entries + [{"rate": round(rate, 6), "ts": round(now, 3)}])[-self.KEEP:]
+        entries = (entries + [{"rate": round(rate, 6), "ts": round(now, 3)}])[-self.KEEP :]
         jobs = data["jobs"]
         if not isinstance(jobs.get(job), dict):
             jobs[job] = {}

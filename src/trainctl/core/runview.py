@@ -17,6 +17,7 @@ fed the events after it equals one fed every event (what makes snapshots safe).
 Every text that came from the agent (and so possibly from the trainer) is sanitised here,
 once, before any widget shows it (:func:`trainctl.core.sanitize.sanitize`).
 """
+
 from __future__ import annotations
 
 import bisect
@@ -29,13 +30,13 @@ from trainctl.core import events as ev
 from trainctl.core.sanitize import sanitize
 
 VIEW_FORMAT = 1
-WHOLE_KEEP = 2000       # points per loss over the whole run, after a downsampling
-RECENT_KEEP = 4000      # newest points per loss at full resolution (over an hour at 1/s)
-MARKS_KEEP = 2000       # restart marks kept (the newest)
-INCIDENTS_KEEP = 200    # incidents kept (the newest)
-WARNINGS_KEEP = 500     # warning ids kept (the newest)
-CHART_POINTS = 400      # points per loss series drawn on the chart
-RANGES = ("run", "hour", "epoch")   # what the chart shows: the whole run, the last hour, the last epoch
+WHOLE_KEEP = 2000  # points per loss over the whole run, after a downsampling
+RECENT_KEEP = 4000  # newest points per loss at full resolution (over an hour at 1/s)
+MARKS_KEEP = 2000  # restart marks kept (the newest)
+INCIDENTS_KEEP = 200  # incidents kept (the newest)
+WARNINGS_KEEP = 500  # warning ids kept (the newest)
+CHART_POINTS = 400  # points per loss series drawn on the chart
+RANGES = ("run", "hour", "epoch")  # what the chart shows: the whole run, the last hour, the last epoch
 
 
 def lttb(xs: list[float], ys: list[float], n: int, keep: tuple[float, ...] | list[float] = ()) -> list[int]:
@@ -111,7 +112,9 @@ class Series:
         if len(self.rxs) >= RECENT_KEEP + RECENT_KEEP // 4:
             del self.rxs[:-RECENT_KEEP], self.rys[:-RECENT_KEEP], self.rts[:-RECENT_KEEP]
 
-    def window(self, x_from: float | None = None, t_from: float | None = None) -> tuple[list[float], list[float]]:
+    def window(
+        self, x_from: float | None = None, t_from: float | None = None
+    ) -> tuple[list[float], list[float]]:
         """The points from ``x_from`` (or time ``t_from``) on: the whole-run history up to
         where the full-resolution points begin, then those."""
         if not self.rxs:
@@ -126,8 +129,13 @@ class Series:
             start = max(start, next((i for i, t in enumerate(ts) if t >= t_from), len(ts)))
         return xs[start:], ys[start:]
 
-    def sampled(self, points: int = CHART_POINTS, x_from: float | None = None,
-                t_from: float | None = None, marks: tuple[float, ...] = ()) -> tuple[list[float], list[float]]:
+    def sampled(
+        self,
+        points: int = CHART_POINTS,
+        x_from: float | None = None,
+        t_from: float | None = None,
+        marks: tuple[float, ...] = (),
+    ) -> tuple[list[float], list[float]]:
         """At most about ``points`` points (LTTB) of the window, first and last kept."""
         xs, ys = self.window(x_from, t_from)
         keep = lttb(xs, ys, points, marks)
@@ -143,9 +151,9 @@ class RankRow:
     epochs: int | None = None
     batch: int | None = None
     batches: int | None = None
-    rate: float | None = None     # batches per second between its last two journaled batches
+    rate: float | None = None  # batches per second between its last two journaled batches
     ts: float | None = None
-    x: float | None = None        # its global batch index at ts
+    x: float | None = None  # its global batch index at ts
 
 
 class RunView:
@@ -168,27 +176,27 @@ class RunView:
         self.x = 0.0
         self.losses: dict[str, Series] = {}
         self.restarts: list[tuple[float, str]] = []
-        self.incidents: list[dict[str, Any]] = []    # {ts, x, kind, text}: stalls, restarts, failed exits
+        self.incidents: list[dict[str, Any]] = []  # {ts, x, kind, text}: stalls, restarts, failed exits
         self.warnings: dict[str, WarningRow] = {}
         self.stall: ev.Stall | None = None
         self.projection: ev.Projection | None = None
         self.exit: ev.Exit | None = None
-        self.ranks: dict[int, RankRow] = {}   # torchrun: a row per rank (this attempt)
-        self.lead_rank: int | None = None     # the lowest rank: its progress drives the chart
-        self.stuck_ranks: tuple[int, ...] = ()   # the culprits of this attempt's stall
-        self.save_dir: str | None = None      # where the library writes its results (Ultralytics)
+        self.ranks: dict[int, RankRow] = {}  # torchrun: a row per rank (this attempt)
+        self.lead_rank: int | None = None  # the lowest rank: its progress drives the chart
+        self.stuck_ranks: tuple[int, ...] = ()  # the culprits of this attempt's stall
+        self.save_dir: str | None = None  # where the library writes its results (Ultralytics)
         self.last_seq = -1
         self.events_seen = 0
-        self.version = 0            # any change
-        self.chart_version = 0      # losses or restarts changed
-        self.warnings_version = 0   # warning rows changed
+        self.version = 0  # any change
+        self.chart_version = 0  # losses or restarts changed
+        self.warnings_version = 0  # warning rows changed
 
     # ------------------------------------------------------------------ input
     def apply_hello(self, hello: dict[str, Any]) -> None:
         """Take the agent's hello: job, host, run dir, presets and current state."""
         self.job = sanitize(str(hello.get("job") or self.job))
         self.host = sanitize(str(hello.get("host") or self.host))
-        self.run_dir = str(hello.get("run_dir") or self.run_dir)   # a path, used as one
+        self.run_dir = str(hello.get("run_dir") or self.run_dir)  # a path, used as one
         self.preset = hello.get("preset") or self.preset
         self.fallback = hello.get("fallback") or self.fallback
         if hello.get("auto_recover") is not None:
@@ -232,7 +240,7 @@ class RunView:
 
     def _on_rank(self, e: ev.Progress) -> bool:
         """Update the rank's row; whether this rank leads (the chart follows one rank)."""
-        rank = cast(int, e.rank)   # called for a progress with a rank
+        rank = cast(int, e.rank)  # called for a progress with a rank
         row = self.ranks.get(rank)
         if row is None:
             row = self.ranks[rank] = RankRow(rank)
@@ -240,7 +248,13 @@ class RunView:
         if x is not None and row.x is not None and row.ts is not None and e.ts > row.ts and x >= row.x:
             row.rate = (x - row.x) / (e.ts - row.ts)
         row.epoch, row.epochs, row.batch, row.batches, row.ts, row.x = (
-            e.epoch, e.epochs, e.batch, e.batches, e.ts, x)
+            e.epoch,
+            e.epochs,
+            e.batch,
+            e.batches,
+            e.ts,
+            x,
+        )
         if self.lead_rank is None or rank < self.lead_rank:
             self.lead_rank = rank
         return rank == self.lead_rank
@@ -255,7 +269,7 @@ class RunView:
             self.x += 1.0
         if prev is None or prev.epoch != e.epoch:
             self.epoch_started = e.ts
-        self.progress = ev.merged_progress(prev, e)   # a loss-only line keeps the counter
+        self.progress = ev.merged_progress(prev, e)  # a loss-only line keeps the counter
         self.last_progress_ts = e.ts
         x = self.x
         for name, value in e.losses.items():
@@ -264,7 +278,7 @@ class RunView:
             series = self.losses.get(name)
             if series is None:
                 if not name.isprintable():
-                    name = sanitize(name)   # a legend label; the trainer named it
+                    name = sanitize(name)  # a legend label; the trainer named it
                     series = self.losses.get(name)
                 if series is None:
                     series = self.losses[name] = Series()
@@ -284,22 +298,23 @@ class RunView:
         key = sanitize(e.id)
         row = self.warnings.pop(key, None)
         count = e.count if row is None else max(e.count, row.count + 1)
-        self.warnings[key] = WarningRow(key, sanitize(e.severity), sanitize(e.text),
-                                        sanitize(e.advice), sanitize(e.source), count, e.ts)
+        self.warnings[key] = WarningRow(
+            key, sanitize(e.severity), sanitize(e.text), sanitize(e.advice), sanitize(e.source), count, e.ts
+        )
         if len(self.warnings) > WARNINGS_KEEP:
             del self.warnings[next(iter(self.warnings))]
         self.warnings_version += 1
 
     def note(self, key: str, severity: str, text: str, advice: str, ts: float) -> None:
         """A row in the warnings panel for something trainctl itself reports."""
-        self._on_warning(ev.Warning(ts, id=key, severity=severity, text=text, advice=advice,
-                                    source="trainctl"))
+        self._on_warning(
+            ev.Warning(ts, id=key, severity=severity, text=text, advice=advice, source="trainctl")
+        )
 
     def _on_stall(self, e: ev.Stall) -> None:
         self.stall = e
         self.stuck_ranks = tuple(e.ranks)
-        advice = "; ".join(part for part in (e.detail, f"stacks: {e.stacks}" if e.stacks else "")
-                           if part)
+        advice = "; ".join(part for part in (e.detail, f"stacks: {e.stacks}" if e.stacks else "") if part)
         text = f"no batch for {e.idle_s:.0f} s in {e.phase}: {e.diagnosis}"
         self.note(f"stall.{e.diagnosis}", "error", text, advice, e.ts)
         self._incident(e.ts, "stall", sanitize(text))
@@ -316,10 +331,17 @@ class RunView:
     def _on_exit(self, e: ev.Exit) -> None:
         self.exit = e
         if e.returncode not in (0, None) or e.signal:
-            self._incident(e.ts, "exit", sanitize(e.exception or f"exit {e.returncode} {e.signal or ''}".strip()))
-        if e.exception:   # the traceback's tail, in the warnings panel
-            self.note("trainer.exception", "error", e.exception,
-                      " | ".join(e.traceback[:-1]) if e.traceback else "", e.ts)
+            self._incident(
+                e.ts, "exit", sanitize(e.exception or f"exit {e.returncode} {e.signal or ''}".strip())
+            )
+        if e.exception:  # the traceback's tail, in the warnings panel
+            self.note(
+                "trainer.exception",
+                "error",
+                e.exception,
+                " | ".join(e.traceback[:-1]) if e.traceback else "",
+                e.ts,
+            )
 
     def _on_projection(self, e: ev.Projection) -> None:
         self.projection = e
@@ -330,19 +352,25 @@ class RunView:
 
     def _on_checkpoint(self, e: ev.Checkpoint) -> None:
         if not e.ok:
-            self.note("checkpoint.bad", "warning", f"checkpoint not usable: {e.path}",
-                       e.detail, e.ts)
+            self.note("checkpoint.bad", "warning", f"checkpoint not usable: {e.path}", e.detail, e.ts)
 
     def _on_info(self, e: ev.Info) -> None:
-        if (path := ev.results_path(e)) is not None:   # shown as the run's, not a note
+        if (path := ev.results_path(e)) is not None:  # shown as the run's, not a note
             self.save_dir = path
             return
         self.note(e.key or "trainctl.info", "info", e.text, "", e.ts)
 
     _handlers: dict[str, Any] = {
-        "start": _on_start, "phase": _on_phase, "progress": _on_progress,
-        "warning": _on_warning, "stall": _on_stall, "restart": _on_restart, "exit": _on_exit,
-        "projection": _on_projection, "state": _on_state, "checkpoint": _on_checkpoint,
+        "start": _on_start,
+        "phase": _on_phase,
+        "progress": _on_progress,
+        "warning": _on_warning,
+        "stall": _on_stall,
+        "restart": _on_restart,
+        "exit": _on_exit,
+        "projection": _on_projection,
+        "state": _on_state,
+        "checkpoint": _on_checkpoint,
         "info": _on_info,
     }
 
@@ -358,16 +386,21 @@ class RunView:
         """How many loss values the model holds (all series together)."""
         return sum(max(len(s.xs), len(s.rxs)) for s in self.losses.values())
 
-    def chart(self, span: str = "run", now: float | None = None, points: int = CHART_POINTS
-              ) -> tuple[tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...], tuple[tuple[float, str], ...]]:
+    def chart(
+        self, span: str = "run", now: float | None = None, points: int = CHART_POINTS
+    ) -> tuple[tuple[tuple[str, tuple[float, ...], tuple[float, ...]], ...], tuple[tuple[float, str], ...]]:
         """The chart's series (name, xs, ys), downsampled, and the restart marks in range:
         ``span`` is "run" (the whole run), "hour" (the last hour up to ``now``, else up to
         the last progress) or "epoch" (the current epoch)."""
         x_from = t_from = None
         if span == "hour":
             t_from = (now if now is not None else (self.last_progress_ts or 0.0)) - 3600.0
-        elif span == "epoch" and self.progress is not None and self.progress.epoch is not None \
-                and self.progress.batches:
+        elif (
+            span == "epoch"
+            and self.progress is not None
+            and self.progress.epoch is not None
+            and self.progress.batches
+        ):
             x_from = float((self.progress.epoch - 1) * self.progress.batches)
         marks = tuple(self.marks())
         series = []
@@ -383,21 +416,37 @@ class RunView:
         """Everything folded from events so far, as JSON-ready data (:meth:`load_dict` reads
         it back); what only the hello says (job, host, run dir, fallback, auto-recover) is
         not in it."""
+
         def event(e: ev.Event | None) -> dict[str, Any] | None:
             return None if e is None else ev.to_dict(e)
+
         return {
-            "format": VIEW_FORMAT, "preset": self.preset, "state": self.state,
-            "state_reason": self.state_reason, "attempt": self.attempt, "phase": self.phase,
-            "progress": event(self.progress), "epoch_started": self.epoch_started,
-            "last_progress_ts": self.last_progress_ts, "x": self.x,
-            "losses": {name: [s.xs[:], s.ys[:], s.ts[:], s.rxs[:], s.rys[:], s.rts[:]]
-                       for name, s in self.losses.items()},
-            "restarts": [list(r) for r in self.restarts], "incidents": [dict(i) for i in self.incidents],
+            "format": VIEW_FORMAT,
+            "preset": self.preset,
+            "state": self.state,
+            "state_reason": self.state_reason,
+            "attempt": self.attempt,
+            "phase": self.phase,
+            "progress": event(self.progress),
+            "epoch_started": self.epoch_started,
+            "last_progress_ts": self.last_progress_ts,
+            "x": self.x,
+            "losses": {
+                name: [s.xs[:], s.ys[:], s.ts[:], s.rxs[:], s.rys[:], s.rts[:]]
+                for name, s in self.losses.items()
+            },
+            "restarts": [list(r) for r in self.restarts],
+            "incidents": [dict(i) for i in self.incidents],
             "warnings": [asdict(w) for w in self.warnings.values()],
-            "stall": event(self.stall), "projection": event(self.projection), "exit": event(self.exit),
-            "ranks": [asdict(r) for r in self.rank_rows()], "lead_rank": self.lead_rank,
-            "stuck_ranks": list(self.stuck_ranks), "save_dir": self.save_dir,
-            "last_seq": self.last_seq, "events_seen": self.events_seen,
+            "stall": event(self.stall),
+            "projection": event(self.projection),
+            "exit": event(self.exit),
+            "ranks": [asdict(r) for r in self.rank_rows()],
+            "lead_rank": self.lead_rank,
+            "stuck_ranks": list(self.stuck_ranks),
+            "save_dir": self.save_dir,
+            "last_seq": self.last_seq,
+            "events_seen": self.events_seen,
         }
 
     def load_dict(self, d: dict[str, Any]) -> None:
@@ -452,20 +501,36 @@ class RunView:
         self.x = float(d["x"])
         self.losses = losses
         self.restarts = [(float(x), text(label)) for x, label in d["restarts"]][-MARKS_KEEP:]
-        self.incidents = [{"ts": float(i["ts"]), "x": float(i["x"]), "kind": text(i["kind"]),
-                           "text": text(i["text"])} for i in d["incidents"]][-INCIDENTS_KEEP:]
+        self.incidents = [
+            {"ts": float(i["ts"]), "x": float(i["x"]), "kind": text(i["kind"]), "text": text(i["text"])}
+            for i in d["incidents"]
+        ][-INCIDENTS_KEEP:]
         self.warnings = {}
         for w in d["warnings"][-WARNINGS_KEEP:]:
-            row = WarningRow(text(w["id"]), text(w["severity"]), text(w["text"]), text(w["advice"]),
-                             text(w["source"]), int(w["count"]), float(w["ts"]))
+            row = WarningRow(
+                text(w["id"]),
+                text(w["severity"]),
+                text(w["text"]),
+                text(w["advice"]),
+                text(w["source"]),
+                int(w["count"]),
+                float(w["ts"]),
+            )
             self.warnings[row.id] = row
         self.stall = event(d["stall"], ev.Stall)
         self.projection = event(d["projection"], ev.Projection)
         self.exit = event(d["exit"], ev.Exit)
-        self.save_dir = opt(d.get("save_dir"))   # absent in snapshots from before it
-        rows = [RankRow(int(r["rank"]), *(None if r[k] is None else (float if k in ("rate", "ts", "x") else int)(r[k])  # type: ignore[arg-type]
-                                          for k in ("epoch", "epochs", "batch", "batches", "rate", "ts", "x")))
-                for r in d.get("ranks", ())]
+        self.save_dir = opt(d.get("save_dir"))  # absent in snapshots from before it
+        rows = [
+            RankRow(
+                int(r["rank"]),
+                *(
+                    None if r[k] is None else (float if k in ("rate", "ts", "x") else int)(r[k])  # type: ignore[arg-type]
+                    for k in ("epoch", "epochs", "batch", "batches", "rate", "ts", "x")
+                ),
+            )
+            for r in d.get("ranks", ())
+        ]
         self.ranks = {r.rank: r for r in rows}
         self.lead_rank = None if d.get("lead_rank") is None else int(d["lead_rank"])
         self.stuck_ranks = tuple(int(r) for r in d.get("stuck_ranks", ()))
@@ -485,5 +550,5 @@ class ViewSnapshot:
 
     view: dict[str, Any]
     next_seq: int
-    seq: None = None   # not a journal event (clients that look at ``seq`` skip it)
+    seq: None = None  # not a journal event (clients that look at ``seq`` skip it)
     type: str = "snapshot"

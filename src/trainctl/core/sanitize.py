@@ -23,6 +23,7 @@ keeps line breaks (``\\n``) for multi-line text such as a log excerpt; :func:`st
 keeps every run of line breaks (``\\r`` or ``\\n``) as one ``\\n``, for the warning matcher,
 which reads each segment as a line.
 """
+
 from __future__ import annotations
 
 import re
@@ -39,18 +40,26 @@ _ESC = (
     r"\x1b[" + _X + r"\x1b]*+(?:"
     # CSI: parameters and intermediates (any order, any number), then a final byte; a
     # malformed one (a non-ASCII character, C1, end of line) ends where it stops being one.
-    r"\[" + _CSI
+    r"\["
+    + _CSI
     # OSC, DCS, SOS, PM, APC: the whole string, to its terminator or the end of the line.
     # An ESC inside ends the string (ESC \ is ST; any other ESC starts a new sequence).
-    + r"|[\]PX^_]" + _STRING
+    + r"|[\]PX^_]"
+    + _STRING
     # Any other escape: intermediates (ESC ( 0, ESC # 8) and a final (ESC c, ESC 7, ESC =),
     # or nothing (a lone ESC: a sequence cut short).
-    + r"|[" + _X + r"\x20-\x2f]*+[\x30-\x7e\x18\x1a]?)")
+    + r"|["
+    + _X
+    + r"\x20-\x2f]*+[\x30-\x7e\x18\x1a]?)"
+)
 _ESC_SEQ = re.compile(_ESC)
 _SEQ = re.compile(
     _ESC
     # The 8-bit forms: CSI, and OSC, DCS, SOS, PM, APC.
-    + r"|\x9b" + _CSI + r"|[\x90\x98\x9d\x9e\x9f]" + _STRING
+    + r"|\x9b"
+    + _CSI
+    + r"|[\x90\x98\x9d\x9e\x9f]"
+    + _STRING
     # Any other control: C0 but tab, DEL, C1 (a run of them, up to an ESC or a C1 that
     # opens a sequence).
     + r"|[\x00-\x08\x0a-\x1a\x1c-\x1f\x7f-\x8f\x91-\x97\x99\x9a\x9c]++"
@@ -117,4 +126,4 @@ def cut_line(line: str, limit: int = MAX_LINE) -> str:
     ``…`` (so the result is exactly ``limit`` long)."""
     if len(line) <= limit:
         return line
-    return line[:limit - 1] + CUT_MARK
+    return line[: limit - 1] + CUT_MARK

@@ -2,6 +2,7 @@
 Pure.  :class:`trainctl.core.signatures.Catalog` builds one (:func:`build_prefilter`) over
 its patterns and tries only the patterns it names on each line.
 """
+
 from __future__ import annotations
 
 import re
@@ -21,7 +22,8 @@ _COMMON_WORDS = frozenset(
     "loss epoch train val images instances size error warning info file files line at in on "
     "is to of by it be or an as no use using gpu access available checkpoint "
     "starting off out find status create object process checks could "
-    "runtimeerror processgroupnccl".split())   # the last two: every traceback / every c10d log line
+    "runtimeerror processgroupnccl".split()
+)  # the last two: every traceback / every c10d log line
 
 # Words in almost every line of a training log: a literal inside one is a poor needle.
 _TRAINING_WORDS = ("loss", "epoch", "train", "batch", "step", "images", "instances", "size")
@@ -36,8 +38,12 @@ class _Prefilter:
     patterns that have neither (tried on every line).
     """
 
-    def __init__(self, words: dict[str, frozenset[int]],
-                 substrings: tuple[tuple[str, frozenset[int]], ...], always: frozenset[int]):
+    def __init__(
+        self,
+        words: dict[str, frozenset[int]],
+        substrings: tuple[tuple[str, frozenset[int]], ...],
+        always: frozenset[int],
+    ):
         self.words = words
         self.substrings = substrings
         self.always = always
@@ -71,10 +77,11 @@ def build_prefilter(patterns: Iterable[tuple[int, re.Pattern[str]]]) -> _Prefilt
                 substrings.setdefault(text, set()).add(index)
         else:
             always.add(index)
-    return _Prefilter({w: frozenset(i) for w, i in words.items()},
-                      tuple((text, frozenset(substrings[text]))
-                            for text in sorted(substrings, key=lambda s: (-len(s), s))),
-                      frozenset(always))
+    return _Prefilter(
+        {w: frozenset(i) for w, i in words.items()},
+        tuple((text, frozenset(substrings[text])) for text in sorted(substrings, key=lambda s: (-len(s), s))),
+        frozenset(always),
+    )
 
 
 def required_words(pattern: re.Pattern[str]) -> frozenset[str] | None:
@@ -95,6 +102,7 @@ def _best(pattern: re.Pattern[str], kind: str) -> frozenset[str] | None:
     try:
         from re import _constants as C  # type: ignore[attr-defined]  # private, stable since 3.11
         from re import _parser  # type: ignore[attr-defined]
+
         parsed = _parser.parse(pattern.pattern, pattern.flags)
     except Exception:  # noqa: BLE001 - a Python without these: no prefilter, still correct
         return None
@@ -173,7 +181,8 @@ def _is_boundary(op: Any, av: Any, C: Any) -> bool:
     if op in (C.MAX_REPEAT, C.MIN_REPEAT, C.POSSESSIVE_REPEAT) and av[0] >= 1 and len(av[2]) == 1:
         inner_op, inner_av = av[2][0]
         return (inner_op is C.LITERAL and not chr(inner_av).isalpha()) or (
-            inner_op is C.IN and _non_letter_set(inner_av, C))
+            inner_op is C.IN and _non_letter_set(inner_av, C)
+        )
     return False
 
 

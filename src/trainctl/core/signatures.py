@@ -15,15 +15,16 @@ in the line): :mod:`trainctl.core.signature_prefilter`.
 
 Pure: no clock, no I/O except reading the catalog file.
 """
+
 from __future__ import annotations
 
 import dataclasses
 import math
 import re
 import tomllib
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from trainctl.core.events import SEVERITIES, Progress, Warning
@@ -76,7 +77,7 @@ class Signature:
     examples: tuple[str, ...] = ()
     startup_evidence: bool = False
     per_code: str | None = None
-    before_progress: bool = False   # its action holds only before the attempt's first batch
+    before_progress: bool = False  # its action holds only before the attempt's first batch
 
     def search(self, line: str) -> re.Match[str] | None:
         """The first pattern's match in ``line`` (already normalised), or None."""
@@ -107,23 +108,26 @@ def normalise(line: str) -> str:
         m = _PREFIX_RE.match(line)
         if m is None or not m.end():
             break
-        line = line[m.end():]
+        line = line[m.end() :]
     return line
 
 
 class Catalog:
     """An ordered, validated set of signatures with a fast line matcher."""
 
-    def __init__(self, signatures: Iterable[Signature],
-                 codes: dict[str, dict[str, CodeRule]] | None = None, path: str = "<catalog>"):
+    def __init__(
+        self,
+        signatures: Iterable[Signature],
+        codes: dict[str, dict[str, CodeRule]] | None = None,
+        path: str = "<catalog>",
+    ):
         self.signatures: tuple[Signature, ...] = tuple(signatures)
         self.codes = codes or {}
         self.path = path
         self._by_id = {s.id: s for s in self.signatures}
         self._derived: dict[tuple[str, str], Signature] = {}
         self._for_source = {  # indices of the signatures that apply to each source
-            src: frozenset(i for i, s in enumerate(self.signatures) if s.applies_to(src))
-            for src in SOURCES
+            src: frozenset(i for i, s in enumerate(self.signatures) if s.applies_to(src)) for src in SOURCES
         }
         # every (signature index, pattern) in catalog order: the prefilter names the patterns
         # a line could match, so a signature with many wordings costs only the ones it could
@@ -153,8 +157,10 @@ class Catalog:
     def from_dict(cls, data: dict[str, Any], path: str = "<dict>") -> Catalog:
         unknown = set(data) - {"signature", "codes"}
         if unknown:
-            raise CatalogError(f"{path}: unknown top-level key(s) {sorted(unknown)}; "
-                               "allowed: [[signature]] entries and [codes.<name>.<code>] tables")
+            raise CatalogError(
+                f"{path}: unknown top-level key(s) {sorted(unknown)}; "
+                "allowed: [[signature]] entries and [codes.<name>.<code>] tables"
+            )
         entries = data.get("signature")
         if not isinstance(entries, list) or not entries:
             raise CatalogError(f"{path}: no [[signature]] entries")
@@ -194,7 +200,7 @@ class Catalog:
         other source are skipped); "any" tries every signature (postmortem of mixed logs).
         """
         allowed = self._allowed(source)
-        if len(line) > MAX_LINE:   # before any pattern sees it
+        if len(line) > MAX_LINE:  # before any pattern sees it
             line = cut_line(line)
         line = strip_ansi(line)
         indices = self._prefilter.candidates(line)
@@ -205,7 +211,7 @@ class Catalog:
         segments = _SEGMENT_RE.split(line) if ("\r" in line or "\n" in line) else (line,)
         for segment in segments:
             text = normalise(segment)
-            for i, pattern in candidates:   # catalog order, then pattern order: first match wins
+            for i, pattern in candidates:  # catalog order, then pattern order: first match wins
                 m = pattern.search(text)
                 if m is not None:
                     sig = self.signatures[i]
@@ -243,8 +249,14 @@ class Catalog:
             table = self.codes[sig.per_code or ""]
             rule = table.get(code) or table["default"]
             derived = dataclasses.replace(
-                sig, id=f"{sig.id}.{code}", title=f"{sig.title} {code}: {rule.title}",
-                severity=rule.severity, action=rule.action, advice=rule.advice, per_code=None)
+                sig,
+                id=f"{sig.id}.{code}",
+                title=f"{sig.title} {code}: {rule.title}",
+                severity=rule.severity,
+                action=rule.action,
+                advice=rule.advice,
+                per_code=None,
+            )
             self._derived[key] = derived
         return derived
 
@@ -318,15 +330,26 @@ def _load_signature(entry: Any, n: int, path: str, codes: dict[str, dict[str, Co
     per_code = entry.get("per_code")
     if per_code is not None:
         if per_code not in codes:
-            raise CatalogError(f"{where}: per_code {per_code!r} has no [codes.{per_code}] tables; "
-                               f"defined: {', '.join(codes) or 'none'}")
+            raise CatalogError(
+                f"{where}: per_code {per_code!r} has no [codes.{per_code}] tables; "
+                f"defined: {', '.join(codes) or 'none'}"
+            )
         for i, p in enumerate(patterns, 1):
             if per_code not in p.groupindex:
                 raise CatalogError(f"{where}: pattern {i} needs a named group (?P<{per_code}>...)")
-    return Signature(id=sid, title=entry["title"], severity=entry["severity"],
-                     source=entry["source"], action=entry["action"], patterns=tuple(patterns),
-                     advice=entry["advice"].strip(), examples=tuple(entry["examples"]),
-                     startup_evidence=startup, per_code=per_code, before_progress=before)
+    return Signature(
+        id=sid,
+        title=entry["title"],
+        severity=entry["severity"],
+        source=entry["source"],
+        action=entry["action"],
+        patterns=tuple(patterns),
+        advice=entry["advice"].strip(),
+        examples=tuple(entry["examples"]),
+        startup_evidence=startup,
+        per_code=per_code,
+        before_progress=before,
+    )
 
 
 # ---------------------------------------------------------------------- events
@@ -345,8 +368,7 @@ def nan_warning(progress: Progress, now: float, catalog: Catalog | None = None) 
 
     Stateless; :meth:`WarningMatcher.feed_progress` adds the once-per-episode logic.
     """
-    bad = {k: v for k, v in progress.losses.items()
-           if isinstance(v, (int, float)) and not math.isfinite(v)}
+    bad = {k: v for k, v in progress.losses.items() if isinstance(v, (int, float)) and not math.isfinite(v)}
     if not bad:
         return None
     sig = (catalog or _default_catalog()).get(LOSS_NAN)
@@ -359,9 +381,14 @@ def nan_warning(progress: Progress, now: float, catalog: Catalog | None = None) 
         where.append(f"rank {progress.rank}")
     losses = " ".join(f"{k}={v:.4g}" for k, v in progress.losses.items())
     text = f"non-finite loss ({', '.join(bad)})" + (f" at {', '.join(where)}" if where else "")
-    return Warning(ts=now, id=LOSS_NAN, severity=sig.severity if sig else "error",
-                   text=_truncate(f"{text}: {losses}"), advice=sig.advice if sig else "",
-                   source="trainer")
+    return Warning(
+        ts=now,
+        id=LOSS_NAN,
+        severity=sig.severity if sig else "error",
+        text=_truncate(f"{text}: {losses}"),
+        advice=sig.advice if sig else "",
+        source="trainer",
+    )
 
 
 _DEFAULT: Catalog | None = None
@@ -398,9 +425,18 @@ class WarningMatcher:
         if sig is None:
             return None
         origin = source if source != "any" else (sig.source if sig.source != "any" else "trainer")
-        return self._count(sig.id, lambda n: Warning(
-            ts=now, id=sig.id, severity=sig.severity, text=_truncate(sanitize(cut_line(line)).strip()),
-            advice=sig.advice, source=origin, count=n))
+        return self._count(
+            sig.id,
+            lambda n: Warning(
+                ts=now,
+                id=sig.id,
+                severity=sig.severity,
+                text=_truncate(sanitize(cut_line(line)).strip()),
+                advice=sig.advice,
+                source=origin,
+                count=n,
+            ),
+        )
 
     def feed_progress(self, progress: Progress, now: float) -> Warning | None:
         """Report NaN/inf losses in parsed progress under ``loss.nan`` (shares the count

@@ -73,6 +73,7 @@ its own verdict ("rank 1 made no progress ...").
 :meth:`state_dict` / :meth:`load_state_dict` carry the learned statistics across restarts
 of trainctl itself.
 """
+
 from __future__ import annotations
 
 import math
@@ -94,16 +95,20 @@ INITIAL_S = 300.0
 WARMUP_BATCHES = 2
 TRAIN_WINDOW = 512
 PHASE_WINDOW = 64
-SILENCE_FLOOR_S = 60.0       # an unknown format: the least silence allowed
-STARTUP_IDLE_S = 90.0        # no output, CPU or I/O this long before the first batch: deadlock
-PHASE_IDLE_S = 45.0          # ... in a validation, a save, or between epochs (at most)
-IDLE_CPU_PERCENT = 5.0       # the whole tree below this (% of one core) is idle
+SILENCE_FLOOR_S = 60.0  # an unknown format: the least silence allowed
+STARTUP_IDLE_S = 90.0  # no output, CPU or I/O this long before the first batch: deadlock
+PHASE_IDLE_S = 45.0  # ... in a validation, a save, or between epochs (at most)
+IDLE_CPU_PERCENT = 5.0  # the whole tree below this (% of one core) is idle
 
 _PHASES = ("startup", "train", "val", "save", "finished")
 # the modes where a batch is awaited and a still tree is a deadlock, and how a verdict says so
-_STILL_MODES = {"startup": "before the first batch", "silence": "before the first batch",
-                "val": "in validation", "save": "in a checkpoint save",
-                "boundary": "after the last batch of the epoch"}
+_STILL_MODES = {
+    "startup": "before the first batch",
+    "silence": "before the first batch",
+    "val": "in validation",
+    "save": "in a checkpoint save",
+    "boundary": "after the last batch of the epoch",
+}
 
 
 @dataclass(frozen=True)
@@ -131,8 +136,8 @@ class _Rank:
         self.epoch: int | None = None
         self.batch: int | None = None
         self.batches: int | None = None
-        self.n_in_epoch = 0       # progress events seen in this epoch (since the last phase)
-        self.gen = gen            # phase generation at its last progress
+        self.n_in_epoch = 0  # progress events seen in this epoch (since the last phase)
+        self.gen = gen  # phase generation at its last progress
         self.armed = True
 
 
@@ -154,14 +159,24 @@ class StallDetector(SilenceWatch, Thresholds):
     The output-silence watch is in :mod:`trainctl.core.stall_silence`, the thresholds and
     what they learn in :mod:`trainctl.core.stall_thresholds`."""
 
-    def __init__(self, train_timeout: float | None = None, startup_timeout: float | None = None,
-                 val_timeout: float | None = None, save_timeout: float | None = None,
-                 floor: float = FLOOR_S, factor: float = FACTOR, *,
-                 phase_factor: float = PHASE_FACTOR, startup_grace: float = STARTUP_GRACE_S,
-                 startup_max: float = STARTUP_MAX_S, evidence_window: float = EVIDENCE_WINDOW_S,
-                 initial: float = INITIAL_S, warmup_batches: int = WARMUP_BATCHES,
-                 silence_floor: float = SILENCE_FLOOR_S,
-                 startup_idle: float | None = STARTUP_IDLE_S) -> None:
+    def __init__(
+        self,
+        train_timeout: float | None = None,
+        startup_timeout: float | None = None,
+        val_timeout: float | None = None,
+        save_timeout: float | None = None,
+        floor: float = FLOOR_S,
+        factor: float = FACTOR,
+        *,
+        phase_factor: float = PHASE_FACTOR,
+        startup_grace: float = STARTUP_GRACE_S,
+        startup_max: float = STARTUP_MAX_S,
+        evidence_window: float = EVIDENCE_WINDOW_S,
+        initial: float = INITIAL_S,
+        warmup_batches: int = WARMUP_BATCHES,
+        silence_floor: float = SILENCE_FLOOR_S,
+        startup_idle: float | None = STARTUP_IDLE_S,
+    ) -> None:
         self.train_timeout = _positive("train_timeout", train_timeout)
         self.startup_timeout = _positive("startup_timeout", startup_timeout)
         self.val_timeout = _positive("val_timeout", val_timeout)
@@ -182,8 +197,8 @@ class StallDetector(SilenceWatch, Thresholds):
         self._train: deque[float] = deque(maxlen=TRAIN_WINDOW)
         self._train_peak = 0.0
         self._learned: dict[str, deque[float]] = {
-            k: deque(maxlen=PHASE_WINDOW)
-            for k in ("warmup", "boundary", "val", "save", "startup", "silence")}
+            k: deque(maxlen=PHASE_WINDOW) for k in ("warmup", "boundary", "val", "save", "startup", "silence")
+        }
         self.reset(0.0)
 
     # ------------------------------------------------------------------ feeding
@@ -191,23 +206,23 @@ class StallDetector(SilenceWatch, Thresholds):
         """A new attempt: back to startup; learned statistics are kept."""
         self._phase = "startup"
         self._phase_start = now
-        self._ref = now                  # idle is measured from here outside train
-        self._pending_train = False      # phase said train, first batch not seen yet
-        self._save_mid_epoch = False     # the save phase began inside an epoch
-        self._gen = 0                    # bumped at every phase change
+        self._ref = now  # idle is measured from here outside train
+        self._pending_train = False  # phase said train, first batch not seen yet
+        self._save_mid_epoch = False  # the save phase began inside an epoch
+        self._gen = 0  # bumped at every phase change
         self._ranks: dict[int | None, _Rank] = {}
         self._last_key: int | None = None
         self._armed = True
         self._evidence_t: float | None = None
         self._evidence: dict[str, int] = {}
-        self._progressed = False         # a batch came in this attempt
-        self._outputs: dict[int | None, SourceOutput] = {}   # console lines per source (rank)
-        self._silence = False            # unknown format: output silence is watched
-        self._structured = False         # a side channel speaks: no format is guessed
-        self._active_t = now             # the last output, busy CPU or I/O (before the first batch)
-        self._busy_t: float | None = None   # the tree's last busy sample (CPU, I/O, GPU; not output)
+        self._progressed = False  # a batch came in this attempt
+        self._outputs: dict[int | None, SourceOutput] = {}  # console lines per source (rank)
+        self._silence = False  # unknown format: output silence is watched
+        self._structured = False  # a side channel speaks: no format is guessed
+        self._active_t = now  # the last output, busy CPU or I/O (before the first batch)
+        self._busy_t: float | None = None  # the tree's last busy sample (CPU, I/O, GPU; not output)
         self._io: int | None = None
-        self._sampled = False            # the tree was sampled in this attempt
+        self._sampled = False  # the tree was sampled in this attempt
         self._idle_armed = True
 
     def on_phase(self, phase: str, now: float) -> None:
@@ -226,7 +241,7 @@ class StallDetector(SilenceWatch, Thresholds):
                 self._learn("save", now - self._phase_start)
                 self._enter("train", now)
             elif self._phase in ("startup", "val", "save"):
-                self._pending_train = True   # this phase lasts until the first batch
+                self._pending_train = True  # this phase lasts until the first batch
             elif self._phase == "finished":
                 self._enter("train", now)
             return
@@ -234,9 +249,14 @@ class StallDetector(SilenceWatch, Thresholds):
             return
         if phase == "save":
             rank = self._ranks.get(self._last_key)
-            self._save_mid_epoch = (self._phase == "train" and not self._pending_train and rank is not None
-                                    and rank.batch is not None and rank.batches is not None
-                                    and rank.batch < rank.batches)
+            self._save_mid_epoch = (
+                self._phase == "train"
+                and not self._pending_train
+                and rank is not None
+                and rank.batch is not None
+                and rank.batches is not None
+                and rank.batch < rank.batches
+            )
         if self._phase in ("val", "save"):
             self._learn(self._phase, now - self._phase_start)
         self._enter(phase, now)
@@ -245,8 +265,7 @@ class StallDetector(SilenceWatch, Thresholds):
         """A progress event.  A repeat of the same (epoch, batch) is not progress."""
         key = ev.rank
         rank = self._ranks.get(key)
-        if (rank is not None and ev.batch is not None and ev.epoch == rank.epoch
-                and ev.batch == rank.batch):
+        if rank is not None and ev.batch is not None and ev.epoch == rank.epoch and ev.batch == rank.batch:
             return
         if self._phase in ("val", "save") and not self._pending_train:
             # activity inside val/save (a runner reporting val batches): the phase goes on
@@ -275,8 +294,9 @@ class StallDetector(SilenceWatch, Thresholds):
         self._evidence_t = now if self._evidence_t is None else max(self._evidence_t, now)
         self._evidence[kind] = self._evidence.get(kind, 0) + 1
 
-    def on_tree(self, now: float, cpu_percent: float | None, io_bytes: int | None,
-                gpu_percent: float | None = None) -> None:
+    def on_tree(
+        self, now: float, cpu_percent: float | None, io_bytes: int | None, gpu_percent: float | None = None
+    ) -> None:
         """One sample of the trainer's whole tree: its CPU (% of one core, summed; None:
         not known yet), the bytes it read and wrote (rchar + wchar; None: unreadable) and
         the GPU's utilisation (None: no GPU; a busy GPU is activity: a validation waiting
@@ -289,8 +309,11 @@ class StallDetector(SilenceWatch, Thresholds):
         moved = io_bytes is not None and self._io is not None and io_bytes != self._io
         if io_bytes is not None:
             self._io = io_bytes
-        busy = (moved or (cpu_percent is not None and cpu_percent >= IDLE_CPU_PERCENT)
-                or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT))
+        busy = (
+            moved
+            or (cpu_percent is not None and cpu_percent >= IDLE_CPU_PERCENT)
+            or (gpu_percent is not None and gpu_percent >= IDLE_CPU_PERCENT)
+        )
         if busy:
             self._busy_t = now
         if first or busy or cpu_percent is None:
@@ -380,9 +403,13 @@ class StallDetector(SilenceWatch, Thresholds):
         where = _STILL_MODES[mode]
         if self._pending_train and mode in ("val", "save"):
             where += ", awaiting the first batch after it"
-        return StallVerdict(self._phase, quiet, window[0],
-                            f"deadlock {where}: no output, no CPU and no I/O for {quiet:.0f}s "
-                            f"({window[1]})", still=True)
+        return StallVerdict(
+            self._phase,
+            quiet,
+            window[0],
+            f"deadlock {where}: no output, no CPU and no I/O for {quiet:.0f}s ({window[1]})",
+            still=True,
+        )
 
     def _reference(self) -> float:
         if self.watching_silence:
@@ -395,8 +422,11 @@ class StallDetector(SilenceWatch, Thresholds):
         rank = self._ranks.get(key)
         if rank is None:
             rank = self._ranks[key] = _Rank(now, self._gen)
-        new_epoch = (rank.gen != self._gen or (ev.epoch is not None and ev.epoch != rank.epoch)
-                     or (ev.batch is not None and rank.batch is not None and ev.batch < rank.batch))
+        new_epoch = (
+            rank.gen != self._gen
+            or (ev.epoch is not None and ev.epoch != rank.epoch)
+            or (ev.batch is not None and rank.batch is not None and ev.batch < rank.batch)
+        )
         rank.n_in_epoch = (1 if new_epoch else rank.n_in_epoch + 1) if count else 0
         rank.last_t, rank.gen, rank.armed = now, self._gen, True
         rank.epoch, rank.batch, rank.batches = ev.epoch, ev.batch, ev.batches
@@ -405,12 +435,13 @@ class StallDetector(SilenceWatch, Thresholds):
     def _learn_interval(self, rank: _Rank | None, ev: Progress, now: float) -> None:
         """File the gap since this rank's previous batch under steady, warm-up or boundary."""
         if rank is None or rank.gen != self._gen:
-            return                       # first batch of the attempt or after a phase
+            return  # first batch of the attempt or after a phase
         gap = now - rank.last_t
         if gap < 0:
             return
-        if (ev.epoch is not None and rank.epoch is not None and ev.epoch != rank.epoch) or \
-                (ev.batch is not None and rank.batch is not None and ev.batch < rank.batch):
+        if (ev.epoch is not None and rank.epoch is not None and ev.epoch != rank.epoch) or (
+            ev.batch is not None and rank.batch is not None and ev.batch < rank.batch
+        ):
             self._learn("boundary", gap)
         elif rank.n_in_epoch <= self.warmup_batches:
             self._learn("warmup", gap)
@@ -431,10 +462,15 @@ class StallDetector(SilenceWatch, Thresholds):
         return "train"
 
     def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
-        what = {"startup": "no first batch yet", "train": "no progress", "warmup": "no progress",
-                "boundary": "no progress after the last batch of the epoch",
-                "val": "validation silent", "save": "checkpoint save silent",
-                "silence": "no output"}.get(mode, "no progress")
+        what = {
+            "startup": "no first batch yet",
+            "train": "no progress",
+            "warmup": "no progress",
+            "boundary": "no progress after the last batch of the epoch",
+            "val": "validation silent",
+            "save": "checkpoint save silent",
+            "silence": "no output",
+        }.get(mode, "no progress")
         return f"{what} for {idle:.0f}s in {self._phase} (threshold {limit:.0f}s: {basis})"
 
     def _check_ranks(self, now: float) -> StallVerdict | None:
@@ -452,6 +488,8 @@ class StallDetector(SilenceWatch, Thresholds):
         idle = max(s[1] for s in stuck)
         limit = min(s[2] for s in stuck)
         names = ", ".join(str(s[0]) for s in sorted(stuck))
-        reason = (f"rank {names} made no progress for {idle:.0f}s while other ranks continue "
-                  f"(threshold {limit:.0f}s)")
+        reason = (
+            f"rank {names} made no progress for {idle:.0f}s while other ranks continue "
+            f"(threshold {limit:.0f}s)"
+        )
         return StallVerdict("train", idle, limit, reason, tuple(sorted(s[0] for s in stuck)))

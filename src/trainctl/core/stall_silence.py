@@ -2,6 +2,7 @@
 watched by the silence since its last console line, with the healthy silences learned
 from its own output (:mod:`trainctl.core.stall`'s module doc tells the rule).  Pure.
 """
+
 from __future__ import annotations
 
 import math
@@ -9,14 +10,14 @@ from collections import deque
 from collections.abc import Iterable
 from typing import TYPE_CHECKING
 
-SILENCE_FACTOR = 2.0         # × the high quantile of the intervals between output lines
-SILENCE_QUANTILE = 0.99      # ... this one (NVRx learns from intervals the same way)
-LONGEST_FACTOR = 1.5         # and never below 1.5 × the longest interval seen (a rare pause)
-BURST_GAP_S = 0.5            # a gap this long between lines is a healthy silence (learned)
-UNKNOWN_LINES = 20           # this many lines with no progress read: the format is unknown,
-UNKNOWN_SPAN_S = 2.0         #   if they span this long at least (a config dump is not output)
-UNKNOWN_AFTER_S = 30.0       # or output for this long (2 lines at least)
-OUT_WINDOW = 1024            # the intervals kept per output source (rank)
+SILENCE_FACTOR = 2.0  # × the high quantile of the intervals between output lines
+SILENCE_QUANTILE = 0.99  # ... this one (NVRx learns from intervals the same way)
+LONGEST_FACTOR = 1.5  # and never below 1.5 × the longest interval seen (a rare pause)
+BURST_GAP_S = 0.5  # a gap this long between lines is a healthy silence (learned)
+UNKNOWN_LINES = 20  # this many lines with no progress read: the format is unknown,
+UNKNOWN_SPAN_S = 2.0  #   if they span this long at least (a config dump is not output)
+UNKNOWN_AFTER_S = 30.0  # or output for this long (2 lines at least)
+OUT_WINDOW = 1024  # the intervals kept per output source (rank)
 
 
 class SourceOutput:
@@ -28,7 +29,7 @@ class SourceOutput:
         self.first_t = self.last_t = now
         self.lines = 0
         self.gaps: deque[float] = deque(maxlen=OUT_WINDOW)
-        self.unknown = False      # enough output with no progress: its silence is watched
+        self.unknown = False  # enough output with no progress: its silence is watched
 
 
 def _quantile(values: Iterable[float], q: float) -> float:
@@ -55,7 +56,8 @@ class SilenceWatch:
     _learned: dict[str, deque[float]]
     silence_floor: float
 
-    if TYPE_CHECKING:   # the thresholds' (trainctl.core.stall_thresholds.Thresholds)
+    if TYPE_CHECKING:  # the thresholds' (trainctl.core.stall_thresholds.Thresholds)
+
         def _learn(self, kind: str, seconds: float) -> None: ...
 
     def on_output(self, now: float, lines: int = 1, source: int | None = None) -> None:
@@ -81,8 +83,9 @@ class SilenceWatch:
         out.last_t = max(out.last_t, now)
         if not out.unknown:
             span = out.last_t - out.first_t
-            out.unknown = ((out.lines >= UNKNOWN_LINES and span >= UNKNOWN_SPAN_S)
-                           or (out.lines >= 2 and span >= UNKNOWN_AFTER_S))
+            out.unknown = (out.lines >= UNKNOWN_LINES and span >= UNKNOWN_SPAN_S) or (
+                out.lines >= 2 and span >= UNKNOWN_AFTER_S
+            )
             self._silence = self._silence or out.unknown
         if self._silence:
             self._armed = True
@@ -105,13 +108,17 @@ class SilenceWatch:
         gaps = [*out.gaps, *self._learned["silence"]]
         q = _quantile(gaps, SILENCE_QUANTILE)
         value = SILENCE_FACTOR * q
-        basis = (f"unknown progress format: {SILENCE_FACTOR:g} × the {SILENCE_QUANTILE:g} quantile "
-                 f"of {len(gaps)} intervals between output lines ({q:.3g}s)")
+        basis = (
+            f"unknown progress format: {SILENCE_FACTOR:g} × the {SILENCE_QUANTILE:g} quantile "
+            f"of {len(gaps)} intervals between output lines ({q:.3g}s)"
+        )
         longest = max(gaps, default=0.0)
-        if LONGEST_FACTOR * longest > value:   # a rare long pause, below the quantile
+        if LONGEST_FACTOR * longest > value:  # a rare long pause, below the quantile
             value = LONGEST_FACTOR * longest
-            basis = (f"unknown progress format: {LONGEST_FACTOR:g} × the longest interval "
-                     f"between output lines ({longest:.3g}s)")
+            basis = (
+                f"unknown progress format: {LONGEST_FACTOR:g} × the longest interval "
+                f"between output lines ({longest:.3g}s)"
+            )
         if value < self.silence_floor:
             value, basis = self.silence_floor, f"floor ({basis} is below it)"
         return value, basis

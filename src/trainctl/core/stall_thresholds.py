@@ -4,6 +4,7 @@ statistics it learned, and those statistics kept across restarts of trainctl
 (:meth:`Thresholds.state_dict`).  :mod:`trainctl.core.stall`'s module doc tells the rules.
 Pure.
 """
+
 from __future__ import annotations
 
 import math
@@ -43,14 +44,18 @@ class Thresholds:
     _evidence: dict[str, int]
     _busy_t: float | None
 
-    if TYPE_CHECKING:   # the output-silence watch's (trainctl.core.stall_silence.SilenceWatch)
+    if TYPE_CHECKING:  # the output-silence watch's (trainctl.core.stall_silence.SilenceWatch)
+
         def _silent(self) -> tuple[float, str]: ...
 
     # ------------------------------------------------------------------ persistence
     def state_dict(self) -> dict[str, Any]:
         """The learned statistics (JSON-friendly), to survive a restart of trainctl."""
-        out: dict[str, Any] = {"version": STATE_VERSION, "train": [round(x, 6) for x in self._train],
-                               "train_peak": round(self._train_peak, 6)}
+        out: dict[str, Any] = {
+            "version": STATE_VERSION,
+            "train": [round(x, 6) for x in self._train],
+            "train_peak": round(self._train_peak, 6),
+        }
         for k, values in self._learned.items():
             out[k] = [round(x, 6) for x in values]
         return out
@@ -120,7 +125,9 @@ class Thresholds:
             return steady, basis
         if mode == "boundary":
             if self.train_timeout is not None:
-                return max(self.train_timeout, self.val_timeout or 0.0), "fixed train timeout (between epochs)"
+                return max(
+                    self.train_timeout, self.val_timeout or 0.0
+                ), "fixed train timeout (between epochs)"
             return self._learned_phase("boundary", "gap between epochs")
         fixed = self.val_timeout if mode == "val" else self.save_timeout
         if fixed is not None:
@@ -146,7 +153,9 @@ class Thresholds:
             if extended > value:
                 value = min(extended, self.startup_max)
                 kinds = ", ".join(sorted(self._evidence))
-                basis = f"startup grace extended by evidence of work ({kinds}), at most {self.startup_max:.0f}s"
+                basis = (
+                    f"startup grace extended by evidence of work ({kinds}), at most {self.startup_max:.0f}s"
+                )
         seen = self._learned["startup"]
         if seen and 2 * max(seen) > value:
             value, basis = 2 * max(seen), f"2 × longest startup seen ({max(seen):.0f}s)"

@@ -8,20 +8,44 @@ launcher's console, where two ranks' lines would run together), laid out by torc
 ``D/<run id>_<random>/attempt_0/<local rank>/{stdout,stderr}.log``; the agent tails them
 with the rank known (:func:`rank_files`).
 """
+
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-SETUP_MARK = "trainctl-setup"   # src/trainctl/agent/attempt.py's with_setup: $0 of the setup shell
+SETUP_MARK = "trainctl-setup"  # src/trainctl/agent/attempt.py's with_setup: $0 of the setup shell
 LAUNCHERS = ("torchrun", "torch.distributed.run", "torch.distributed.launch")
 # torchrun's options that take no value (every other one takes one, unless written --x=v)
-_FLAGS = frozenset({"--standalone", "--no-python", "--no_python", "-m", "--module", "--run-path",
-                    "--run_path", "--virtual-local-rank", "--virtual_local_rank"})
+_FLAGS = frozenset(
+    {
+        "--standalone",
+        "--no-python",
+        "--no_python",
+        "-m",
+        "--module",
+        "--run-path",
+        "--run_path",
+        "--virtual-local-rank",
+        "--virtual_local_rank",
+    }
+)
 # the options trainctl sets itself: the user's are dropped
-_OWN = frozenset({"--max-restarts", "--max_restarts", "--redirects", "-r", "--tee", "-t",
-                  "--log-dir", "--log_dir", "--local-ranks-filter", "--local_ranks_filter"})
+_OWN = frozenset(
+    {
+        "--max-restarts",
+        "--max_restarts",
+        "--redirects",
+        "-r",
+        "--tee",
+        "-t",
+        "--log-dir",
+        "--log_dir",
+        "--local-ranks-filter",
+        "--local_ranks_filter",
+    }
+)
 
 
 def launcher_end(argv: list[str] | tuple[str, ...]) -> int | None:
@@ -36,7 +60,7 @@ def launcher_end(argv: list[str] | tuple[str, ...]) -> int | None:
         if a == "-m" and i + 1 < len(argv) and argv[i + 1] in LAUNCHERS[1:]:
             return i + 2
         if not a.startswith("-") and i > first and not argv[i - 1].startswith("-"):
-            return None   # past the interpreter and its options: a script, no launcher
+            return None  # past the interpreter and its options: a script, no launcher
     return None
 
 
@@ -80,11 +104,22 @@ def supervised(argv: list[str] | tuple[str, ...], log_dir: str | Path) -> list[s
     if start is None:
         return list(argv)
     kept, script = _launcher_options_without(argv, start, _OWN)
-    return [*argv[:start], "--max-restarts", "0", "--redirects", "3", "--log-dir", str(log_dir),
-            *kept, *argv[script:]]
+    return [
+        *argv[:start],
+        "--max-restarts",
+        "0",
+        "--redirects",
+        "3",
+        "--log-dir",
+        str(log_dir),
+        *kept,
+        *argv[script:],
+    ]
 
 
-def _launcher_options_without(argv: list[str] | tuple[str, ...], start: int, names: frozenset[str]) -> tuple[list[str], int]:
+def _launcher_options_without(
+    argv: list[str] | tuple[str, ...], start: int, names: frozenset[str]
+) -> tuple[list[str], int]:
     """The launcher's options in ``argv`` (from ``start``) less those in ``names`` (with
     their values), and the index of the script."""
     _, script = options(argv)
@@ -110,7 +145,7 @@ class Layout:
     """Where a supervised torchrun writes its ranks' output, and how local ranks number."""
 
     log_dir: Path
-    nproc: int | None        # ranks on this node (None: "auto", "gpu", ...: not known here)
+    nproc: int | None  # ranks on this node (None: "auto", "gpu", ...: not known here)
     nnodes_max: int
     node_rank: int
 
@@ -129,8 +164,7 @@ def layout(argv: list[str] | tuple[str, ...]) -> Layout | None:
         return None
     nproc = _int(opts.get("--nproc-per-node"))
     nnodes = opts.get("--nnodes") or "1"
-    return Layout(Path(log_dir), nproc, _int(nnodes.split(":")[-1]) or 1,
-                  _int(opts.get("--node-rank")) or 0)
+    return Layout(Path(log_dir), nproc, _int(nnodes.split(":")[-1]) or 1, _int(opts.get("--node-rank")) or 0)
 
 
 def layout_options(argv: list[str] | tuple[str, ...]) -> tuple[int, int]:
@@ -172,8 +206,11 @@ def rendezvous_wait(argv: list[str] | tuple[str, ...]) -> str | None:
     if not any(a.rsplit("/", 1)[-1] in LAUNCHERS for a in argv):
         return None
     for i, a in enumerate(argv):
-        value = a.split("=", 1)[1] if a.startswith("--nnodes=") else (
-            argv[i + 1] if a == "--nnodes" and i + 1 < len(argv) else None)
+        value = (
+            a.split("=", 1)[1]
+            if a.startswith("--nnodes=")
+            else (argv[i + 1] if a == "--nnodes" and i + 1 < len(argv) else None)
+        )
         if value is None:
             continue
         try:
@@ -185,14 +222,36 @@ def rendezvous_wait(argv: list[str] | tuple[str, ...]) -> str | None:
 
 
 #: the options :func:`across_nodes` sets (the command's own are dropped)
-_NODE_OPTIONS = frozenset({"--standalone", "--nnodes", "--node-rank", "--node_rank", "--rdzv-backend",
-                           "--rdzv_backend", "--rdzv-endpoint", "--rdzv_endpoint", "--rdzv-id",
-                           "--rdzv_id", "--local-addr", "--local_addr", "--master-addr",
-                           "--master_addr", "--master-port", "--master_port"})
+_NODE_OPTIONS = frozenset(
+    {
+        "--standalone",
+        "--nnodes",
+        "--node-rank",
+        "--node_rank",
+        "--rdzv-backend",
+        "--rdzv_backend",
+        "--rdzv-endpoint",
+        "--rdzv_endpoint",
+        "--rdzv-id",
+        "--rdzv_id",
+        "--local-addr",
+        "--local_addr",
+        "--master-addr",
+        "--master_addr",
+        "--master-port",
+        "--master_port",
+    }
+)
 
 
-def across_nodes(argv: list[str] | tuple[str, ...], nnodes: int, node_rank: int, endpoint: str,
-                 rdzv_id: str, local_addr: str | None = None) -> list[str]:
+def across_nodes(
+    argv: list[str] | tuple[str, ...],
+    nnodes: int,
+    node_rank: int,
+    endpoint: str,
+    rdzv_id: str,
+    local_addr: str | None = None,
+) -> list[str]:
     """A torchrun ``argv`` as one node of ``nnodes`` (a Slurm allocation's): its
     ``--standalone``, node and rendezvous options replaced by ``--nnodes N --node-rank R
     --rdzv-backend c10d --rdzv-endpoint HOST:PORT --rdzv-id ID`` and ``--local-addr`` (the
@@ -202,8 +261,18 @@ def across_nodes(argv: list[str] | tuple[str, ...], nnodes: int, node_rank: int,
     if start is None:
         return list(argv)
     kept, script = _launcher_options_without(argv, start, _NODE_OPTIONS)
-    own = ["--nnodes", str(nnodes), "--node-rank", str(node_rank), "--rdzv-backend", "c10d",
-           "--rdzv-endpoint", endpoint, "--rdzv-id", rdzv_id]
+    own = [
+        "--nnodes",
+        str(nnodes),
+        "--node-rank",
+        str(node_rank),
+        "--rdzv-backend",
+        "c10d",
+        "--rdzv-endpoint",
+        endpoint,
+        "--rdzv-id",
+        rdzv_id,
+    ]
     if local_addr:
         own += ["--local-addr", local_addr]
     return [*argv[:start], *own, *kept, *argv[script:]]

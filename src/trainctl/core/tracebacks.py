@@ -1,6 +1,7 @@
 """The trainer's last exception, read from its last output lines (the traceback's tail that
 ends with it), for the report of an attempt that failed.  Pure.
 """
+
 from __future__ import annotations
 
 import re
@@ -8,8 +9,10 @@ from collections.abc import Iterable
 
 _EXC_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Z]\w*(?:Error|Exception|Exit|Interrupt)(?::\s.*)?$")
 _PY_CANT_OPEN = re.compile(r"^\S+: can't open file .+: \[Errno \d+\] .+$")
-_ARGPARSE_ERROR = re.compile(r"^[\w.\-]+: error: (?:unrecognized arguments|the following arguments are "
-                             r"required|argument |invalid choice|one of the arguments)")
+_ARGPARSE_ERROR = re.compile(
+    r"^[\w.\-]+: error: (?:unrecognized arguments|the following arguments are "
+    r"required|argument |invalid choice|one of the arguments)"
+)
 TRACEBACK_TAIL = 6
 
 
@@ -18,7 +21,7 @@ def last_exception(lines: Iterable[str]) -> tuple[str | None, tuple[str, ...]]:
     the traceback's tail that ends with it (at most TRACEBACK_TAIL lines); also Python's
     "can't open file" and an argparse usage error, which have no traceback.  (None, ())
     when there is none."""
-    lines = [_strip_rank(ln.rstrip()) for ln in lines]   # a rank's own output file's, too
+    lines = [_strip_rank(ln.rstrip()) for ln in lines]  # a rank's own output file's, too
     for i in range(len(lines) - 1, -1, -1):
         line = lines[i]
         if _EXC_LINE.match(line) or _PY_CANT_OPEN.match(line) or _ARGPARSE_ERROR.match(line):
@@ -27,7 +30,7 @@ def last_exception(lines: Iterable[str]) -> tuple[str | None, tuple[str, ...]]:
                 if lines[j].startswith("Traceback (most recent call last)"):
                     start = j
                     break
-            tail = [ln for ln in lines[start:i + 1] if ln.strip()][-TRACEBACK_TAIL:]
+            tail = [ln for ln in lines[start : i + 1] if ln.strip()][-TRACEBACK_TAIL:]
             return line, tuple(tail)
     return None, ()
 
@@ -35,4 +38,4 @@ def last_exception(lines: Iterable[str]) -> tuple[str | None, tuple[str, ...]]:
 def _strip_rank(line: str) -> str:
     """'[rank0]: ValueError: x' -> 'ValueError: x' (torchrun's and DDP's prefixes)."""
     m = re.match(r"^\[(?:rank|default)\d+\]:\s?", line)
-    return line[m.end():] if m else line
+    return line[m.end() :] if m else line

@@ -10,6 +10,7 @@ trainer to the agent, so the agent may die and a new one resume at its offset);
 :class:`JsonLinesTail` does the same for a side-channel file of JSON lines, delivering
 only complete lines.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -27,7 +28,7 @@ from trainctl.holder.main import status_path as _status_path
 
 START_TIMEOUT_S = 10.0
 POLL_S = 0.2
-_SAME_START_S = 0.05   # create times are in clock ticks: the same process reads the same
+_SAME_START_S = 0.05  # create times are in clock ticks: the same process reads the same
 
 
 class HolderLost(RuntimeError):
@@ -67,8 +68,11 @@ def _same_process(pid: int | None, start: float | None) -> psutil.Process | None
 
 def last_status(run_dir: Path | str) -> dict | None:
     """The status file of the run's last attempt (the highest ``trainer-<N>.json``), or None."""
-    attempts = [int(n) for p in Path(run_dir).glob("trainer-*.json")
-                if (n := p.name[len("trainer-"):-len(".json")]).isdigit()]
+    attempts = [
+        int(n)
+        for p in Path(run_dir).glob("trainer-*.json")
+        if (n := p.name[len("trainer-") : -len(".json")]).isdigit()
+    ]
     return read_status(_status_path(str(run_dir), max(attempts))) if attempts else None
 
 
@@ -77,8 +81,11 @@ def live_trainer(run_dir: Path | str) -> dict | None:
     time), whoever watches it, or None.  ``holder_alive`` is added: False for a trainer whose
     agent and holder were both killed (it runs on unsupervised)."""
     st = last_status(run_dir)
-    if not st or st.get("returncode") is not None or \
-            _same_process(st.get("pid"), st.get("pid_start")) is None:
+    if (
+        not st
+        or st.get("returncode") is not None
+        or _same_process(st.get("pid"), st.get("pid_start")) is None
+    ):
         return None
     return {**st, "holder_alive": _same_process(st.get("holder_pid"), st.get("holder_start")) is not None}
 
@@ -87,19 +94,29 @@ class HeldTrainer:
     """A trainer under its holder. ``pid`` is the trainer's (its process group and session
     too), ``holder_pid`` the holder's."""
 
-    def __init__(self, run_dir: Path | str, attempt: int, status: dict,
-                 proc: asyncio.subprocess.Process | None = None) -> None:
+    def __init__(
+        self, run_dir: Path | str, attempt: int, status: dict, proc: asyncio.subprocess.Process | None = None
+    ) -> None:
         self.run_dir, self.attempt = Path(run_dir), attempt
         self.status_path = Path(_status_path(str(run_dir), attempt))
         self.pid: int = status["pid"]
         self.holder_pid: int = status["holder_pid"]
         self._pid_start, self._holder_start = status.get("pid_start"), status.get("holder_start")
-        self._proc = proc   # the holder, when it is our child
+        self._proc = proc  # the holder, when it is our child
 
     @classmethod
-    async def start(cls, argv: list[str], env: dict[str, str] | None, cwd: Path | str | None,
-                    run_dir: Path | str, attempt: int, lock_fd: int | None = None,
-                    *, log: Path | str | None = None, adopt: bool = False) -> HeldTrainer:
+    async def start(
+        cls,
+        argv: list[str],
+        env: dict[str, str] | None,
+        cwd: Path | str | None,
+        run_dir: Path | str,
+        attempt: int,
+        lock_fd: int | None = None,
+        *,
+        log: Path | str | None = None,
+        adopt: bool = False,
+    ) -> HeldTrainer:
         """Start ``argv`` under a new holder; return once the trainer runs. OSError when it
         cannot be started (its message says why), TimeoutError if the holder does not say
         within START_TIMEOUT_S.  ``adopt``: no ``argv``; a new holder for the trainer of
@@ -108,23 +125,38 @@ class HeldTrainer:
         path = Path(_status_path(str(run_dir), attempt))
         if not adopt:
             try:
-                path.unlink()   # a status file of an earlier try must not be taken for this one
+                path.unlink()  # a status file of an earlier try must not be taken for this one
             except FileNotFoundError:
                 pass
-        cmd = [sys.executable, "-I", "-m", "trainctl.holder.main", "--run-dir", str(run_dir),
-               "--attempt", str(attempt)] + (["--adopt"] if adopt else [])
+        cmd = [
+            sys.executable,
+            "-I",
+            "-m",
+            "trainctl.holder.main",
+            "--run-dir",
+            str(run_dir),
+            "--attempt",
+            str(attempt),
+        ] + (["--adopt"] if adopt else [])
         if lock_fd is not None:
             cmd += ["--lock-fd", str(lock_fd)]
         if log is not None:
             cmd += ["--log", str(log)]
-        if (run_dir / "alerts.json").exists():   # the holder says "unsupervised" if the agent dies
+        if (run_dir / "alerts.json").exists():  # the holder says "unsupervised" if the agent dies
             cmd += ["--alert-file", str(run_dir / "alerts.json")]
         out = os.open(run_dir / "holder.out", os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
         try:
             proc = await asyncio.create_subprocess_exec(
-                *cmd, *([] if adopt else ["--", *argv]), stdin=asyncio.subprocess.DEVNULL, stdout=out, stderr=out,
-                env=env, cwd=cwd, start_new_session=True,
-                pass_fds=(lock_fd,) if lock_fd is not None else ())
+                *cmd,
+                *([] if adopt else ["--", *argv]),
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=out,
+                stderr=out,
+                env=env,
+                cwd=cwd,
+                start_new_session=True,
+                pass_fds=(lock_fd,) if lock_fd is not None else (),
+            )
         finally:
             os.close(out)
         deadline = time.monotonic() + START_TIMEOUT_S
@@ -132,17 +164,20 @@ class HeldTrainer:
             st = read_status(path)
             if st and st.get("spawn_error"):
                 await proc.wait()
-                raise OSError(f"cannot start {argv[0] if argv else '(empty command)'}: "
-                              f"{st['spawn_error']}")
+                raise OSError(f"cannot start {argv[0] if argv else '(empty command)'}: {st['spawn_error']}")
             if st and st.get("pid") and st.get("holder_pid") == proc.pid:
                 return cls(run_dir, attempt, st, proc)
             if proc.returncode is not None:
-                raise OSError(f"the holder exited ({proc.returncode}) before starting the "
-                              f"trainer: {_tail(run_dir / 'holder.out')}")
+                raise OSError(
+                    f"the holder exited ({proc.returncode}) before starting the "
+                    f"trainer: {_tail(run_dir / 'holder.out')}"
+                )
             if time.monotonic() > deadline:
                 await _stop_holder(proc)
-                raise TimeoutError(f"the holder did not start the trainer within "
-                                   f"{START_TIMEOUT_S:.0f}s: {_tail(run_dir / 'holder.out')}")
+                raise TimeoutError(
+                    f"the holder did not start the trainer within "
+                    f"{START_TIMEOUT_S:.0f}s: {_tail(run_dir / 'holder.out')}"
+                )
             await asyncio.sleep(0.005)
 
     @classmethod
@@ -152,8 +187,10 @@ class HeldTrainer:
         st = read_status(_status_path(str(run_dir), attempt))
         if not st or st.get("returncode") is not None:
             return None
-        if _same_process(st.get("holder_pid"), st.get("holder_start")) is None or \
-                _same_process(st.get("pid"), st.get("pid_start")) is None:
+        if (
+            _same_process(st.get("holder_pid"), st.get("holder_start")) is None
+            or _same_process(st.get("pid"), st.get("pid_start")) is None
+        ):
             return None
         return cls(run_dir, attempt, st)
 
@@ -176,14 +213,17 @@ class HeldTrainer:
             await self._wait_holder_gone()
         st = self.status()
         rc = st.get("returncode")
-        if st.get("exit_unknown"):   # an adopted trainer (not the holder's child) has ended
-            raise HolderLost(f"trainer {self.pid} ended; its exit status is unknown (its first "
-                             "holder was killed: no process left that could read it)")
+        if st.get("exit_unknown"):  # an adopted trainer (not the holder's child) has ended
+            raise HolderLost(
+                f"trainer {self.pid} ended; its exit status is unknown (its first "
+                "holder was killed: no process left that could read it)"
+            )
         if rc is None:
-            while self.alive():   # orphaned by the holder's death: wait it out, unreaped
+            while self.alive():  # orphaned by the holder's death: wait it out, unreaped
                 await asyncio.sleep(POLL_S)
-            raise HolderLost(f"the holder {self.holder_pid} of trainer {self.pid} died "
-                             "without recording its exit")
+            raise HolderLost(
+                f"the holder {self.holder_pid} of trainer {self.pid} died without recording its exit"
+            )
         return rc
 
     async def _wait_holder_gone(self) -> None:
@@ -205,7 +245,7 @@ class HeldTrainer:
             gone = loop.create_future()
             loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
             try:
-                while not gone.done() and self.holder_alive():   # a zombie holder: polled
+                while not gone.done() and self.holder_alive():  # a zombie holder: polled
                     await asyncio.wait({gone}, timeout=POLL_S)
             finally:
                 loop.remove_reader(fd)
@@ -224,7 +264,7 @@ async def _stop_holder(proc: asyncio.subprocess.Process) -> None:
             return
         try:
             await asyncio.wait_for(proc.wait(), grace)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             pass
 
 
@@ -247,8 +287,9 @@ class FileTail:
     ``offset`` is where the next read starts. It stops after :meth:`close`, or, once :meth:`until_eof_after`'s event is set,
     at the first end of file seen after that (the writer is gone: read what is left)."""
 
-    def __init__(self, path: Path | str, offset: int = 0, *, poll_s: float = 0.1,
-                 chunk: int = 256 << 10) -> None:
+    def __init__(
+        self, path: Path | str, offset: int = 0, *, poll_s: float = 0.1, chunk: int = 256 << 10
+    ) -> None:
         self.path, self.offset, self.poll_s, self.chunk = Path(path), offset, poll_s, chunk
         self._fd: int | None = None
         self._ino: int | None = None
@@ -279,7 +320,7 @@ class FileTail:
             if st is None:
                 return b"", True
             if not self._copy_of_ours(st.st_size):
-                self.offset = 0   # another file: from its start
+                self.offset = 0  # another file: from its start
             os.close(self._fd)
             self._fd = None
         if st is None:
@@ -288,7 +329,7 @@ class FileTail:
             self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             self._ino = os.fstat(self._fd).st_ino
         if st.st_size < self.offset:
-            self.offset = 0   # truncated
+            self.offset = 0  # truncated
         return self._pread(st.st_size)
 
     def _pread(self, size: int) -> tuple[bytes, bool]:
@@ -331,7 +372,7 @@ class FileTail:
                     if final:
                         return
                     await asyncio.sleep(self.poll_s)
-                else:   # behind the writer: the loop's other tasks (clients) get a turn first
+                else:  # behind the writer: the loop's other tasks (clients) get a turn first
                     await asyncio.sleep(0)
         finally:
             if self._fd is not None:
@@ -345,12 +386,11 @@ class JsonLinesTail:
     ``max_line``, is skipped and counted in ``bad_lines``. ``offset`` is the end of the
     last complete line (where a new reader resumes)."""
 
-    def __init__(self, path: Path | str, offset: int = 0, *, max_line: int = 1 << 20,
-                 **kw) -> None:
+    def __init__(self, path: Path | str, offset: int = 0, *, max_line: int = 1 << 20, **kw) -> None:
         self.tail = FileTail(path, offset, **kw)
         self.offset, self.max_line, self.bad_lines = offset, max_line, 0
         self._partial = b""
-        self._skipping = False   # inside an over-long line: drop up to its end
+        self._skipping = False  # inside an over-long line: drop up to its end
 
     def until_eof_after(self, event: asyncio.Event) -> JsonLinesTail:
         self.tail.until_eof_after(event)
@@ -382,7 +422,7 @@ class JsonLinesTail:
                     yield obj
                 elif line.strip():
                     self.bad_lines += 1
-            if len(rest) > self.max_line:   # never held whole: skip to its end
+            if len(rest) > self.max_line:  # never held whole: skip to its end
                 self.offset += len(rest)
                 rest, self._skipping = b"", True
             self._partial = rest

@@ -33,6 +33,7 @@ it starts ``python -m trainctl.alerts.send --unsupervised`` once (again only aft
 agent was seen alive meanwhile).  The holder itself never imports apprise.
 Self-contained (stdlib + psutil) so that it starts fast and can also run as a plain file.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,16 +49,16 @@ import time
 
 import psutil
 
-STATUS_SIZE = 4096        # the status file is preallocated to this size, then only pwritten
+STATUS_SIZE = 4096  # the status file is preallocated to this size, then only pwritten
 LAST_LINE_MAX = 512
-STATUS_EVERY_S = 1.0      # counters are written at most this often
-DRAIN_S = 5.0             # after the trainer's exit, read its pipe until EOF or this long
-KILL_GRACE_S = 2.0        # SIGTERM → SIGKILL for what is left of the tree
+STATUS_EVERY_S = 1.0  # counters are written at most this often
+DRAIN_S = 5.0  # after the trainer's exit, read its pipe until EOF or this long
+KILL_GRACE_S = 2.0  # SIGTERM → SIGKILL for what is left of the tree
 CHUNK = 1 << 20
-READ_PAUSE_S = 0.1        # after a small read, read again this much later: a trainer that
-READ_BURST = 32768        # flushes every line costs one wake-up per pause (a flood: at once)
+READ_PAUSE_S = 0.1  # after a small read, read again this much later: a trainer that
+READ_BURST = 32768  # flushes every line costs one wake-up per pause (a flood: at once)
 PR_SET_CHILD_SUBREAPER = 36
-AGENT_CHECK_S = 2.0       # with --alert-file: how often the holder looks for its agent
+AGENT_CHECK_S = 2.0  # with --alert-file: how often the holder looks for its agent
 
 
 def status_path(run_dir: str, attempt: int) -> str:
@@ -70,13 +71,14 @@ def fit_status(status: dict, size: int = STATUS_SIZE) -> bytes:
     st = dict(status)
     for cap in (None, 256, 64, 0):
         if cap is not None:
-            st["argv"] = [a[:cap] for a in (status.get("argv") or [])[:cap // 4]]
-            st.update({k: v[:cap] for k in ("last_line", "spawn_error")
-                       if isinstance(v := status.get(k), str)})
+            st["argv"] = [a[:cap] for a in (status.get("argv") or [])[: cap // 4]]
+            st.update(
+                {k: v[:cap] for k in ("last_line", "spawn_error") if isinstance(v := status.get(k), str)}
+            )
         data = json.dumps(st).encode()
         if len(data) < size:
             return data.ljust(size - 1) + b"\n"
-    raise ValueError("status does not fit")   # numbers only: cannot happen
+    raise ValueError("status does not fit")  # numbers only: cannot happen
 
 
 def copy_out(fd: int, path: str) -> int:
@@ -84,15 +86,14 @@ def copy_out(fd: int, path: str) -> int:
     written beside it, then renamed into place).  Returns the new file's fd (O_RDWR|O_APPEND).
     The caller writes only through the returned fd from then on, so nothing is lost."""
     tmp = f"{path}.remade-{os.getpid()}"
-    new = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
-                  | os.O_CLOEXEC, 0o600)
+    new = os.open(tmp, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         offset = 0
         while chunk := os.pread(fd, CHUNK, offset):
             offset += len(chunk)
             view = memoryview(chunk)
             while view:
-                view = view[os.write(new, view):]
+                view = view[os.write(new, view) :]
         os.rename(tmp, path)
     except BaseException:
         os.close(new)
@@ -117,7 +118,7 @@ def lost(fd: int | None, path: str | os.PathLike) -> bool:
     except FileNotFoundError:
         return True
     except OSError:
-        return False   # cannot tell (a permission, an I/O error): nothing made again
+        return False  # cannot tell (a permission, an I/O error): nothing made again
     return held.st_nlink == 0 or (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
 
 
@@ -127,7 +128,7 @@ class AgentWatch:
     def __init__(self, run_dir: str, alert_file: str) -> None:
         self.run_dir, self.alert_file = run_dir, alert_file
         self.next_check = time.monotonic() + AGENT_CHECK_S
-        self.seen_alive = True    # an agent started us (it wrote agent.json first)
+        self.seen_alive = True  # an agent started us (it wrote agent.json first)
         self.sent = False
         self.gone = 0
 
@@ -160,41 +161,93 @@ class AgentWatch:
         if self.gone < 2:
             return
         self.sent = True
-        argv = [sys.executable, "-I", "-m", "trainctl.alerts.send", "--unsupervised",
-                "--alert-file", self.alert_file, "--run-dir", self.run_dir, "--pid", str(trainer_pid)]
-        print(f"holder: the agent is gone while the trainer (pid {trainer_pid}) runs: "
-              "sending the unsupervised alert", file=sys.stderr, flush=True)
-        try:   # our child: reaped with the others; its stderr goes to holder.out
-            os.posix_spawn(sys.executable, argv, dict(os.environ),
-                           file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                                         (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0)])
+        argv = [
+            sys.executable,
+            "-I",
+            "-m",
+            "trainctl.alerts.send",
+            "--unsupervised",
+            "--alert-file",
+            self.alert_file,
+            "--run-dir",
+            self.run_dir,
+            "--pid",
+            str(trainer_pid),
+        ]
+        print(
+            f"holder: the agent is gone while the trainer (pid {trainer_pid}) runs: "
+            "sending the unsupervised alert",
+            file=sys.stderr,
+            flush=True,
+        )
+        try:  # our child: reaped with the others; its stderr goes to holder.out
+            os.posix_spawn(
+                sys.executable,
+                argv,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                ],
+            )
         except (OSError, ValueError) as e:
             print(f"holder: cannot start the alert sender: {e}", file=sys.stderr, flush=True)
 
 
 class Holder:
-    def __init__(self, run_dir: str, attempt: int, argv: list[str], log_path: str,
-                 lock_fd: int | None, alert_file: str | None = None, old: dict | None = None) -> None:
+    def __init__(
+        self,
+        run_dir: str,
+        attempt: int,
+        argv: list[str],
+        log_path: str,
+        lock_fd: int | None,
+        alert_file: str | None = None,
+        old: dict | None = None,
+    ) -> None:
         """``old``: with --adopt, the status file as the killed holder left it."""
         self.argv, self.log_path, self.lock_fd = argv, log_path, lock_fd
         self.run_dir, self.status_file = run_dir, status_path(run_dir, attempt)
         self.watch = AgentWatch(run_dir, alert_file) if alert_file else None
         self.status_fd = self.open_status()
         me = psutil.Process()
-        self.st: dict = {"holder_pid": me.pid, "holder_start": me.create_time(), "pid": None,
-                         "pid_start": None, "attempt": attempt, "argv": argv, "started": None,
-                         "log_bytes": 0, "dropped_bytes": 0, "dropped_lines": 0,
-                         "last_line": None, "returncode": None, "ended": None,
-                         "spawn_error": None}
-        if old is not None:   # the trainer's, carried over from the first write on
-            self.st.update({k: old.get(k) for k in ("pid", "pid_start", "started", "log_bytes",
-                                                     "dropped_bytes", "dropped_lines", "pipe_fd")},
-                           adopted=True)
+        self.st: dict = {
+            "holder_pid": me.pid,
+            "holder_start": me.create_time(),
+            "pid": None,
+            "pid_start": None,
+            "attempt": attempt,
+            "argv": argv,
+            "started": None,
+            "log_bytes": 0,
+            "dropped_bytes": 0,
+            "dropped_lines": 0,
+            "last_line": None,
+            "returncode": None,
+            "ended": None,
+            "spawn_error": None,
+        }
+        if old is not None:  # the trainer's, carried over from the first write on
+            self.st.update(
+                {
+                    k: old.get(k)
+                    for k in (
+                        "pid",
+                        "pid_start",
+                        "started",
+                        "log_bytes",
+                        "dropped_bytes",
+                        "dropped_lines",
+                        "pipe_fd",
+                    )
+                },
+                adopted=True,
+            )
         self.log_fd: int | None = None
         self.pipe_r: int | None = None
         self.pid: int | None = None
-        self.pidfd: int | None = None   # --adopt: the trainer is not our child
-        self.lost_partial = b""   # the start of a line being dropped
+        self.pidfd: int | None = None  # --adopt: the trainer is not our child
+        self.lost_partial = b""  # the start of a line being dropped
         self.reaped = self.term_pending = self.dirty = False
         self.written_at = 0.0
         self.write_status()
@@ -203,7 +256,7 @@ class Holder:
     def open_status(self) -> int:
         fd = os.open(self.status_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         os.ftruncate(fd, 0)
-        os.pwrite(fd, b" " * STATUS_SIZE, 0)   # the room for every later write
+        os.pwrite(fd, b" " * STATUS_SIZE, 0)  # the room for every later write
         return fd
 
     def remake_files(self) -> None:
@@ -225,8 +278,7 @@ class Holder:
                 os.close(self.status_fd)
                 self.status_fd = new
                 self.dirty = True
-            print("holder: the run directory's files were deleted: made again", file=sys.stderr,
-                  flush=True)
+            print("holder: the run directory's files were deleted: made again", file=sys.stderr, flush=True)
         except OSError as e:
             print(f"holder: cannot make the deleted files again: {e}", file=sys.stderr, flush=True)
 
@@ -235,7 +287,7 @@ class Holder:
             os.pwrite(self.status_fd, fit_status(self.st), 0)
             self.dirty, self.written_at = False, time.monotonic()
         except OSError:
-            self.dirty = True   # tried again on the next wake-up
+            self.dirty = True  # tried again on the next wake-up
 
     def append(self, data: bytes) -> None:
         """Append to the log; on any error count what was lost and go on."""
@@ -243,8 +295,9 @@ class Holder:
         done = 0
         try:
             if self.log_fd is None:
-                self.log_fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT
-                                      | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+                self.log_fd = os.open(
+                    self.log_path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
+                )
             while done < len(data):
                 done += os.write(self.log_fd, data[done:])
             self.st["log_bytes"] += done
@@ -256,8 +309,8 @@ class Holder:
         self.st["dropped_bytes"] += len(lost)
         self.st["dropped_lines"] += lost.count(b"\n")
         *complete, partial = (self.lost_partial + lost).split(b"\n")
-        self.lost_partial = partial[-4 * LAST_LINE_MAX:]
-        if complete:   # the last complete line we could not write (after a progress bar's \r)
+        self.lost_partial = partial[-4 * LAST_LINE_MAX :]
+        if complete:  # the last complete line we could not write (after a progress bar's \r)
             line = complete[-1].rstrip(b"\r").rsplit(b"\r", 1)[-1]
             self.st["last_line"] = line.decode(errors="replace")[-LAST_LINE_MAX:]
 
@@ -267,7 +320,7 @@ class Holder:
         holder was killed: False when it is gone (or another process has its pid)."""
         pid = old.get("pid")
         try:
-            self.pidfd = os.pidfd_open(pid)   # first: a pid reused after the check is not ours
+            self.pidfd = os.pidfd_open(pid)  # first: a pid reused after the check is not ours
             if abs(psutil.Process(pid).create_time() - (old.get("pid_start") or 0)) > 0.05:
                 raise ProcessLookupError(pid)
         except (OSError, TypeError, psutil.Error) as e:
@@ -277,32 +330,46 @@ class Holder:
         self.pid = pid
         keep = old.get("pipe_fd")
         if keep is not None:
-            try:   # the trainer's own read end of its output pipe: ours to drain now
-                self.pipe_r = os.open(f"/proc/{pid}/fd/{int(keep)}",
-                                      os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+            try:  # the trainer's own read end of its output pipe: ours to drain now
+                self.pipe_r = os.open(
+                    f"/proc/{pid}/fd/{int(keep)}", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC
+                )
             except (OSError, ValueError) as e:
                 print(f"holder: cannot read the trainer's output: {e}", file=sys.stderr, flush=True)
         return True
 
     def spawn(self) -> bool:
         r, w = os.pipe()
-        with contextlib.suppress(OSError):   # room for output while we pause (best effort)
+        with contextlib.suppress(OSError):  # room for output while we pause (best effort)
             fcntl.fcntl(w, getattr(fcntl, "F_SETPIPE_SZ", 1031), 1 << 20)
-        keep = os.dup(r)   # the trainer's own read end (see above)
+        keep = os.dup(r)  # the trainer's own read end (see above)
         os.set_inheritable(keep, True)
-        defaults = (signal.SIGHUP, signal.SIGINT, signal.SIGPIPE, signal.SIGTERM,
-                    signal.SIGCHLD, signal.SIGXFSZ)
+        defaults = (
+            signal.SIGHUP,
+            signal.SIGINT,
+            signal.SIGPIPE,
+            signal.SIGTERM,
+            signal.SIGCHLD,
+            signal.SIGXFSZ,
+        )
         try:
             self.pid = os.posix_spawnp(
-                self.argv[0], self.argv, dict(os.environ),
-                file_actions=[(os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                              (os.POSIX_SPAWN_DUP2, w, 1), (os.POSIX_SPAWN_DUP2, w, 2)],
-                setsid=True, setsigdef=defaults, setsigmask=())
+                self.argv[0],
+                self.argv,
+                dict(os.environ),
+                file_actions=[
+                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+                    (os.POSIX_SPAWN_DUP2, w, 1),
+                    (os.POSIX_SPAWN_DUP2, w, 2),
+                ],
+                setsid=True,
+                setsigdef=defaults,
+                setsigmask=(),
+            )
         except (OSError, ValueError) as e:
             for fd in (r, w, keep):
                 os.close(fd)
-            self.st.update(spawn_error=f"{type(e).__name__}: {e}", returncode=127,
-                           ended=time.time())
+            self.st.update(spawn_error=f"{type(e).__name__}: {e}", returncode=127, ended=time.time())
             self.write_status()
             return False
         os.close(w)
@@ -310,7 +377,7 @@ class Holder:
         self.st["pipe_fd"] = keep
         self.pipe_r = r
         os.set_blocking(r, False)
-        with contextlib.suppress(psutil.Error):   # not reaped yet, so still there
+        with contextlib.suppress(psutil.Error):  # not reaped yet, so still there
             self.st["pid_start"] = psutil.Process(self.pid).create_time()
         self.st.update(pid=self.pid, started=time.time())
         self.write_status()
@@ -320,8 +387,8 @@ class Holder:
 
     def on_sigterm(self, *_: object) -> None:
         if self.pid is None:
-            self.term_pending = True   # forwarded as soon as the trainer is there
-        elif not self.reaped:   # its group (pgid = its pid) lives while it is unreaped
+            self.term_pending = True  # forwarded as soon as the trainer is there
+        elif not self.reaped:  # its group (pgid = its pid) lives while it is unreaped
             with contextlib.suppress(OSError):
                 os.killpg(self.pid, signal.SIGTERM)
         else:
@@ -374,8 +441,11 @@ class Holder:
 
     def pump(self, wake_r: int, until: float | None) -> None:
         """One wait for output, a signal or the next status write; then reap."""
-        fds = [wake_r] + ([self.pipe_r] if self.pipe_r is not None else []) + \
-            ([self.pidfd] if self.pidfd is not None and not self.reaped else [])
+        fds = (
+            [wake_r]
+            + ([self.pipe_r] if self.pipe_r is not None else [])
+            + ([self.pidfd] if self.pidfd is not None and not self.reaped else [])
+        )
         timeout = STATUS_EVERY_S
         if until is not None:
             timeout = min(timeout, max(0.0, until - time.monotonic()))
@@ -386,7 +456,7 @@ class Holder:
                     pass
         if self.pipe_r is not None and self.pipe_r in ready:
             if 0 < self.read_pipe() < READ_BURST:
-                time.sleep(READ_PAUSE_S)   # the pipe (1 MiB) holds what comes meanwhile
+                time.sleep(READ_PAUSE_S)  # the pipe (1 MiB) holds what comes meanwhile
         self.reap()
         if time.monotonic() - self.written_at >= STATUS_EVERY_S:
             self.remake_files()
@@ -417,7 +487,7 @@ class Holder:
             end = time.monotonic() + grace
             while time.monotonic() < end and self.signal_tree(0):
                 self.pump(wake_r, min(end, time.monotonic() + 0.05))
-        while self.pipe_r is not None and self.read_pipe():   # what the killed ones wrote
+        while self.pipe_r is not None and self.read_pipe():  # what the killed ones wrote
             pass
         if self.pipe_r is not None:
             os.close(self.pipe_r)
@@ -426,8 +496,11 @@ class Holder:
         self.write_status()
         if left := self.signal_tree(0):
             with contextlib.suppress(OSError):
-                print(f"holder: {left} process(es) of the trainer's tree survived SIGKILL",
-                      file=sys.stderr, flush=True)
+                print(
+                    f"holder: {left} process(es) of the trainer's tree survived SIGKILL",
+                    file=sys.stderr,
+                    flush=True,
+                )
         return 0
 
 
@@ -441,18 +514,21 @@ def become_subreaper() -> bool:
 def main(args: list[str] | None = None) -> int:
     args = sys.argv[1:] if args is None else args
     cut = args.index("--") if "--" in args else len(args)
-    ap = argparse.ArgumentParser(prog="trainctl.holder.main",
-                                 usage="%(prog)s --run-dir D --attempt N [--lock-fd FD] "
-                                       "[--log PATH] [--alert-file F] (--adopt | -- ARGV...)")
+    ap = argparse.ArgumentParser(
+        prog="trainctl.holder.main",
+        usage="%(prog)s --run-dir D --attempt N [--lock-fd FD] "
+        "[--log PATH] [--alert-file F] (--adopt | -- ARGV...)",
+    )
     ap.add_argument("--run-dir", required=True)
     ap.add_argument("--attempt", type=int, required=True)
     ap.add_argument("--lock-fd", type=int)
     ap.add_argument("--log")
     ap.add_argument("--alert-file")
-    ap.add_argument("--adopt", action="store_true",
-                    help="take over the trainer of the status file, its holder killed")
+    ap.add_argument(
+        "--adopt", action="store_true", help="take over the trainer of the status file, its holder killed"
+    )
     opts = ap.parse_args(args[:cut])
-    argv = args[cut + 1:]
+    argv = args[cut + 1 :]
     old = None
     if opts.adopt:
         try:
@@ -467,10 +543,16 @@ def main(args: list[str] | None = None) -> int:
         signal.signal(sig, signal.SIG_IGN)
     become_subreaper()
     if opts.lock_fd is not None:
-        os.set_inheritable(opts.lock_fd, False)   # held by us alone, for our whole life
-    holder = Holder(opts.run_dir, opts.attempt, argv,
-                    opts.log or os.path.join(opts.run_dir, "train.log"), opts.lock_fd,
-                    opts.alert_file, old)
+        os.set_inheritable(opts.lock_fd, False)  # held by us alone, for our whole life
+    holder = Holder(
+        opts.run_dir,
+        opts.attempt,
+        argv,
+        opts.log or os.path.join(opts.run_dir, "train.log"),
+        opts.lock_fd,
+        opts.alert_file,
+        old,
+    )
     return holder.run(old)
 
 

@@ -2,6 +2,7 @@
 them: every host's (hosts/registry.py: this machine's run directories and Slurm jobs, the
 boxes of ``<config>/hosts.toml`` over ssh); and how the dashboard reaches the one picked,
 a queued Slurm job's status, and its cancel: each through the run's host."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,13 +10,15 @@ from pathlib import Path
 from trainctl.core.usage import UsageError
 
 
-def all_rows(here: bool = False, folds: dict | None = None,
-             hosts: list[dict] | None = None, ended_slurm: bool = True) -> list[dict]:
+def all_rows(
+    here: bool = False, folds: dict | None = None, hosts: list[dict] | None = None, ended_slurm: bool = True
+) -> list[dict]:
     """`trainctl ls`'s rows (``--here``: this machine's only), newest first; an unreachable
     host is a row with ``error``.  ``folds``: summarize's journal folds, kept by a caller that
     asks again; ``hosts``: the hosts' rows, already gathered; ``ended_slurm=False``: no
     scontrol for the Slurm runs that have ended."""
     from trainctl.hosts.registry import hosts_here
+
     rows = [row for host in hosts_here() for row in host.runs(folds=folds, ended_slurm=ended_slurm)]
     if not here:
         rows += host_rows() if hosts is None else hosts
@@ -27,6 +30,7 @@ def host_rows() -> list[dict]:
     """The runs of every other host: hosts.toml's boxes (over ssh; a row with ``error`` for
     one that cannot be reached).  UsageError when hosts.toml is broken."""
     from trainctl.hosts.registry import hosts_elsewhere
+
     return [row for host in hosts_elsewhere() for row in host.runs()]
 
 
@@ -40,6 +44,7 @@ class RunsSource:
 
     def __init__(self) -> None:
         import threading
+
         self._folds: dict = {}
         self._hosts: tuple[float, list[dict]] | None = None
         self._lock = threading.Lock()
@@ -54,6 +59,7 @@ class RunsSource:
 
     def _rows(self, fresh: bool) -> list[dict]:
         import time
+
         try:
             with self._lock:
                 kept = self._hosts
@@ -63,7 +69,7 @@ class RunsSource:
                     self._hosts = (time.monotonic(), hosts)
             else:
                 hosts = kept[1]
-        except UsageError as e:   # a broken hosts.toml: this machine's runs, and why
+        except UsageError as e:  # a broken hosts.toml: this machine's runs, and why
             hosts = [{"where": "hosts.toml", "error": str(e), "started": None}]
         # the count every 5 s asks Slurm only of the runs still going (a user with a
         # hundred ended Slurm runs would cost slurmctld a hundred RPCs each time)
@@ -72,18 +78,22 @@ class RunsSource:
     def client_factory(self, row: dict):
         """A fresh client for the run of ``row`` at each call."""
         from trainctl.hosts.registry import host_for_row
+
         return host_for_row(row).client_factory(row["run_dir"])
 
     def attach_hint(self, row: dict) -> str:
         from trainctl.hosts.registry import host_for_row
+
         return host_for_row(row).attach_hint(row["run_dir"])
 
     def slurm_status(self, run_dir: str) -> dict | None:
         """The Slurm run's current job ({job, state, reason, ...}); None for other runs."""
         from trainctl.hosts.slurm.jobs import slurm_status
+
         return slurm_status(Path(run_dir))
 
     def stop_queued(self, run_dir: str) -> str:
         """Cancel the run's queued job (scancel) and end the run STOPPED: its job id (UsageError)."""
         from trainctl.hosts.registry import host_for
+
         return host_for(run_dir).cancel_waiting(run_dir)

@@ -8,13 +8,13 @@ Today's hosts: this machine (src/trainctl/hosts/local.py), a box over ssh and tm
 target means (a run directory, ``ssh://HOST/RUN``, ``--host HOST``, ``--slurm``, a row of
 `ls`) is decided in one place, hosts/registry.py: a new host is one file and one line there.
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
-from trainctl.core.usage import UsageError
 
 if TYPE_CHECKING:
     from trainctl.client.connection import AgentClient
@@ -29,16 +29,16 @@ class LaunchRequest:
     file loaded).  ``prepare`` builds the run directory and its spec on this machine (the
     CLI's spec builder): a host whose agent starts here calls it; a box builds its own."""
 
-    name: str                                   # the run's name (run_name)
-    job: Any = None                             # the loaded job file, or None: a command
-    command: list[str] = field(default_factory=list)   # the command after `--` (no job)
-    run_dir: str | None = None                  # --run-dir
+    name: str  # the run's name (run_name)
+    job: Any = None  # the loaded job file, or None: a command
+    command: list[str] = field(default_factory=list)  # the command after `--` (no job)
+    run_dir: str | None = None  # --run-dir
     preset: str | None = None
     fallback: str | None = None
-    setup: str = ""                             # --setup
-    options: list[str] = field(default_factory=list)   # `trainctl run` options to forward
-    alerts: tuple[list, dict] = ((), {})        # the resolved alert URLs and their `on`
-    prepare: Callable[[], tuple[Path, Any, bool]] | None = None   # -> run_dir, spec, created
+    setup: str = ""  # --setup
+    options: list[str] = field(default_factory=list)  # `trainctl run` options to forward
+    alerts: tuple[list, dict] = ((), {})  # the resolved alert URLs and their `on`
+    prepare: Callable[[], tuple[Path, Any, bool]] | None = None  # -> run_dir, spec, created
 
 
 @dataclass(frozen=True)

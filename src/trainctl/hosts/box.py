@@ -3,6 +3,7 @@
 `ls` and the dashboard's run picker ask.  The dashboard runs wherever the user is, joined to
 the box's agent by the user's own ssh (src/trainctl/hosts/ssh.py: the connection, the
 transport)."""
+
 from __future__ import annotations
 
 import json
@@ -12,8 +13,8 @@ import shlex
 import time
 from pathlib import Path
 
-from trainctl.hosts.base import Launched, LaunchRequest
 from trainctl.core.usage import UsageError
+from trainctl.hosts.base import Launched, LaunchRequest
 
 
 def connect_box(destination: str, trainctl_cmd: str | None = None):
@@ -21,11 +22,11 @@ def connect_box(destination: str, trainctl_cmd: str | None = None):
     file) and TRAINCTL_REMOTE_TRAINCTL (trainctl's path on the box) are for setups where
     ~/.ssh/config is not the place, e.g. tests."""
     from trainctl.hosts.ssh import SshHost
+
     config = os.environ.get("TRAINCTL_SSH_CONFIG")
     remote = trainctl_cmd or os.environ.get("TRAINCTL_REMOTE_TRAINCTL") or "trainctl"
     try:
-        return SshHost(destination, ssh_config=Path(config) if config else None,
-                       remote_trainctl=(remote,))
+        return SshHost(destination, ssh_config=Path(config) if config else None, remote_trainctl=(remote,))
     except ValueError as e:
         raise UsageError(str(e)) from e
 
@@ -35,6 +36,7 @@ def attach_url(destination: str, run_dir: str) -> str:
     an `ssh://[user@]host:port` URL is not prefixed twice; a path under the remote home is
     `/~/PATH`; characters a URL reserves are %-escaped."""
     from urllib.parse import quote
+
     base = destination if destination.startswith("ssh://") else f"ssh://{destination}"
     path = run_dir if run_dir.startswith("/") else "/~/" + run_dir.removeprefix("~/")
     return base.rstrip("/") + quote(path, safe="/~")
@@ -48,7 +50,9 @@ def attach_hint(url: str) -> str:
 def ls_hosts() -> list[str]:
     """The ssh destinations of ``<config>/hosts.toml`` (``hosts = ["gpu-box", ...]``)."""
     import tomllib
+
     from trainctl.store.paths import config_dir
+
     path = config_dir() / "hosts.toml"
     try:
         data = tomllib.loads(path.read_text())
@@ -58,7 +62,7 @@ def ls_hosts() -> list[str]:
         raise UsageError(f"{path}: {e}") from None
     hosts = data.get("hosts", [])
     if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
-        raise UsageError(f"{path}: hosts: must be a list of ssh destinations, e.g. hosts = [\"gpu-box\"]")
+        raise UsageError(f'{path}: hosts: must be a list of ssh destinations, e.g. hosts = ["gpu-box"]')
     return hosts
 
 
@@ -66,6 +70,7 @@ def host_runs(destination: str) -> list[dict]:
     """The runs on a box (its `trainctl ls --here --json`), each with ``where`` = the
     destination; one row with ``error`` when the box cannot be reached or answer."""
     from trainctl.hosts.ssh import RemoteError
+
     try:
         host = connect_box(destination)
         r = host.run([*host.remote_trainctl, "ls", "--here", "--json"], timeout=30)
@@ -98,13 +103,14 @@ class SshBox:
     def client_factory(self, run_dir: str):
         from trainctl.client.connection import AgentClient
         from trainctl.hosts.ssh_transport import SshTransport
+
         return lambda: AgentClient(SshTransport(self.link, run_dir))
 
     def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:
         return host_runs(self.where)
 
     def waits_in_queue(self, run_dir: str) -> bool:
-        return False   # a box's runs start at once: their agent answers, or they ended
+        return False  # a box's runs start at once: their agent answers, or they ended
 
     def cancel_waiting(self, run_dir: str) -> str:
         raise UsageError(f"{self.url(run_dir)}: no run of a box waits in a queue")
@@ -121,6 +127,7 @@ class SshBox:
     def check(self) -> None:
         """The box answers over ssh (trainctl there; tmux not needed to attach)."""
         from trainctl.hosts.ssh import RemoteError
+
         try:
             self.link.check(require_tmux=False)
         except RemoteError as e:
@@ -131,6 +138,7 @@ class SshBox:
         --detach` there): its run directory there, absolute."""
         from trainctl.config import ConfigError
         from trainctl.hosts.ssh import RemoteError
+
         job, host = request.job, self.link
         host_cfg = dict(job.host or {}) if job else {}
         workdir = host_cfg.get("workdir") or "~/trainctl"
@@ -150,8 +158,7 @@ class SshBox:
             self._send_job(request, base, argv, setup)
             r = host.run(argv, timeout=120)
             if r.returncode != 0:
-                raise UsageError(f"could not start the run on {host.name}: "
-                              f"{(r.stderr or r.stdout).strip()}")
+                raise UsageError(f"could not start the run on {host.name}: {(r.stderr or r.stdout).strip()}")
         except RemoteError as e:
             raise UsageError(str(e)) from e
         except ConfigError as e:
@@ -165,10 +172,11 @@ class SshBox:
         options forwarded to `trainctl run` there, with --preset/--fallback naming the copies."""
         from trainctl.config import list_presets, load_preset
         from trainctl.hosts.ssh import _remote_path
+
         job, host = request.job, self.link
         host_cfg = dict(job.host or {}) if job else {}
         search = [job.path.parent / "presets"] if job else [Path.cwd() / "presets"]
-        sent: dict[str, str] = {}          # preset name -> its copy on the box
+        sent: dict[str, str] = {}  # preset name -> its copy on the box
         for path in list_presets(search):
             sent[path.stem] = posixpath.join(base, "presets", path.name)
             host.send_file(path, sent[path.stem])
@@ -194,6 +202,7 @@ class SshBox:
     def _send_job(self, request: LaunchRequest, base: str, argv: list[str], setup: str) -> None:
         """The job file (or the command) on `trainctl run`'s argv, checked on the box first."""
         from trainctl.hosts.ssh import _remote_path
+
         job, host = request.job, self.link
         if job is not None:
             remote_job = posixpath.join(base, "trainctl.toml")
@@ -205,14 +214,19 @@ class SshBox:
         if job is None or job.kind in ("command", "torchrun"):
             # Checked on the box, where it will run (a job's in WORKDIR/JOB, a command's in
             # the remote home), before an agent starts there.
-            _check_remote_command(host, list(job.command) if job else list(request.command),
-                                  _remote_path(base) if job else ".", setup)
+            _check_remote_command(
+                host,
+                list(job.command) if job else list(request.command),
+                _remote_path(base) if job else ".",
+                setup,
+            )
 
     def _send_alerts(self, alerts: tuple, base: str, stamp: str, run_dir: str) -> str | None:
         """The client's alerts (its alerts.toml, the job's [alerts], --alert), resolved by the
         CLI and sent to the box as a 0600 file (never argv); the box's agent sends them.  Its
         path on the box, or None when the run has no alerts."""
         from trainctl.hosts.ssh import _remote_path
+
         urls, on = alerts
         if not urls:
             return None
@@ -223,6 +237,7 @@ class SshBox:
 
     def _remote_abs(self, path: str) -> str:
         from trainctl.hosts.ssh import _remote_path
+
         r = self.link.run(["sh", "-c", 'cd -- "$1" && pwd -P', "sh", _remote_path(path)], timeout=30)
         return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else path
 
@@ -232,29 +247,37 @@ def _check_remote_command(host, argv: list[str], cwd: str, setup: str = "") -> N
     must be an executable file), before an agent starts: UsageError naming it."""
     if not argv or not argv[0]:
         raise UsageError("empty command: give one after `--` (trainctl run -- python train.py)")
-    script = ('cd "$1" 2>/dev/null || cd; case $2 in */*) test -f "$2" && test -x "$2";; '
-              '*) command -v "$2" >/dev/null;; esac')
-    if setup:   # the job's environment first, as the trainer will have it (bash: `source`)
+    script = (
+        'cd "$1" 2>/dev/null || cd; case $2 in */*) test -f "$2" && test -x "$2";; '
+        '*) command -v "$2" >/dev/null;; esac'
+    )
+    if setup:  # the job's environment first, as the trainer will have it (bash: `source`)
         r = host.run(["bash", "-c", f"{setup}\n{script}", "bash", cwd, argv[0]], timeout=60)
     else:
         r = host.run(["sh", "-c", script, "sh", cwd, argv[0]], timeout=60)
     if r.returncode != 0:
         where = f"in {cwd} " if cwd != "." else ""
-        hint = (", after its [host] setup" if setup else
-                "; if it lives in a venv or conda env, say how to enter it with [host] setup = "
-                "\"source ~/venv/bin/activate\" in the job")
-        raise UsageError(f"command {argv[0]!r} not found on {host.name} {where}(as an "
-                      f"executable file or on the PATH of a non-interactive ssh session "
-                      f"there){hint}")
+        hint = (
+            ", after its [host] setup"
+            if setup
+            else "; if it lives in a venv or conda env, say how to enter it with [host] setup = "
+            '"source ~/venv/bin/activate" in the job'
+        )
+        raise UsageError(
+            f"command {argv[0]!r} not found on {host.name} {where}(as an "
+            f"executable file or on the PATH of a non-interactive ssh session "
+            f"there){hint}"
+        )
 
 
 def _job_for_box(path: Path) -> str:
     """The job file as the box gets it: without its [host] table, which says where to run
     it from here (left in, the box would hand the job on over ssh instead of running it)."""
     import tomlkit
+
     doc = tomlkit.parse(path.read_text(encoding="utf-8"))
     doc.pop("host", None)
-    doc.pop("alerts", None)   # resolved on the client; they reach the box in a 0600 file
+    doc.pop("alerts", None)  # resolved on the client; they reach the box in a 0600 file
     return tomlkit.dumps(doc)
 
 
@@ -263,6 +286,7 @@ def claim(target: str) -> SshBox | None:
     if not target.startswith("ssh://"):
         return None
     from trainctl.hosts.ssh import parse_attach_url
+
     try:
         destination, _ = parse_attach_url(target)
     except ValueError as e:

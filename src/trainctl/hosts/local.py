@@ -2,6 +2,7 @@
 elsewhere with `--run-dir`, the Slurm queue's: their run directories are here too), summed
 up with their agent's liveness (its lock), reached through the run directory's socket
 (hosts/where.py; a Slurm run's agent is the Slurm host's, hosts/slurm/host.py)."""
+
 from __future__ import annotations
 
 import shlex
@@ -9,8 +10,8 @@ from pathlib import Path
 
 from trainctl.agent.adopt import agent_running
 from trainctl.core.recovery import FINAL_STATES
-from trainctl.hosts.base import Launched, LaunchRequest
 from trainctl.core.usage import UsageError
+from trainctl.hosts.base import Launched, LaunchRequest
 from trainctl.hosts.slurm import queue as slurm
 from trainctl.store.listing import LIVE, UNREADABLE, JournalFold, run_dirs
 from trainctl.store.paths import trusted_run_dir
@@ -33,15 +34,19 @@ class LocalHost:
     def client_factory(self, run_dir: str):
         from trainctl.client.connection import AgentClient
         from trainctl.hosts.where import transport_for
+
         return lambda: AgentClient(transport_for(run_dir))
 
     def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:
         from trainctl.hosts.slurm.host import queued_slurm_runs
-        return [dict(summarize(d, folds=folds, ended_slurm=ended_slurm), where="local")
-                for d in run_dirs(queued_slurm_runs())]
+
+        return [
+            dict(summarize(d, folds=folds, ended_slurm=ended_slurm), where="local")
+            for d in run_dirs(queued_slurm_runs())
+        ]
 
     def waits_in_queue(self, run_dir: str) -> bool:
-        return False   # a run here starts at once (its agent answers, or adoption takes it)
+        return False  # a run here starts at once (its agent answers, or adoption takes it)
 
     def cancel_waiting(self, run_dir: str) -> str:
         raise UsageError(f"{run_dir}: no Slurm job of this run is waiting")
@@ -62,8 +67,12 @@ def claim(target: str) -> LocalHost | None:
     return None if "://" in target else LocalHost()
 
 
-def summarize(run_dir: Path, with_slurm: bool = True,
-              folds: dict[str, JournalFold] | None = None, ended_slurm: bool = True) -> dict:
+def summarize(
+    run_dir: Path,
+    with_slurm: bool = True,
+    folds: dict[str, JournalFold] | None = None,
+    ended_slurm: bool = True,
+) -> dict:
     """One run as `trainctl ls` shows it: ``run_dir``, ``job``, ``state`` (and its
     ``reason``), ``live``, ``host``, ``started``, ``progress`` ({epoch, epochs, batch,
     batches}), ``eta`` (and the deadline's ``buffer_s``), ``incident`` ({ts, text}), and for
@@ -72,24 +81,40 @@ def summarize(run_dir: Path, with_slurm: bool = True,
     ``ended_slurm=False``: no scontrol for a Slurm run whose journal has ended (its job's
     state and partition left out), for a caller that asks every few seconds."""
     run_dir = Path(run_dir)
-    out: dict = {"run_dir": str(run_dir), "job": run_dir.name, "state": "UNKNOWN",
-                 "live": False, "host": "", "started": None, "progress": None, "eta": None,
-                 "incident": None, "reason": "", "buffer_s": None}
-    try:   # another user's directory, or a spec that is not one: listed, never read further
+    out: dict = {
+        "run_dir": str(run_dir),
+        "job": run_dir.name,
+        "state": "UNKNOWN",
+        "live": False,
+        "host": "",
+        "started": None,
+        "progress": None,
+        "eta": None,
+        "incident": None,
+        "reason": "",
+        "buffer_s": None,
+    }
+    try:  # another user's directory, or a spec that is not one: listed, never read further
         trusted_run_dir(run_dir)
         spec = RunSpec.load(run_dir / "spec.json")
-        out.update(job=spec.job_name, host=spec.host,
-                   started=(run_dir / "spec.json").stat().st_mtime)   # a queued run's: submitted
+        out.update(
+            job=spec.job_name, host=spec.host, started=(run_dir / "spec.json").stat().st_mtime
+        )  # a queued run's: submitted
     except FileNotFoundError:
-        pass   # its journal alone says what it is
+        pass  # its journal alone says what it is
     except (OSError, ValueError) as e:
-        return {**out, "state": UNREADABLE, "reason": " ".join(str(e).split()),
-                "incident": {"ts": None, "text": f"unreadable: {' '.join(str(e).split())}"}}
+        return {
+            **out,
+            "state": UNREADABLE,
+            "reason": " ".join(str(e).split()),
+            "incident": {"ts": None, "text": f"unreadable: {' '.join(str(e).split())}"},
+        }
     fold = folds.setdefault(str(run_dir), JournalFold()) if folds is not None else JournalFold()
     out.update(fold.advance(run_dir / "events.jsonl"))
     out["live"] = agent_running(run_dir)
-    if not out["live"] and out["state"] in LIVE:   # its agent gone: does its trainer run on?
+    if not out["live"] and out["state"] in LIVE:  # its agent gone: does its trainer run on?
         from trainctl.holder.handle import live_trainer
+
         if (st := live_trainer(run_dir)) is not None:
             out["trainer_pid"], out["unsupervised"] = st["pid"], not st["holder_alive"]
     if with_slurm and slurm.read_jobs(run_dir):
@@ -108,6 +133,7 @@ def summarize(run_dir: Path, with_slurm: bool = True,
             if info.state.split()[0] == "RUNNING" and not out["live"]:
                 # its agent runs on a node whose agent.lock this machine may not see
                 from trainctl.hosts.where import agent_info
+
                 out["live"] = agent_info(run_dir).get("slurm_job") == job
         out["slurm"] = sl
     return out

@@ -7,15 +7,16 @@ destination of hosts.toml (a box: DEFAULT_REMOTE), ``--slurm`` / a job's ``[slur
 target, and which of its hosts `ls` asks; a new host is one file and one ``register`` line
 (a test registers its own: tests/unit/test_fake_host.py).
 """
+
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from trainctl.core.usage import UsageError
 from trainctl.hosts import box, local
 from trainctl.hosts.base import Host
-from trainctl.core.usage import UsageError
 from trainctl.hosts.slurm import host as slurm_host
 
 
@@ -34,7 +35,7 @@ class Kind:
 
 
 KINDS: list[Kind] = []
-DEFAULT_REMOTE = "ssh"   # a bare destination (`--host gpu-box`, hosts.toml) is a box's
+DEFAULT_REMOTE = "ssh"  # a bare destination (`--host gpu-box`, hosts.toml) is a box's
 
 
 def register(kind: Kind) -> Kind:

@@ -3,6 +3,7 @@ agent's own reply when it answers, else assembled from the run directory (its sn
 journal, a trainer living on under its holder, its Slurm job); and for a Slurm job of
 several nodes, the other nodes' agents and their ranks.  `trainctl status`
 (src/trainctl/cli/status.py) prints it."""
+
 from __future__ import annotations
 
 import asyncio
@@ -12,17 +13,18 @@ from pathlib import Path
 
 @dataclass(frozen=True)
 class RunStatus:
-    status: dict              # what `status --json` prints
-    code: int                 # 0, else the exit code of an agent there that did not answer (4)
-    agent: str                # the agent, in words ("agent live", "agent not running", ...)
-    error: Exception | None   # why that agent did not answer; None when it did, or none runs
+    status: dict  # what `status --json` prints
+    code: int  # 0, else the exit code of an agent there that did not answer (4)
+    agent: str  # the agent, in words ("agent live", "agent not running", ...)
+    error: Exception | None  # why that agent did not answer; None when it did, or none runs
 
 
 async def one_command(run_dir: Path, name: str, timeout: float | None = None, **kw) -> dict:
     """One command's reply; AgentUnavailable when no agent runs, AgentNotResponding when
     it does not answer the hello (a few seconds) or the command (``timeout``)."""
-    from trainctl.hosts.registry import client_for
     from trainctl.client.connection import COMMAND_TIMEOUT_S
+    from trainctl.hosts.registry import client_for
+
     client = client_for(run_dir)
     try:
         await client.connect(since=10**12)
@@ -35,6 +37,7 @@ def run_status(run_dir: Path) -> RunStatus:
     """The agent's status, else the run directory's (``code`` 4, after the run directory's,
     when the agent is there but does not answer)."""
     from trainctl.client.connection import AgentNotResponding, AgentUnavailable
+
     code, agent, error = 0, "agent live", None
     try:
         reply = asyncio.run(one_command(run_dir, "status", timeout=10.0))
@@ -42,11 +45,19 @@ def run_status(run_dir: Path) -> RunStatus:
         status["live"] = True
     except (AgentUnavailable, OSError) as e:
         from trainctl.hosts.where import AgentUnreachable
+
         agent = "agent not running"
         if isinstance(e, (AgentNotResponding, AgentUnreachable)):
             error = e
-            code, agent = e.exit_code, ("agent not responding" if isinstance(
-                e, AgentNotResponding) else "agent's node not reachable") + "; from its journal"
+            code, agent = (
+                e.exit_code,
+                (
+                    "agent not responding"
+                    if isinstance(e, AgentNotResponding)
+                    else "agent's node not reachable"
+                )
+                + "; from its journal",
+            )
         status, agent = _from_run_dir(run_dir, code, agent)
     _add_nodes(run_dir, status)
     return RunStatus(status, code, agent, error)
@@ -54,10 +65,11 @@ def run_status(run_dir: Path) -> RunStatus:
 
 def _from_run_dir(run_dir: Path, code: int, agent: str) -> tuple[dict, str]:
     """(status, the agent in words) from the run directory, with no agent to ask."""
-    from trainctl.core import events as E
     from trainctl.client.connection import offline_hello, offline_view
-    covered = offline_view(run_dir)   # its snapshot, then the journal after it
-    status = offline_hello(run_dir, covered)   # job, preset, attempt and state
+    from trainctl.core import events as E
+
+    covered = offline_view(run_dir)  # its snapshot, then the journal after it
+    status = offline_hello(run_dir, covered)  # job, preset, attempt and state
     status.pop("op", None)
     status.pop("ok", None)
     view = covered.view
@@ -68,18 +80,26 @@ def _from_run_dir(run_dir: Path, code: int, agent: str) -> tuple[dict, str]:
     status["save_dir"] = view.save_dir
     if view.ranks:
         from trainctl.agent.handlers import rank_status
+
         status["ranks"] = rank_status(view.rank_rows(), view.stuck_ranks)
     if code:
         status["responding"] = False
     from trainctl.holder.handle import live_trainer
-    if code == 0 and (st := live_trainer(run_dir)) is not None:   # agent gone, trainer not
-        status["trainer"] = {"pid": st["pid"], "attempt": st.get("attempt"),
-                             "holder_alive": st["holder_alive"]}
-        agent = (f"agent not running; its trainer (pid {st['pid']}) runs on "
-                 f"{'under its holder' if st['holder_alive'] else 'unsupervised, its holder gone too'}: "
-                 f"`trainctl attach {run_dir}` adopts it, `trainctl ctl {run_dir} stop` stops it")
+
+    if code == 0 and (st := live_trainer(run_dir)) is not None:  # agent gone, trainer not
+        status["trainer"] = {
+            "pid": st["pid"],
+            "attempt": st.get("attempt"),
+            "holder_alive": st["holder_alive"],
+        }
+        agent = (
+            f"agent not running; its trainer (pid {st['pid']}) runs on "
+            f"{'under its holder' if st['holder_alive'] else 'unsupervised, its holder gone too'}: "
+            f"`trainctl attach {run_dir}` adopts it, `trainctl ctl {run_dir} stop` stops it"
+        )
     from trainctl.core.recovery import FINAL_STATES as _FINAL
     from trainctl.hosts.slurm.jobs import slurm_status
+
     sl = slurm_status(run_dir)
     if sl is not None:
         status["slurm"] = sl
@@ -90,8 +110,9 @@ def _from_run_dir(run_dir: Path, code: int, agent: str) -> tuple[dict, str]:
 
 def _add_nodes(run_dir: Path, status: dict) -> None:
     from trainctl.hosts.slurm.jobs import node_status
+
     nodes = node_status(run_dir)
-    if nodes:   # a Slurm job of several nodes: the others' agents, and their ranks in the run's
+    if nodes:  # a Slurm job of several nodes: the others' agents, and their ranks in the run's
         status["nodes"] = nodes
         ranks = status.setdefault("ranks", {})
         for node in nodes:

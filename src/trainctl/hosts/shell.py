@@ -3,6 +3,7 @@
 Shared by :mod:`.remote` (ssh commands) and :mod:`.tmux` (pane commands), which
 otherwise do not need each other's code.
 """
+
 from __future__ import annotations
 
 import shlex

@@ -7,6 +7,7 @@ the TCP, key exchange and login (they still pay the remote login shell's start-u
 Host keys are always checked against the user's known_hosts: trainctl never turns that off.
 A client reaches an agent on the box through src/trainctl/hosts/ssh_transport.py.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,13 +21,12 @@ from pathlib import Path
 from urllib.parse import unquote, urlsplit
 
 from trainctl import __version__
-
 from trainctl.hosts.shell import quote_argv
 from trainctl.hosts.tmux import Tmux
 
 CONTROL_PERSIST_S = 600
-_SOCKET_PATH_MAX = 104          # sun_path is 104 bytes on macOS/BSD, 108 on Linux
-_CONTROL_NAME_LEN = 41 + 17     # "/%C" expands to 40 hex digits; ssh adds ".XXXXXXXXXXXXXXXX"
+_SOCKET_PATH_MAX = 104  # sun_path is 104 bytes on macOS/BSD, 108 on Linux
+_CONTROL_NAME_LEN = 41 + 17  # "/%C" expands to 40 hex digits; ssh adds ".XXXXXXXXXXXXXXXX"
 
 
 class RemoteError(Exception):
@@ -43,12 +43,13 @@ class RemoteError(Exception):
 
 # --------------------------------------------------------------------------- addresses
 
+
 def _split_hostport(netloc: str, url: str) -> tuple[str, int | None]:
-    if netloc.startswith("["):                      # [v6addr] or [v6addr]:port
+    if netloc.startswith("["):  # [v6addr] or [v6addr]:port
         end = netloc.find("]")
         if end < 0:
             raise ValueError(f"{url}: unbalanced '[' in the host")
-        host, rest = netloc[1:end], netloc[end + 1:]
+        host, rest = netloc[1:end], netloc[end + 1 :]
         if rest and not rest.startswith(":"):
             raise ValueError(f"{url}: unexpected {rest!r} after the host")
         port_text = rest[1:] if rest else ""
@@ -65,7 +66,8 @@ def _check_destination(dest: str, where: str) -> None:
     if not dest or dest.startswith("-") or any(c.isspace() or ord(c) < 32 for c in dest):
         raise ValueError(
             f"{where}: bad SSH destination {dest!r}: use an ssh_config alias, host or "
-            "user@host (no spaces, not starting with '-')")
+            "user@host (no spaces, not starting with '-')"
+        )
 
 
 def parse_attach_url(url: str) -> tuple[str, str | None]:
@@ -127,10 +129,17 @@ def _remote_path(path: str) -> str:
 # --------------------------------------------------------------------------- errors
 
 _UNREACHABLE = (
-    "could not resolve hostname", "name or service not known", "connection refused",
-    "no route to host", "network is unreachable", "connection timed out",
-    "operation timed out", "timed out during banner exchange", "connection reset",
-    "kex_exchange_identification", "connection closed by remote host",
+    "could not resolve hostname",
+    "name or service not known",
+    "connection refused",
+    "no route to host",
+    "network is unreachable",
+    "connection timed out",
+    "operation timed out",
+    "timed out during banner exchange",
+    "connection reset",
+    "kex_exchange_identification",
+    "connection closed by remote host",
 )
 
 
@@ -145,29 +154,38 @@ def classify_ssh_error(stderr: str, host: str) -> RemoteError | None:
             f"The host key of {host} has CHANGED since you last connected (the box was "
             f"reinstalled, or someone is in the middle). If you know why, remove the old key "
             f"with `ssh-keygen -R <hostname>`, then connect once by hand (`ssh {host}`), check "
-            f"the fingerprint and accept it. {never}", kind="host_key_changed")
+            f"the fingerprint and accept it. {never}",
+            kind="host_key_changed",
+        )
     if "host key verification failed" in low or "host key is known" in low:
         return RemoteError(
             f"The host key of {host} is not in your known_hosts, so ssh refuses to connect "
             f"(BatchMode). Connect once by hand (`ssh {host}`) and check the fingerprint, or "
             f"add it with `ssh-keyscan [-p PORT] <hostname> >> ~/.ssh/known_hosts` after "
-            f"checking it. {never}", kind="host_key")
+            f"checking it. {never}",
+            kind="host_key",
+        )
     if "permission denied" in low or "too many authentication failures" in low:
         return RemoteError(
             f"{host} refused the login: {tail} Check the user name, that your public key "
             f"is in ~/.ssh/authorized_keys on the box, and that your key is offered "
             f"(IdentityFile in ~/.ssh/config, or `ssh-add`). trainctl runs ssh in BatchMode: "
-            f"it never asks for a password or passphrase.", kind="auth")
+            f"it never asks for a password or passphrase.",
+            kind="auth",
+        )
     if any(p in low for p in _UNREACHABLE):
         return RemoteError(
             f"Cannot reach {host}: {tail} Check the host name, port and network "
-            f"(`ssh {host} true` should work).", kind="unreachable")
+            f"(`ssh {host} true` should work).",
+            kind="unreachable",
+        )
     if "bad configuration option" in low or "bad owner or permissions" in low:
         return RemoteError(f"ssh configuration problem for {host}: {tail}", kind="config")
     return None
 
 
 # --------------------------------------------------------------------------- control dir
+
 
 def _private_dir(path: Path) -> Path:
     """Create or check a directory only we can use (it holds the ControlMaster socket)."""
@@ -179,13 +197,17 @@ def _private_dir(path: Path) -> Path:
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise RemoteError(
             f"SSH control directory {path} is not a directory owned by you; remove it or "
-            "choose another control_dir", kind="config")
+            "choose another control_dir",
+            kind="config",
+        )
     if stat.S_IMODE(st.st_mode) & 0o077:
         os.chmod(path, 0o700)
     if len(os.fsencode(path)) + _CONTROL_NAME_LEN >= _SOCKET_PATH_MAX:
         raise RemoteError(
             f"SSH control directory {path} is too long for a Unix socket path "
-            f"(at most {_SOCKET_PATH_MAX - _CONTROL_NAME_LEN - 1} bytes)", kind="config")
+            f"(at most {_SOCKET_PATH_MAX - _CONTROL_NAME_LEN - 1} bytes)",
+            kind="config",
+        )
     return path
 
 
@@ -207,6 +229,7 @@ def _version_in(text: str) -> str | None:
 
 # --------------------------------------------------------------------------- host
 
+
 class SshHost:
     """One box reached with the user's OpenSSH client over one multiplexed connection.
 
@@ -217,11 +240,17 @@ class SshHost:
     The remote login shell must be POSIX-like (sh, bash, dash, zsh, ksh).
     """
 
-    def __init__(self, destination: str, *, ssh_config: Path | None = None,
-                 control_dir: Path | None = None,
-                 remote_trainctl: Sequence[str] = ("trainctl",),
-                 remote_tmux: Sequence[str] = ("tmux",),
-                 connect_timeout: float = 10, port: int | None = None) -> None:
+    def __init__(
+        self,
+        destination: str,
+        *,
+        ssh_config: Path | None = None,
+        control_dir: Path | None = None,
+        remote_trainctl: Sequence[str] = ("trainctl",),
+        remote_tmux: Sequence[str] = ("tmux",),
+        connect_timeout: float = 10,
+        port: int | None = None,
+    ) -> None:
         dest, url_port = _parse_destination(destination)
         self.destination = dest
         self.port = port if port is not None else url_port
@@ -251,22 +280,39 @@ class SshHost:
             argv += ["-F", str(self.ssh_config)]
         if self.port is not None:
             argv += ["-p", str(self.port)]
-        argv += ["-o", "BatchMode=yes",
-                 "-o", f"ConnectTimeout={max(1, round(self.connect_timeout))}",
-                 "-o", f"ControlPath={self.control_path}"]
+        argv += [
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            f"ConnectTimeout={max(1, round(self.connect_timeout))}",
+            "-o",
+            f"ControlPath={self.control_path}",
+        ]
         return argv
 
     def ssh_argv(self, argv: Sequence[str], *, tty: bool = False) -> list[str]:
         """The local command line that runs `argv` on the box over the shared connection
         (or a direct one when the master is gone). `tty=True` for interactive programs
         such as `tmux attach`."""
-        return [*self._base(), "-o", "ControlMaster=no", "-t" if tty else "-T",
-                "--", self.destination, quote_argv(argv)]
+        return [
+            *self._base(),
+            "-o",
+            "ControlMaster=no",
+            "-t" if tty else "-T",
+            "--",
+            self.destination,
+            quote_argv(argv),
+        ]
 
     def _control(self, op: str, timeout: float = 10) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([*self._base(), "-O", op, "--", self.destination],
-                              stdin=subprocess.DEVNULL, capture_output=True, text=True,
-                              timeout=timeout, check=False)
+        return subprocess.run(
+            [*self._base(), "-O", op, "--", self.destination],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
 
     # ---- connection
     def master_pid(self) -> int | None:
@@ -286,26 +332,48 @@ class SshHost:
         if self.master_pid() is not None:
             self._connected = True
             return
-        argv = [*self._base(), "-o", "ControlMaster=auto",
-                "-o", f"ControlPersist={CONTROL_PERSIST_S}",
-                "-o", "ServerAliveInterval=15", "-o", "ServerAliveCountMax=4",
-                "-N", "-f", "--", self.destination]
+        argv = [
+            *self._base(),
+            "-o",
+            "ControlMaster=auto",
+            "-o",
+            f"ControlPersist={CONTROL_PERSIST_S}",
+            "-o",
+            "ServerAliveInterval=15",
+            "-o",
+            "ServerAliveCountMax=4",
+            "-N",
+            "-f",
+            "--",
+            self.destination,
+        ]
         # stderr goes to a file: a backgrounded master may keep a pipe open for 10 minutes.
         with tempfile.TemporaryFile() as err:
             try:
-                r = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=err, timeout=self.connect_timeout + 30, check=False)
+                r = subprocess.run(
+                    argv,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    stderr=err,
+                    timeout=self.connect_timeout + 30,
+                    check=False,
+                )
             except subprocess.TimeoutExpired:
-                raise RemoteError(f"ssh to {self.name} did not finish connecting within "
-                                  f"{self.connect_timeout + 30:.0f} s", kind="timeout") from None
+                raise RemoteError(
+                    f"ssh to {self.name} did not finish connecting within {self.connect_timeout + 30:.0f} s",
+                    kind="timeout",
+                ) from None
             except FileNotFoundError:
-                raise RemoteError("the OpenSSH client `ssh` is not installed "
-                                  "(e.g. `apt-get install openssh-client`)", kind="config") from None
+                raise RemoteError(
+                    "the OpenSSH client `ssh` is not installed (e.g. `apt-get install openssh-client`)",
+                    kind="config",
+                ) from None
             err.seek(0)
             text = err.read().decode(errors="replace")
         if r.returncode != 0:
             raise classify_ssh_error(text, self.name) or RemoteError(
-                f"ssh to {self.name} failed (exit {r.returncode}): {text.strip() or 'no message'}")
+                f"ssh to {self.name} failed (exit {r.returncode}): {text.strip() or 'no message'}"
+            )
         self._connected = True
 
     def close(self) -> None:
@@ -331,19 +399,26 @@ class SshHost:
         self.close()
 
     # ---- commands
-    def run(self, argv: Sequence[str], input: bytes | str | None = None, *,
-            timeout: float = 60, text: bool = True) -> subprocess.CompletedProcess:
+    def run(
+        self, argv: Sequence[str], input: bytes | str | None = None, *, timeout: float = 60, text: bool = True
+    ) -> subprocess.CompletedProcess:
         """Run `argv` on the box and wait. The remote exit status is returned as is; a
         connection failure raises RemoteError."""
         self.connect()
         data = input.encode() if isinstance(input, str) else input
         try:
-            r = subprocess.run(self.ssh_argv(argv), input=data,
-                               stdin=subprocess.DEVNULL if data is None else None,
-                               capture_output=True, timeout=timeout, check=False)
+            r = subprocess.run(
+                self.ssh_argv(argv),
+                input=data,
+                stdin=subprocess.DEVNULL if data is None else None,
+                capture_output=True,
+                timeout=timeout,
+                check=False,
+            )
         except subprocess.TimeoutExpired:
-            raise RemoteError(f"`{quote_argv(argv)}` on {self.name} did not finish within "
-                              f"{timeout:g} s", kind="timeout") from None
+            raise RemoteError(
+                f"`{quote_argv(argv)}` on {self.name} did not finish within {timeout:g} s", kind="timeout"
+            ) from None
         if r.returncode == 255:
             err = classify_ssh_error(r.stderr.decode(errors="replace"), self.name)
             if err is not None:
@@ -351,8 +426,8 @@ class SshHost:
                 raise err
         if text:
             return subprocess.CompletedProcess(
-                r.args, r.returncode, r.stdout.decode(errors="replace"),
-                r.stderr.decode(errors="replace"))
+                r.args, r.returncode, r.stdout.decode(errors="replace"), r.stderr.decode(errors="replace")
+            )
         return r
 
     def popen(self, argv: Sequence[str], *, tty: bool = False, **kw) -> subprocess.Popen:
@@ -364,13 +439,16 @@ class SshHost:
         """Write `data` to `remote_path` on the box (parent created 0700, file `mode`),
         atomically (temporary file, then rename)."""
         path = _remote_path(remote_path)
-        script = ('umask 077 && mkdir -p -- "$1" && t="$2.tmp.$$" && cat > "$t" && '
-                  'chmod "$3" -- "$t" && mv -f -- "$t" "$2"')
+        script = (
+            'umask 077 && mkdir -p -- "$1" && t="$2.tmp.$$" && cat > "$t" && '
+            'chmod "$3" -- "$t" && mv -f -- "$t" "$2"'
+        )
         argv = ["sh", "-c", script, "sh", posixpath.dirname(path) or ".", path, f"{mode:o}"]
         r = self.run(argv, input=data, text=True)
         if r.returncode != 0:
-            raise RemoteError(f"could not write {remote_path} on {self.name}: "
-                              f"{r.stderr.strip() or f'exit {r.returncode}'}")
+            raise RemoteError(
+                f"could not write {remote_path} on {self.name}: {r.stderr.strip() or f'exit {r.returncode}'}"
+            )
 
     def send_text(self, text: str, remote_path: str, mode: int = 0o600) -> None:
         self.send_bytes(text.encode(), remote_path, mode)
@@ -400,13 +478,15 @@ class SshHost:
                 f"/path/to/trainctl-checkout` at version {__version__}). A virtualenv is not "
                 "on PATH in a non-interactive ssh session: set its absolute path in the job "
                 'file, `[host] trainctl = "/path/to/venv/bin/trainctl"`.',
-                kind="missing_trainctl")
+                kind="missing_trainctl",
+            )
         version = _version_in(r.stdout) if r.returncode == 0 else None
         if version is None:
             raise RemoteError(
                 f"`{quote_argv(cmd)}` on {self.name} did not print a version (exit "
                 f"{r.returncode}): {(r.stdout + r.stderr).strip()[:300]!r}",
-                kind="missing_trainctl")
+                kind="missing_trainctl",
+            )
         return version
 
     def check(self, *, require_tmux: bool = True) -> None:
@@ -417,7 +497,8 @@ class SshHost:
             raise RemoteError(
                 f"trainctl on {self.name} is version {remote}, this one is {__version__}: "
                 f"install the same version on both (`pip install trainctl=={__version__}`).",
-                kind="version")
+                kind="version",
+            )
         if require_tmux:
             cmd = [*self.remote_tmux, "-V"]
             r = self.run(cmd, timeout=30)
@@ -426,4 +507,5 @@ class SshHost:
                     f"tmux is not available on {self.name} (`{quote_argv(cmd)}`: "
                     f"{r.stderr.strip() or f'exit {r.returncode}'}). Install it there, e.g. "
                     "`sudo apt-get install tmux` (Debian/Ubuntu) or `sudo dnf install tmux`.",
-                    kind="missing_tmux")
+                    kind="missing_tmux",
+                )

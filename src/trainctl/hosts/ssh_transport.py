@@ -1,6 +1,7 @@
 """A client's transport to an agent on a box: `ssh HOST trainctl bridge RUN_DIR`, whose
 stdin/stdout are the agent socket's JSON lines, over the box's multiplexed connection
 (src/trainctl/hosts/ssh.py)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -8,7 +9,7 @@ import collections
 
 from trainctl.hosts.ssh import RemoteError, SshHost, classify_ssh_error
 
-_STREAM_LIMIT = 1 << 24         # longest line a transport reader accepts (16 MiB)
+_STREAM_LIMIT = 1 << 24  # longest line a transport reader accepts (16 MiB)
 
 
 class ProcessWriter:
@@ -66,9 +67,12 @@ class SshTransport:
     async def open(self) -> tuple[asyncio.StreamReader, ProcessWriter]:
         await asyncio.to_thread(self.host.connect)
         self.proc = await asyncio.create_subprocess_exec(
-            *self.host.ssh_argv(self.remote_argv()), stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-            limit=_STREAM_LIMIT)
+            *self.host.ssh_argv(self.remote_argv()),
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            limit=_STREAM_LIMIT,
+        )
         self._stderr_task = asyncio.ensure_future(self._read_stderr())
         assert self.proc.stdout is not None
         return self.proc.stdout, ProcessWriter(self.proc)
@@ -106,5 +110,5 @@ class SshTransport:
         if self._stderr_task is not None:
             try:
                 await asyncio.wait_for(self._stderr_task, 5)
-            except (asyncio.TimeoutError, asyncio.CancelledError):
+            except (TimeoutError, asyncio.CancelledError):
                 self._stderr_task.cancel()

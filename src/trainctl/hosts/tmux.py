@@ -5,6 +5,7 @@ subprocess by default, or `SshHost.run` for a box. `socket` is tmux's `-L` serve
 (tests use a private one so they never touch the user's sessions). Session targets are
 given as `=NAME` so tmux matches the exact name, never a prefix.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -60,8 +61,9 @@ def session_name(job_name: str) -> str:
 
 def _local_run(argv: Sequence[str]) -> subprocess.CompletedProcess[str]:
     try:
-        return subprocess.run(list(argv), stdin=subprocess.DEVNULL, capture_output=True,
-                              text=True, timeout=30, check=False)
+        return subprocess.run(
+            list(argv), stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30, check=False
+        )
     except FileNotFoundError:
         raise TmuxError("tmux is not installed (e.g. `sudo apt-get install tmux`)") from None
 
@@ -72,8 +74,10 @@ def session_command(argv: Sequence[str], env: Mapping[str, str] | None = None) -
     pairs = []
     for key, value in (env or {}).items():
         if not _ENV_NAME.match(key):
-            raise ValueError(f"environment variable name {key!r} is not allowed "
-                             "(letters, digits and '_', not starting with a digit)")
+            raise ValueError(
+                f"environment variable name {key!r} is not allowed "
+                "(letters, digits and '_', not starting with a digit)"
+            )
         pairs.append(f"{key}={value}")
     if not argv:
         raise ValueError("empty command for the tmux session")
@@ -96,8 +100,13 @@ def _panes(text: str) -> dict[int, bool]:
 class Tmux:
     """tmux commands against one server (`socket`, i.e. `tmux -L`), local or remote."""
 
-    def __init__(self, socket: str | None = None, runner: Runner | None = None,
-                 tmux: Sequence[str] = ("tmux",), where: str = "this machine") -> None:
+    def __init__(
+        self,
+        socket: str | None = None,
+        runner: Runner | None = None,
+        tmux: Sequence[str] = ("tmux",),
+        where: str = "this machine",
+    ) -> None:
         self.socket = socket
         self.local = runner is None
         self.runner = runner or _local_run
@@ -134,8 +143,7 @@ class Tmux:
         """The pane's text: the last `lines` lines of history plus the screen."""
         r = self._run("capture-pane", "-p", "-J", "-S", f"-{lines}", "-t", f"={name}:")
         if r.returncode != 0:
-            raise TmuxError(f"cannot read tmux session {name!r} on {self.where}: "
-                            f"{r.stderr.strip()}")
+            raise TmuxError(f"cannot read tmux session {name!r} on {self.where}: {r.stderr.strip()}")
         return r.stdout
 
     # ---- actions
@@ -147,28 +155,55 @@ class Tmux:
             raise SessionRunning(
                 f"this job is already running in tmux session {name!r} on {self.where}: "
                 f"look at it with `{attach}` (or `trainctl attach`); to start it again, "
-                f"stop it first (from `trainctl attach`, or `{kill}`)", name)
+                f"stop it first (from `trainctl attach`, or `{kill}`)",
+                name,
+            )
         if self.session_exists(name):
             self._run("kill-session", "-t", f"={name}")
 
-    def start_session(self, name: str, argv: Sequence[str], *, cwd: str,
-                      env: Mapping[str, str] | None = None,
-                      width: int = 220, height: int = 50) -> None:
+    def start_session(
+        self,
+        name: str,
+        argv: Sequence[str],
+        *,
+        cwd: str,
+        env: Mapping[str, str] | None = None,
+        width: int = 220,
+        height: int = 50,
+    ) -> None:
         """Start `argv` in a new detached session `name` (refused if one is running).
         The pane stays after the command ends (remain-on-exit) so attach shows the end."""
         if self.local and not os.path.isdir(cwd):
-            raise TmuxError(f"cannot start tmux session {name!r}: working directory {cwd} "
-                            "does not exist")
+            raise TmuxError(f"cannot start tmux session {name!r}: working directory {cwd} does not exist")
         self.ensure_not_running(name)
         # One tmux invocation: the option is set before the server can see the child exit.
-        r = self._run("new-session", "-d", "-s", name, "-c", cwd,
-                      "-x", str(width), "-y", str(height), session_command(argv, env),
-                      ";", "set-option", "-w", "-t", f"={name}:", "remain-on-exit", "on")
+        r = self._run(
+            "new-session",
+            "-d",
+            "-s",
+            name,
+            "-c",
+            cwd,
+            "-x",
+            str(width),
+            "-y",
+            str(height),
+            session_command(argv, env),
+            ";",
+            "set-option",
+            "-w",
+            "-t",
+            f"={name}:",
+            "remain-on-exit",
+            "on",
+        )
         if r.returncode != 0:
             if "duplicate session" in r.stderr:
                 self.ensure_not_running(name)
-            raise TmuxError(f"cannot start tmux session {name!r} on {self.where}: "
-                            f"{r.stderr.strip() or f'exit {r.returncode}'}")
+            raise TmuxError(
+                f"cannot start tmux session {name!r} on {self.where}: "
+                f"{r.stderr.strip() or f'exit {r.returncode}'}"
+            )
 
     def kill_session(self, name: str, *, grace: float = 5.0) -> None:
         """Kill the session and make sure its commands are gone: tmux sends SIGHUP; a
@@ -218,8 +253,14 @@ def session_exists(name: str, *, socket: str | None = None) -> bool:
     return Tmux(socket).session_exists(name)
 
 
-def start_session(name: str, argv: Sequence[str], *, cwd: str,
-                  env: Mapping[str, str] | None = None, socket: str | None = None) -> None:
+def start_session(
+    name: str,
+    argv: Sequence[str],
+    *,
+    cwd: str,
+    env: Mapping[str, str] | None = None,
+    socket: str | None = None,
+) -> None:
     Tmux(socket).start_session(name, argv, cwd=cwd, env=env)
 
 

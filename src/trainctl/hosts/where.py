@@ -18,6 +18,7 @@ used only when it and the directories above it are the user's (:func:`trusted_ru
 view, or the tests, where the nodes are this machine), ``never`` (the socket only).
 ``TRAINCTL_SSH_CONFIG`` (an ``ssh -F`` file) as for `--host`; else ~/.ssh/config.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -29,7 +30,8 @@ from pathlib import Path
 
 from trainctl.client.connection import AgentUnavailable, UnixTransport
 from trainctl.store.paths import RunFiles, UnsafePathError, read_private, trusted_run_dir
-from trainctl.system.machine import BOOT_ID as BOOT_ID, boot_id as boot_id  # moved down, re-exported
+from trainctl.system.machine import BOOT_ID as BOOT_ID  # moved down, re-exported
+from trainctl.system.machine import boot_id as boot_id
 from trainctl.system.machine import where_i_run
 
 MODES = ("auto", "always", "never")
@@ -91,34 +93,39 @@ class NodeTransport:
     """``ssh NODE trainctl bridge RUN_DIR`` (SshTransport), whose failures to reach the node
     are AgentUnreachable (one line), a ConnectionError as a missing socket is."""
 
-    def __init__(self, node: str, run_dir: Path, job: str = "",
-                 job_gone: Callable[[str], bool] | None = None) -> None:
+    def __init__(
+        self, node: str, run_dir: Path, job: str = "", job_gone: Callable[[str], bool] | None = None
+    ) -> None:
         from trainctl.hosts.ssh import SshHost
         from trainctl.hosts.ssh_transport import SshTransport
+
         config = os.environ.get("TRAINCTL_SSH_CONFIG")
         try:
-            host = SshHost(node, ssh_config=Path(config) if config else None,
-                           remote_trainctl=own_trainctl())
+            host = SshHost(node, ssh_config=Path(config) if config else None, remote_trainctl=own_trainctl())
         except ValueError as e:
             raise AgentUnreachable(f"the agent's node {node!r}: {e}") from None
         self.node, self.inner = node, SshTransport(host, str(run_dir))
-        self.run_dir, self.job = Path(run_dir), job   # the Slurm job its agent ran in
-        self.job_gone = job_gone   # its host's answer: has that job left its node (blocks)?
+        self.run_dir, self.job = Path(run_dir), job  # the Slurm job its agent ran in
+        self.job_gone = job_gone  # its host's answer: has that job left its node (blocks)?
 
     def describe(self) -> str:
         return f"{self.inner.run_dir} on node {self.node} (over ssh)"
 
     def _unreachable(self, why: str) -> AgentUnreachable:
-        return AgentUnreachable(f"cannot reach the agent on node {self.node} over ssh: {why} "
-                                "(see the README, Slurm: reaching the agent on its node)")
+        return AgentUnreachable(
+            f"cannot reach the agent on node {self.node} over ssh: {why} "
+            "(see the README, Slurm: reaching the agent on its node)"
+        )
 
     async def open(self):
         from trainctl.hosts.ssh import RemoteError
+
         try:
             reader, writer = await self.inner.open()
         except RemoteError as e:
-            if await self._agent_gone():   # its node died under it, or its job ended
+            if await self._agent_gone():  # its node died under it, or its job ended
                 from trainctl.client.connection import _offline_streams
+
                 return _offline_streams(self.run_dir)
             raise self._unreachable(" ".join(str(e).split())) from None
         return _Watched(reader, self), writer

@@ -14,6 +14,7 @@ the chain to the user's own sitecustomize, the info events), :mod:`.launch` (the
 side: is this a Python command, the trainer's env), :mod:`.session` (what an integration
 gets from the agent: preset, resume checkpoint, run directory), one module per integration.
 """
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -28,17 +29,17 @@ INTEGRATIONS: dict[str, str] = {
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
-INSTRUMENT_ENV = "TRAINCTL_INSTRUMENT"          # the bootstrap's settings (JSON); it pops it
-PRESET_FILE_ENV = "TRAINCTL_PRESET_FILE"        # the preset of this attempt, a TOML file
-RESUME_ENV = "TRAINCTL_RESUME_FROM"             # the checkpoint this attempt resumes from
-CHECKPOINT_EVERY_ENV = "TRAINCTL_CHECKPOINT_EVERY"   # seconds between mid-epoch saves (0: off)
+INSTRUMENT_ENV = "TRAINCTL_INSTRUMENT"  # the bootstrap's settings (JSON); it pops it
+PRESET_FILE_ENV = "TRAINCTL_PRESET_FILE"  # the preset of this attempt, a TOML file
+RESUME_ENV = "TRAINCTL_RESUME_FROM"  # the checkpoint this attempt resumes from
+CHECKPOINT_EVERY_ENV = "TRAINCTL_CHECKPOINT_EVERY"  # seconds between mid-epoch saves (0: off)
 
 # Info keys on the side channel (the agent reads the integration's name from the first).
-ATTACHED_KEY = "instrument.attached"            # + "." + integration: "instrument.attached.ultralytics"
+ATTACHED_KEY = "instrument.attached"  # + "." + integration: "instrument.attached.ultralytics"
 REFUSED_KEY = "instrument.refused"
 FAILED_KEY = "instrument.failed"
-NONE_KEY = "instrument.none"                    # the agent's: none attached, console parsing
-OFF_KEY = "instrument.off"                      # the agent's: --no-instrument / not Python
+NONE_KEY = "instrument.none"  # the agent's: none attached, console parsing
+OFF_KEY = "instrument.off"  # the agent's: --no-instrument / not Python
 
 
 class Refused(Exception):
@@ -49,4 +50,4 @@ class Refused(Exception):
 def attached_integration(key: str) -> str | None:
     """The integration named by an info key of :data:`ATTACHED_KEY`, else None."""
     prefix = ATTACHED_KEY + "."
-    return key[len(prefix):] or None if key.startswith(prefix) else None
+    return key[len(prefix) :] or None if key.startswith(prefix) else None

@@ -1,5 +1,6 @@
 """What the Transformers and Lightning integrations share besides save requests: the
 version check, the session (preset, resume checkpoint) and a progress throttle."""
+
 from __future__ import annotations
 
 import functools
@@ -8,9 +9,9 @@ from collections.abc import Callable
 from typing import Any
 
 from trainctl.core import events as E
-from trainctl.inside import report
-from trainctl.inside import Refused
+from trainctl.inside import Refused, report
 from trainctl.inside.session import ConfigError, TrainerSession
+
 
 def version_tuple(version: str) -> tuple[int, ...]:
     """``"5.24.0.dev0"`` -> (5, 24, 0): the leading numbers."""
@@ -49,12 +50,16 @@ def _guard(fn: Callable) -> Callable:
     def hook(self, *args, **kwargs):
         try:
             return fn(self, *args, **kwargs)
-        except Exception as e:   # noqa: BLE001 - the training goes on
+        except Exception as e:  # noqa: BLE001 - the training goes on
             if not getattr(self, "_trainctl_failed", False):
                 self._trainctl_failed = True
-                report.report_info(f"trainctl's callback failed in {fn.__name__} ({type(e).__name__}: {e}); "
-                                   "training goes on", "instrument.failed")
+                report.report_info(
+                    f"trainctl's callback failed in {fn.__name__} ({type(e).__name__}: {e}); "
+                    "training goes on",
+                    "instrument.failed",
+                )
             return None
+
     return hook
 
 
@@ -71,22 +76,37 @@ def preset_dataloader(session: TrainerSession) -> dict[str, Any]:
     if session.preset is None:
         return {}
     dl = session.preset.dataloader
-    return {k: getattr(dl, k) for k in ("workers", "persistent_workers", "prefetch_factor",
-                                        "multiprocessing_context", "sharing_strategy")
-            if getattr(dl, k) is not None}
+    return {
+        k: getattr(dl, k)
+        for k in (
+            "workers",
+            "persistent_workers",
+            "prefetch_factor",
+            "multiprocessing_context",
+            "sharing_strategy",
+        )
+        if getattr(dl, k) is not None
+    }
 
 
 def warn_not_applied(session: TrainerSession, library: str, keys: list[str], where: str) -> None:
     """The preset's settings the library offers no place for."""
     if keys:
-        session.sink.emit(E.Warning(time.time(), "trainctl.preset_not_applied", "warning",
-                                    f"{library}: the preset's [dataloader] {', '.join(keys)} could not be "
-                                    f"applied ({where})", "Set it in the script, or leave it out of the preset.",
-                                    source="trainctl"))
+        session.sink.emit(
+            E.Warning(
+                time.time(),
+                "trainctl.preset_not_applied",
+                "warning",
+                f"{library}: the preset's [dataloader] {', '.join(keys)} could not be applied ({where})",
+                "Set it in the script, or leave it out of the preset.",
+                source="trainctl",
+            )
+        )
 
 
-def resume_argument(session: TrainerSession | None, given: Any, refuse: Callable[[str], str | None],
-                    arg: str) -> Any:
+def resume_argument(
+    session: TrainerSession | None, given: Any, refuse: Callable[[str], str | None], arg: str
+) -> Any:
     """What the first ``train``/``fit`` of a restart resumes from: the checkpoint the agent
     chose (this run's newest that verifies) over what the script wrote (a fixed path, or
     "latest", would go back to it, or to a save cut short), said in info ``runner.resume``;
@@ -97,8 +117,9 @@ def resume_argument(session: TrainerSession | None, given: Any, refuse: Callable
         return given
     why = refuse(path)
     if why is not None:
-        report.report_info(f"not resuming from {path}: {why}; training starts as the script says",
-                           "runner.resume_failed")
+        report.report_info(
+            f"not resuming from {path}: {why}; training starts as the script says", "runner.resume_failed"
+        )
         return given
     text = f"resuming from {path} ({arg})"
     if given not in (None, False) and str(given) != path:
@@ -113,6 +134,7 @@ def apply_sharing_strategy(settings: dict[str, Any]) -> str | None:
     if not strategy:
         return None
     import torch.multiprocessing
+
     torch.multiprocessing.set_sharing_strategy(strategy)
     return strategy
 

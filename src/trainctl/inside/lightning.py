@@ -20,6 +20,7 @@
 Positions: ``epoch`` 1-based in progress, ``batch`` the training batches done in it.
 Tested with lightning 2.4.0 and 2.6.6; versions outside :data:`SUPPORTED` are refused.
 """
+
 from __future__ import annotations
 
 import os
@@ -29,14 +30,22 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any
 
-from trainctl.inside import report
-from trainctl.store.checkpoint import fsync_dir
-from trainctl.inside import ATTACHED_KEY, Refused
-from trainctl.inside.callback_support import Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader, resume_argument, warn_not_applied
+from trainctl.inside import ATTACHED_KEY, Refused, report
+from trainctl.inside.callback_support import (
+    Throttle,
+    apply_sharing_strategy,
+    guarded,
+    in_range,
+    open_session,
+    preset_dataloader,
+    resume_argument,
+    warn_not_applied,
+)
 from trainctl.inside.save_requests import SaveRequests, hold, label
+from trainctl.store.checkpoint import fsync_dir
 
-SUPPORTED = ((2, 4), (3,))            # low <= version < high: tested with 2.4.0 and 2.6.6
-KEEP = 2                              # our own saves kept in <run_dir>/checkpoints
+SUPPORTED = ((2, 4), (3,))  # low <= version < high: tested with 2.4.0 and 2.6.6
+KEEP = 2  # our own saves kept in <run_dir>/checkpoints
 PREFIX = "lightning-"
 SAVE_REQUESTS = SaveRequests()
 _state: dict[str, Any] = {"session": None, "resume_used": False, "patched": set()}
@@ -69,23 +78,34 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
             if not any(isinstance(cb, TrainctlCallback) for cb in self.callbacks):
                 self.callbacks.append(callback())
             SAVE_REQUESTS.claim()
-        except Exception as e:   # noqa: BLE001 - never the script's failure
-            report.report_info(f"lightning integration: not installed in this Trainer ({type(e).__name__}: {e})",
-                               "instrument.failed")
+        except Exception as e:  # noqa: BLE001 - never the script's failure
+            report.report_info(
+                f"lightning integration: not installed in this Trainer ({type(e).__name__}: {e})",
+                "instrument.failed",
+            )
 
-    def fit_(self, model, train_dataloaders=None, val_dataloaders=None, datamodule=None, ckpt_path=None,
-             *args, **kwargs):
+    def fit_(
+        self,
+        model,
+        train_dataloaders=None,
+        val_dataloaders=None,
+        datamodule=None,
+        ckpt_path=None,
+        *args,
+        **kwargs,
+    ):
         try:
             if _state["session"] is not None:
                 apply_preset(model, train_dataloaders, val_dataloaders, datamodule, _state["session"])
-        except Exception as e:   # noqa: BLE001
-            report.report_info(f"lightning integration: preset not applied ({type(e).__name__}: {e})",
-                               "instrument.failed")
+        except Exception as e:  # noqa: BLE001
+            report.report_info(
+                f"lightning integration: preset not applied ({type(e).__name__}: {e})", "instrument.failed"
+            )
         if not _state["resume_used"]:
             _state["resume_used"] = True
             try:
                 ckpt_path = resume_argument(_state["session"], ckpt_path, _not_a_checkpoint, "ckpt_path")
-            except Exception as e:   # noqa: BLE001 - the script's own value then
+            except Exception as e:  # noqa: BLE001 - the script's own value then
                 report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return fit(self, model, train_dataloaders, val_dataloaders, datamodule, ckpt_path, *args, **kwargs)
 
@@ -142,7 +162,9 @@ def apply_preset(model: Any, train: Any, val: Any, datamodule: Any, session: Any
                 changed.update(set_loader(dl, settings))
     session.warn_overridden("DataLoader", changed)
     if owner is None and train is not None and not found:
-        warn_not_applied(session, "lightning", sorted(settings), "the training loaders are not torch DataLoaders")
+        warn_not_applied(
+            session, "lightning", sorted(settings), "the training loaders are not torch DataLoaders"
+        )
 
 
 def _is_datamodule(obj: Any) -> bool:
@@ -152,6 +174,7 @@ def _is_datamodule(obj: Any) -> bool:
 def _loaders(obj: Any):
     """The torch DataLoaders in a loader, a list/tuple/dict of them, or a CombinedLoader."""
     from torch.utils.data import DataLoader
+
     if isinstance(obj, DataLoader):
         yield obj
     elif isinstance(obj, (list, tuple)):
@@ -180,13 +203,15 @@ def _wrap_maker(owner: Any, name: str, settings: dict[str, Any], session: Any) -
                 changed.update(set_loader(dl, settings))
             if name == "train_dataloader":
                 session.warn_overridden(f"{name}()", changed)
-        except Exception as e:   # noqa: BLE001
-            report.report_info(f"lightning integration: preset not applied to {name}() ({e})", "instrument.failed")
+        except Exception as e:  # noqa: BLE001
+            report.report_info(
+                f"lightning integration: preset not applied to {name}() ({e})", "instrument.failed"
+            )
         return out
 
     made._trainctl = True
     try:
-        setattr(owner, name, made)   # on the instance: the script's class is untouched
+        setattr(owner, name, made)  # on the instance: the script's class is untouched
     except AttributeError:
         pass
 
@@ -198,8 +223,12 @@ def _user_defined(owner: Any, name: str) -> bool:
     return False
 
 
-_SETTING = {"num_workers": "workers", "persistent_workers": "persistent_workers",
-            "prefetch_factor": "prefetch_factor", "multiprocessing_context": "multiprocessing_context"}
+_SETTING = {
+    "num_workers": "workers",
+    "persistent_workers": "persistent_workers",
+    "prefetch_factor": "prefetch_factor",
+    "multiprocessing_context": "multiprocessing_context",
+}
 
 
 def set_loader(dl: Any, settings: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
@@ -280,8 +309,13 @@ class TrainctlCallback:
     def progress(self, trainer: Any, force: bool = False) -> None:
         if not self.throttle.due(force):
             return
-        report.report_progress(trainer.current_epoch + 1, self.epochs(trainer), self.done(trainer),
-                               self.batches(trainer), self.losses(trainer))
+        report.report_progress(
+            trainer.current_epoch + 1,
+            self.epochs(trainer),
+            self.done(trainer),
+            self.batches(trainer),
+            self.losses(trainer),
+        )
 
     # hooks
     def on_train_start(self, trainer, pl_module):
@@ -290,12 +324,16 @@ class TrainctlCallback:
         if trainer.world_size == 1:
             SAVE_REQUESTS.declare(on_blocked=self.rescue_while_blocked)
         else:
-            report.report_info("saves on request need a single process; this Trainer runs "
-                               f"{trainer.world_size}", "instrument.no_save_on_request")
+            report.report_info(
+                f"saves on request need a single process; this Trainer runs {trainer.world_size}",
+                "instrument.no_save_on_request",
+            )
         package = type(trainer).__module__.split(".")[0]
         version = getattr(sys.modules.get(package), "__version__", "")
-        report.report_info(f"{package} {version}: its Trainer trains (a restart resumes through it)",
-                           f"{ATTACHED_KEY}.lightning")
+        report.report_info(
+            f"{package} {version}: its Trainer trains (a restart resumes through it)",
+            f"{ATTACHED_KEY}.lightning",
+        )
         report.report_phase("train")
 
     def on_train_epoch_start(self, trainer, pl_module):
@@ -327,17 +365,24 @@ class TrainctlCallback:
         """The Trainer wrote a checkpoint (ModelCheckpoint's or the script's own)."""
         self.report_saved(trainer, path, None, ok=ok, detail=detail)
 
-    def report_saved(self, trainer: Any, path: Any, request: dict[str, Any] | None, ok: bool = True,
-                     detail: str = "") -> None:
+    def report_saved(
+        self, trainer: Any, path: Any, request: dict[str, Any] | None, ok: bool = True, detail: str = ""
+    ) -> None:
         if not trainer.is_global_zero:
             return
         batches, done = self.batches(trainer), self.done(trainer)
         whole = batches is not None and done >= batches
         kind = request["kind"] if request else ("epoch" if whole else "periodic")
-        ok = ok and os.path.exists(path)   # a file, or a sharded strategy's directory
+        ok = ok and os.path.exists(path)  # a file, or a sharded strategy's directory
         text = f"{label(request)}step {trainer.global_step}" + (f": {detail}" if detail else "")
-        report.report_checkpoint(os.path.abspath(path), trainer.current_epoch + 1, ok=ok, detail=text,
-                                 batch=None if whole else done, kind=kind)
+        report.report_checkpoint(
+            os.path.abspath(path),
+            trainer.current_epoch + 1,
+            ok=ok,
+            detail=text,
+            batch=None if whole else done,
+            kind=kind,
+        )
         report.report_phase("train" if self.training else "finished")
         self.throttle.restart()
 
@@ -358,7 +403,7 @@ class TrainctlCallback:
             os.replace(tmp, dest)
             fsync_dir(folder)
             ok, detail = True, f"{(time.perf_counter() - t0) * 1000:.0f} ms"
-        except Exception as e:   # noqa: BLE001 - a failed save is reported, training goes on
+        except Exception as e:  # noqa: BLE001 - a failed save is reported, training goes on
             ok, detail = False, f"save failed: {type(e).__name__}: {e}"
         finally:
             self.own_save = False
@@ -378,9 +423,13 @@ class TrainctlCallback:
         module is between two batches, so a save now is the state after the last one."""
         trainer = self.trainer
         if trainer is None or not self.training or not in_training_fetch(frame):
-            report.report_checkpoint("", None, ok=False, kind="rescue",
-                                     detail=f"{label(request)}waiting for data outside the training "
-                                            "loop: no rescue save")
+            report.report_checkpoint(
+                "",
+                None,
+                ok=False,
+                kind="rescue",
+                detail=f"{label(request)}waiting for data outside the training loop: no rescue save",
+            )
             return
         self.save_now(trainer, request)
 
@@ -395,4 +444,3 @@ def in_training_fetch(frame: FrameType | None) -> bool:
         training = training or name.endswith("training_epoch_loop.py")
         frame = frame.f_back
     return training
-

@@ -52,6 +52,7 @@ lines yourself works the same (``{"ts": ..., "type": "phase", "phase": "save"}``
 line; see docs/internals.md).  Progress reported here replaces progress parsed from the
 console; phases reported here replace phases parsed from the console.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -65,11 +66,21 @@ from pathlib import Path
 
 from trainctl.core import events as E
 
-__all__ = ["report_phase", "report_progress", "report_checkpoint", "report_info", "report_warning", "saving", "enabled",
-           "supports_save_on_request", "save_requested", "data_wait"]
+__all__ = [
+    "report_phase",
+    "report_progress",
+    "report_checkpoint",
+    "report_info",
+    "report_warning",
+    "saving",
+    "enabled",
+    "supports_save_on_request",
+    "save_requested",
+    "data_wait",
+]
 
-SAVE_ON_REQUEST_KEY = "runner.save_on_request"   # the info a trainer declares it with
-SAVE_REQUEST_FILE = "save-request.json"           # in the run directory
+SAVE_ON_REQUEST_KEY = "runner.save_on_request"  # the info a trainer declares it with
+SAVE_REQUEST_FILE = "save-request.json"  # in the run directory
 SAVE_REQUEST_SIGNAL = signal.SIGUSR1
 SAVE_KINDS = ("rescue", "planned")
 
@@ -85,7 +96,7 @@ def _channel() -> int | None:
         _opened = True
         path = os.environ.get(EVENTS_PATH_ENV, "")
         try:
-            if path:   # a file in the run directory: it outlives the agent
+            if path:  # a file in the run directory: it outlives the agent
                 _fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
             else:
                 fd = int(os.environ.get(EVENTS_FD_ENV, ""))
@@ -128,9 +139,9 @@ def _send(event: E.Event) -> None:
     data = (E.encode(event) + "\n").encode()
     try:
         while data:
-            data = data[os.write(fd, data):]
+            data = data[os.write(fd, data) :]
     except OSError:
-        _fd = None   # trainctl went away: training goes on without reports
+        _fd = None  # trainctl went away: training goes on without reports
 
 
 def report_phase(phase: str) -> None:
@@ -138,8 +149,14 @@ def report_phase(phase: str) -> None:
     _send(E.Phase(time.time(), phase))
 
 
-def report_progress(epoch: int | None, epochs: int | None, batch: int | None, batches: int | None,
-                    losses: dict[str, float] | None = None, rate: float | None = None) -> None:
+def report_progress(
+    epoch: int | None,
+    epochs: int | None,
+    batch: int | None,
+    batches: int | None,
+    losses: dict[str, float] | None = None,
+    rate: float | None = None,
+) -> None:
     """One batch done (1-based numbers).  Once a script reports progress here, trainctl
     ignores the progress it parses from the console.  Under torchrun it carries the rank."""
     _send(E.Progress(time.time(), epoch, epochs, batch, batches, dict(losses or {}), rate, rank()))
@@ -155,8 +172,14 @@ def report_warning(wid: str, text: str, advice: str = "", severity: str = "warni
     _send(E.Warning(time.time(), wid, severity, text, advice, source="trainctl"))
 
 
-def report_checkpoint(path: str | os.PathLike[str], epoch: int | None = None, ok: bool = True,
-                      detail: str = "", batch: int | None = None, kind: str = "epoch") -> None:
+def report_checkpoint(
+    path: str | os.PathLike[str],
+    epoch: int | None = None,
+    ok: bool = True,
+    detail: str = "",
+    batch: int | None = None,
+    kind: str = "epoch",
+) -> None:
     """A checkpoint was written completely (``ok``): a restart may resume from ``path``.
     ``batch``: batches done in ``epoch`` (None: the epoch is done); ``kind``: epoch,
     periodic, rescue or planned.  A good one answers a pending save request."""
@@ -167,14 +190,15 @@ def report_checkpoint(path: str | os.PathLike[str], epoch: int | None = None, ok
 
 
 # ---------------------------------------------------------------------- save on request
-_pending: str | None = None      # the kind of the request not answered yet
+_pending: str | None = None  # the kind of the request not answered yet
 _save: Callable[[str], None] | None = None
-_waiting = False                 # the main thread waits for data inside data_wait()
+_waiting = False  # the main thread waits for data inside data_wait()
 _in_save = False
 
 
-def write_save_request(run_dir: str | os.PathLike[str], rid: int, kind: str, ts: float,
-                       hold: bool = False) -> Path:
+def write_save_request(
+    run_dir: str | os.PathLike[str], rid: int, kind: str, ts: float, hold: bool = False
+) -> Path:
     """The agent's side: the request file, atomically (temp + rename, 0600).  ``hold``:
     the agent stops the trainer once the save is reported (a planned restart): a trainer
     that can should take no further batch meanwhile (it would be redone)."""
@@ -206,7 +230,7 @@ def _on_request(signum, frame) -> None:
     req = read_save_request()
     _pending = req["kind"] if req else "rescue"
     if _waiting and _save is not None and not _in_save:
-        _in_save = True   # stuck waiting for data: save now, between two steps
+        _in_save = True  # stuck waiting for data: save now, between two steps
         try:
             _save(_pending)
         finally:
@@ -222,7 +246,7 @@ def supports_save_on_request(save: Callable[[str], None] | None = None) -> bool:
     _save = save
     if threading.current_thread() is threading.main_thread():
         signal.signal(SAVE_REQUEST_SIGNAL, _on_request)
-    if not enabled() or rank() is not None:   # torchrun: see the module doc
+    if not enabled() or rank() is not None:  # torchrun: see the module doc
         return False
     _send(E.Info(time.time(), "this trainer saves on request", SAVE_ON_REQUEST_KEY))
     return True

@@ -9,6 +9,7 @@ in 5 s slices, so Python runs the handler) cannot wait for a step end that never
 :meth:`SaveRequests.install`'s ``on_blocked`` decides what to do then (save, or answer at
 once that it cannot), so the agent never waits out its rescue timeout for nothing.
 """
+
 from __future__ import annotations
 
 import os
@@ -21,7 +22,7 @@ from typing import Any
 
 from trainctl.inside import report
 
-PLANNED_HOLD_S = 90.0      # after a planned save: wait this long for the agent's kill
+PLANNED_HOLD_S = 90.0  # after a planned save: wait this long for the agent's kill
 _DATALOADER_FILE = os.path.join("torch", "utils", "data", "dataloader.py")
 
 
@@ -61,9 +62,12 @@ class SaveRequests:
         if not self.ours() and not self.claim():
             if not self.refused:
                 self.refused = True
-                report.report_info(f"no saves on request: {signal.Signals(report.SAVE_REQUEST_SIGNAL).name} "
-                                   f"is handled by {signal.getsignal(report.SAVE_REQUEST_SIGNAL)!r} "
-                                   "(a SLURM requeue or the script's own handler)", "instrument.no_save_on_request")
+                report.report_info(
+                    f"no saves on request: {signal.Signals(report.SAVE_REQUEST_SIGNAL).name} "
+                    f"is handled by {signal.getsignal(report.SAVE_REQUEST_SIGNAL)!r} "
+                    "(a SLURM requeue or the script's own handler)",
+                    "instrument.no_save_on_request",
+                )
             return False
         if not self.declared and report.enabled():
             self.declared = True
@@ -72,16 +76,21 @@ class SaveRequests:
 
     def _handler(self, signum: int, frame: FrameType | None) -> None:
         if os.getpid() != self.main_pid:
-            return   # a forked DataLoader worker inherited the handler
+            return  # a forked DataLoader worker inherited the handler
         request = read_request()
         self.pending = request
         if request["kind"] == "rescue" and self.on_blocked is not None and waiting_for_data(frame):
             self.pending = None
             try:
                 self.on_blocked(request, frame)
-            except Exception as e:   # noqa: BLE001 - never into the interrupted training loop
-                report.report_checkpoint("", None, ok=False, kind="rescue",
-                                         detail=f"{label(request)}rescue save failed: {type(e).__name__}: {e}")
+            except Exception as e:  # noqa: BLE001 - never into the interrupted training loop
+                report.report_checkpoint(
+                    "",
+                    None,
+                    ok=False,
+                    kind="rescue",
+                    detail=f"{label(request)}rescue save failed: {type(e).__name__}: {e}",
+                )
 
     def take(self) -> dict[str, Any] | None:
         request, self.pending = self.pending, None
@@ -91,8 +100,11 @@ class SaveRequests:
 def read_request() -> dict[str, Any]:
     """The request file; a missing or bad one reads as a rescue without an id."""
     data = report.read_save_request() or {}
-    return {"id": data.get("id") if type(data.get("id")) is int else None,
-            "kind": data.get("kind", "rescue"), "hold": data.get("hold") is True}
+    return {
+        "id": data.get("id") if type(data.get("id")) is int else None,
+        "kind": data.get("kind", "rescue"),
+        "hold": data.get("hold") is True,
+    }
 
 
 def waiting_for_data(frame: FrameType | None) -> bool:

@@ -20,6 +20,7 @@ Positions: ``epoch`` 1-based in progress, ``batch`` the optimizer steps done in 
 (``global_step = (epoch - 1) * batches + batch``, the Trainer's own arithmetic on resume).
 Tested with transformers 5.24; other versions outside :data:`SUPPORTED` are refused.
 """
+
 from __future__ import annotations
 
 import importlib.abc
@@ -29,15 +30,28 @@ import sys
 from types import FrameType, ModuleType
 from typing import Any
 
-from trainctl.inside import report
-from trainctl.inside import ATTACHED_KEY, Refused
-from trainctl.inside.callback_support import Throttle, apply_sharing_strategy, guarded, in_range, open_session, preset_dataloader, resume_argument, warn_not_applied
+from trainctl.inside import ATTACHED_KEY, Refused, report
+from trainctl.inside.callback_support import (
+    Throttle,
+    apply_sharing_strategy,
+    guarded,
+    in_range,
+    open_session,
+    preset_dataloader,
+    resume_argument,
+    warn_not_applied,
+)
 from trainctl.inside.save_requests import SaveRequests, hold, label
 
-SUPPORTED = ((5, 24), (6,))           # low <= version < high: tested with 5.24
+SUPPORTED = ((5, 24), (6,))  # low <= version < high: tested with 5.24
 TRAINER_MODULE = "transformers.trainer"
 SAVE_REQUESTS = SaveRequests()
-_state: dict[str, Any] = {"session": None, "resume_used": False, "patched": False, "description": "transformers"}
+_state: dict[str, Any] = {
+    "session": None,
+    "resume_used": False,
+    "patched": False,
+    "description": "transformers",
+}
 
 
 def attach(module: ModuleType) -> str:
@@ -84,9 +98,12 @@ class _AfterImport(importlib.abc.MetaPathFinder):
                 loader.exec_module(module)
                 try:
                     then(module)
-                except Exception as e:   # noqa: BLE001 - the script runs unaltered
-                    report.report_info(f"transformers integration failed to attach ({type(e).__name__}: "
-                                       f"{e}); the script runs unaltered", "instrument.failed")
+                except Exception as e:  # noqa: BLE001 - the script runs unaltered
+                    report.report_info(
+                        f"transformers integration failed to attach ({type(e).__name__}: "
+                        f"{e}); the script runs unaltered",
+                        "instrument.failed",
+                    )
 
         spec.loader = Loader()
         return spec
@@ -104,17 +121,20 @@ def patch_trainer(trainer_cls: type) -> None:
         init(self, *args, **kwargs)
         try:
             _setup(self)
-        except Exception as e:   # noqa: BLE001 - never the script's failure
-            report.report_info(f"transformers integration: not installed in this Trainer "
-                               f"({type(e).__name__}: {e})", "instrument.failed")
+        except Exception as e:  # noqa: BLE001 - never the script's failure
+            report.report_info(
+                f"transformers integration: not installed in this Trainer ({type(e).__name__}: {e})",
+                "instrument.failed",
+            )
 
     def train_(self, resume_from_checkpoint=None, *args, **kwargs):
         if not _state["resume_used"]:
             _state["resume_used"] = True
             try:
-                resume_from_checkpoint = resume_argument(_state["session"], resume_from_checkpoint,
-                                                         _not_a_trainer_dir, "resume_from_checkpoint")
-            except Exception as e:   # noqa: BLE001 - the script's own value then
+                resume_from_checkpoint = resume_argument(
+                    _state["session"], resume_from_checkpoint, _not_a_trainer_dir, "resume_from_checkpoint"
+                )
+            except Exception as e:  # noqa: BLE001 - the script's own value then
                 report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return train(self, resume_from_checkpoint, *args, **kwargs)
 
@@ -139,8 +159,11 @@ def _setup(trainer: Any) -> None:
         apply_preset(trainer.args, preset_dataloader(session), session)
 
 
-_FIELDS = {"workers": "dataloader_num_workers", "persistent_workers": "dataloader_persistent_workers",
-           "prefetch_factor": "dataloader_prefetch_factor"}
+_FIELDS = {
+    "workers": "dataloader_num_workers",
+    "persistent_workers": "dataloader_persistent_workers",
+    "prefetch_factor": "dataloader_prefetch_factor",
+}
 
 
 def apply_preset(args: Any, settings: dict[str, Any], session: Any) -> dict[str, tuple[Any, Any]]:
@@ -152,7 +175,7 @@ def apply_preset(args: Any, settings: dict[str, Any], session: Any) -> dict[str,
         return changed
     workers = settings.get("workers", getattr(args, "dataloader_num_workers", 0))
     wanted = {attr: settings[key] for key, attr in _FIELDS.items() if key in settings}
-    if workers == 0:   # PyTorch refuses these without workers
+    if workers == 0:  # PyTorch refuses these without workers
         wanted["dataloader_persistent_workers"] = False
         wanted["dataloader_prefetch_factor"] = None
     for attr, value in wanted.items():
@@ -161,8 +184,12 @@ def apply_preset(args: Any, settings: dict[str, Any], session: Any) -> dict[str,
             setattr(args, attr, value)
     session.warn_overridden("TrainingArguments", changed)
     apply_sharing_strategy(settings)
-    warn_not_applied(session, "transformers", [k for k in settings if k not in _FIELDS and k != "sharing_strategy"],
-                     "TrainingArguments has no such setting")
+    warn_not_applied(
+        session,
+        "transformers",
+        [k for k in settings if k not in _FIELDS and k != "sharing_strategy"],
+        "TrainingArguments has no such setting",
+    )
     return changed
 
 
@@ -174,6 +201,7 @@ def callback_class() -> type:
     importing this module imports nothing of transformers)."""
     if "cls" not in _classes:
         from transformers import TrainerCallback
+
         _classes["cls"] = type("TrainctlTrainerCallback", (TrainctlCallback, TrainerCallback), {})
     return _classes["cls"]
 
@@ -187,7 +215,7 @@ class TrainctlCallback:
         self.trainer = trainer
         self.throttle = Throttle(0.5)
         self.training = False
-        self.per_epoch: int | None = None     # optimizer steps per epoch (None: no length)
+        self.per_epoch: int | None = None  # optimizer steps per epoch (None: no length)
         self.epochs: int | None = None
         self.losses: dict[str, float] = {}
         self.request: dict[str, Any] | None = None
@@ -225,10 +253,14 @@ class TrainctlCallback:
         if getattr(args, "world_size", 1) == 1:
             SAVE_REQUESTS.declare(on_blocked=self.rescue_while_blocked)
         else:
-            report.report_info("saves on request need a single process; this Trainer runs "
-                               f"{args.world_size}", "instrument.no_save_on_request")
-        report.report_info(f"{_state['description']}: its Trainer trains (a restart resumes through it)",
-                           f"{ATTACHED_KEY}.transformers")
+            report.report_info(
+                f"saves on request need a single process; this Trainer runs {args.world_size}",
+                "instrument.no_save_on_request",
+            )
+        report.report_info(
+            f"{_state['description']}: its Trainer trains (a restart resumes through it)",
+            f"{ATTACHED_KEY}.transformers",
+        )
         report.report_phase("train")
         if state.global_step:
             self.progress(state, force=True)
@@ -264,7 +296,9 @@ class TrainctlCallback:
         whole = bool(self.per_epoch) and batch == self.per_epoch
         kind = request["kind"] if request else ("epoch" if whole else "periodic")
         ok = os.path.isfile(os.path.join(path, "trainer_state.json"))
-        detail = f"{label(request)}step {state.global_step}" + ("" if ok else ": no trainer_state.json written")
+        detail = f"{label(request)}step {state.global_step}" + (
+            "" if ok else ": no trainer_state.json written"
+        )
         report.report_checkpoint(path, epoch, ok=ok, detail=detail, batch=None if whole else batch, kind=kind)
         report.report_phase("train")
         self.throttle.restart()
@@ -298,20 +332,31 @@ class TrainctlCallback:
         epoch, batch = self.position(state.global_step)
         save = getattr(trainer, "_save_checkpoint", None)
         if not self.training or save is None or not _in_training_fetch(frame):
-            report.report_checkpoint("", epoch, ok=False, batch=batch, kind="rescue",
-                                     detail=f"{label(request)}waiting for data outside a training step: "
-                                            "no rescue save")
+            report.report_checkpoint(
+                "",
+                epoch,
+                ok=False,
+                batch=batch,
+                kind="rescue",
+                detail=f"{label(request)}waiting for data outside a training step: no rescue save",
+            )
             return
         path = os.path.abspath(os.path.join(trainer.args.output_dir, f"checkpoint-{state.global_step}"))
         report.report_phase("save")
         try:
             save(getattr(trainer, "model_wrapped", trainer.model), None)
             ok, detail = os.path.isfile(os.path.join(path, "trainer_state.json")), ""
-        except Exception as e:   # noqa: BLE001 - a failed save is reported; the agent restarts anyway
+        except Exception as e:  # noqa: BLE001 - a failed save is reported; the agent restarts anyway
             ok, detail = False, f": save failed: {type(e).__name__}: {e}"
         whole = bool(self.per_epoch) and batch == self.per_epoch
-        report.report_checkpoint(path, epoch, ok=ok, batch=None if whole else batch, kind="rescue",
-                                 detail=f"{label(request)}step {state.global_step} (while waiting for data){detail}")
+        report.report_checkpoint(
+            path,
+            epoch,
+            ok=ok,
+            batch=None if whole else batch,
+            kind="rescue",
+            detail=f"{label(request)}step {state.global_step} (while waiting for data){detail}",
+        )
         report.report_phase("train")
 
 
@@ -319,7 +364,8 @@ def _in_training_fetch(frame: FrameType | None) -> bool:
     """The Trainer's loop is fetching a step's batches (``Trainer.get_batch_samples``)."""
     while frame is not None:
         if frame.f_code.co_name == "get_batch_samples" and frame.f_code.co_filename.endswith(
-                os.path.join("transformers", "trainer.py")):
+            os.path.join("transformers", "trainer.py")
+        ):
             return True
         frame = frame.f_back
     return False

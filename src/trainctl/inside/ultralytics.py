@@ -12,6 +12,7 @@ built-in runner (src/trainctl/inside/ultralytics_runner.py) gives a job file, th
   rule), the first call resumes from it: ``resume=<checkpoint>``, which Ultralytics reads
   its own training arguments from.
 """
+
 from __future__ import annotations
 
 import functools
@@ -20,12 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.config import ConfigError
-from trainctl.inside.ultralytics_runner import mid_epoch_supported, resume_plan, supervise_model
-from trainctl.inside.ultralytics_setup import install_loader, preset_train_args
 from trainctl.inside import FAILED_KEY, Refused
 from trainctl.inside.session import TrainerSession, keep_spawned_workers_out_of_main
+from trainctl.inside.ultralytics_runner import mid_epoch_supported, resume_plan, supervise_model
+from trainctl.inside.ultralytics_setup import install_loader, preset_train_args
 
-TESTED = ("8.3.", "8.4.")   # Ultralytics versions the runner's callbacks and trainer classes know
+TESTED = ("8.3.", "8.4.")  # Ultralytics versions the runner's callbacks and trainer classes know
 
 
 def tested(version: str) -> bool:
@@ -35,12 +36,15 @@ def tested(version: str) -> bool:
 def attach(module: Any) -> str:
     version = str(getattr(module, "__version__", "unknown"))
     if not tested(version):
-        raise Refused(f"Ultralytics {version} is outside the tested range ({' or '.join(v + 'x' for v in TESTED)})")
+        raise Refused(
+            f"Ultralytics {version} is outside the tested range ({' or '.join(v + 'x' for v in TESTED)})"
+        )
     try:
         session = TrainerSession.from_env()
     except ConfigError as e:
         raise Refused(f"the preset does not load: {e}") from None
     from ultralytics.engine.model import Model
+
     original = Model.train
     if getattr(original, "_trainctl", None) is not None:
         return f"ultralytics {version}"
@@ -50,7 +54,7 @@ def attach(module: Any) -> str:
     def train(self: Any, trainer: Any = None, **kwargs: Any) -> Any:
         return plan.train(original, self, trainer, kwargs)
 
-    train._trainctl = plan   # type: ignore[attr-defined]
+    train._trainctl = plan  # type: ignore[attr-defined]
     Model.train = train
     return f"ultralytics {version}"
 
@@ -61,7 +65,7 @@ class TrainPlan:
     def __init__(self, session: TrainerSession, version: str) -> None:
         self.session = session
         self.version = version
-        self.resume_from = session.resume_from   # for the first call only
+        self.resume_from = session.resume_from  # for the first call only
 
     def arguments(self, kwargs: dict[str, Any], model: Any = None) -> dict[str, Any]:
         """The script's keywords with the preset's over them.  One warning says every change:
@@ -77,8 +81,13 @@ class TrainPlan:
                     changed[k] = (kwargs[k], v)
             elif k in defaults and defaults[k][0] != v:
                 changed[k] = (defaults[k][0], v, defaults[k][1])
-        self.session.warn_overridden("model.train()", changed, _loader_changes(self.session.preset),
-                                     "Ultralytics' DataLoaders", _process_settings(self.session.preset))
+        self.session.warn_overridden(
+            "model.train()",
+            changed,
+            _loader_changes(self.session.preset),
+            "Ultralytics' DataLoaders",
+            _process_settings(self.session.preset),
+        )
         return {**kwargs, **preset_args}
 
     def resume(self, kwargs: dict[str, Any]) -> bool:
@@ -92,19 +101,22 @@ class TrainPlan:
         status = resume_plan(sink, ckpt, mid_epoch_supported(sink, self.version))
         if status == 0:
             return False
-        if status is None:   # else resume_plan said why not: training starts over
+        if status is None:  # else resume_plan said why not: training starts over
             kwargs["resume"] = str(ckpt)
         return True
 
     def train(self, original: Any, model: Any, trainer: Any, kwargs: dict[str, Any]) -> Any:
         try:
             planned = self.prepare(model, trainer, dict(kwargs))
-        except Exception as e:   # noqa: BLE001 - trainctl's part failed: the call as written
-            self.session.info(f"ultralytics integration failed to prepare model.train() ({type(e).__name__}: "
-                              f"{e}); it runs as the script wrote it", FAILED_KEY)
+        except Exception as e:  # noqa: BLE001 - trainctl's part failed: the call as written
+            self.session.info(
+                f"ultralytics integration failed to prepare model.train() ({type(e).__name__}: "
+                f"{e}); it runs as the script wrote it",
+                FAILED_KEY,
+            )
             return original(model, trainer=trainer, **kwargs)
         if planned is None:
-            return None   # said by resume_plan: the run this checkpoint is from is complete
+            return None  # said by resume_plan: the run this checkpoint is from is complete
         return original(model, **planned)
 
     def prepare(self, model: Any, trainer: Any, kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -113,17 +125,17 @@ class TrainPlan:
         kwargs = self.arguments(kwargs, model)
         place_results(model, kwargs, s.run_dir)
         keep_spawned_workers_out_of_main(s)
-        install_loader(s.preset)   # idempotent: one subclass over Ultralytics' own loader
+        install_loader(s.preset)  # idempotent: one subclass over Ultralytics' own loader
         if not self.resume(kwargs):
             return None
-        supervise_model(model, kwargs, s.sink, s.preset, s.run_dir, s.checkpoint_every, self.version,
-                        trainer=trainer)
+        supervise_model(
+            model, kwargs, s.sink, s.preset, s.run_dir, s.checkpoint_every, self.version, trainer=trainer
+        )
         kwargs.setdefault("trainer", trainer)
         return kwargs
 
 
-def place_results(model: Any, kwargs: dict[str, Any], run_dir: Path | None,
-                  cwd: Path | None = None) -> None:
+def place_results(model: Any, kwargs: dict[str, Any], run_dir: Path | None, cwd: Path | None = None) -> None:
     """Where a script's results go when it names no absolute ``project``.  Ultralytics puts
     them under its settings' ``runs_dir``, which it takes from the git checkout above its own
     package: with a venv inside trainctl's checkout (`make demo`), that checkout.  When
@@ -137,8 +149,9 @@ def place_results(model: Any, kwargs: dict[str, Any], run_dir: Path | None,
         return
     try:
         from ultralytics.utils import SETTINGS
+
         runs_dir = Path(SETTINGS["runs_dir"]).expanduser().resolve()
-    except Exception:   # noqa: BLE001 - no settings to read: choose ourselves
+    except Exception:  # noqa: BLE001 - no settings to read: choose ourselves
         runs_dir = None
     checkouts = code_checkouts()
     if runs_dir is not None and not any(_within(runs_dir, c) for c in checkouts):
@@ -157,10 +170,12 @@ def _within(path: Path, tree: Path) -> bool:
 def code_checkouts() -> list[Path]:
     """The git checkouts that hold trainctl's code (first) and Ultralytics' package, if any."""
     out = []
-    for module_file in (__file__, sys.modules["ultralytics"].__file__ if "ultralytics" in sys.modules
-                        else None):
+    for module_file in (
+        __file__,
+        sys.modules["ultralytics"].__file__ if "ultralytics" in sys.modules else None,
+    ):
         if module_file:
-            here = Path(module_file).resolve().parent   # through the run's folder of links
+            here = Path(module_file).resolve().parent  # through the run's folder of links
             root = next((d for d in here.parents if (d / ".git").exists()), None)
             if root is not None and root not in out:
                 out.append(root)
@@ -173,8 +188,9 @@ def _train_defaults(model: Any) -> dict[str, tuple[Any, str]]:
     out: dict[str, tuple[Any, str]] = {}
     try:
         from ultralytics.cfg import DEFAULT_CFG_DICT
+
         out.update({k: (v, "Ultralytics' default") for k, v in DEFAULT_CFG_DICT.items()})
-    except Exception:   # noqa: BLE001 - an Ultralytics without it: only what the script passed
+    except Exception:  # noqa: BLE001 - an Ultralytics without it: only what the script passed
         pass
     overrides = getattr(model, "overrides", None)
     if isinstance(overrides, dict):
@@ -188,16 +204,22 @@ def _loader_changes(preset: Any) -> dict[str, tuple[Any, ...]]:
     import multiprocessing
 
     from trainctl.inside.ultralytics_setup import loader_overrides
+
     if preset is None:
         return {}
-    own: dict[str, Any] = {"persistent_workers": False, "prefetch_factor": 4,
-                           "multiprocessing_context": multiprocessing.get_start_method(allow_none=True)
-                           or multiprocessing.get_all_start_methods()[0]}
-    out: dict[str, tuple[Any, ...]] = {k: (own.get(k), v) for k, v in loader_overrides(preset).items()
-                                       if own.get(k) != v}
+    own: dict[str, Any] = {
+        "persistent_workers": False,
+        "prefetch_factor": 4,
+        "multiprocessing_context": multiprocessing.get_start_method(allow_none=True)
+        or multiprocessing.get_all_start_methods()[0],
+    }
+    out: dict[str, tuple[Any, ...]] = {
+        k: (own.get(k), v) for k, v in loader_overrides(preset).items() if own.get(k) != v
+    }
     strategy = preset.dataloader.sharing_strategy
     if strategy:
         import torch.multiprocessing as mp
+
         if mp.get_sharing_strategy() != strategy:
             out["sharing_strategy"] = (mp.get_sharing_strategy(), strategy)
     return out

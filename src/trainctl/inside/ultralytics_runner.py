@@ -11,6 +11,7 @@ and keeps a verified copy of the last good checkpoint in ``<run_dir>/checkpoints
 
 Exit status: 0 finished (or nothing left to resume), 1 training failed, 2 bad config.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,22 +27,23 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from trainctl.core import events as E
 from trainctl.config import ConfigError, Job, Preset, load_job, load_preset
+from trainctl.core import events as E
 from trainctl.inside.ultralytics_setup import install_loader, offline_env, torch_threads, train_kwargs
 from trainctl.store.checkpoint import copy_and_verify, inspect_checkpoint
 
 EVENTS_FD_ENV = "TRAINCTL_EVENTS_FD"
 EVENTS_PATH_ENV = "TRAINCTL_EVENTS_PATH"
-PROGRESS_INTERVAL_S = 0.1   # at most ~10 progress events a second (plus each epoch's last batch)
-PROGRESS_FILE_INTERVAL_S = 0.5   # to a side-channel file, which a week-long run keeps
-RATE_WINDOW = 10            # batches/s over the last this-many batches
-BLOCK_LIMIT_S = 2.0         # longest a must-deliver event may wait on a full pipe
+PROGRESS_INTERVAL_S = 0.1  # at most ~10 progress events a second (plus each epoch's last batch)
+PROGRESS_FILE_INTERVAL_S = 0.5  # to a side-channel file, which a week-long run keeps
+RATE_WINDOW = 10  # batches/s over the last this-many batches
+BLOCK_LIMIT_S = 2.0  # longest a must-deliver event may wait on a full pipe
 # Arguments a resumed Ultralytics run takes from the checkpoint, not from us.
 _NOT_ON_RESUME = ("project", "name", "exist_ok", "model")
 
 
 # ------------------------------------------------------------------ side channel
+
 
 class EventSink:
     """Writes events as JSON lines to an fd; never blocks training for long.
@@ -71,8 +73,11 @@ class EventSink:
             try:
                 return cls(os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW))
             except OSError as e:
-                print(f"trainctl runner: cannot open {EVENTS_PATH_ENV}={path!r} ({e.strerror}); "
-                      "no events will be sent", file=sys.stderr)
+                print(
+                    f"trainctl runner: cannot open {EVENTS_PATH_ENV}={path!r} ({e.strerror}); "
+                    "no events will be sent",
+                    file=sys.stderr,
+                )
                 return cls(None)
         value = environ.get(EVENTS_FD_ENV, "").strip()
         if not value:
@@ -81,8 +86,11 @@ class EventSink:
             fd = int(value)
             os.fstat(fd)
         except (ValueError, OSError):
-            print(f"trainctl runner: {EVENTS_FD_ENV}={value!r} is not an open file descriptor; "
-                  "no events will be sent", file=sys.stderr)
+            print(
+                f"trainctl runner: {EVENTS_FD_ENV}={value!r} is not an open file descriptor; "
+                "no events will be sent",
+                file=sys.stderr,
+            )
             return cls(None)
         return cls(fd)
 
@@ -105,16 +113,17 @@ class EventSink:
                 continue
             except OSError as exc:
                 if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EIO) and self.is_file:
-                    self.dropped += 1   # a full disk costs this event, not the channel
+                    self.dropped += 1  # a full disk costs this event, not the channel
                     return
                 if exc.errno not in (errno.EPIPE, errno.EBADF):
                     print(f"trainctl runner: event channel failed: {exc}", file=sys.stderr)
                 self.fd = None
                 return
-            data, droppable = data[n:], False   # a started line must be finished
+            data, droppable = data[n:], False  # a started line must be finished
 
 
 # ------------------------------------------------------------------ callbacks
+
 
 def loss_dict(trainer: Any) -> dict[str, float]:
     """The running mean losses by name ("box_loss", ...): 8.4 dicts and 8.3 tensors."""
@@ -139,8 +148,14 @@ def loss_dict(trainer: Any) -> dict[str, float]:
 class Reporter:
     """The runner's Ultralytics callbacks: preset enforcement, phases, progress, checkpoints."""
 
-    def __init__(self, sink: EventSink, preset: Preset | None, checkpoint_dir: Path | None,
-                 clock: Callable[[], float] = time.time, monotonic: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        sink: EventSink,
+        preset: Preset | None,
+        checkpoint_dir: Path | None,
+        clock: Callable[[], float] = time.time,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.sink = sink
         self.preset = preset
         self.checkpoint_dir = checkpoint_dir
@@ -167,13 +182,24 @@ class Reporter:
     def apply_threads(self) -> None:
         if self.threads:
             import torch
+
             if torch.get_num_threads() != self.threads:
                 torch.set_num_threads(self.threads)
 
     def attach(self, model: Any) -> None:
-        for event in ("on_pretrain_routine_start", "on_pretrain_routine_end", "on_train_start",
-                      "on_train_epoch_start", "on_train_batch_end", "on_train_epoch_end",
-                      "on_val_start", "on_val_end", "on_model_save", "on_fit_epoch_end", "on_train_end"):
+        for event in (
+            "on_pretrain_routine_start",
+            "on_pretrain_routine_end",
+            "on_train_start",
+            "on_train_epoch_start",
+            "on_train_batch_end",
+            "on_train_epoch_end",
+            "on_val_start",
+            "on_val_end",
+            "on_model_save",
+            "on_fit_epoch_end",
+            "on_train_end",
+        ):
             model.add_callback(event, self._guarded(getattr(self, event)))
 
     def _guarded(self, fn: Callable[[Any], None]) -> Callable[[Any], None]:
@@ -189,6 +215,7 @@ class Reporter:
                     msg = f"trainctl runner: {fn.__name__} failed: {type(exc).__name__}: {exc}"
                     print(msg, file=sys.stderr)
                     self.info(msg, "runner.callback_error")
+
         callback.__name__ = fn.__name__
         return callback
 
@@ -198,7 +225,7 @@ class Reporter:
         if self.workers is not None:
             trainer.args.workers = self.workers
         self.apply_threads()
-        if getattr(trainer, "save_dir", None):   # where the results go: the dashboard, `status`
+        if getattr(trainer, "save_dir", None):  # where the results go: the dashboard, `status`
             self.sink.emit(E.results_info(self.clock(), str(trainer.save_dir)))
 
     def on_pretrain_routine_end(self, trainer: Any) -> None:
@@ -215,6 +242,7 @@ class Reporter:
             per_epoch = "new each epoch" if self.recycle_workers else "kept across epochs"
             parts += [f"{ctx_name} start", f"prefetch {loader.prefetch_factor}", per_epoch]
         import torch
+
         parts.append(f"{torch.get_num_threads()} torch threads")
         name = self.preset.name if self.preset is not None else "none"
         self.info(f"preset {name}: " + ", ".join(parts), "runner.preset")
@@ -222,7 +250,7 @@ class Reporter:
     # -- phases and progress
     def on_train_epoch_start(self, trainer: Any) -> None:
         if self.recycle_workers and trainer.epoch > trainer.start_epoch:
-            trainer.train_loader.reset()   # persistent_workers = false: new workers each epoch
+            trainer.train_loader.reset()  # persistent_workers = false: new workers each epoch
         self.apply_threads()
         self.batch = 0
         self.times.clear()
@@ -235,26 +263,35 @@ class Reporter:
         self.times.append(now)
         batches = len(trainer.train_loader)
         last = self.batch >= batches
-        if not last and now - self.last_sent < (PROGRESS_FILE_INTERVAL_S if getattr(self.sink, "is_file", False)
-                                                 else PROGRESS_INTERVAL_S):
+        if not last and now - self.last_sent < (
+            PROGRESS_FILE_INTERVAL_S if getattr(self.sink, "is_file", False) else PROGRESS_INTERVAL_S
+        ):
             return
         self.last_sent = now
         rate = None
         if len(self.times) >= 2 and self.times[-1] > self.times[0]:
             rate = (len(self.times) - 1) / (self.times[-1] - self.times[0])
-        self.sink.emit(E.Progress(self.clock(), trainer.epoch + 1, trainer.epochs, self.batch, batches,
-                                  loss_dict(trainer), rate), droppable=not last)
+        self.sink.emit(
+            E.Progress(
+                self.clock(), trainer.epoch + 1, trainer.epochs, self.batch, batches, loss_dict(trainer), rate
+            ),
+            droppable=not last,
+        )
 
     def on_train_epoch_end(self, trainer: Any) -> None:
         final = trainer.epoch + 1 >= trainer.epochs
         stopper = getattr(trainer, "stopper", None)
-        validates = (trainer.args.val or final or getattr(stopper, "possible_stop", False)
-                     or getattr(trainer, "stop", False))
+        validates = (
+            trainer.args.val
+            or final
+            or getattr(stopper, "possible_stop", False)
+            or getattr(trainer, "stop", False)
+        )
         if not validates:
             self.emit_phase("save")
 
     def on_val_start(self, validator: Any) -> None:
-        self.apply_threads()   # a standalone validator calls select_device again
+        self.apply_threads()  # a standalone validator calls select_device again
         self.emit_phase("val")
 
     def on_val_end(self, validator: Any) -> None:
@@ -274,7 +311,7 @@ class Reporter:
 
     def on_fit_epoch_end(self, trainer: Any) -> None:
         if getattr(trainer, "stop", False) or trainer.epoch + 1 >= trainer.epochs:
-            self.finishing = True   # the final validation of best.pt comes next
+            self.finishing = True  # the final validation of best.pt comes next
         else:
             self.emit_phase("train")
 
@@ -283,31 +320,40 @@ class Reporter:
         saves = getattr(cfg, "saves", None)
         if saves:
             took = time.time() - trainer.train_time_start
-            self.info(f"{len(saves)} mid-epoch saves paused training {sum(saves):.2f} s in all "
-                      f"(mean {sum(saves) / len(saves) * 1000:.0f} ms, max {max(saves) * 1000:.0f} ms), "
-                      f"{sum(saves) / max(took, 1e-9) * 100:.2f} % of {took:.0f} s of training",
-                      "runner.save_pauses")
+            self.info(
+                f"{len(saves)} mid-epoch saves paused training {sum(saves):.2f} s in all "
+                f"(mean {sum(saves) / len(saves) * 1000:.0f} ms, max {max(saves) * 1000:.0f} ms), "
+                f"{sum(saves) / max(took, 1e-9) * 100:.2f} % of {took:.0f} s of training",
+                "runner.save_pauses",
+            )
         self.emit_phase("finished")
 
 
 # ------------------------------------------------------------------ main
 
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    ap = argparse.ArgumentParser(prog="python -m trainctl.inside.ultralytics_runner",
-                                 description="Run an Ultralytics training under trainctl.")
-    ap.add_argument("--job", required=True, help="the job file (trainctl.toml, kind = \"ultralytics\")")
+    ap = argparse.ArgumentParser(
+        prog="python -m trainctl.inside.ultralytics_runner",
+        description="Run an Ultralytics training under trainctl.",
+    )
+    ap.add_argument("--job", required=True, help='the job file (trainctl.toml, kind = "ultralytics")')
     ap.add_argument("--preset", help="preset name or path")
     ap.add_argument("--resume", metavar="CHECKPOINT", help="resume from this checkpoint")
     ap.add_argument("--run-dir", help="run directory (checkpoints/, yolo_config/, Ultralytics results)")
-    ap.add_argument("--checkpoint-every", type=float, metavar="SECONDS",
-                    help="seconds between mid-epoch saves (0: none); default: the job's checkpoint_every")
+    ap.add_argument(
+        "--checkpoint-every",
+        type=float,
+        metavar="SECONDS",
+        help="seconds between mid-epoch saves (0: none); default: the job's checkpoint_every",
+    )
     return ap.parse_args(argv)
 
 
 def _load_config(args: argparse.Namespace) -> tuple[Job, Preset | None]:
     job = load_job(args.job)
     if job.kind != "ultralytics":
-        raise ConfigError(str(job.path), "kind", f"must be \"ultralytics\" for this runner (got {job.kind!r})")
+        raise ConfigError(str(job.path), "kind", f'must be "ultralytics" for this runner (got {job.kind!r})')
     preset = load_preset(args.preset, job.preset_dirs) if args.preset else job.load_preset()
     return job, preset
 
@@ -316,10 +362,18 @@ def resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int |
     """None to go on resuming; an exit status when there is nothing to resume."""
     check = inspect_checkpoint(ckpt, load=True)
     if check.complete:
-        done = f"epoch {check.epoch + 1} of {check.epochs}" if check.epoch is not None and check.epoch >= 0 \
+        done = (
+            f"epoch {check.epoch + 1} of {check.epochs}"
+            if check.epoch is not None and check.epoch >= 0
             else "a finished run (epoch -1)"
-        sink.emit(E.Info(time.time(), f"nothing to resume: {ckpt} is from {done}; the run is complete",
-                         "runner.resume_complete"))
+        )
+        sink.emit(
+            E.Info(
+                time.time(),
+                f"nothing to resume: {ckpt} is from {done}; the run is complete",
+                "runner.resume_complete",
+            )
+        )
         sink.emit(E.Phase(time.time(), "finished"))
         print(f"trainctl runner: nothing to resume, {ckpt} is from {done}", flush=True)
         return 0
@@ -333,10 +387,17 @@ def resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int |
         where = f"at epoch {check.epoch + 1}{of}, batch {check.batch} ({check.samples} samples done)"
     elif check.mid_epoch:
         from trainctl.inside.ultralytics_trainer import SUPPORTED
+
         where = f"at the start of epoch {check.epoch + 1}{of}"
-        sink.emit(E.Info(time.time(), f"{ckpt} was saved inside epoch {check.epoch + 1} (batch {check.batch}), "
-                         f"but resuming inside an epoch needs Ultralytics {' or '.join(SUPPORTED)}x: "
-                         f"epoch {check.epoch + 1} starts over", "runner.resume_epoch_start"))
+        sink.emit(
+            E.Info(
+                time.time(),
+                f"{ckpt} was saved inside epoch {check.epoch + 1} (batch {check.batch}), "
+                f"but resuming inside an epoch needs Ultralytics {' or '.join(SUPPORTED)}x: "
+                f"epoch {check.epoch + 1} starts over",
+                "runner.resume_epoch_start",
+            )
+        )
     else:
         where = f"at epoch {check.epoch + 2}{of}"
     sink.emit(E.Info(time.time(), f"resuming from {ckpt} {where}", "runner.resume"))
@@ -346,19 +407,35 @@ def resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int |
 def mid_epoch_supported(sink: EventSink, version: str) -> bool:
     """Whether this Ultralytics gets mid-epoch saves and resume (said when it does not)."""
     from trainctl.inside import ultralytics_trainer as ut
+
     if ut.supported(version):
         return True
-    sink.emit(E.Info(time.time(), f"Ultralytics {version}: no mid-epoch saves or resume (trainctl "
-                     f"supports them on {' or '.join(ut.SUPPORTED)}x)", "runner.mid_epoch_unsupported"))
+    sink.emit(
+        E.Info(
+            time.time(),
+            f"Ultralytics {version}: no mid-epoch saves or resume (trainctl "
+            f"supports them on {' or '.join(ut.SUPPORTED)}x)",
+            "runner.mid_epoch_unsupported",
+        )
+    )
     return False
 
 
-def supervise_model(model: Any, kwargs: dict[str, Any], sink: EventSink, preset: Preset | None,
-                    run_dir: Path | None, every: float, version: str, trainer: type | None = None) -> None:
+def supervise_model(
+    model: Any,
+    kwargs: dict[str, Any],
+    sink: EventSink,
+    preset: Preset | None,
+    run_dir: Path | None,
+    every: float,
+    version: str,
+    trainer: type | None = None,
+) -> None:
     """What trainctl adds to one ``model.train(**kwargs)``: its callbacks on ``model`` (once
     a model), save on request (from the main thread), and, on one device, the trainer class
     with mid-epoch saves (``kwargs["trainer"]``, over ``trainer`` when the caller gave one)."""
     from trainctl.inside import ultralytics_trainer as ut
+
     checkpoints = run_dir / "checkpoints" if run_dir else None
     if not getattr(model, "_trainctl_reporter", None):
         model._trainctl_reporter = Reporter(sink, preset, checkpoints)
@@ -368,7 +445,7 @@ def supervise_model(model: Any, kwargs: dict[str, Any], sink: EventSink, preset:
         requests = ut.SaveRequests(run_dir)
         requests.install()
         sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
-    if "," not in str(kwargs.get("device", "")):   # multi-GPU (DDP) keeps Ultralytics' own trainer
+    if "," not in str(kwargs.get("device", "")):  # multi-GPU (DDP) keeps Ultralytics' own trainer
         cfg = ut.MidEpochConfig(sink, checkpoints, every, requests)
         kwargs["trainer"] = ut.trainer_class(trainer or model._smart_load("trainer"), cfg, version)
 
@@ -387,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(where).expanduser().absolute() if where else None
     offline_env(run_dir)
 
-    from ultralytics import YOLO, __version__   # after offline_env: it reads the environment at import
+    from ultralytics import YOLO, __version__  # after offline_env: it reads the environment at import
 
     install_loader(preset)
     kwargs = train_kwargs(job, preset, run_dir)
@@ -417,4 +494,5 @@ if __name__ == "__main__":
     # Run main() from the importable module (not from __main__), so that what spawn
     # workers unpickle (WorkerInit) is found under its real name.
     from trainctl.inside.ultralytics_runner import main as _main
+
     sys.exit(_main())

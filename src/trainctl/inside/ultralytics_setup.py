@@ -4,6 +4,7 @@ the preset's worker count even on CPU, torch threads, the sharing strategy, ``[t
 arguments; and an offline environment (no downloads, the font provided).  Used by
 :mod:`trainctl.inside.ultralytics_runner` and :mod:`trainctl.inside.ultralytics`.
 """
+
 from __future__ import annotations
 
 import importlib.util
@@ -16,6 +17,7 @@ from typing import Any
 from trainctl.config import Job, Preset
 
 # ------------------------------------------------------------------ environment
+
 
 def offline_env(run_dir: Path | None, environ: dict[str, str] | os._Environ = os.environ) -> None:
     """Defaults that keep Ultralytics off the network; call before importing it."""
@@ -34,8 +36,10 @@ def _find_font() -> Path | None:
     if spec is not None and spec.submodule_search_locations:
         base = Path(list(spec.submodule_search_locations)[0])
         candidates.append(base / "mpl-data" / "fonts" / "ttf" / "DejaVuSans.ttf")
-    candidates += [Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
-                   Path("/usr/share/fonts/TTF/DejaVuSans.ttf")]
+    candidates += [
+        Path("/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf"),
+        Path("/usr/share/fonts/TTF/DejaVuSans.ttf"),
+    ]
     return next((p for p in candidates if p.is_file()), None)
 
 
@@ -84,10 +88,10 @@ def train_kwargs(job: Job, preset: Preset | None, run_dir: Path | None) -> dict[
     kw.setdefault("plots", False)
     if run_dir is not None:
         if "project" in kw:
-            kw["name"] = run_dir.name           # <project>/<run dir name>
+            kw["name"] = run_dir.name  # <project>/<run dir name>
         else:
             kw["project"], kw["name"] = str(run_dir), "ultralytics"
-        kw["exist_ok"] = True                   # attempts of one run share it
+        kw["exist_ok"] = True  # attempts of one run share it
     else:
         kw["name"] = job.name
     return kw
@@ -98,7 +102,7 @@ def loader_overrides(preset: Preset | None) -> dict[str, Any]:
     if preset is None:
         return {}
     kw = preset.dataloader_kwargs()
-    kw.pop("num_workers", None)   # Ultralytics computes it from workers (set through args)
+    kw.pop("num_workers", None)  # Ultralytics computes it from workers (set through args)
     return kw
 
 
@@ -122,6 +126,7 @@ class WorkerInit:
             if self.sharing_strategy == "file_system":
                 _close_on_exec_inherited()
             import torch.multiprocessing as mp
+
             mp.set_sharing_strategy(self.sharing_strategy)
         if self.inner is not None:
             self.inner(worker_id)
@@ -139,7 +144,7 @@ def _close_on_exec_inherited() -> None:
             try:
                 os.set_inheritable(fd, False)
             except OSError:
-                pass   # the listing's own descriptor, already closed
+                pass  # the listing's own descriptor, already closed
 
 
 def install_loader(preset: Preset | None) -> None:
@@ -154,6 +159,7 @@ def install_loader(preset: Preset | None) -> None:
     strategy = preset.dataloader.sharing_strategy if preset is not None else None
     if strategy:
         import torch.multiprocessing as mp
+
         mp.set_sharing_strategy(strategy)
     if not extra and not strategy:
         return

@@ -13,6 +13,7 @@ Two depths of check:
   ``train_args.epochs``;
 * ``load=True`` (the runner, where torch is already imported) also ``torch.load``s it.
 """
+
 from __future__ import annotations
 
 import os
@@ -27,9 +28,18 @@ from typing import Any
 
 from trainctl.store.checkpoint_verify import Unloadable, read_torch_zip
 
-__all__ = ["CheckpointCheck", "inspect_checkpoint", "verify_checkpoint", "copy_and_verify",
-           "keep_good_copy", "pick_resume_checkpoint", "mid_epoch_checkpoints", "GOOD_NAME",
-           "TRAINCTL_KEY", "MID_PREFIX"]
+__all__ = [
+    "CheckpointCheck",
+    "inspect_checkpoint",
+    "verify_checkpoint",
+    "copy_and_verify",
+    "keep_good_copy",
+    "pick_resume_checkpoint",
+    "mid_epoch_checkpoints",
+    "GOOD_NAME",
+    "TRAINCTL_KEY",
+    "MID_PREFIX",
+]
 
 GOOD_NAME = "last_good.pt"
 # trainctl's own entry in an Ultralytics checkpoint dict: where inside the epoch a
@@ -37,7 +47,7 @@ GOOD_NAME = "last_good.pt"
 # "samples": samples consumed at the last optimizer step, "kind", ...}).  Ultralytics'
 # own "epoch" is then that same epoch in progress (>= 0, so Ultralytics still reads it).
 TRAINCTL_KEY = "trainctl"
-MID_PREFIX = "mid-"   # checkpoints/mid-<epoch 1-based>-<samples>.pt: the mid-epoch saves
+MID_PREFIX = "mid-"  # checkpoints/mid-<epoch 1-based>-<samples>.pt: the mid-epoch saves
 
 
 @dataclass(frozen=True)
@@ -68,7 +78,7 @@ class CheckpointCheck:
         if self.epoch is not None and self.epoch < 0:
             return True
         if self.mid_epoch:
-            return False   # its epoch is still in progress
+            return False  # its epoch is still in progress
         return self.epoch is not None and self.epochs is not None and self.epoch + 1 >= self.epochs
 
     @property
@@ -84,6 +94,7 @@ class CheckpointCheck:
 
 # ------------------------------------------------------------------ pickle walk
 
+
 class _Obj:
     """A value the walk does not evaluate (its identity is all that matters)."""
 
@@ -94,9 +105,24 @@ class _Obj:
 
 
 _MARK = object()
-_LITERALS = {"BINUNICODE", "SHORT_BINUNICODE", "UNICODE", "BINUNICODE8", "BINSTRING",
-             "SHORT_BINSTRING", "STRING", "BININT", "BININT1", "BININT2", "INT", "LONG",
-             "LONG1", "LONG4", "BINFLOAT", "FLOAT"}
+_LITERALS = {
+    "BINUNICODE",
+    "SHORT_BINUNICODE",
+    "UNICODE",
+    "BINUNICODE8",
+    "BINSTRING",
+    "SHORT_BINSTRING",
+    "STRING",
+    "BININT",
+    "BININT1",
+    "BININT2",
+    "INT",
+    "LONG",
+    "LONG1",
+    "LONG4",
+    "BINFLOAT",
+    "FLOAT",
+}
 _CONSTANTS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 
 
@@ -139,7 +165,7 @@ def scan_pickle(data: bytes) -> dict[Any, Any] | None:
                 pairs = [stack.pop(-2), stack.pop()]
             else:
                 cut = len(stack) - 1 - stack[::-1].index(_MARK)
-                pairs, stack[cut:] = stack[cut + 1:], []
+                pairs, stack[cut:] = stack[cut + 1 :], []
             target = stack[-1]
             if isinstance(target, _Obj) and target.items is not None:
                 for key, value in zip(pairs[::2], pairs[1::2]):
@@ -171,6 +197,7 @@ def _generic(op: pickletools.OpcodeInfo, stack: list[Any]) -> None:
 
 # ------------------------------------------------------------------ checks
 
+
 def _fields(top: dict[Any, Any]) -> tuple[Any, Any, Any, Any]:
     """(epoch, optimizer, epochs, trainctl's mid-epoch entry) of a checkpoint dict."""
     args = top.get("train_args")
@@ -178,28 +205,47 @@ def _fields(top: dict[Any, Any]) -> tuple[Any, Any, Any, Any]:
     return top.get("epoch"), top.get("optimizer"), epochs, top.get(TRAINCTL_KEY)
 
 
-def _judge(path: Path, epoch: Any, optimizer: Any, epochs: Any, mid: Any, how: str, t0: float) -> CheckpointCheck:
+def _judge(
+    path: Path, epoch: Any, optimizer: Any, epochs: Any, mid: Any, how: str, t0: float
+) -> CheckpointCheck:
     took = time.perf_counter() - t0
     epochs = epochs if type(epochs) is int else None
     if isinstance(mid, dict) and type(epoch) is int and epoch >= 0 and optimizer is not None:
         batch, samples, kind = mid.get("batch"), mid.get("samples"), mid.get("kind")
         if type(batch) is int and type(samples) is int and mid.get("epoch") == epoch:
             total = f"/{epochs}" if epochs else ""
-            return CheckpointCheck(path, True, f"epoch {epoch + 1}{total} batch {batch}, resumable mid-epoch "
-                                   f"({how}, {took * 1000:.0f} ms)", epoch, epochs, took, batch, samples,
-                                   kind if isinstance(kind, str) else "periodic")
+            return CheckpointCheck(
+                path,
+                True,
+                f"epoch {epoch + 1}{total} batch {batch}, resumable mid-epoch ({how}, {took * 1000:.0f} ms)",
+                epoch,
+                epochs,
+                took,
+                batch,
+                samples,
+                kind if isinstance(kind, str) else "periodic",
+            )
     if type(epoch) is not int:
-        return CheckpointCheck(path, False, f"no 'epoch' in it: not an Ultralytics training checkpoint ({how})",
-                               seconds=took)
+        return CheckpointCheck(
+            path, False, f"no 'epoch' in it: not an Ultralytics training checkpoint ({how})", seconds=took
+        )
     if epoch < 0:
-        return CheckpointCheck(path, False, "a finished run's checkpoint (epoch -1, optimizer stripped): "
-                               "nothing to resume", epoch, epochs, took)
+        return CheckpointCheck(
+            path,
+            False,
+            "a finished run's checkpoint (epoch -1, optimizer stripped): nothing to resume",
+            epoch,
+            epochs,
+            took,
+        )
     if optimizer is None:
-        return CheckpointCheck(path, False, f"epoch {epoch + 1} has no optimizer state: not resumable",
-                               epoch, epochs, took)
+        return CheckpointCheck(
+            path, False, f"epoch {epoch + 1} has no optimizer state: not resumable", epoch, epochs, took
+        )
     total = f"/{epochs}" if epochs else ""
-    return CheckpointCheck(path, True, f"epoch {epoch + 1}{total}, resumable ({how}, {took * 1000:.0f} ms)",
-                           epoch, epochs, took)
+    return CheckpointCheck(
+        path, True, f"epoch {epoch + 1}{total}, resumable ({how}, {took * 1000:.0f} ms)", epoch, epochs, took
+    )
 
 
 def inspect_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> CheckpointCheck:
@@ -231,11 +277,16 @@ def _load_check(path: Path, t0: float) -> CheckpointCheck:
     try:
         ckpt = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as exc:  # noqa: BLE001 - whatever torch.load raises means "not loadable"
-        return CheckpointCheck(path, False, f"torch.load failed: {type(exc).__name__}: {exc}",
-                               seconds=time.perf_counter() - t0)
+        return CheckpointCheck(
+            path, False, f"torch.load failed: {type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0
+        )
     if not isinstance(ckpt, dict):
-        return CheckpointCheck(path, False, f"holds a {type(ckpt).__name__}, not a checkpoint dict",
-                               seconds=time.perf_counter() - t0)
+        return CheckpointCheck(
+            path,
+            False,
+            f"holds a {type(ckpt).__name__}, not a checkpoint dict",
+            seconds=time.perf_counter() - t0,
+        )
     return _judge(path, *_fields(ckpt), "torch.load", t0)
 
 
@@ -245,8 +296,9 @@ def verify_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> tu
     return check.ok, check.detail
 
 
-def copy_and_verify(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str], *,
-                    name: str = GOOD_NAME, load: bool = True) -> CheckpointCheck:
+def copy_and_verify(
+    src: str | os.PathLike[str], dst_dir: str | os.PathLike[str], *, name: str = GOOD_NAME, load: bool = True
+) -> CheckpointCheck:
     """Copy ``src`` into ``dst_dir``, check the copy, and only then rename it to ``name``.
 
     The check runs on the copy, so a later rewrite of ``src`` cannot slip in between.  On
@@ -255,7 +307,7 @@ def copy_and_verify(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
     """
     t0 = time.perf_counter()
     src, dst_dir = Path(src), Path(dst_dir)
-    dst_dir.mkdir(mode=0o700, parents=True, exist_ok=True)   # the run's checkpoints: private
+    dst_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's checkpoints: private
     fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=dst_dir)
     tmp = Path(tmp_name)
     try:
@@ -265,15 +317,17 @@ def copy_and_verify(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str]
             os.fsync(out.fileno())
         check = inspect_checkpoint(tmp, load=load)
         if not check.ok:
-            return CheckpointCheck(src, False, check.detail, check.epoch, check.epochs,
-                                   time.perf_counter() - t0)
+            return CheckpointCheck(
+                src, False, check.detail, check.epoch, check.epochs, time.perf_counter() - t0
+            )
         final = dst_dir / name
         os.replace(tmp, final)
         fsync_dir(dst_dir)
         return CheckpointCheck(final, True, check.detail, check.epoch, check.epochs, time.perf_counter() - t0)
     except OSError as exc:
-        return CheckpointCheck(src, False, f"cannot copy: {exc.strerror or exc}",
-                               seconds=time.perf_counter() - t0)
+        return CheckpointCheck(
+            src, False, f"cannot copy: {exc.strerror or exc}", seconds=time.perf_counter() - t0
+        )
     finally:
         tmp.unlink(missing_ok=True)
 
@@ -313,8 +367,12 @@ def mid_epoch_checkpoints(checkpoint_dir: str | os.PathLike[str]) -> list[Path]:
     return [p for _, _, p in sorted(stamped, reverse=True)]
 
 
-def pick_resume_checkpoint(candidates: Iterable[str | os.PathLike[str] | None], *, load: bool = False,
-                           on_skip: Callable[[Path, str], None] | None = None) -> Path | None:
+def pick_resume_checkpoint(
+    candidates: Iterable[str | os.PathLike[str] | None],
+    *,
+    load: bool = False,
+    on_skip: Callable[[Path, str], None] | None = None,
+) -> Path | None:
     """The candidate that verifies and goes furthest, or None: by position (epoch, then
     samples done within it; an end-of-epoch checkpoint of epoch e counts as the start of
     e + 1, a mid-epoch save as its epoch and samples), then the newest file.

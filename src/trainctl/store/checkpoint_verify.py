@@ -17,6 +17,7 @@ has to be whole.  What is checked, by format (nothing here imports torch or runs
   ``*optim_states*`` files): the same for the tag's files;
 * anything else: ``unverified`` ("cannot verify"): a restart still resumes from it, saying so.
 """
+
 from __future__ import annotations
 
 import json
@@ -29,13 +30,22 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["Verdict", "Unloadable", "verify_path", "first_loadable", "read_torch_zip",
-           "checkpoint_dir_kinds", "OK", "BAD", "UNVERIFIED"]
+__all__ = [
+    "Verdict",
+    "Unloadable",
+    "verify_path",
+    "first_loadable",
+    "read_torch_zip",
+    "checkpoint_dir_kinds",
+    "OK",
+    "BAD",
+    "UNVERIFIED",
+]
 
 OK, BAD, UNVERIFIED = "ok", "bad", "unverified"
 _ZIP_MAGIC = b"PK\x03\x04"
-_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C       # torch.serialization.MAGIC_NUMBER
-_SAFETENSORS_MAX_HEADER = 100_000_000         # the safetensors format's own limit
+_LEGACY_MAGIC = 0x1950A86A20F9469CFC6C  # torch.serialization.MAGIC_NUMBER
+_SAFETENSORS_MAX_HEADER = 100_000_000  # the safetensors format's own limit
 _TORCH_SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".tar"}
 
 
@@ -64,6 +74,7 @@ class Unloadable(Exception):
 
 
 # ------------------------------------------------------------------ single files
+
 
 def read_torch_zip(path: Path, *, crc: bool = True) -> bytes:
     """``data.pkl`` of a whole torch zip archive (every member's CRC checked when ``crc``)."""
@@ -122,10 +133,26 @@ def _is_legacy(head: list) -> None:
 
 
 # bytes per element of the storage classes torch's legacy format names
-_ELEMENT_SIZE = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "Int": 4,
-                 "Short": 2, "Char": 1, "Byte": 1, "Bool": 1, "ComplexDouble": 16,
-                 "ComplexFloat": 8, "QUInt8": 1, "QInt8": 1, "QInt32": 4, "QUInt4x2": 1,
-                 "QUInt2x4": 1, "Untyped": 1}
+_ELEMENT_SIZE = {
+    "Double": 8,
+    "Float": 4,
+    "Half": 2,
+    "BFloat16": 2,
+    "Long": 8,
+    "Int": 4,
+    "Short": 2,
+    "Char": 1,
+    "Byte": 1,
+    "Bool": 1,
+    "ComplexDouble": 16,
+    "ComplexFloat": 8,
+    "QUInt8": 1,
+    "QInt8": 1,
+    "QInt32": 4,
+    "QUInt4x2": 1,
+    "QUInt2x4": 1,
+    "Untyped": 1,
+}
 
 
 def _legacy_storages(f) -> dict[str, int] | None:
@@ -143,7 +170,7 @@ def _legacy_storages(f) -> dict[str, int] | None:
                 items = []
             elif name == "GLOBAL":
                 value = ("global", arg)
-            elif name == "STACK_GLOBAL":   # protocol 4: module and name pushed before it
+            elif name == "STACK_GLOBAL":  # protocol 4: module and name pushed before it
                 value = ("global", " ".join(map(str, items[-2:])))
                 del items[-2:]
             elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
@@ -154,8 +181,11 @@ def _legacy_storages(f) -> dict[str, int] | None:
                 value = memo.get(int(arg))
             elif name == "TUPLE" and len(items) >= 5 and items[0] == "storage":
                 cls, key, numel = items[1], items[2], items[4]
-                kind = cls[1].removeprefix("torch ").removesuffix("Storage") \
-                    if isinstance(cls, tuple) and isinstance(cls[1], str) else None
+                kind = (
+                    cls[1].removeprefix("torch ").removesuffix("Storage")
+                    if isinstance(cls, tuple) and isinstance(cls[1], str)
+                    else None
+                )
                 if kind in _ELEMENT_SIZE and type(numel) is int and isinstance(key, str):
                     storages[key] = numel * _ELEMENT_SIZE[kind]
                 else:
@@ -184,13 +214,22 @@ def _torch_legacy(path: Path) -> Verdict:
         _walk(f, "legacy torch file (storage keys pickle)")
         need = f.tell() + sum(8 + n for n in (storages or {}).values())
     if storages is None:
-        return Verdict(path, UNVERIFIED, "legacy torch file (not zip): its pickles walk; a storage "
-                       "of a type not known here: the tensor data cannot be verified")
+        return Verdict(
+            path,
+            UNVERIFIED,
+            "legacy torch file (not zip): its pickles walk; a storage "
+            "of a type not known here: the tensor data cannot be verified",
+        )
     if size < need:
-        raise Unloadable(f"legacy torch file of {size:,} bytes, its {len(storages)} storages end at "
-                         f"{need:,}: truncated")
-    return Verdict(path, OK, f"legacy torch file (not zip): pickles walk, the data of its "
-                   f"{len(storages)} storages is all there (this format has no CRCs)")
+        raise Unloadable(
+            f"legacy torch file of {size:,} bytes, its {len(storages)} storages end at {need:,}: truncated"
+        )
+    return Verdict(
+        path,
+        OK,
+        f"legacy torch file (not zip): pickles walk, the data of its "
+        f"{len(storages)} storages is all there (this format has no CRCs)",
+    )
 
 
 class _NotThisFormat(Exception):
@@ -220,8 +259,12 @@ def _safetensors(path: Path) -> str:
         if name == "__metadata__":
             continue
         offsets = info.get("data_offsets") if isinstance(info, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2
-                or not all(type(o) is int and o >= 0 for o in offsets) or offsets[0] > offsets[1]):
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(type(o) is int and o >= 0 for o in offsets)
+            or offsets[0] > offsets[1]
+        ):
             raise Unloadable(f"safetensors header: bad data_offsets for {name!r}")
         end = max(end, offsets[1])
     need = 8 + n + end
@@ -247,18 +290,23 @@ def _file(path: Path, *, crc: bool = True) -> Verdict:
         raise Unloadable("empty file (0 bytes)")
     if head.startswith(_ZIP_MAGIC):
         return Verdict(path, OK, _torch_zip(path, crc))
-    if head[:1] == b"\x80":   # a pickle (protocol 2+): torch's legacy format starts so
+    if head[:1] == b"\x80":  # a pickle (protocol 2+): torch's legacy format starts so
         try:
             return _torch_legacy(path)
         except _NotThisFormat:
             pass
     if _sniff_safetensors(path, head):
         return Verdict(path, OK, _safetensors(path))
-    return Verdict(path, UNVERIFIED, "cannot verify: not a format trainctl knows (torch zip, legacy "
-                   "torch, safetensors, HF or DeepSpeed directory)")
+    return Verdict(
+        path,
+        UNVERIFIED,
+        "cannot verify: not a format trainctl knows (torch zip, legacy "
+        "torch, safetensors, HF or DeepSpeed directory)",
+    )
 
 
 # ------------------------------------------------------------------ directories
+
 
 def _json(path: Path) -> None:
     try:
@@ -288,8 +336,11 @@ def _deepspeed(d: Path) -> list[Verdict]:
     tag_dir = d / tag
     if not tag_dir.is_dir():
         raise Unloadable(f"latest names {tag}, which is not a directory here")
-    files = sorted(p for p in tag_dir.iterdir()
-                   if p.is_file() and (p.name.startswith("mp_rank_") or "optim_states" in p.name))
+    files = sorted(
+        p
+        for p in tag_dir.iterdir()
+        if p.is_file() and (p.name.startswith("mp_rank_") or "optim_states" in p.name)
+    )
     if not files:
         raise Unloadable(f"{tag}/ holds no mp_rank_* or *optim_states* files")
     return [_member(p, d) for p in files]
@@ -298,11 +349,14 @@ def _deepspeed(d: Path) -> list[Verdict]:
 def _hf(d: Path, deepspeed: bool) -> list[Verdict]:
     names = {p.name for p in d.iterdir()}
     indexes = sorted(d.glob("*.index.json"))
-    weights = {"model.safetensors", "pytorch_model.bin", "adapter_model.safetensors",
-               "adapter_model.bin"} & names
+    weights = {
+        "model.safetensors",
+        "pytorch_model.bin",
+        "adapter_model.safetensors",
+        "adapter_model.bin",
+    } & names
     if not weights and not indexes and not deepspeed:
-        raise Unloadable("no model weights (model.safetensors, pytorch_model.bin or a sharded "
-                         "*.index.json)")
+        raise Unloadable("no model weights (model.safetensors, pytorch_model.bin or a sharded *.index.json)")
     for p in sorted(d.glob("*.json")):
         _json(d / p.name)
     done: set[str] = set()
@@ -327,15 +381,19 @@ def checkpoint_dir_kinds(d: Path) -> tuple[bool, bool]:
     """(DeepSpeed, Hugging Face): what kinds of checkpoint directory ``d`` looks like."""
     names = {p.name for p in d.iterdir()}
     hf = bool(names & {"config.json", "adapter_config.json", "trainer_state.json"}) or any(
-        n.endswith((".safetensors", ".index.json")) or n.startswith("pytorch_model") for n in names)
+        n.endswith((".safetensors", ".index.json")) or n.startswith("pytorch_model") for n in names
+    )
     return "latest" in names, hf
 
 
 def _directory(d: Path) -> Verdict:
     deepspeed, hf = checkpoint_dir_kinds(d)
     if not deepspeed and not hf:
-        return Verdict(d, UNVERIFIED, "cannot verify: a directory that is neither a Hugging Face "
-                       "nor a DeepSpeed checkpoint")
+        return Verdict(
+            d,
+            UNVERIFIED,
+            "cannot verify: a directory that is neither a Hugging Face nor a DeepSpeed checkpoint",
+        )
     checked = (_deepspeed(d) if deepspeed else []) + (_hf(d, deepspeed) if hf else [])
     what = " + ".join(w for w, on in (("DeepSpeed", deepspeed), ("Hugging Face", hf)) if on)
     partial = [v for v in checked if not v.ok]
@@ -346,6 +404,7 @@ def _directory(d: Path) -> Verdict:
 
 
 # ------------------------------------------------------------------ entry points
+
 
 def verify_path(path: str | os.PathLike[str]) -> Verdict:
     """Check a checkpoint file or directory.  Never raises for a bad one."""
@@ -361,9 +420,12 @@ def verify_path(path: str | os.PathLike[str]) -> Verdict:
     return Verdict(path, verdict.status, f"{verdict.detail} ({took * 1000:.0f} ms)", took)
 
 
-def first_loadable(candidates: Iterable[str | os.PathLike[str] | None], *,
-                   on_skip: Callable[[Path, str], None] | None = None,
-                   base: str | os.PathLike[str] | None = None) -> Verdict | None:
+def first_loadable(
+    candidates: Iterable[str | os.PathLike[str] | None],
+    *,
+    on_skip: Callable[[Path, str], None] | None = None,
+    base: str | os.PathLike[str] | None = None,
+) -> Verdict | None:
     """The first candidate (give them newest first) that is not refused: whole, or of a
     format that cannot be checked (its verdict says so).  Missing paths and repeats are
     passed over quietly; each one refused goes to ``on_skip(path, reason)``.  Relative

@@ -11,6 +11,7 @@ keeps the lock while its trainer lives; where the holder was killed too (kill -9
 the lock is free but the run directory it names still has a live trainer (its pid and start
 time in trainer-<N>.json): the job counts as running until that trainer ends.
 """
+
 from __future__ import annotations
 
 import fcntl
@@ -19,7 +20,6 @@ import time
 from pathlib import Path
 
 from trainctl.store.paths import make_private_dir, runs_dir
-
 
 ACQUIRE_WAIT_S = 1.0
 
@@ -31,16 +31,21 @@ class JobBusy(Exception):
         self.job, self.run_dir = job, run_dir
         where = f" in {run_dir} (`trainctl attach {run_dir}`)" if run_dir else ""
         if unsupervised is not None:
-            where = (f" in {run_dir}: its trainer (pid {unsupervised}) runs on unsupervised, its "
-                     f"agent and holder gone (`trainctl attach {run_dir}` adopts it)")
-        super().__init__(f"job {job!r} is already running on this machine{where}; stop it "
-                         f"first (`trainctl ctl {run_dir or 'RUN_DIR'} stop`), or give this "
-                         "run another name (--name)")
+            where = (
+                f" in {run_dir}: its trainer (pid {unsupervised}) runs on unsupervised, its "
+                f"agent and holder gone (`trainctl attach {run_dir}` adopts it)"
+            )
+        super().__init__(
+            f"job {job!r} is already running on this machine{where}; stop it "
+            f"first (`trainctl ctl {run_dir or 'RUN_DIR'} stop`), or give this "
+            "run another name (--name)"
+        )
 
     @classmethod
     def of(cls, job: str, run_dir: str) -> JobBusy:
         """What :func:`holder` found, said: an unsupervised trainer named as such."""
         from trainctl.holder.handle import live_trainer
+
         st = live_trainer(run_dir) if run_dir else None
         return cls(job, run_dir, st["pid"] if st is not None and not st["holder_alive"] else None)
 
@@ -83,7 +88,7 @@ class JobLock:
 
     def release(self) -> None:
         if self._fd is not None:
-            os.close(self._fd)   # closing drops the flock
+            os.close(self._fd)  # closing drops the flock
             self._fd = None
 
 
@@ -110,6 +115,7 @@ def holder(job: str) -> str | None:
 def _unsupervised(run_dir: str) -> int | None:
     """The pid of ``run_dir``'s trainer when it lives on while no agent holds the run."""
     from trainctl.holder.handle import live_trainer
+
     st = live_trainer(run_dir)
     return st["pid"] if st is not None else None
 

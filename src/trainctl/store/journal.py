@@ -14,6 +14,7 @@ until restated (their seq is the line number).  Readers (:class:`JournalReader`)
 this and the full form of older journals; what clients get over the socket is always the
 full form (:func:`journal_lines`).
 """
+
 from __future__ import annotations
 
 import dataclasses
@@ -22,17 +23,26 @@ import os
 from collections.abc import Iterator
 from pathlib import Path
 
-from trainctl.core.events import EPHEMERAL, Event, Progress, decode_at, encode, float_or_special, from_dict, with_seq
+from trainctl.core.events import (
+    EPHEMERAL,
+    Event,
+    Progress,
+    decode_at,
+    encode,
+    float_or_special,
+    from_dict,
+    with_seq,
+)
 from trainctl.store.paths import open_private
 
-RESTATE_EVERY = 1000   # progress lines between two that restate k/E/B (a lost line costs no more)
+RESTATE_EVERY = 1000  # progress lines between two that restate k/E/B (a lost line costs no more)
 
 
 class JournalCodec:
     """Writes journal lines: progress compact, against what the lines before restated."""
 
     def __init__(self) -> None:
-        self._said: tuple | None = None   # (names, epochs, batches) last restated
+        self._said: tuple | None = None  # (names, epochs, batches) last restated
         self._epoch: int | None = None
         self._lines = 0
 
@@ -47,8 +57,10 @@ class JournalCodec:
             d.update(k=list(names), E=event.epochs, B=event.batches)
             self._said, self._lines = said, 0
         self._epoch = event.epoch
-        d["l"] = [v if isinstance(v, (int, float)) and v == v and abs(v) != float("inf") else repr(v)
-                  for v in event.losses.values()]
+        d["l"] = [
+            v if isinstance(v, (int, float)) and v == v and abs(v) != float("inf") else repr(v)
+            for v in event.losses.values()
+        ]
         if event.rate is not None:
             d["r"] = event.rate
         if event.rank is not None:
@@ -84,10 +96,22 @@ class JournalReader:
             self.names = tuple(str(k) for k in d["k"])
             self.epochs, self.batches = d.get("E"), d.get("B")
         values = d.get("l") or []
-        losses = ({n: float_or_special(v) for n, v in zip(self.names, values)}
-                  if len(values) == len(self.names) else {})   # names lost with a torn line: none
-        return Progress(d["ts"], d.get("e"), self.epochs, d.get("b"), self.batches, losses,
-                        rate=d.get("r"), rank=d.get("n"), seq=seq)
+        losses = (
+            {n: float_or_special(v) for n, v in zip(self.names, values)}
+            if len(values) == len(self.names)
+            else {}
+        )  # names lost with a torn line: none
+        return Progress(
+            d["ts"],
+            d.get("e"),
+            self.epochs,
+            d.get("b"),
+            self.batches,
+            losses,
+            rate=d.get("r"),
+            rank=d.get("n"),
+            seq=seq,
+        )
 
     def skip(self, line: str) -> None:
         """A line not wanted, read for what it restates (a compact line's names, epochs and
@@ -139,7 +163,7 @@ def iter_journal_lines(path: Path, since: int, upto: int | None = None) -> Itera
                 try:
                     yield reader.wire(line, seq)
                 except (ValueError, TypeError, KeyError):
-                    yield line   # undecodable: as it is (the client skips it)
+                    yield line  # undecodable: as it is (the client skips it)
 
 
 def _count_fd_lines(fd: int) -> int:
@@ -177,7 +201,7 @@ class Journal:
             os.close(fd)
             raise
         self._fd: int | None = fd
-        self._codec = JournalCodec()   # its first progress restates names, epochs, batches
+        self._codec = JournalCodec()  # its first progress restates names, epochs, batches
 
     def _write(self, data: bytes) -> None:
         view = memoryview(data)
@@ -197,11 +221,11 @@ class Journal:
             raise ValueError(f"{event.type} events are not journaled")
         if self._fd is None:
             raise ValueError("the journal is closed")
-        if self._torn:   # end the line a full disk cut short: it counts as one line
+        if self._torn:  # end the line a full disk cut short: it counts as one line
             self._write(b"\n")
             self._torn = False
             self.next_seq += 1
-        if type(event) is Progress:   # as the journal keeps it (ms): live clients see the same
+        if type(event) is Progress:  # as the journal keeps it (ms): live clients see the same
             event = dataclasses.replace(event, ts=round(event.ts, 3), seq=self.next_seq)
         else:
             event = with_seq(event, self.next_seq)
@@ -213,6 +237,7 @@ class Journal:
         """The journal file is no longer at its path: it, or its run directory, was deleted
         or moved away."""
         from trainctl.holder.main import lost
+
         return lost(self._fd, self.path)
 
     def remake(self) -> bool:
@@ -220,6 +245,7 @@ class Journal:
         at its path from what the descriptor still holds, written on from there.  True when
         it was gone (and now is back); OSError when it cannot be made again."""
         from trainctl.holder.main import copy_out, lost
+
         if self._fd is None or not lost(self._fd, self.path):
             return False
         new = copy_out(self._fd, str(self.path))
@@ -261,8 +287,7 @@ def wire_lines_from(path: Path, offset: int, seq: int, context: Progress | None)
     return out
 
 
-def lines_from(path: Path, offset: int, seq: int, upto: int | None = None
-               ) -> Iterator[tuple[int, str, int]]:
+def lines_from(path: Path, offset: int, seq: int, upto: int | None = None) -> Iterator[tuple[int, str, int]]:
     """(seq, line, offset after it) for the journal's complete lines from byte ``offset``
     (where line ``seq`` begins) up to seq ``upto`` (exclusive): a snapshot's tail, without
     reading what the snapshot covers.  A line being written (no newline yet) ends it."""
@@ -294,8 +319,7 @@ class ProgressThrottle:
     def offer(self, ev: Progress) -> Progress | None:
         last_of_epoch = ev.batch is not None and ev.batch == ev.batches
         new_epoch = ev.epoch != self._last_epoch
-        if (self._last_ts is None or new_epoch or last_of_epoch
-                or ev.ts - self._last_ts >= self.interval):
+        if self._last_ts is None or new_epoch or last_of_epoch or ev.ts - self._last_ts >= self.interval:
             self._admit(ev)
             return ev
         self._pending = ev

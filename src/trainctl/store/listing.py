@@ -5,6 +5,7 @@ jobs of trainctl runs in the queue: their working directory is their run directo
 a journal says (state, progress, ETA, last incident) is folded here; a run summed up with
 its agent's liveness and its Slurm job is this machine's host's (hosts/local.py summarize);
 the rows as people read them (columns, attention) are here."""
+
 from __future__ import annotations
 
 import contextlib
@@ -13,9 +14,9 @@ import threading
 from pathlib import Path
 
 from trainctl.core import events as E
+from trainctl.core.recovery import USER_RESTART_REASON
 from trainctl.store.journal import JournalReader, lines_from
 from trainctl.store.paths import make_private_dir, open_private, runs_dir
-from trainctl.core.recovery import USER_RESTART_REASON
 
 KNOWN = "known-runs"
 UNREADABLE = "UNREADABLE"
@@ -31,13 +32,13 @@ def register_run(run_dir: Path) -> None:
     if "\n" in line:
         return
     try:
-        make_private_dir(path.parent)   # others see no job name nor path of ours
+        make_private_dir(path.parent)  # others see no job name nor path of ours
         old = [p for p in _read_known(path) if p != line]
         tmp = path.with_name(f".{KNOWN}.{os.getpid()}.tmp")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
-            f.write("\n".join([*old[-(MAX_KNOWN - 1):], line]) + "\n")
+            f.write("\n".join([*old[-(MAX_KNOWN - 1) :], line]) + "\n")
         tmp.replace(path)
     except OSError:
         pass
@@ -102,7 +103,7 @@ class JournalFold:
                         self._take(self.reader.decode_at(line, seq))
                     except (ValueError, TypeError, KeyError):
                         continue
-            except OSError:   # unreadable now (permissions, a stale NFS handle): what was read
+            except OSError:  # unreadable now (permissions, a stale NFS handle): what was read
                 pass
             return dict(self.out)
 
@@ -113,14 +114,18 @@ class JournalFold:
         if isinstance(ev, E.State):
             out["state"], out["reason"] = ev.state, ev.reason
         elif isinstance(ev, E.Progress):
-            out["progress"] = {"epoch": ev.epoch, "epochs": ev.epochs, "batch": ev.batch,
-                               "batches": ev.batches}
+            out["progress"] = {
+                "epoch": ev.epoch,
+                "epochs": ev.epochs,
+                "batch": ev.batch,
+                "batches": ev.batches,
+            }
         elif isinstance(ev, E.Projection):
             out["eta"], out["buffer_s"] = ev.eta, ev.buffer_s
-            out["eta_declared"] = getattr(ev, "rate_source", "") == "declared"   # not measured yet
+            out["eta_declared"] = getattr(ev, "rate_source", "") == "declared"  # not measured yet
         elif isinstance(ev, E.Stall):
             out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
-        elif isinstance(ev, E.Restart) and ev.reason != USER_RESTART_REASON:   # a key press is none
+        elif isinstance(ev, E.Restart) and ev.reason != USER_RESTART_REASON:  # a key press is none
             out["incident"] = {"ts": ev.ts, "text": f"restart: {ev.reason}"}
         elif isinstance(ev, E.Warning) and ev.severity in ("error", "fatal"):
             out["incident"] = {"ts": ev.ts, "text": f"{ev.id}: {ev.text}"}
@@ -157,9 +162,11 @@ def needs_attention(row: dict) -> str | None:
         return reason if reason.startswith("stopped") else f"stopped: {reason or '?'}"
     if state in LIVE and not row.get("live"):
         if row.get("trainer_pid"):
-            return (f"its trainer (pid {row['trainer_pid']}) runs on "
-                    f"{'unsupervised' if row.get('unsupervised') else 'under its holder'}, its agent gone: "
-                    "`trainctl attach` adopts it")
+            return (
+                f"its trainer (pid {row['trainer_pid']}) runs on "
+                f"{'unsupervised' if row.get('unsupervised') else 'under its holder'}, its agent gone: "
+                "`trainctl attach` adopts it"
+            )
         return "its agent is gone"
     buffer = row.get("buffer_s")
     if state in LIVE and isinstance(buffer, (int, float)) and buffer < 0:
@@ -179,7 +186,9 @@ def row_cells(row: dict) -> tuple[str, ...]:
     """A row of `trainctl ls` (and the dashboard's run picker), one cell per COLUMNS entry,
     sanitised, on one line each."""
     import time
+
     from trainctl.core.sanitize import sanitize_text
+
     r = row
     if r.get("error"):
         cells: tuple = ("?", "-", r.get("where", "?"), "-", "-", r["error"])
@@ -191,22 +200,26 @@ def row_cells(row: dict) -> tuple[str, ...]:
             where = r["run_dir"]
         else:
             where = f"{r['where']}:{r['run_dir']}"
-        state = r["state"] + (f" ({sl['reason']})" if sl and r["state"] == "PENDING"
-                              and sl.get("reason") not in (None, "", "None") else "")
+        state = r["state"] + (
+            f" ({sl['reason']})"
+            if sl and r["state"] == "PENDING" and sl.get("reason") not in (None, "", "None")
+            else ""
+        )
         p = r.get("progress") or {}
         prog = "-"
         if p.get("batch") is not None or p.get("epoch") is not None:
-            prog = ((f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else "")
-                    + f"{p.get('batch') or 0}/{p.get('batches') or '?'}")
+            prog = (
+                f"epoch {p['epoch']}/{p.get('epochs') or '?'} " if p.get("epoch") else ""
+            ) + f"{p.get('batch') or 0}/{p.get('batches') or '?'}"
         eta = "-"
         if r.get("eta") and r["state"] not in ("FAILED", "STOPPED"):
             eta = time.strftime("%a %H:%M", time.localtime(r["eta"]))
-            if r.get("eta_declared"):   # on a preset's declared rate, not one this run measured
+            if r.get("eta_declared"):  # on a preset's declared rate, not one this run measured
                 eta += " (declared rate)"
         inc = r.get("incident") or {}
         stamp = time.strftime("%H:%M ", time.localtime(inc["ts"])) if inc.get("ts") else ""
-        incident = (stamp + inc["text"])[:60 if stamp else 120] if inc else "-"
-        if r.get("unsupervised"):   # what matters most now: a trainer nobody watches
+        incident = (stamp + inc["text"])[: 60 if stamp else 120] if inc else "-"
+        if r.get("unsupervised"):  # what matters most now: a trainer nobody watches
             incident = f"trainer pid {r.get('trainer_pid')} unsupervised: `trainctl attach` adopts it"
         cells = (state, r["job"], where, prog, eta, incident)
     return tuple(sanitize_text(str(c)).replace("\n", " ") for c in cells)

@@ -1,4 +1,5 @@
 """Where trainctl keeps things: the one seam tests patch (through environment variables)."""
+
 from __future__ import annotations
 
 import contextlib
@@ -44,13 +45,13 @@ def new_run_dir(job_name: str, now: float | None = None) -> Path:
     """Create a new, empty run directory for ``job_name`` (private) and return it.
     The caller checks ``job_name`` with :func:`check_name` first."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.localtime(now if now is not None else time.time()))
-    root = make_private_dir(runs_dir())   # others see no job name nor path of ours
+    root = make_private_dir(runs_dir())  # others see no job name nor path of ours
     path = root / f"{job_name}-{stamp}"
     n = 1
     while True:
         try:
-            path.mkdir(mode=0o700)   # made, not only named: a run started at the same second
-            return path              # by another process takes the next name
+            path.mkdir(mode=0o700)  # made, not only named: a run started at the same second
+            return path  # by another process takes the next name
         except FileExistsError:
             n += 1
             path = root / f"{job_name}-{stamp}-{n}"
@@ -71,7 +72,7 @@ def make_private_dir(path: Path) -> Path:
     except FileExistsError:
         _check_own_dir(path)
         return path
-    os.chmod(path, 0o700)   # made here, just now: ours (mkdir's mode is cut by the umask)
+    os.chmod(path, 0o700)  # made here, just now: ours (mkdir's mode is cut by the umask)
     return path
 
 
@@ -83,8 +84,9 @@ def create_run_dir(path: Path | str) -> Path:
     try:
         path.mkdir(mode=0o700)
     except FileExistsError:
-        raise UnsafePathError(f"{path}: already exists; give a new directory or one "
-                              "check_run_dir accepts") from None
+        raise UnsafePathError(
+            f"{path}: already exists; give a new directory or one check_run_dir accepts"
+        ) from None
     os.chmod(path, 0o700)
     return path
 
@@ -113,9 +115,11 @@ def check_run_dir(path: Path | str) -> Path:
                 continue
             if stat.S_ISREG(st.st_mode) and _trusted_uid(st.st_uid):
                 return path
-    raise UnsafePathError(f"{path}: not empty and not a trainctl run of yours (no "
-                          f"{' / '.join(RUN_MARKERS)} of yours in it); give an empty "
-                          "directory or a new path")
+    raise UnsafePathError(
+        f"{path}: not empty and not a trainctl run of yours (no "
+        f"{' / '.join(RUN_MARKERS)} of yours in it); give an empty "
+        "directory or a new path"
+    )
 
 
 def _check_own_dir(path: Path) -> None:
@@ -130,12 +134,16 @@ def _check_own_dir(path: Path) -> None:
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path}: not a directory")
     if not _trusted_uid(st.st_uid):
-        raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you (uid "
-                              f"{os.geteuid()}) nor root; use a directory of your own")
+        raise UnsafePathError(
+            f"{path}: owned by uid {st.st_uid}, not by you (uid "
+            f"{os.geteuid()}) nor root; use a directory of your own"
+        )
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-        raise UnsafePathError(f"{path}: writable by group or others (mode "
-                              f"{stat.S_IMODE(st.st_mode):o}); use a private directory "
-                              "(trainctl does not chmod a directory it did not make)")
+        raise UnsafePathError(
+            f"{path}: writable by group or others (mode "
+            f"{stat.S_IMODE(st.st_mode):o}); use a private directory "
+            "(trainctl does not chmod a directory it did not make)"
+        )
 
 
 def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
@@ -157,10 +165,11 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
         flags &= ~os.O_CREAT
     try:
         fd = os.open(path, flags)
-    except OSError as e:
+    except OSError:
         if os.path.islink(path):
-            raise UnsafePathError(f"{path}: is a symbolic link; trainctl does not follow "
-                                  "links in a run directory") from None
+            raise UnsafePathError(
+                f"{path}: is a symbolic link; trainctl does not follow links in a run directory"
+            ) from None
         raise
     try:
         st = os.fstat(fd)
@@ -169,13 +178,11 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
         if not _trusted_uid(st.st_uid):
             raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you nor root")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
-            raise UnsafePathError(f"{path}: writable by group or others (mode "
-                                  f"{stat.S_IMODE(st.st_mode):o})")
+            raise UnsafePathError(f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
     except BaseException:
         os.close(fd)
         raise
     return fd
-
 
 
 # ---------------------------------------------------------------------- the trust boundary
@@ -198,7 +205,7 @@ def _walk(path: Path, create: bool) -> Path:
     ours in it).  The last component is not checked (the caller does, its own way).  With
     ``create``: missing directories above it are made, 0700.  The real path of the parent
     is returned.  :class:`UnsafePathError` says which directory or link is not trusted."""
-    path = _absolute(Path(path))   # not normalised: '..' after a link is the kernel's
+    path = _absolute(Path(path))  # not normalised: '..' after a link is the kernel's
     todo = list(path.parts[1:-1])
     cur, hops = Path("/"), 0
     _check_parent_dir(cur, os.lstat(cur))
@@ -215,15 +222,17 @@ def _walk(path: Path, create: bool) -> Path:
             try:
                 nxt.mkdir(mode=0o700)
                 os.chmod(nxt, 0o700)
-            except FileExistsError:   # made at the same time by another run of ours: look again
+            except FileExistsError:  # made at the same time by another run of ours: look again
                 todo.insert(0, name)
                 continue
             cur = nxt
             continue
         if stat.S_ISLNK(st.st_mode):
             if not _trusted_uid(st.st_uid):
-                raise UnsafePathError(f"{nxt}: a symbolic link of uid {st.st_uid} (not you nor "
-                                      "root); trainctl does not follow another user's link")
+                raise UnsafePathError(
+                    f"{nxt}: a symbolic link of uid {st.st_uid} (not you nor "
+                    "root); trainctl does not follow another user's link"
+                )
             hops += 1
             if hops > MAX_LINK_HOPS:
                 raise UnsafePathError(f"{path}: too many levels of symbolic links")
@@ -242,13 +251,17 @@ def _walk(path: Path, create: bool) -> Path:
 
 def _check_parent_dir(path: Path, st: os.stat_result) -> None:
     if not _trusted_uid(st.st_uid):
-        raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you nor root: another "
-                              "user could change what is under it; use a directory of your own")
+        raise UnsafePathError(
+            f"{path}: owned by uid {st.st_uid}, not by you nor root: another "
+            "user could change what is under it; use a directory of your own"
+        )
     shared = stat.S_IWOTH | (0 if _private_group(st.st_gid) else stat.S_IWGRP)
     if st.st_mode & shared and not st.st_mode & stat.S_ISVTX:
-        raise UnsafePathError(f"{path}: writable by group or others (mode "
-                              f"{stat.S_IMODE(st.st_mode):o}): another user could swap what is "
-                              f"under it; `chmod go-w {path}`, or use a private directory")
+        raise UnsafePathError(
+            f"{path}: writable by group or others (mode "
+            f"{stat.S_IMODE(st.st_mode):o}): another user could swap what is "
+            f"under it; `chmod go-w {path}`, or use a private directory"
+        )
 
 
 def _private_group(gid: int) -> bool:
@@ -257,12 +270,16 @@ def _private_group(gid: int) -> bool:
     judges them).  The user's primary group, named as the user, with no other members."""
     import grp
     import pwd
+
     try:
         me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
     except KeyError:
         return False
-    return (gid == me.pw_gid and group.gr_name == me.pw_name
-            and all(member == me.pw_name for member in group.gr_mem))
+    return (
+        gid == me.pw_gid
+        and group.gr_name == me.pw_name
+        and all(member == me.pw_name for member in group.gr_mem)
+    )
 
 
 def check_trusted_parents(path: Path | str) -> Path:
@@ -285,7 +302,7 @@ def trusted_run_dir(path: Path | str) -> Path:
     path = _absolute(Path(path).expanduser())
     parent = check_trusted_parents(path)
     real = parent / path.name
-    for _ in range(MAX_LINK_HOPS):   # the run directory itself may be a link of ours (latest)
+    for _ in range(MAX_LINK_HOPS):  # the run directory itself may be a link of ours (latest)
         try:
             st = os.lstat(real)
         except FileNotFoundError:
@@ -293,8 +310,10 @@ def trusted_run_dir(path: Path | str) -> Path:
         if not stat.S_ISLNK(st.st_mode):
             break
         if not _trusted_uid(st.st_uid):
-            raise UnsafePathError(f"{real}: a symbolic link of uid {st.st_uid} (not you nor "
-                                  "root); trainctl does not follow another user's link")
+            raise UnsafePathError(
+                f"{real}: a symbolic link of uid {st.st_uid} (not you nor "
+                "root); trainctl does not follow another user's link"
+            )
         real = real.parent / os.readlink(real)
         real = check_trusted_parents(real) / real.name
     _check_own_dir(real)
@@ -312,7 +331,7 @@ def write_private(path: Path | str, data: str | bytes, mode: int = 0o600) -> Non
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, mode)   # the umask cut it
+        os.chmod(tmp, mode)  # the umask cut it
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):

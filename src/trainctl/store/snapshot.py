@@ -12,6 +12,7 @@ where the view folds lines 0..N-1, which end at byte B, and H is the SHA-256 of 
 most) 4 KiB before B.  Written atomically: a temporary file, fsync, rename, fsync of the
 directory.
 """
+
 from __future__ import annotations
 
 import hashlib
@@ -22,14 +23,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainctl.core.runview import RunView
 from trainctl.store.journal import JournalReader, lines_from
 from trainctl.store.paths import open_private
-from trainctl.core.runview import RunView
 
 SNAPSHOT_FORMAT = 1
 SNAPSHOT_NAME = "snapshot.json"
-SNAPSHOT_MAX = 64 << 20   # bytes: a bigger file is not a snapshot this writes
-TAIL_CHECK = 4096         # bytes before the offset whose hash says it is the same journal
+SNAPSHOT_MAX = 64 << 20  # bytes: a bigger file is not a snapshot this writes
+TAIL_CHECK = 4096  # bytes before the offset whose hash says it is the same journal
 
 
 @dataclass
@@ -39,7 +40,7 @@ class Covered:
     view: RunView
     next_seq: int = 0
     offset: int = 0
-    from_snapshot: bool = False   # it came from snapshot.json (else folded from line 0)
+    from_snapshot: bool = False  # it came from snapshot.json (else folded from line 0)
 
 
 def snapshot_path(run_dir: Path | str) -> Path:
@@ -61,8 +62,14 @@ def tail_hash(journal: Path, offset: int) -> str | None:
 
 
 def snapshot_doc(view: dict[str, Any], next_seq: int, offset: int, tail: str) -> dict[str, Any]:
-    return {"format": SNAPSHOT_FORMAT, "next_seq": next_seq, "offset": offset, "tail": tail,
-            "written": time.time(), "view": view}
+    return {
+        "format": SNAPSHOT_FORMAT,
+        "next_seq": next_seq,
+        "offset": offset,
+        "tail": tail,
+        "written": time.time(),
+        "view": view,
+    }
 
 
 def write_snapshot(run_dir: Path | str, doc: dict[str, Any]) -> None:
@@ -75,7 +82,7 @@ def write_snapshot(run_dir: Path | str, doc: dict[str, Any]) -> None:
         try:
             view = memoryview(data)
             while view:
-                view = view[os.write(fd, view):]
+                view = view[os.write(fd, view) :]
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -100,7 +107,7 @@ def read_snapshot(run_dir: Path | str) -> Covered | None:
     """The run's snapshot when it is whole and covers the journal there now, else None."""
     run_dir = Path(run_dir)
     try:
-        fd = open_private(snapshot_path(run_dir), os.O_RDONLY)   # the user's, not a link
+        fd = open_private(snapshot_path(run_dir), os.O_RDONLY)  # the user's, not a link
     except OSError:
         return None
     try:
@@ -112,11 +119,17 @@ def read_snapshot(run_dir: Path | str) -> Covered | None:
         if not isinstance(doc, dict) or doc.get("format") != SNAPSHOT_FORMAT:
             return None
         next_seq, offset, tail = doc["next_seq"], doc["offset"], doc["tail"]
-        if not (isinstance(next_seq, int) and isinstance(offset, int) and next_seq >= 0
-                and offset >= 0 and isinstance(tail, str) and isinstance(doc["view"], dict)):
+        if not (
+            isinstance(next_seq, int)
+            and isinstance(offset, int)
+            and next_seq >= 0
+            and offset >= 0
+            and isinstance(tail, str)
+            and isinstance(doc["view"], dict)
+        ):
             return None
         if tail_hash(run_dir / "events.jsonl", offset) != tail:
-            return None   # stale: another journal, or this one cut shorter
+            return None  # stale: another journal, or this one cut shorter
         view = RunView()
         view.load_dict(doc["view"])
         if view.last_seq >= next_seq:
@@ -182,8 +195,7 @@ def save(run_dir: Path | str, covered: Covered) -> bool:
     if tail is None:
         return False
     try:
-        write_snapshot(run_dir, snapshot_doc(covered.view.to_dict(), covered.next_seq,
-                                             covered.offset, tail))
+        write_snapshot(run_dir, snapshot_doc(covered.view.to_dict(), covered.next_seq, covered.offset, tail))
     except OSError:
         return False
     return True

@@ -1,4 +1,5 @@
 """What the agent runs: everything decided before the first attempt, saved as spec.json."""
+
 from __future__ import annotations
 
 import json
@@ -9,14 +10,16 @@ from pathlib import Path
 @dataclass
 class RunSpec:
     job_name: str
-    kind: str                                  # "ultralytics" | "command" | "torchrun"
-    command: list[str] = field(default_factory=list)   # kind=command
-    job_file: str | None = None                # kind=ultralytics: the job as run (run_dir/job.toml)
-    preset: str | None = None                  # preset names; files live in run_dir/presets/
+    kind: str  # "ultralytics" | "command" | "torchrun"
+    command: list[str] = field(default_factory=list)  # kind=command
+    job_file: str | None = None  # kind=ultralytics: the job as run (run_dir/job.toml)
+    preset: str | None = None  # preset names; files live in run_dir/presets/
     fallback: str | None = None
     resume_args: list[str] = field(default_factory=list)
-    resume_from: str | None = None             # the first attempt starts from this checkpoint
-    stall: dict[str, float] = field(default_factory=dict)  # train_timeout, startup_timeout, val_timeout, save_timeout
+    resume_from: str | None = None  # the first attempt starts from this checkpoint
+    stall: dict[str, float] = field(
+        default_factory=dict
+    )  # train_timeout, startup_timeout, val_timeout, save_timeout
     max_restarts: int = 3
     auto_recover: bool = True
     deadline: float | None = None
@@ -27,32 +30,34 @@ class RunSpec:
     cwd: str = "."
     kill_grace_s: float = 10.0
     save_wait_s: float = 120.0
-    rescue_wait_s: float = 30.0                # a stalled trainer's rescue save, at most
-    planned_wait_s: float = 60.0               # a planned restart's save, at most
+    rescue_wait_s: float = 30.0  # a stalled trainer's rescue save, at most
+    planned_wait_s: float = 60.0  # a planned restart's save, at most
     backoff_base_s: float = 1.0
     no_progress_limit: int = 2
     kernel_log: bool = True
-    progress: dict | None = None               # the job's [progress]: {"pattern", "losses"}
-    setup: str = ""                            # shell lines run before the trainer ([host] setup)
-    remote: bool = False                       # started on this box by `trainctl run --host`
-    instrument: bool = True                    # a Python command gets the zero-code integrations
-    checkpoint_every: float | None = None      # kind=command, an integration's mid-epoch saves (s)
-    slurm: dict | None = None                  # the job's [slurm] (`trainctl run --slurm`)
+    progress: dict | None = None  # the job's [progress]: {"pattern", "losses"}
+    setup: str = ""  # shell lines run before the trainer ([host] setup)
+    remote: bool = False  # started on this box by `trainctl run --host`
+    instrument: bool = True  # a Python command gets the zero-code integrations
+    checkpoint_every: float | None = None  # kind=command, an integration's mid-epoch saves (s)
+    slurm: dict | None = None  # the job's [slurm] (`trainctl run --slurm`)
 
     def save(self, path: Path) -> None:
         from trainctl.store.paths import write_private
+
         write_private(path, json.dumps(asdict(self), indent=2))
 
     @classmethod
-    def load(cls, path: Path) -> "RunSpec":
+    def load(cls, path: Path) -> RunSpec:
         """Read a run's spec.json: the user's own file (not a link, not writable by others),
         a JSON object whose fields have their types.  SpecError (a ValueError; one line:
         which field, what it must be) otherwise; OSError when it cannot be read."""
         from trainctl.store.paths import read_private
+
         return cls.from_dict(_decode(read_private(path), path), path)
 
     @classmethod
-    def from_dict(cls, data: object, where: object = "spec.json") -> "RunSpec":
+    def from_dict(cls, data: object, where: object = "spec.json") -> RunSpec:
         if not isinstance(data, dict):
             raise SpecError(f"{where}: not a run spec (a JSON object), got {type(data).__name__}")
         fields = cls.__dataclass_fields__
@@ -100,6 +105,14 @@ _CHECKS = {
     "float | None": lambda v: v is None or _num(v),
     "dict | None": lambda v: v is None or isinstance(v, dict),
 }
-_WHAT = {"str": "a string", "str | None": "a string or null", "list[str]": "a list of strings",
-         "dict[str, float]": "an object of numbers", "int": "an integer", "bool": "true or false",
-         "float": "a number", "float | None": "a number or null", "dict | None": "an object or null"}
+_WHAT = {
+    "str": "a string",
+    "str | None": "a string or null",
+    "list[str]": "a list of strings",
+    "dict[str, float]": "an object of numbers",
+    "int": "an integer",
+    "bool": "true or false",
+    "float": "a number",
+    "float | None": "a number or null",
+    "dict | None": "an object or null",
+}

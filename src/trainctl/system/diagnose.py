@@ -24,6 +24,7 @@ or D-state process is dumped with ``--nonblocking`` (ptrace cannot stop it); nat
 (``--native``) are tried first and dropped when they fail.  When py-spy cannot attach
 (missing, ptrace denied, timed out), the file and ``detail`` say why.
 """
+
 from __future__ import annotations
 
 import os
@@ -41,20 +42,33 @@ import psutil
 from trainctl.system.gpu import GpuSample
 from trainctl.system.probes import ProcSample, TreeSampler
 
-BUSY_CPU = 50.0       # % of one core: above this without progress = spinning
-IDLE_CPU = 10.0       # % of one core: below this and sleeping = waiting
-BUSY_RUNNABLE = 0.6   # share of the window in state R: busy even when a crowded box gives it little CPU
+BUSY_CPU = 50.0  # % of one core: above this without progress = spinning
+IDLE_CPU = 10.0  # % of one core: below this and sleeping = waiting
+BUSY_RUNNABLE = 0.6  # share of the window in state R: busy even when a crowded box gives it little CPU
 POLL_S = 0.05
-GPU_BUSY = 50.0       # % utilisation
+GPU_BUSY = 50.0  # % utilisation
 GPU_IDLE = 5.0
 PYSPY_TIMEOUT_S = 10.0
 MAX_DUMPS = 16
 
 _STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
 _DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
-_WAIT_FRAMES = ("_try_get_data", "_get_data", "Queue.get", "Event.wait", "Condition.wait",
-                "acquire", "Connection._poll", "wait (multiprocessing/connection", "select",
-                "Thread.join", "Popen.wait", "barrier", "all_reduce", "synchronize")
+_WAIT_FRAMES = (
+    "_try_get_data",
+    "_get_data",
+    "Queue.get",
+    "Event.wait",
+    "Condition.wait",
+    "acquire",
+    "Connection._poll",
+    "wait (multiprocessing/connection",
+    "select",
+    "Thread.join",
+    "Popen.wait",
+    "barrier",
+    "all_reduce",
+    "synchronize",
+)
 _DATALOADER_FRAMES = ("_try_get_data", "_get_data", "_next_data")
 
 
@@ -63,13 +77,13 @@ class Diagnosis:
     """What a stalled trainer is doing (``diagnosis`` is one of events.DIAGNOSES)."""
 
     diagnosis: str
-    cpu_percent: float | None          # main process, over the sampling window
-    stacks: str | None                 # the combined dump file, or None
-    detail: str                        # one human sentence or two
+    cpu_percent: float | None  # main process, over the sampling window
+    stacks: str | None  # the combined dump file, or None
+    detail: str  # one human sentence or two
     processes: tuple[ProcSample, ...] = ()
     elapsed_s: float = 0.0
-    ranks: tuple[int, ...] = ()        # torchrun: the culprit ranks (see blame_ranks)
-    rank_pids: dict[int, int] | None = None   # torchrun: pid -> global rank of each rank process
+    ranks: tuple[int, ...] = ()  # torchrun: the culprit ranks (see blame_ranks)
+    rank_pids: dict[int, int] | None = None  # torchrun: pid -> global rank of each rank process
 
 
 @dataclass(frozen=True)
@@ -89,11 +103,21 @@ def find_pyspy() -> str | None:
     return shutil.which("py-spy")
 
 
-def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
-             gpu: GpuSample | None = None, pyspy: bool = True, sample_s: float = 1.0,
-             tag: str = "", expected_workers: int | None = None,
-             known_workers: set[int] | frozenset[int] | None = None, native: bool = True,
-             pyspy_timeout: float = PYSPY_TIMEOUT_S, snapshot: bool = False) -> Diagnosis:
+def diagnose(
+    pid: int,
+    stacks_dir: Path,
+    *,
+    sampler: TreeSampler | None = None,
+    gpu: GpuSample | None = None,
+    pyspy: bool = True,
+    sample_s: float = 1.0,
+    tag: str = "",
+    expected_workers: int | None = None,
+    known_workers: set[int] | frozenset[int] | None = None,
+    native: bool = True,
+    pyspy_timeout: float = PYSPY_TIMEOUT_S,
+    snapshot: bool = False,
+) -> Diagnosis:
     """Classify the stall of the trainer ``pid`` (see the module doc) and dump its stacks.
 
     ``sampler``: the agent's :class:`TreeSampler` (its last sample tells which workers
@@ -107,13 +131,11 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
     before = set(sampler.worker_pids()) | set(known_workers or ())
     first = sampler.sample(pid)
     if not first:
-        return Diagnosis("unknown", None, None, f"the trainer (pid {pid}) is gone", (),
-                         time.monotonic() - t0)
-    runnable = _runnable_fraction([x.pid for x in first if x.status not in _DEAD],
-                                  t0 + sample_s)
+        return Diagnosis("unknown", None, None, f"the trainer (pid {pid}) is gone", (), time.monotonic() - t0)
+    runnable = _runnable_fraction([x.pid for x in first if x.status not in _DEAD], t0 + sample_s)
     second = sampler.sample(pid) or first
     rank_pids = find_ranks(second)
-    if rank_pids:   # the ranks' own stacks first: they name the culprit
+    if rank_pids:  # the ranks' own stacks first: they name the culprit
         second = tuple(sorted(second, key=lambda s: (s.role != "main", s.pid not in rank_pids)))
     dumps: list[_Dump] = []
     stacks: str | None = None
@@ -123,9 +145,10 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
         if exe is None:
             why_no_stacks = "py-spy not found (next to python or on PATH)"
         dumps = _dump_all(exe, second, native, pyspy_timeout, why_no_stacks)
-    diagnosis, detail = classify(first, second, dumps, gpu=gpu, before=before,
-                                 expected_workers=expected_workers, runnable=runnable)
-    problem = ""   # why the stacks are missing or incomplete
+    diagnosis, detail = classify(
+        first, second, dumps, gpu=gpu, before=before, expected_workers=expected_workers, runnable=runnable
+    )
+    problem = ""  # why the stacks are missing or incomplete
     if pyspy:
         failed = [d for d in dumps if not d.ok]
         if why_no_stacks:
@@ -133,8 +156,11 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
         elif failed and len(failed) == len(dumps):
             problem = f"py-spy could not read the stacks ({failed[0].why})."
         try:
-            stacks = str(_write(stacks_dir, tag, pid, dumps, diagnosis,
-                                f"{detail} {problem}".strip(), snapshot, rank_pids))
+            stacks = str(
+                _write(
+                    stacks_dir, tag, pid, dumps, diagnosis, f"{detail} {problem}".strip(), snapshot, rank_pids
+                )
+            )
         except OSError as e:
             problem += f" The stacks could not be written to {stacks_dir}: {e.strerror or e}."
     culprits: tuple[int, ...] = ()
@@ -145,15 +171,38 @@ def diagnose(pid: int, stacks_dir: Path, *, sampler: TreeSampler | None = None,
         detail = f"a snapshot of {len(second)} running processes, not a stall verdict."
     detail = f"{detail} {problem.strip()}".strip()
     main = _main(second)
-    return Diagnosis(diagnosis, main.cpu_percent if main else None, stacks, detail, second,
-                     time.monotonic() - t0, culprits, rank_pids or None)
+    return Diagnosis(
+        diagnosis,
+        main.cpu_percent if main else None,
+        stacks,
+        detail,
+        second,
+        time.monotonic() - t0,
+        culprits,
+        rank_pids or None,
+    )
 
 
 # ---------------------------------------------------------------------------- ranks
 
-_COLLECTIVE = ("c10d::", "ProcessGroup", "gloo::", "nccl", "NCCL", "all_reduce", "allreduce",
-               "barrier", "broadcast", "all_gather", "allgather", "reduce_scatter",
-               "finalize_backward", "Work.wait", "wait (torch/distributed", "_wait (torch/distributed")
+_COLLECTIVE = (
+    "c10d::",
+    "ProcessGroup",
+    "gloo::",
+    "nccl",
+    "NCCL",
+    "all_reduce",
+    "allreduce",
+    "barrier",
+    "broadcast",
+    "all_gather",
+    "allgather",
+    "reduce_scatter",
+    "finalize_backward",
+    "Work.wait",
+    "wait (torch/distributed",
+    "_wait (torch/distributed",
+)
 
 
 def find_ranks(samples: tuple[ProcSample, ...]) -> dict[int, int]:
@@ -168,8 +217,7 @@ def find_ranks(samples: tuple[ProcSample, ...]) -> dict[int, int]:
     out = {}
     for s in samples:
         value = envs.get(s.pid)
-        if value is not None and envs.get(s.ppid) is None and value.isdigit() \
-                and s.status not in _DEAD:
+        if value is not None and envs.get(s.ppid) is None and value.isdigit() and s.status not in _DEAD:
             out[s.pid] = int(value)
     return out
 
@@ -215,8 +263,10 @@ def blame_ranks(rank_pids: dict[int, int], dumps: dict[int, str]) -> tuple[tuple
     said = {"data": "waits for a DataLoader batch", "own": "is in its own code"}
     parts = [f"rank {r} {said[waits[r]]}" for r in culprits]
     if victims:
-        parts.append(f"rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims))} "
-                     f"wait{'' if len(victims) > 1 else 's'} in a collective (victim{'s' if len(victims) > 1 else ''})")
+        parts.append(
+            f"rank{'s' if len(victims) > 1 else ''} {', '.join(map(str, victims))} "
+            f"wait{'' if len(victims) > 1 else 's'} in a collective (victim{'s' if len(victims) > 1 else ''})"
+        )
     if not culprits:
         return (), "Every rank waits in a collective: a rank is missing or the network hangs."
     return culprits, f"Culprit: {'; '.join(parts)}."
@@ -224,10 +274,17 @@ def blame_ranks(rank_pids: dict[int, int], dumps: dict[int, str]) -> tuple[tuple
 
 # ---------------------------------------------------------------------------- classify
 
-def classify(first: tuple[ProcSample, ...], second: tuple[ProcSample, ...], dumps=(), *,
-             gpu: GpuSample | None = None, before: set[int] | None = None,
-             expected_workers: int | None = None,
-             runnable: dict[int, float] | None = None) -> tuple[str, str]:
+
+def classify(
+    first: tuple[ProcSample, ...],
+    second: tuple[ProcSample, ...],
+    dumps=(),
+    *,
+    gpu: GpuSample | None = None,
+    before: set[int] | None = None,
+    expected_workers: int | None = None,
+    runnable: dict[int, float] | None = None,
+) -> tuple[str, str]:
     """(diagnosis, detail) from two samples of the tree, the share of the window each
     process spent runnable (state R: on a CPU or waiting for one — a spinning process
     on a crowded machine gets little CPU but is always runnable) and the stack dumps.  Pure."""
@@ -246,20 +303,31 @@ def classify(first: tuple[ProcSample, ...], second: tuple[ProcSample, ...], dump
     stopped = [s for s in second if s.status in _STOPPED and states1.get(s.pid) in _STOPPED]
     if stopped:
         who = ", ".join(f"{s.role} {s.pid}" for s in stopped)
-        return "stopped", (f"{who} stopped (state T: SIGSTOP, Ctrl-Z or a debugger); "
-                           f"`kill -CONT {stopped[0].pid}` resumes it. {tree}")
-    dstate = [s for s in second if s.status == psutil.STATUS_DISK_SLEEP
-              and states1.get(s.pid) == psutil.STATUS_DISK_SLEEP]
+        return "stopped", (
+            f"{who} stopped (state T: SIGSTOP, Ctrl-Z or a debugger); "
+            f"`kill -CONT {stopped[0].pid}` resumes it. {tree}"
+        )
+    dstate = [
+        s
+        for s in second
+        if s.status == psutil.STATUS_DISK_SLEEP and states1.get(s.pid) == psutil.STATUS_DISK_SLEEP
+    ]
     if dstate:
         where = ", ".join(f"{s.role} {s.pid}" + (f" in {s.wchan}" if s.wchan else "") for s in dstate)
-        return "io_wait", (f"{where} in uninterruptible I/O wait (state D): a stuck file system "
-                           f"or driver; it cannot be killed until the I/O returns. {tree}")
+        return "io_wait", (
+            f"{where} in uninterruptible I/O wait (state D): a stuck file system "
+            f"or driver; it cannot be killed until the I/O returns. {tree}"
+        )
     alive_pids = {s.pid for s in second if s.status not in _DEAD}
     zombie_pids = {z.pid for z in zombies}
-    gone = sorted(p for p in (before or set())
-                  if p not in alive_pids and p not in zombie_pids and p != main.pid)
-    if zombies or (gone and len(live) < len(before or ())) or \
-            (expected_workers is not None and len(live) < expected_workers):
+    gone = sorted(
+        p for p in (before or set()) if p not in alive_pids and p not in zombie_pids and p != main.pid
+    )
+    if (
+        zombies
+        or (gone and len(live) < len(before or ()))
+        or (expected_workers is not None and len(live) < expected_workers)
+    ):
         parts = []
         if zombies:
             parts.append(f"worker {', '.join(str(z.pid) for z in zombies)} died (zombie, not reaped)")
@@ -276,26 +344,37 @@ def classify(first: tuple[ProcSample, ...], second: tuple[ProcSample, ...], dump
         return (s.cpu_percent or 0.0) > BUSY_CPU or runnable.get(s.pid, 0.0) >= BUSY_RUNNABLE
 
     if busy(main):
-        return "spin", (f"main process busy ({main_cpu:.0f}% CPU, runnable "
-                        f"{100 * runnable.get(main.pid, 0.0):.0f}% of the time) with no progress: "
-                        f"a loop that never ends, or a long compile. {tree}{stack_note}")
+        return "spin", (
+            f"main process busy ({main_cpu:.0f}% CPU, runnable "
+            f"{100 * runnable.get(main.pid, 0.0):.0f}% of the time) with no progress: "
+            f"a loop that never ends, or a long compile. {tree}{stack_note}"
+        )
     others = [s for s in second if s is not main and s.status not in _DEAD and busy(s)]
     if others or total_cpu > BUSY_CPU:
         busiest = max(others or second, key=lambda s: s.cpu_percent or 0.0)
-        return "spin", (f"{busiest.role} {busiest.pid} busy at {busiest.cpu_percent or 0:.0f}% CPU "
-                        f"while the main process waits ({main_cpu:.0f}%). {tree}{stack_note}")
+        return "spin", (
+            f"{busiest.role} {busiest.pid} busy at {busiest.cpu_percent or 0:.0f}% CPU "
+            f"while the main process waits ({main_cpu:.0f}%). {tree}{stack_note}"
+        )
     gpu_note = _gpu_sentence(gpu)
     if gpu is not None and gpu.util_percent is not None and gpu.util_percent >= GPU_BUSY:
-        return "spin", (f"CPU quiet but the GPU reports {gpu.util_percent:.0f}% busy{gpu_note}: a "
-                        f"kernel or collective (NCCL/RCCL) spinning. {tree}{stack_note}")
+        return "spin", (
+            f"CPU quiet but the GPU reports {gpu.util_percent:.0f}% busy{gpu_note}: a "
+            f"kernel or collective (NCCL/RCCL) spinning. {tree}{stack_note}"
+        )
     waiting = _is_waiting(main_stack)
     sleeping = main.status in (psutil.STATUS_SLEEPING, psutil.STATUS_IDLE)
     if sleeping and (main_cpu < IDLE_CPU or waiting):
-        what = "a data stall" if (gpu is not None and gpu.util_percent is not None
-                                  and gpu.util_percent <= GPU_IDLE) else "waiting forever"
+        what = (
+            "a data stall"
+            if (gpu is not None and gpu.util_percent is not None and gpu.util_percent <= GPU_IDLE)
+            else "waiting forever"
+        )
         where = f" blocked in {main.wchan}" if main.wchan else ""
-        return "deadlock", (f"main process at {main_cpu:.0f}% CPU{where}, {what}. "
-                            f"{tree}{stack_note}{gpu_note and ' GPU' + gpu_note + '.'}")
+        return "deadlock", (
+            f"main process at {main_cpu:.0f}% CPU{where}, {what}. "
+            f"{tree}{stack_note}{gpu_note and ' GPU' + gpu_note + '.'}"
+        )
     return "unknown", f"main process {main.status} at {main_cpu:.0f}% CPU. {tree}{stack_note}"
 
 
@@ -398,13 +477,15 @@ def _proc_state(pid: int) -> str | None:
     except OSError:
         return None
     end = data.rfind(b")")
-    return data[end + 2:end + 3].decode() if end > 0 else None
+    return data[end + 2 : end + 3].decode() if end > 0 else None
 
 
 # ---------------------------------------------------------------------------- py-spy
 
-def _dump_all(exe: str | None, samples: tuple[ProcSample, ...], native: bool, timeout: float,
-              why: str) -> list[_Dump]:
+
+def _dump_all(
+    exe: str | None, samples: tuple[ProcSample, ...], native: bool, timeout: float, why: str
+) -> list[_Dump]:
     todo = [s for s in samples if s.status not in _DEAD][:MAX_DUMPS]
     if exe is None:
         return [_Dump(s, "", "", False, why) for s in todo]
@@ -419,7 +500,7 @@ def _dump_one(exe: str, s: ProcSample, native: bool, timeout: float) -> _Dump:
     frozen = s.status in _STOPPED or s.status == psutil.STATUS_DISK_SLEEP
     tries: list[list[str]] = []
     if frozen:
-        tries.append(["--nonblocking"])   # ptrace cannot stop a stopped or D-state process
+        tries.append(["--nonblocking"])  # ptrace cannot stop a stopped or D-state process
     else:
         if native:
             tries.append(["--native"])
@@ -428,8 +509,9 @@ def _dump_one(exe: str, s: ProcSample, native: bool, timeout: float) -> _Dump:
     for extra in tries:
         argv = [exe, "dump", "--pid", str(s.pid), *extra]
         try:
-            r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout,
-                               stdin=subprocess.DEVNULL)
+            r = subprocess.run(
+                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+            )
         except subprocess.TimeoutExpired:
             errors.append(f"{' '.join(argv[1:])}: timed out after {timeout:.0f}s")
             continue
@@ -446,29 +528,45 @@ def _pyspy_error(text: str, rc: int) -> str:
     err = [ln for ln in lines if ln.startswith(("Error", "Caused by", "0:", "1:", "Permission"))]
     msg = " ".join(err[:3]) or (lines[-1] if lines else f"exit code {rc}")
     if "Operation not permitted" in text or "Permission denied" in text:
-        msg += " (ptrace denied: run as the trainer's user, or set kernel.yama.ptrace_scope=0 / CAP_SYS_PTRACE)"
+        msg += (
+            " (ptrace denied: run as the trainer's user, or set kernel.yama.ptrace_scope=0 / CAP_SYS_PTRACE)"
+        )
     return msg[:300]
 
 
-def _write(stacks_dir: Path, tag: str, pid: int, dumps: list[_Dump], diagnosis: str, detail: str,
-           snapshot: bool = False, ranks: dict[int, int] | None = None) -> Path:
+def _write(
+    stacks_dir: Path,
+    tag: str,
+    pid: int,
+    dumps: list[_Dump],
+    diagnosis: str,
+    detail: str,
+    snapshot: bool = False,
+    ranks: dict[int, int] | None = None,
+) -> Path:
     stacks_dir = Path(stacks_dir)
-    stacks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)   # in the run directory: private
+    stacks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # in the run directory: private
     kind = "snapshot" if snapshot else "stall"
     name = f"{kind}-{tag}-{pid}.txt" if tag else f"{kind}-{pid}.txt"
     path = stacks_dir / re.sub(r"[^A-Za-z0-9._-]", "_", name)
-    when = time.strftime('%Y-%m-%d %H:%M:%S %z')
-    out = ([f"# trainctl stack snapshot of pid {pid} at {when}",
-            "# asked for on a run that was not stalled: what each process was doing, not a verdict", ""]
-           if snapshot else
-           [f"# trainctl stall dump of pid {pid} at {when}",
-            f"# diagnosis: {diagnosis}: {detail}", ""])
+    when = time.strftime("%Y-%m-%d %H:%M:%S %z")
+    out = (
+        [
+            f"# trainctl stack snapshot of pid {pid} at {when}",
+            "# asked for on a run that was not stalled: what each process was doing, not a verdict",
+            "",
+        ]
+        if snapshot
+        else [f"# trainctl stall dump of pid {pid} at {when}", f"# diagnosis: {diagnosis}: {detail}", ""]
+    )
     for d in dumps:
         s = d.sample
         role = f"rank {ranks[s.pid]}" if ranks and s.pid in ranks else s.role
-        out.append(f"=== pid {s.pid} {role} ({s.name}) status={s.status} "
-                   f"cpu={'?' if s.cpu_percent is None else f'{s.cpu_percent:.0f}%'} "
-                   f"wchan={s.wchan or '-'} threads={s.num_threads or '?'} ===")
+        out.append(
+            f"=== pid {s.pid} {role} ({s.name}) status={s.status} "
+            f"cpu={'?' if s.cpu_percent is None else f'{s.cpu_percent:.0f}%'} "
+            f"wchan={s.wchan or '-'} threads={s.num_threads or '?'} ==="
+        )
         out.append(f"$ {d.command}" if d.command else "$ (py-spy not run)")
         out.append(d.text.rstrip() if d.ok else f"(no stack: {d.why})")
         out.append("")

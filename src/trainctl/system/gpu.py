@@ -6,6 +6,7 @@ on PATH").  The parsers (:func:`parse_rocm_smi`, :func:`nvml_sample`,
 :func:`amdsmi_sample`) are pure functions over a tool's output or an injected module, so
 they are tested with recorded outputs (``tests/data/gpu/``) and fakes.
 """
+
 from __future__ import annotations
 
 import json
@@ -28,17 +29,24 @@ class GpuSample:
     power_w: float | None
     temperature_c: float | None
     index: int = 0
-    source: str = ""                                           # nvml | amdsmi | rocm-smi
-    processes: tuple[tuple[int, int | None], ...] = ()         # (pid, GPU memory bytes)
-    devices: int = 1                                           # how many GPUs the tool saw
+    source: str = ""  # nvml | amdsmi | rocm-smi
+    processes: tuple[tuple[int, int | None], ...] = ()  # (pid, GPU memory bytes)
+    devices: int = 1  # how many GPUs the tool saw
 
     def as_dict(self) -> dict[str, Any]:
         """The tick event's ``gpu`` dict (keys the TUI reads: name, util, mem_used, mem_total, power_w)."""
-        return {"name": self.name, "util": self.util_percent, "mem_used": self.mem_used_bytes,
-                "mem_total": self.mem_total_bytes, "power_w": self.power_w,
-                "temperature_c": self.temperature_c, "index": self.index, "source": self.source,
-                "devices": self.devices,
-                "processes": [{"pid": p, "mem_used": m} for p, m in self.processes]}
+        return {
+            "name": self.name,
+            "util": self.util_percent,
+            "mem_used": self.mem_used_bytes,
+            "mem_total": self.mem_total_bytes,
+            "power_w": self.power_w,
+            "temperature_c": self.temperature_c,
+            "index": self.index,
+            "source": self.source,
+            "devices": self.devices,
+            "processes": [{"pid": p, "mem_used": m} for p, m in self.processes],
+        }
 
 
 class GpuProbe(Protocol):
@@ -66,6 +74,7 @@ def _first_line(e: BaseException) -> str:
 
 
 # ----- NVIDIA (nvidia-ml-py's ``pynvml``)
+
 
 def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
     """Read one device through an initialised NVML module (real ``pynvml`` or a fake).
@@ -95,11 +104,17 @@ def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
                 used = getattr(p, "usedGpuMemory", None)
                 procs[pid] = int(used) if isinstance(used, int) else None
     return GpuSample(
-        name=name, util_percent=_num(getattr(util, "gpu", None)),
-        mem_used_bytes=_int(getattr(mem, "used", None)), mem_total_bytes=_int(getattr(mem, "total", None)),
+        name=name,
+        util_percent=_num(getattr(util, "gpu", None)),
+        mem_used_bytes=_int(getattr(mem, "used", None)),
+        mem_total_bytes=_int(getattr(mem, "total", None)),
         power_w=None if _num(power_mw) is None else _num(power_mw) / 1000.0,
-        temperature_c=_num(temp), index=index, source="nvml",
-        processes=tuple(sorted(procs.items())), devices=count if isinstance(count, int) else 1)
+        temperature_c=_num(temp),
+        index=index,
+        source="nvml",
+        processes=tuple(sorted(procs.items())),
+        devices=count if isinstance(count, int) else 1,
+    )
 
 
 class NvmlProbe:
@@ -119,6 +134,7 @@ class NvmlProbe:
         try:
             if self._nvml is None:
                 import pynvml  # nvidia-ml-py
+
                 self._nvml = pynvml
             self._nvml.nvmlInit()
             count = self._nvml.nvmlDeviceGetCount()
@@ -142,6 +158,7 @@ class NvmlProbe:
 
 # ----- AMD: amdsmi (Python bindings of AMD SMI, ROCm 6+)
 
+
 def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) -> GpuSample:
     """Read one device through an initialised ``amdsmi`` module (real or fake).
 
@@ -158,8 +175,11 @@ def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) ->
     activity = get(lambda: amdsmi.amdsmi_get_gpu_activity(handle)) or {}
     vram = get(lambda: amdsmi.amdsmi_get_gpu_vram_usage(handle)) or {}
     power = get(lambda: amdsmi.amdsmi_get_power_info(handle)) or {}
-    temp = get(lambda: amdsmi.amdsmi_get_temp_metric(
-        handle, amdsmi.AmdSmiTemperatureType.EDGE, amdsmi.AmdSmiTemperatureMetric.CURRENT))
+    temp = get(
+        lambda: amdsmi.amdsmi_get_temp_metric(
+            handle, amdsmi.AmdSmiTemperatureType.EDGE, amdsmi.AmdSmiTemperatureMetric.CURRENT
+        )
+    )
     watts = _num(power.get("current_socket_power"))
     if watts is None:
         watts = _num(power.get("average_socket_power"))
@@ -175,8 +195,13 @@ def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) ->
         util_percent=_num(activity.get("gfx_activity")),
         mem_used_bytes=None if used is None else int(used * mib),
         mem_total_bytes=None if total is None else int(total * mib),
-        power_w=watts, temperature_c=_num(temp), index=index, source="amdsmi",
-        processes=tuple(procs), devices=devices)
+        power_w=watts,
+        temperature_c=_num(temp),
+        index=index,
+        source="amdsmi",
+        processes=tuple(procs),
+        devices=devices,
+    )
 
 
 class AmdSmiProbe:
@@ -197,6 +222,7 @@ class AmdSmiProbe:
         try:
             if self._mod is None:
                 import amdsmi  # type: ignore[import-not-found]
+
                 self._mod = amdsmi
             self._mod.amdsmi_init()
             self._handles = list(self._mod.amdsmi_get_processor_handles())
@@ -219,13 +245,25 @@ class AmdSmiProbe:
 
 # ----- AMD: the rocm-smi command line
 
-ROCM_SMI_ARGS = ("--showuse", "--showmemuse", "--showpower", "--showmeminfo", "vram",
-                 "--showtemp", "--showproductname", "--showpids", "--json")
+ROCM_SMI_ARGS = (
+    "--showuse",
+    "--showmemuse",
+    "--showpower",
+    "--showmeminfo",
+    "vram",
+    "--showtemp",
+    "--showproductname",
+    "--showpids",
+    "--json",
+)
 
 # key names differ between rocm-smi versions (see tests/data/gpu/): matched case-insensitively
 _UTIL_KEYS = ("gpu use (%)",)
-_POWER_KEYS = ("average graphics package power (w)", "current socket graphics package power (w)",
-               "current graphics package power (w)")
+_POWER_KEYS = (
+    "average graphics package power (w)",
+    "current socket graphics package power (w)",
+    "current graphics package power (w)",
+)
 _TEMP_KEYS = ("temperature (sensor edge) (c)", "temperature (sensor junction) (c)")
 _VRAM_USED = ("vram total used memory (b)",)
 _VRAM_TOTAL = ("vram total memory (b)",)
@@ -245,8 +283,7 @@ def parse_rocm_smi(text: str, index: int = 0) -> GpuSample | None:
         return None
     if not isinstance(data, dict):
         return None
-    cards = {int(m.group(1)): v for k, v in data.items()
-             if (m := _CARD.match(k)) and isinstance(v, dict)}
+    cards = {int(m.group(1)): v for k, v in data.items() if (m := _CARD.match(k)) and isinstance(v, dict)}
     card = cards.get(index)
     if card is None:
         return None
@@ -266,11 +303,18 @@ def parse_rocm_smi(text: str, index: int = 0) -> GpuSample | None:
             name = v.strip()
             break
     used, total = pick(_VRAM_USED), pick(_VRAM_TOTAL)
-    return GpuSample(name=name, util_percent=pick(_UTIL_KEYS),
-                     mem_used_bytes=None if used is None else int(used),
-                     mem_total_bytes=None if total is None else int(total),
-                     power_w=pick(_POWER_KEYS), temperature_c=pick(_TEMP_KEYS), index=index,
-                     source="rocm-smi", processes=_rocm_pids(data.get("system")), devices=len(cards))
+    return GpuSample(
+        name=name,
+        util_percent=pick(_UTIL_KEYS),
+        mem_used_bytes=None if used is None else int(used),
+        mem_total_bytes=None if total is None else int(total),
+        power_w=pick(_POWER_KEYS),
+        temperature_c=pick(_TEMP_KEYS),
+        index=index,
+        source="rocm-smi",
+        processes=_rocm_pids(data.get("system")),
+        devices=len(cards),
+    )
 
 
 def _rocm_pids(system: Any) -> tuple[tuple[int, int | None], ...]:
@@ -292,8 +336,13 @@ def _rocm_pids(system: Any) -> tuple[tuple[int, int | None], ...]:
 class RocmSmiProbe:
     """AMD GPUs through ``rocm-smi --json`` (about 0.3–1 s per call: sample sparingly)."""
 
-    def __init__(self, index: int = 0, exe: str | None = None,
-                 run: Callable[[Sequence[str]], str] | None = None, timeout: float = 10.0) -> None:
+    def __init__(
+        self,
+        index: int = 0,
+        exe: str | None = None,
+        run: Callable[[Sequence[str]], str] | None = None,
+        timeout: float = 10.0,
+    ) -> None:
         self.index = index
         self.exe = exe or shutil.which("rocm-smi")
         self.timeout = timeout
@@ -301,8 +350,9 @@ class RocmSmiProbe:
         self._state: tuple[bool, str] | None = None
 
     def _subprocess(self, argv: Sequence[str]) -> str:
-        r = subprocess.run(list(argv), capture_output=True, text=True, timeout=self.timeout,
-                           stdin=subprocess.DEVNULL)
+        r = subprocess.run(
+            list(argv), capture_output=True, text=True, timeout=self.timeout, stdin=subprocess.DEVNULL
+        )
         return r.stdout
 
     def available(self) -> tuple[bool, str]:
@@ -310,8 +360,11 @@ class RocmSmiProbe:
             if self.exe is None:
                 self._state = (False, "no rocm-smi on PATH")
             else:
-                self._state = (True, f"rocm-smi at {self.exe}") if self._read() is not None else \
-                    (False, f"rocm-smi ({self.exe}) reports no card {self.index}")
+                self._state = (
+                    (True, f"rocm-smi at {self.exe}")
+                    if self._read() is not None
+                    else (False, f"rocm-smi ({self.exe}) reports no card {self.index}")
+                )
         return self._state
 
     def _read(self) -> GpuSample | None:
@@ -344,6 +397,7 @@ def detect_gpu_probe(index: int = 0) -> GpuProbe:
 
 # ---------------------------------------------------------------------------- helpers
 
+
 def _num(v: Any) -> float | None:
     """A finite number from an int, float or numeric string ("34.0", "45 W"); else None."""
     if isinstance(v, bool):
@@ -365,5 +419,16 @@ def _int(v: Any) -> int | None:
     return None if f is None else int(f)
 
 
-__all__ = ["GpuSample", "GpuProbe", "NoGpuProbe", "NvmlProbe", "AmdSmiProbe", "RocmSmiProbe",
-           "parse_rocm_smi", "nvml_sample", "amdsmi_sample", "detect_gpu_probe", "ROCM_SMI_ARGS"]
+__all__ = [
+    "GpuSample",
+    "GpuProbe",
+    "NoGpuProbe",
+    "NvmlProbe",
+    "AmdSmiProbe",
+    "RocmSmiProbe",
+    "parse_rocm_smi",
+    "nvml_sample",
+    "amdsmi_sample",
+    "detect_gpu_probe",
+    "ROCM_SMI_ARGS",
+]

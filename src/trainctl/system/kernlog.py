@@ -10,6 +10,7 @@ without kernel lines.  ``stop()`` kills the whole process group.
 Feed the lines to ``WarningMatcher.feed(line, now, source="kernel")``; the callbacks run
 on the reader thread, so hand them to your own loop if that matters.
 """
+
 from __future__ import annotations
 
 import os
@@ -22,8 +23,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 # stderr text of a follower that runs but can never show kernel lines
-_UNREADABLE_MARKERS = ("Operation not permitted", "Permission denied", "No journal files",
-                       "not seeing messages", "insufficient permissions")
+_UNREADABLE_MARKERS = (
+    "Operation not permitted",
+    "Permission denied",
+    "No journal files",
+    "not seeing messages",
+    "insufficient permissions",
+)
 _SNAPSHOT_TIMEOUT_S = 10.0
 
 
@@ -45,22 +51,31 @@ class KernelLogCommand:
 DEFAULT_COMMANDS: tuple[KernelLogCommand, ...] = (
     KernelLogCommand(("dmesg", "--follow-new")),
     KernelLogCommand(("dmesg", "--follow"), snapshot=("dmesg",)),
-    KernelLogCommand(("journalctl", "-k", "-f", "-n", "0", "-o", "cat"),
-                     snapshot=("journalctl", "-k", "-n", "1", "-o", "cat", "-q"), needs_output=True),
+    KernelLogCommand(
+        ("journalctl", "-k", "-f", "-n", "0", "-o", "cat"),
+        snapshot=("journalctl", "-k", "-n", "1", "-o", "cat", "-q"),
+        needs_output=True,
+    ),
 )
 
 
 class KernelLogFollower:
     """Follows the first readable kernel log source in a subprocess + daemon thread."""
 
-    def __init__(self, on_line: Callable[[str], None], on_info: Callable[[str], None],
-                 argv_candidates: Sequence[Sequence[str] | KernelLogCommand] | None = None,
-                 *, probe_s: float = 0.5):
+    def __init__(
+        self,
+        on_line: Callable[[str], None],
+        on_info: Callable[[str], None],
+        argv_candidates: Sequence[Sequence[str] | KernelLogCommand] | None = None,
+        *,
+        probe_s: float = 0.5,
+    ):
         self._on_line = on_line
         self._on_info = on_info
         self._commands = tuple(
             c if isinstance(c, KernelLogCommand) else KernelLogCommand(tuple(c))
-            for c in (DEFAULT_COMMANDS if argv_candidates is None else argv_candidates))
+            for c in (DEFAULT_COMMANDS if argv_candidates is None else argv_candidates)
+        )
         self._probe_s = probe_s
         self._lock = threading.Lock()
         self._stopping = False
@@ -109,8 +124,9 @@ class KernelLogFollower:
             if outcome not in reasons:
                 reasons.append(outcome)
         if not self._stopping:
-            self._on_info("kernel log not readable: " + "; ".join(reasons)
-                          + "; amdgpu/Xid lines will not be seen")
+            self._on_info(
+                "kernel log not readable: " + "; ".join(reasons) + "; amdgpu/Xid lines will not be seen"
+            )
 
     def _try(self, cmd: KernelLogCommand) -> str | None:
         """Follow with ``cmd``; a reason string if it could not read the kernel log."""
@@ -120,12 +136,20 @@ class KernelLogFollower:
         skip: set[str] | None = None
         if cmd.snapshot is not None:
             try:
-                snap = subprocess.run(cmd.snapshot, capture_output=True, text=True, errors="replace",
-                                      stdin=subprocess.DEVNULL, timeout=_SNAPSHOT_TIMEOUT_S)
+                snap = subprocess.run(
+                    cmd.snapshot,
+                    capture_output=True,
+                    text=True,
+                    errors="replace",
+                    stdin=subprocess.DEVNULL,
+                    timeout=_SNAPSHOT_TIMEOUT_S,
+                )
             except (OSError, subprocess.TimeoutExpired) as e:
                 return f"{' '.join(cmd.snapshot)}: {e}"
             if snap.returncode != 0:
-                return _first_line(snap.stderr) or f"{' '.join(cmd.snapshot)} exited with code {snap.returncode}"
+                return (
+                    _first_line(snap.stderr) or f"{' '.join(cmd.snapshot)} exited with code {snap.returncode}"
+                )
             skip = set(snap.stdout.splitlines())
             if cmd.needs_output and not skip:
                 return f"{' '.join(cmd.snapshot)}: no kernel messages readable"
@@ -134,9 +158,16 @@ class KernelLogFollower:
                 if self._stopping:
                     return None
                 try:
-                    proc = subprocess.Popen(cmd.argv, stdout=subprocess.PIPE, stderr=err,
-                                            stdin=subprocess.DEVNULL, text=True, errors="replace",
-                                            bufsize=1, start_new_session=True)
+                    proc = subprocess.Popen(
+                        cmd.argv,
+                        stdout=subprocess.PIPE,
+                        stderr=err,
+                        stdin=subprocess.DEVNULL,
+                        text=True,
+                        errors="replace",
+                        bufsize=1,
+                        start_new_session=True,
+                    )
                 except OSError as e:
                     return f"{name}: {e.strerror or e}"
                 self._proc = proc
@@ -166,8 +197,10 @@ class KernelLogFollower:
         if not delivered:
             self.command = None
             return message or f"{' '.join(cmd.argv)} exited with code {rc}"
-        self._on_info(f"kernel log follower stopped: {' '.join(cmd.argv)} exited with code {rc}"
-                      + (f": {message}" if message else ""))
+        self._on_info(
+            f"kernel log follower stopped: {' '.join(cmd.argv)} exited with code {rc}"
+            + (f": {message}" if message else "")
+        )
         return None
 
     def _pump(self, proc: subprocess.Popen[str], skip: set[str] | None) -> bool:

@@ -2,6 +2,7 @@
 its hostname and the kernel's boot id (what says "this machine": a Unix socket can be
 connected from the same kernel only).  src/trainctl/hosts/where.py decides from it how a
 client reaches an agent."""
+
 from __future__ import annotations
 
 import os
@@ -20,6 +21,9 @@ def boot_id() -> str:
 
 def where_i_run() -> dict:
     """What an agent writes in agent.json about its machine."""
-    return {"node": os.environ.get("SLURMD_NODENAME", ""),
-            "slurm_job": os.environ.get("SLURM_JOB_ID", ""), "hostname": socket.gethostname(),
-            "boot_id": boot_id()}
+    return {
+        "node": os.environ.get("SLURMD_NODENAME", ""),
+        "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
+        "hostname": socket.gethostname(),
+        "boot_id": boot_id(),
+    }

@@ -10,6 +10,7 @@ multiprocessing helpers (``resource_tracker``, the ``forkserver`` itself) and an
 else (a shell, ``git``, a compiler) are ``child``.  Once a pid was seen as a worker it
 stays one (a zombie has no command line left).
 """
+
 from __future__ import annotations
 
 import threading
@@ -28,22 +29,29 @@ class ProcSample:
 
     pid: int
     ppid: int
-    role: str                    # main | worker | child
+    role: str  # main | worker | child
     name: str
-    status: str                  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
-    cpu_percent: float | None    # since the previous sample of this pid (None on the first)
+    status: str  # psutil status: running, sleeping, disk-sleep, stopped, zombie, ...
+    cpu_percent: float | None  # since the previous sample of this pid (None on the first)
     rss_bytes: int | None
     num_threads: int | None
-    wchan: str | None            # kernel function it sleeps in, from /proc/<pid>/wchan
-    cmdline: str = ""            # shortened, for stack dump headers
+    wchan: str | None  # kernel function it sleeps in, from /proc/<pid>/wchan
+    cmdline: str = ""  # shortened, for stack dump headers
     io_chars: int | None = None  # /proc/<pid>/io rchar + wchar (files, pipes, sockets); None: unreadable
 
     def as_dict(self) -> dict[str, Any]:
         """For the tick event (JSON-friendly)."""
-        return {"pid": self.pid, "ppid": self.ppid, "role": self.role, "name": self.name,
-                "status": self.status,
-                "cpu_percent": None if self.cpu_percent is None else round(self.cpu_percent, 1),
-                "rss_bytes": self.rss_bytes, "num_threads": self.num_threads, "wchan": self.wchan}
+        return {
+            "pid": self.pid,
+            "ppid": self.ppid,
+            "role": self.role,
+            "name": self.name,
+            "status": self.status,
+            "cpu_percent": None if self.cpu_percent is None else round(self.cpu_percent, 1),
+            "rss_bytes": self.rss_bytes,
+            "num_threads": self.num_threads,
+            "wchan": self.wchan,
+        }
 
 
 _MP_CHILD = ("multiprocessing.spawn", "spawn_main", "--multiprocessing-fork")
@@ -55,7 +63,7 @@ def classify_role(pid: int, root: int, cmdline: Sequence[str], parent_cmdline: S
     if pid == root:
         return "main"
     if cmdline and list(cmdline) == list(parent_cmdline):
-        return "worker"               # fork (also a child of the forkserver)
+        return "worker"  # fork (also a child of the forkserver)
     joined = " ".join(cmdline)
     if any(h in joined for h in _MP_HELPER):
         return "child"
@@ -133,8 +141,9 @@ class TreeSampler:
             self._procs.pop(gone, None)
         return tuple(out)
 
-    def _one(self, proc: psutil.Process, known: bool, root: int,
-             cmdlines: dict[int, list[str]]) -> ProcSample | None:
+    def _one(
+        self, proc: psutil.Process, known: bool, root: int, cmdlines: dict[int, list[str]]
+    ) -> ProcSample | None:
         try:
             with proc.oneshot():
                 status = proc.status()
@@ -162,8 +171,19 @@ class TreeSampler:
         if self._roles.get(proc.pid) == "worker" and role == "child":
             role = "worker"
         self._roles[proc.pid] = role
-        return ProcSample(proc.pid, ppid, role, name, status, cpu if known else None, rss, threads,
-                          read_wchan(proc.pid), " ".join(cmd)[:200], io)
+        return ProcSample(
+            proc.pid,
+            ppid,
+            role,
+            name,
+            status,
+            cpu if known else None,
+            rss,
+            threads,
+            read_wchan(proc.pid),
+            " ".join(cmd)[:200],
+            io,
+        )
 
     def worker_pids(self) -> frozenset[int]:
         """Workers of the last sample (alive then)."""

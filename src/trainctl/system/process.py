@@ -1,4 +1,5 @@
 """Process handling: become a subreaper, kill a whole trainer tree, leave no orphans."""
+
 from __future__ import annotations
 
 import ctypes
@@ -41,9 +42,9 @@ def signal_name(returncode: int | None) -> str | None:
 
 @dataclass(frozen=True)
 class KillReport:
-    pids: tuple[int, ...]          # every process of the tree we saw
-    forced: tuple[int, ...]        # those that needed SIGKILL
-    survivors: tuple[int, ...]     # still there afterwards (should be empty)
+    pids: tuple[int, ...]  # every process of the tree we saw
+    forced: tuple[int, ...]  # those that needed SIGKILL
+    survivors: tuple[int, ...]  # still there afterwards (should be empty)
     seconds: float
 
 
@@ -65,7 +66,7 @@ def _ours(p: psutil.Process) -> bool:
         return False
 
 
-PIDFD_SIGNAL_PROCESS_GROUP = 4   # linux/pidfd.h (Linux 6.9+): signal the target's group
+PIDFD_SIGNAL_PROCESS_GROUP = 4  # linux/pidfd.h (Linux 6.9+): signal the target's group
 
 
 class Signaller:
@@ -75,8 +76,11 @@ class Signaller:
     ``kill``.  Close it (or use it as a context manager) to close the pidfds."""
 
     def __init__(self, use_pidfd: bool | None = None):
-        self.use_pidfd = (hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
-                          if use_pidfd is None else use_pidfd)
+        self.use_pidfd = (
+            hasattr(os, "pidfd_open") and hasattr(signal, "pidfd_send_signal")
+            if use_pidfd is None
+            else use_pidfd
+        )
         self._fds: dict[psutil.Process, int] = {}
 
     def _pidfd(self, p: psutil.Process) -> int | None:
@@ -87,7 +91,7 @@ class Signaller:
             fd = os.pidfd_open(p.pid)
         except OSError:
             return None
-        if not p.is_running():   # the pid is someone else's now: this fd is theirs
+        if not p.is_running():  # the pid is someone else's now: this fd is theirs
             os.close(fd)
             return None
         self._fds[p] = fd
@@ -101,9 +105,9 @@ class Signaller:
                 signal.pidfd_send_signal(fd, sig)
                 return True
             except OSError:
-                return False   # exited (the fd still names it: nobody else is touched)
+                return False  # exited (the fd still names it: nobody else is touched)
         if self.use_pidfd:
-            return False       # no fd: gone, or no longer the process we captured
+            return False  # no fd: gone, or no longer the process we captured
         try:
             if not p.is_running():
                 return False
@@ -125,7 +129,7 @@ class Signaller:
                 signal.pidfd_send_signal(fd, sig, None, PIDFD_SIGNAL_PROCESS_GROUP)
                 return True
             except OSError as e:
-                if e.errno != errno.EINVAL:   # EINVAL: a kernel without the flag
+                if e.errno != errno.EINVAL:  # EINVAL: a kernel without the flag
                     return False
         try:
             if not leader.is_running() or os.getpgid(leader.pid) != pgid:
@@ -178,9 +182,14 @@ def _capture(root: Root) -> psutil.Process | None:
     return p if _ours(p) else None
 
 
-def kill_tree(pid: Root, pgid: int | None = None, *, grace: float = 10.0,
-              extra_roots: tuple[Root, ...] = (),
-              reaped_elsewhere: tuple[int, ...] = ()) -> KillReport:
+def kill_tree(
+    pid: Root,
+    pgid: int | None = None,
+    *,
+    grace: float = 10.0,
+    extra_roots: tuple[Root, ...] = (),
+    reaped_elsewhere: tuple[int, ...] = (),
+) -> KillReport:
     """SIGTERM the process group (and SIGCONT it so stopped members can act on it), wait up
     to `grace`, then SIGKILL the group and every descendant seen — including those that
     left the group or were orphaned to us (`extra_roots`: e.g. our own children other than
@@ -223,6 +232,7 @@ def kill_tree(pid: Root, pgid: int | None = None, *, grace: float = 10.0,
                 continue
 
     with Signaller() as sig:
+
         def send(signum: int, only: list[psutil.Process] | None = None) -> None:
             if leader is not None and pgid is not None:
                 sig.send_group(leader, pgid, signum)
@@ -253,5 +263,6 @@ def kill_tree(pid: Root, pgid: int | None = None, *, grace: float = 10.0,
             time.sleep(0.05)
         _reap(procs, skip)
     survivors = tuple(p.pid for p in procs if _alive(p))
-    return KillReport(tuple(sorted(p.pid for p in procs)), tuple(p.pid for p in forced),
-                      survivors, time.monotonic() - t0)
+    return KillReport(
+        tuple(sorted(p.pid for p in procs)), tuple(p.pid for p in forced), survivors, time.monotonic() - t0
+    )

@@ -11,6 +11,7 @@ attach to a week-long run) comes as the run's view up to a seq, carried by the n
 before its events.  Commands go through :meth:`Bridge.command`, which
 never raises.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -22,8 +23,8 @@ from textual.message_pump import MessagePump
 from textual.worker import Worker
 
 from trainctl.core.events import Event, Log, Tick
-from trainctl.core.runview import ViewSnapshot
 from trainctl.core.recovery import FINAL_STATES
+from trainctl.core.runview import ViewSnapshot
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, EventBatch
 from trainctl.tui.model import LOG_KEEP
 
@@ -40,24 +41,31 @@ class ClientLike(Protocol):
 ClientFactory = Callable[[], ClientLike]
 
 
-OFFLINE_RELOOK_S = 2.0   # a run with no agent: its journal read again this often at most
+OFFLINE_RELOOK_S = 2.0  # a run with no agent: its journal read again this often at most
 _FINAL = frozenset(state.value for state in FINAL_STATES)
 
 
 class Bridge:
     """Follows one agent for ``target`` (a screen), posting batched messages to it."""
 
-    def __init__(self, client_factory: ClientFactory, target: MessagePump, *,
-                 interval: float = 0.05, max_batch: int = 5000,
-                 backoff: tuple[float, float] = (0.5, 10.0), gen: int = 0) -> None:
+    def __init__(
+        self,
+        client_factory: ClientFactory,
+        target: MessagePump,
+        *,
+        interval: float = 0.05,
+        max_batch: int = 5000,
+        backoff: tuple[float, float] = (0.5, 10.0),
+        gen: int = 0,
+    ) -> None:
         self._factory = client_factory
-        self.gen = gen     # tags every message: the dashboard drops those of a bridge it left
+        self.gen = gen  # tags every message: the dashboard drops those of a bridge it left
         self._target = target
         self._interval = interval
         self._max_batch = max_batch
         self._backoff_min, self._backoff_max = backoff
         self._client: ClientLike | None = None
-        self._live, self._ended = True, False   # the last hello: an agent's, the run over
+        self._live, self._ended = True, False  # the last hello: an agent's, the run over
         self.next_seq = 0
         self._events: list[Event] = []
         self._snapshot: ViewSnapshot | None = None
@@ -74,8 +82,9 @@ class Bridge:
 
     def start(self, owner: MessagePump) -> Worker[None]:
         """Run the follow loop as ``owner``'s exclusive engine worker."""
-        return owner.run_worker(self.follow(), name="bridge", group="engine",
-                                exclusive=True, exit_on_error=False)
+        return owner.run_worker(
+            self.follow(), name="bridge", group="engine", exclusive=True, exit_on_error=False
+        )
 
     # ------------------------------------------------------------------ commands
     async def command(self, name: str, /, **args: Any) -> dict[str, Any]:
@@ -91,8 +100,7 @@ class Bridge:
             reply = await client.command(name, **args)
         except Exception as exc:  # noqa: BLE001 - any failure is reported, not raised
             return {"ok": False, "error": f"{name}: {exc or type(exc).__name__}", "result": None}
-        return reply if isinstance(reply, dict) else {"ok": False, "error": "bad reply",
-                                                      "result": reply}
+        return reply if isinstance(reply, dict) else {"ok": False, "error": "bad reply", "result": reply}
 
     # ------------------------------------------------------------------ follow
     async def follow(self) -> None:
@@ -104,8 +112,8 @@ class Bridge:
                 was_connected, reason = await self._session()
                 if was_connected and self._live:
                     delay, attempts = self._backoff_min, 0
-                elif was_connected:   # the journal only (no agent): look again, not every 0.5 s
-                    attempts = 0      # (each look reads the snapshot); an ended run, rarely
+                elif was_connected:  # the journal only (no agent): look again, not every 0.5 s
+                    attempts = 0  # (each look reads the snapshot); an ended run, rarely
                     cap = self._backoff_max if self._ended else OFFLINE_RELOOK_S
                     delay = min(max(delay, self._backoff_min), cap)
                 attempts += 1
@@ -133,7 +141,7 @@ class Bridge:
                 async for event in client.events():
                     self._take(event)
                     count += 1
-                    if count % 1000 == 0:   # let the UI run during a fast replay
+                    if count % 1000 == 0:  # let the UI run during a fast replay
                         await asyncio.sleep(0)
             except Exception as exc:  # noqa: BLE001 - ConnectionError, EOF, reset...
                 return True, f"connection lost: {exc or type(exc).__name__}"
@@ -145,7 +153,7 @@ class Bridge:
             closing = asyncio.ensure_future(_close_quietly(client))
             self._closing.add(closing)
             closing.add_done_callback(self._closing.discard)
-            await asyncio.shield(closing)   # a cancel stops the wait, not the close
+            await asyncio.shield(closing)  # a cancel stops the wait, not the close
 
     async def aclose(self, timeout: float = 5.0) -> None:
         """Wait (bounded) for the connections being closed: the app calls this on exit."""
@@ -190,13 +198,14 @@ class Bridge:
             while self._events or self._tick or self._lines or self._snapshot:
                 while self._target.message_queue_size > 4:
                     await asyncio.sleep(self._interval / 5)
-                events = self._events[:self._max_batch]
-                del self._events[:self._max_batch]
+                events = self._events[: self._max_batch]
+                del self._events[: self._max_batch]
                 last = not self._events
                 lines = tuple(self._lines[-LOG_KEEP:]) if last else ()
                 dropped = self._dropped + max(0, len(self._lines) - LOG_KEEP) if last else 0
-                batch = EventBatch(tuple(events), self._tick if last else None, lines, dropped,
-                                   self._snapshot, self.gen)
+                batch = EventBatch(
+                    tuple(events), self._tick if last else None, lines, dropped, self._snapshot, self.gen
+                )
                 self._snapshot = None
                 if last:
                     self._tick, self._lines, self._dropped = None, [], 0
@@ -204,5 +213,5 @@ class Bridge:
 
 
 async def _close_quietly(client: ClientLike) -> None:
-    with contextlib.suppress(Exception):   # closing a dead connection
+    with contextlib.suppress(Exception):  # closing a dead connection
         await client.close()

@@ -1,4 +1,5 @@
 """Small text formatters shared by the widgets (pure; local time via ``time.localtime``)."""
+
 from __future__ import annotations
 
 from trainctl.core.projection_text import humanize_duration
@@ -31,8 +32,9 @@ def count(n: int | None) -> str:
 def home_path(path: str) -> str:
     """A path with the home directory as ``~``."""
     import os
+
     home = os.path.expanduser("~").rstrip("/")
-    return "~" + path[len(home):] if home and (path == home or path.startswith(home + "/")) else path
+    return "~" + path[len(home) :] if home and (path == home or path.startswith(home + "/")) else path
 
 
 def percent(x: float | None) -> str:
@@ -45,7 +47,8 @@ def path(p: str | None, width: int = 60) -> str:
     if not p:
         return ""
     import os
+
     home = os.path.expanduser("~").rstrip("/")
     if home and (p == home or p.startswith(home + "/")):
-        p = "~" + p[len(home):]
-    return p if len(p) <= width else "…" + p[-(width - 1):]
+        p = "~" + p[len(home) :]
+    return p if len(p) <= width else "…" + p[-(width - 1) :]

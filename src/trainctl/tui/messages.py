@@ -5,6 +5,7 @@ in a short window (or a few thousand replayed ones), the newest tick and the new
 lines, so a week-long journal or a trainer printing 10,000 lines/s costs a handful of
 messages, not one per event.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ class AgentConnected(Message, bubble=False):
 
     hello: dict[str, Any]
     since: int
-    gen: int = 0     # the bridge's generation: a message of a run switched away from is dropped
+    gen: int = 0  # the bridge's generation: a message of a run switched away from is dropped
 
 
 @dataclass

@@ -6,6 +6,7 @@ Applying half a million replayed events is a tight loop with no drawing; the scr
 pushes the result down to its widgets once per batch.  Texts are sanitised in the view
 (:mod:`trainctl.core.runview`) before any widget shows them.
 """
+
 from __future__ import annotations
 
 from collections import deque
@@ -16,8 +17,8 @@ from trainctl.core.sanitize import sanitize
 
 __all__ = ["CHART_POINTS", "LOG_KEEP", "RankRow", "RunModel", "Series", "WarningRow"]
 
-LOG_KEEP = 5000         # raw log lines kept for the log view (its scroll-back)
-NOTE_PREFIX = "· trainctl: "   # trainctl's own notes, as lines of the log view
+LOG_KEEP = 5000  # raw log lines kept for the log view (its scroll-back)
+NOTE_PREFIX = "· trainctl: "  # trainctl's own notes, as lines of the log view
 
 
 class RunModel(RunView):

@@ -6,6 +6,7 @@ changing only what differs, over the original text with tomlkit
 (``workers = two``) is written as a string, so ``preset_problems`` reports it with the
 key's name, exactly as the engine would.
 """
+
 from __future__ import annotations
 
 import re
@@ -26,7 +27,7 @@ class Field:
 
     section: str | None
     key: str
-    kind: str          # text | int | float | bool | choice | table | env | args
+    kind: str  # text | int | float | bool | choice | table | env | args
     help: str = ""
     choices: tuple[str, ...] = ()
 
@@ -45,10 +46,8 @@ FIELDS: tuple[Field, ...] = (
     Field("dataloader", "workers", "int", "DataLoader worker processes (0: none)"),
     Field("dataloader", "persistent_workers", "bool", "keep workers between epochs"),
     Field("dataloader", "prefetch_factor", "int", "batches queued per worker"),
-    Field("dataloader", "multiprocessing_context", "choice", "how workers start",
-          MP_CONTEXTS),
-    Field("dataloader", "sharing_strategy", "choice", "tensor sharing between processes",
-          SHARING_STRATEGIES),
+    Field("dataloader", "multiprocessing_context", "choice", "how workers start", MP_CONTEXTS),
+    Field("dataloader", "sharing_strategy", "choice", "tensor sharing between processes", SHARING_STRATEGIES),
     Field("threads", "omp_num_threads", "int", "OMP_NUM_THREADS"),
     Field("threads", "torch_num_threads", "int", "torch.set_num_threads()"),
     Field("train", "", "table", "trainer arguments: key = TOML value, one a line"),
@@ -92,8 +91,11 @@ def form_values(text: str) -> dict[str, str]:
             values[f.id] = "\n".join(f"{k}={v}" for k, v in table.items())
         elif f.kind == "args":
             args = data.get("args")
-            values[f.id] = shlex.join(args) if isinstance(args, list) and all(
-                isinstance(a, str) for a in args) else _show(args)
+            values[f.id] = (
+                shlex.join(args)
+                if isinstance(args, list) and all(isinstance(a, str) for a in args)
+                else _show(args)
+            )
         else:
             source = data.get(f.section) or {} if f.section else data
             values[f.id] = _show(source.get(f.key)) if isinstance(source, dict) else ""
@@ -130,12 +132,16 @@ def _table_lines(f: Field, raw: str, file: str, problems: list[ConfigError]) -> 
         key, value = key.strip(), value.strip()
         if not sep or not key:
             example = "batch = 16" if f.kind == "table" else "NAME=value"
-            problems.append(ConfigError(file, f"[{f.section}]",
-                                        f"line {number}: expected {example}, got {line.strip()!r}"))
+            problems.append(
+                ConfigError(
+                    file, f"[{f.section}]", f"line {number}: expected {example}, got {line.strip()!r}"
+                )
+            )
             continue
         if f.kind == "table" and not TABLE_KEY.match(key):
-            problems.append(ConfigError(file, f"[{f.section}] {key}",
-                                        "a key is letters, digits, _ and - only"))
+            problems.append(
+                ConfigError(file, f"[{f.section}] {key}", "a key is letters, digits, _ and - only")
+            )
             continue
         try:
             parsed = tomllib.loads(f"v = {value}")["v"]
@@ -165,8 +171,9 @@ def build_text(original: str, values: dict[str, str], file: str) -> tuple[str, l
         if f.kind in ("table", "env"):
             old = data.get(f.section) if isinstance(data.get(f.section), dict) else {}
             new = _table_lines(f, raw, file, problems)
-            section = {k: v for k, v in new.items() if old.get(k, object()) != v
-                       or type(old.get(k)) is not type(v)}
+            section = {
+                k: v for k, v in new.items() if old.get(k, object()) != v or type(old.get(k)) is not type(v)
+            }
             section.update({k: None for k in old if k not in new})
             if section:
                 changes[f.section] = section

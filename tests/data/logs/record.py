@@ -7,6 +7,7 @@ Each writes raw bytes (\\r, ANSI and all) of the child's piped stdout+stderr, as
 them.  ``ultralytics83`` is a reconstruction: the real tqdm library drawing bars in the 8.3 format
 (``bar_format="{l_bar}{bar:10}{r_bar}"``, on stderr) with the 8.3 description format strings.
 """
+
 from __future__ import annotations
 
 import os
@@ -48,8 +49,18 @@ def _train(tmp: str, n_train: int, batch: int, epochs: int) -> None:
     from ultralytics import YOLO
 
     data = make_dataset(Path(tmp) / "ds", n_train)
-    YOLO("yolov8n.yaml").train(data=str(data), epochs=epochs, imgsz=64, batch=batch, device="cpu",
-                               plots=False, workers=0, project=tmp, name="r", exist_ok=True)
+    YOLO("yolov8n.yaml").train(
+        data=str(data),
+        epochs=epochs,
+        imgsz=64,
+        batch=batch,
+        device="cpu",
+        plots=False,
+        workers=0,
+        project=tmp,
+        name="r",
+        exist_ok=True,
+    )
 
 
 def _tqdm_generic() -> None:
@@ -91,18 +102,27 @@ def _ultralytics83() -> None:
     print("Image sizes 640 train, 640 val\nUsing 2 dataloader workers")
     print("Logging results to \x1b[1mruns/detect/train\x1b[0m\nStarting training for 3 epochs...", flush=True)
     for epoch in range(3):
-        print("\n" + "%11s" * 7 % ("Epoch", "GPU_mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size"),
-              flush=True)
+        print(
+            "\n" + "%11s" * 7 % ("Epoch", "GPU_mem", "box_loss", "cls_loss", "dfl_loss", "Instances", "Size"),
+            flush=True,
+        )
         bar = tqdm(total=20, bar_format=fmt, file=sys.stderr, mininterval=0)
         tl = [1.2 - epoch * 0.2, 0.9, 1.1]
         for i in range(20):
             time.sleep(0.02)
             loss = float("nan") if (epoch, i) >= (2, 15) else tl[0] - i * 0.01
-            bar.set_description(("%11s" * 2 + "%11.4g" * 5) % (f"{epoch + 1}/3", "4.21G", loss, tl[1], tl[2], 31, 640))
+            bar.set_description(
+                ("%11s" * 2 + "%11.4g" * 5) % (f"{epoch + 1}/3", "4.21G", loss, tl[1], tl[2], 31, 640)
+            )
             bar.update(1)
         bar.close()
-        vbar = tqdm(total=4, bar_format=fmt, file=sys.stderr, mininterval=0,
-                    desc=("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "Box(P", "R", "mAP50", "mAP50-95)"))
+        vbar = tqdm(
+            total=4,
+            bar_format=fmt,
+            file=sys.stderr,
+            mininterval=0,
+            desc=("%22s" + "%11s" * 6) % ("Class", "Images", "Instances", "Box(P", "R", "mAP50", "mAP50-95)"),
+        )
         for _ in range(4):
             time.sleep(0.01)
             vbar.update(1)
@@ -115,8 +135,10 @@ def record(name: str, argv: list[str], env: dict[str, str] | None = None) -> Non
     out = HERE / name
     with open(out, "wb") as f:
         if name == "ultralytics83_tqdm.log":
-            f.write(b"# reconstructed: Ultralytics 8.3 console format drawn by the real tqdm 4.x library "
-                    b"(tests/data/logs/record.py ultralytics83); not a captured 8.3 run\n")
+            f.write(
+                b"# reconstructed: Ultralytics 8.3 console format drawn by the real tqdm 4.x library "
+                b"(tests/data/logs/record.py ultralytics83); not a captured 8.3 run\n"
+            )
         f.flush()
         subprocess.run(argv, stdout=f, stderr=subprocess.STDOUT, env=env, check=True, timeout=600)
     print(f"{out}: {out.stat().st_size} bytes")
@@ -130,12 +152,19 @@ def main() -> None:
             env = {k: v for k, v in os.environ.items() if k != "GITHUB_ACTIONS"}
             env.update(YOLO_OFFLINE="1", YOLO_CONFIG_DIR=str(Path(tmp) / "cfg"))
             args = ("48", "2", "3") if long else ("8", "4", "2")
-            record("ultralytics84_cpu_long.log" if long else "ultralytics84_cpu.log",
-                   [sys.executable, __file__, "_train", tmp, *args], env)
+            record(
+                "ultralytics84_cpu_long.log" if long else "ultralytics84_cpu.log",
+                [sys.executable, __file__, "_train", tmp, *args],
+                env,
+            )
     elif what == "_train":
         _train(sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]))
     elif what in ("tqdm", "keyvalue", "ultralytics83"):
-        name = {"tqdm": "tqdm_generic.log", "keyvalue": "keyvalue.log", "ultralytics83": "ultralytics83_tqdm.log"}
+        name = {
+            "tqdm": "tqdm_generic.log",
+            "keyvalue": "keyvalue.log",
+            "ultralytics83": "ultralytics83_tqdm.log",
+        }
         record(name[what], [sys.executable, __file__, "_" + what])
     elif what == "_tqdm":
         _tqdm_generic()

@@ -9,6 +9,7 @@ journal stopped growing, writes stall/exit/restart/start like the agent would, k
 process group and resumes from the last epoch checkpoint.  Progress is throttled like the
 agent's journal (every 0.25 s plus each epoch's first and last batch).
 """
+
 from __future__ import annotations
 
 import os
@@ -21,8 +22,8 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 EPOCHS = 6
-HANG_AT = (4, 30)          # attempt 1 hangs after this (epoch, batch): ~56 % of the work
-STALL_S = 4.0              # the parent's stall threshold
+HANG_AT = (4, 30)  # attempt 1 hangs after this (epoch, batch): ~56 % of the work
+STALL_S = 4.0  # the parent's stall threshold
 
 
 def child(out: Path, work: Path, resume: bool, hang: bool) -> None:
@@ -34,6 +35,7 @@ def child(out: Path, work: Path, resume: bool, hang: bool) -> None:
 
     from trainctl.core import events as E
     from trainctl.store.journal import ProgressThrottle
+
     torch.set_num_threads(1)
     fd = os.open(out, os.O_WRONLY | os.O_APPEND)
     flag = work / "hang.flag"
@@ -53,19 +55,32 @@ def child(out: Path, work: Path, resume: bool, hang: bool) -> None:
 
         def __getitem__(self, i: int):
             if flag.exists():
-                threading.Event().wait()   # a worker that never delivers its batch
+                threading.Event().wait()  # a worker that never delivers its batch
             g = torch.Generator().manual_seed(self.seed + i)
             x = torch.rand(3, 32, 32, generator=g)
             time.sleep(0.025)
             return x, int(x.mean() * 10) % 4
 
     def loader(n: int, seed: int, shuffle: bool) -> DataLoader:
-        return DataLoader(Shapes(n, seed), batch_size=8, shuffle=shuffle, num_workers=2,
-                          multiprocessing_context="fork", persistent_workers=False)
+        return DataLoader(
+            Shapes(n, seed),
+            batch_size=8,
+            shuffle=shuffle,
+            num_workers=2,
+            multiprocessing_context="fork",
+            persistent_workers=False,
+        )
 
-    model = nn.Sequential(nn.Conv2d(3, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-                          nn.Conv2d(16, 32, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1),
-                          nn.Flatten(), nn.Linear(32, 4))
+    model = nn.Sequential(
+        nn.Conv2d(3, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(16, 32, 3, padding=1),
+        nn.ReLU(),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(32, 4),
+    )
     opt = torch.optim.SGD(model.parameters(), lr=0.05)
     ckpt = work / "last.pt"
     start_epoch = 1
@@ -84,8 +99,11 @@ def child(out: Path, work: Path, resume: bool, hang: bool) -> None:
             opt.zero_grad()
             loss.backward()
             opt.step()
-            emit(throttle.offer(E.Progress(time.time(), epoch, EPOCHS, b, len(train_dl),
-                                           {"loss": round(loss.item(), 4)})))
+            emit(
+                throttle.offer(
+                    E.Progress(time.time(), epoch, EPOCHS, b, len(train_dl), {"loss": round(loss.item(), 4)})
+                )
+            )
             if hang and (epoch, b) == HANG_AT:
                 flag.touch()
         emit(throttle.flush(time.time(), force=True))
@@ -109,6 +127,7 @@ def _finished(out: Path) -> bool:
 
 def main() -> int:
     from trainctl.core import events as E
+
     out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE / "torch_restart.jsonl"
     out.write_text("")
 
@@ -120,8 +139,15 @@ def main() -> int:
         work = Path(tmp)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
         for attempt in (1, 2):
-            cmd = [sys.executable, __file__, "--child", str(out), str(work),
-                   "resume" if attempt > 1 else "fresh", "hang" if attempt == 1 else "ok"]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--child",
+                str(out),
+                str(work),
+                "resume" if attempt > 1 else "fresh",
+                "hang" if attempt == 1 else "ok",
+            ]
             proc = subprocess.Popen(cmd, env=env, start_new_session=True)
             write(E.Start(time.time(), attempt, proc.pid, "A", ("python", "train.py")))
             start_size = last_size = out.stat().st_size
@@ -132,15 +158,13 @@ def main() -> int:
                     size = out.stat().st_size
                     if size != last_size:
                         last_size, last_change = size, time.time()
-                    elif size > start_size and time.time() - last_change > STALL_S \
-                            and not _finished(out):
+                    elif size > start_size and time.time() - last_change > STALL_S and not _finished(out):
                         now = time.time()
                         write(E.Stall(now, "train", now - last_change, "deadlock"))
                         os.killpg(proc.pid, signal.SIGKILL)
                         proc.wait()
                         write(E.Exit(time.time(), proc.returncode, "SIGKILL"))
-                        write(E.Restart(time.time(), attempt + 1, "stall", "A",
-                                        str(work / "last.pt")))
+                        write(E.Restart(time.time(), attempt + 1, "stall", "A", str(work / "last.pt")))
                         (work / "hang.flag").unlink(missing_ok=True)
                         break
                 else:

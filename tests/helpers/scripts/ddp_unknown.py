@@ -11,6 +11,7 @@ Usage: torchrun --standalone --nproc-per-node 2 ddp_unknown.py [options]
   --format F   unknown (the line above, default) | silent (no line per batch at all)
 When the hang begins the hanging rank writes time.time() to $TRAINCTL_RUN_DIR/hang_at.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -39,7 +40,7 @@ class Synthetic(Dataset):
             if run_dir:
                 with open(os.path.join(run_dir, "hang_at"), "w") as f:
                     f.write(repr(time.time()))
-            threading.Event().wait()          # a worker deadlock: blocks forever
+            threading.Event().wait()  # a worker deadlock: blocks forever
         g = torch.Generator().manual_seed(i)
         x = torch.randn(8, generator=g)
         return x, x.sum().reshape(1)
@@ -74,8 +75,11 @@ def main() -> int:
             time.sleep(args.batch_time)
             rate = done / max(time.monotonic() - t0, 1e-6)
             if args.format == "unknown":
-                print(f"[rank{rank}] Epoch {epoch}/{args.epochs}: {100 * done // args.batches:3d}%| "
-                      f"{done}/{args.batches} [00:00, {rate:.2f}it/s, loss={loss.item():.4f}]", flush=True)
+                print(
+                    f"[rank{rank}] Epoch {epoch}/{args.epochs}: {100 * done // args.batches:3d}%| "
+                    f"{done}/{args.batches} [00:00, {rate:.2f}it/s, loss={loss.item():.4f}]",
+                    flush=True,
+                )
     dist.destroy_process_group()
     print(f"[rank{rank}] done", flush=True)
     return 0

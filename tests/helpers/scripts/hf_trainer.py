@@ -10,6 +10,7 @@ Usage: python hf_trainer.py OUT_DIR [options]
   --hang-attempt A  ... only when env TRAINCTL_ATTEMPT == A (default 1)
 Prints "start attempt=A workers=W" and "done global_step=G".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,7 @@ BATCH = 4
 class Tokens(torch.utils.data.Dataset):
     def __init__(self, n: int, load_time: float, hang_batch: int | None) -> None:
         self.n, self.load_time, self.hang_batch = n, load_time, hang_batch
-        self.loaded = 0   # in each worker: the samples it loaded (batches go round-robin)
+        self.loaded = 0  # in each worker: the samples it loaded (batches go round-robin)
 
     def __len__(self) -> int:
         return self.n
@@ -37,7 +38,7 @@ class Tokens(torch.utils.data.Dataset):
             batch = (self.loaded // BATCH) * info.num_workers + info.id
             self.loaded += 1
             if batch == self.hang_batch:
-                threading.Event().wait()   # forever: the main thread waits for this batch
+                threading.Event().wait()  # forever: the main thread waits for this batch
         time.sleep(self.load_time)
         ids = torch.randint(0, 64, (16,), generator=torch.Generator().manual_seed(i))
         return {"input_ids": ids, "labels": ids}
@@ -57,11 +58,23 @@ def main() -> None:
     attempt = int(os.environ.get("TRAINCTL_ATTEMPT", "1"))
     hang = a.hang_step - 1 if a.hang_step and attempt == a.hang_attempt else None
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16,
-                                       bos_token_id=0, eos_token_id=0))
-    args = TrainingArguments(output_dir=a.out, num_train_epochs=a.epochs, per_device_train_batch_size=BATCH,
-                             logging_steps=1, save_steps=a.save_steps, report_to=[], use_cpu=True,
-                             dataloader_num_workers=a.workers, disable_tqdm=True, seed=0)
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            n_layer=1, n_head=2, n_embd=16, vocab_size=64, n_positions=16, bos_token_id=0, eos_token_id=0
+        )
+    )
+    args = TrainingArguments(
+        output_dir=a.out,
+        num_train_epochs=a.epochs,
+        per_device_train_batch_size=BATCH,
+        logging_steps=1,
+        save_steps=a.save_steps,
+        report_to=[],
+        use_cpu=True,
+        dataloader_num_workers=a.workers,
+        disable_tqdm=True,
+        seed=0,
+    )
     trainer = Trainer(model=model, args=args, train_dataset=Tokens(a.items, a.load_time, hang))
     print(f"start attempt={attempt} workers={trainer.args.dataloader_num_workers}", flush=True)
     out = trainer.train()

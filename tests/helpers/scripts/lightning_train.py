@@ -11,6 +11,7 @@ Usage: python lightning_train.py OUT_DIR [options]
   --hang-attempt A  ... only when env TRAINCTL_ATTEMPT == A (default 1)
 Prints "start attempt=A" and "done global_step=G".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -33,9 +34,12 @@ class Samples(Dataset):
         return self.n
 
     def __getitem__(self, i: int):
-        if self.hang_batch is not None and i == (self.hang_batch - 1) * BATCH \
-                and torch.utils.data.get_worker_info() is not None:
-            threading.Event().wait()   # forever: the main thread waits for this batch
+        if (
+            self.hang_batch is not None
+            and i == (self.hang_batch - 1) * BATCH
+            and torch.utils.data.get_worker_info() is not None
+        ):
+            threading.Event().wait()  # forever: the main thread waits for this batch
         time.sleep(self.load_time)
         g = torch.Generator().manual_seed(i)
         return torch.randn(8, generator=g), torch.randn(1, generator=g)
@@ -54,8 +58,9 @@ def main() -> None:
     p.add_argument("--hang-attempt", type=int, default=1)
     a = p.parse_args()
     L = importlib.import_module(a.package)
-    callbacks = importlib.import_module(f"{a.package}.pytorch.callbacks" if a.package == "lightning"
-                                        else f"{a.package}.callbacks")
+    callbacks = importlib.import_module(
+        f"{a.package}.pytorch.callbacks" if a.package == "lightning" else f"{a.package}.callbacks"
+    )
     attempt = int(os.environ.get("TRAINCTL_ATTEMPT", "1"))
     hang = a.hang_batch if attempt == a.hang_attempt else None
 
@@ -75,11 +80,20 @@ def main() -> None:
 
     L.seed_everything(0)
     loader = DataLoader(Samples(a.items, a.load_time, hang), batch_size=BATCH, num_workers=a.workers)
-    ckpt = callbacks.ModelCheckpoint(dirpath=a.out, every_n_train_steps=a.save_steps, save_top_k=-1,
-                                     filename="{epoch}-{step}")
-    trainer = L.Trainer(max_epochs=a.epochs, accelerator="cpu", devices=1, callbacks=[ckpt],
-                        enable_progress_bar=False, enable_model_summary=False, logger=False,
-                        default_root_dir=a.out, log_every_n_steps=1)
+    ckpt = callbacks.ModelCheckpoint(
+        dirpath=a.out, every_n_train_steps=a.save_steps, save_top_k=-1, filename="{epoch}-{step}"
+    )
+    trainer = L.Trainer(
+        max_epochs=a.epochs,
+        accelerator="cpu",
+        devices=1,
+        callbacks=[ckpt],
+        enable_progress_bar=False,
+        enable_model_summary=False,
+        logger=False,
+        default_root_dir=a.out,
+        log_every_n_steps=1,
+    )
     print(f"start attempt={attempt}", flush=True)
     trainer.fit(Tiny(), loader)
     print(f"done global_step={trainer.global_step}", flush=True)

@@ -8,6 +8,7 @@ Usage: python miopen_spin.py [--spin-s S] [--epochs N] [--batches N] [--batch-ti
 Output on stdout (flushed): "start pid=P", the MIOpen warning (one line, as MIOpen prints
 it), then nothing while spinning.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -15,9 +16,11 @@ import os
 import sys
 import time
 
-WARNING = ("MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_18.kdb "
-           "Performance may degrade. Please follow instructions to install: "
-           "https://github.com/ROCmSoftwarePlatform/MIOpen#installing-miopen-kernels-package")
+WARNING = (
+    "MIOpen(HIP): Warning [SQLiteBase] Missing system database file: gfx1030_18.kdb "
+    "Performance may degrade. Please follow instructions to install: "
+    "https://github.com/ROCmSoftwarePlatform/MIOpen#installing-miopen-kernels-package"
+)
 
 
 def main(argv=None) -> int:
@@ -32,7 +35,7 @@ def main(argv=None) -> int:
     end = None if a.spin_s is None else time.monotonic() + a.spin_s
     n = 0
     while end is None or time.monotonic() < end:
-        n += 1                      # busy: ~100% of one core, no output
+        n += 1  # busy: ~100% of one core, no output
     for epoch in range(1, a.epochs + 1):
         for b in range(1, a.batches + 1):
             time.sleep(a.batch_time)

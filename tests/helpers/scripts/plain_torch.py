@@ -3,6 +3,7 @@ sees of its own interpreter (trainctl modules, sys.path, PYTHONPATH)
 and a deterministic training, for a byte-for-byte comparison with and without trainctl.
 
     python plain_torch.py"""
+
 import os
 import sys
 

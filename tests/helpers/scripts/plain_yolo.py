@@ -7,6 +7,7 @@
 ``PLAIN_YOLO_HANG_EPOCH=E`` in the environment, the main thread blocks forever as epoch E
 (1-based) starts, before its first batch (after the validation and save of epoch E-1),
 having written when to $TRAINCTL_RUN_DIR/hang_at."""
+
 import os
 import sys
 import threading
@@ -29,6 +30,17 @@ def _hang_at_epoch_start(trainer) -> None:
 
 if HANG_EPOCH:
     model.add_callback("on_train_epoch_start", _hang_at_epoch_start)
-model.train(data=data, epochs=epochs, imgsz=64, batch=4, nbs=4, device="cpu", workers=2, plots=False,
-            name="plain", exist_ok=True, **where)   # nbs = batch: an optimizer step each batch
+model.train(
+    data=data,
+    epochs=epochs,
+    imgsz=64,
+    batch=4,
+    nbs=4,
+    device="cpu",
+    workers=2,
+    plots=False,
+    name="plain",
+    exist_ok=True,
+    **where,
+)  # nbs = batch: an optimizer step each batch
 print("script: training returned", flush=True)

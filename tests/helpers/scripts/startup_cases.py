@@ -11,6 +11,7 @@ Usage: python startup_cases.py MODE [SECONDS ...]
                    then 5 progress lines, exit 0
   import-error     imports a module that does not exist (ModuleNotFoundError, exit 1)
 """
+
 from __future__ import annotations
 
 import sys
@@ -21,13 +22,14 @@ import time
 def hang() -> None:
     """Block forever; first note when, in $TRAINCTL_RUN_DIR/hang_at (for the test)."""
     import os
+
     run_dir = os.environ.get("TRAINCTL_RUN_DIR")
     if run_dir:
         with open(os.path.join(run_dir, "hang_at"), "w") as f:
             f.write(repr(time.time()))
     lock = threading.Lock()
     lock.acquire()
-    lock.acquire()   # never returns
+    lock.acquire()  # never returns
 
 
 def main() -> int:
@@ -52,8 +54,9 @@ def main() -> int:
         while time.monotonic() < end:
             x += 1
         import tempfile
+
         end = time.monotonic() + io_s
-        with tempfile.TemporaryFile() as cache:   # a dataset cache: written, read back
+        with tempfile.TemporaryFile() as cache:  # a dataset cache: written, read back
             while time.monotonic() < end:
                 cache.write(b"x" * 65536)
                 cache.flush()

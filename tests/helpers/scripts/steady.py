@@ -18,6 +18,7 @@ Output on stdout (flushed): "start pid=P attempt=A resume_epoch=R", then
 "workers pids=P1,P2" when --mp-workers > 0, one "epoch=E/EE batch=B/BB loss=X" per batch,
 "checkpoint epoch=E path=P", "done".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -64,8 +65,9 @@ def main(argv=None) -> int:
     if a.mp_workers > 0:
         ctx = mp.get_context("fork")
         queue = ctx.Queue()
-        procs = [ctx.Process(target=_produce, args=(queue, a.batch_time), daemon=True)
-                 for _ in range(a.mp_workers)]
+        procs = [
+            ctx.Process(target=_produce, args=(queue, a.batch_time), daemon=True) for _ in range(a.mp_workers)
+        ]
         for w in procs:
             w.start()
         print(f"workers pids={','.join(str(w.pid) for w in procs)}", flush=True)

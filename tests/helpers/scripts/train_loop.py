@@ -37,6 +37,7 @@ Output on stdout (flushed): "env OMP_NUM_THREADS=.. TRAINCTL_PRESET=.. TRAINCTL_
 "start pid=P attempt=A workers=W context=C resume_epoch=R",
 one "epoch=E/EE batch=B/BB loss=X" per batch, "checkpoint epoch=E path=P", "done".
 """
+
 from __future__ import annotations
 
 import argparse
@@ -50,9 +51,15 @@ import time
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-
-SEEN_ENV = ("OMP_NUM_THREADS", "TRAINCTL_PRESET", "TRAINCTL_WORKERS", "TRAINCTL_MP_CONTEXT",
-            "TRAINCTL_PERSISTENT_WORKERS", "TRAINCTL_PREFETCH_FACTOR", "TRAINCTL_ATTEMPT")
+SEEN_ENV = (
+    "OMP_NUM_THREADS",
+    "TRAINCTL_PRESET",
+    "TRAINCTL_WORKERS",
+    "TRAINCTL_MP_CONTEXT",
+    "TRAINCTL_PERSISTENT_WORKERS",
+    "TRAINCTL_PREFETCH_FACTOR",
+    "TRAINCTL_ATTEMPT",
+)
 
 
 def _pair(text: str) -> tuple[int, int]:
@@ -68,14 +75,22 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--load-time", type=float, default=0.0)
     p.add_argument("--val-time", type=float, default=0.0)
     p.add_argument("--first-load-time", type=float, default=0.0)
-    p.add_argument("--workers", type=int,
-                   default=int(os.environ.get("TRAIN_WORKERS") or os.environ.get("TRAINCTL_WORKERS") or 2))
-    p.add_argument("--mp-context", default=os.environ.get("TRAIN_MP_CONTEXT")
-                   or os.environ.get("TRAINCTL_MP_CONTEXT") or "fork",
-                   choices=("fork", "spawn", "forkserver"))
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=int(os.environ.get("TRAIN_WORKERS") or os.environ.get("TRAINCTL_WORKERS") or 2),
+    )
+    p.add_argument(
+        "--mp-context",
+        default=os.environ.get("TRAIN_MP_CONTEXT") or os.environ.get("TRAINCTL_MP_CONTEXT") or "fork",
+        choices=("fork", "spawn", "forkserver"),
+    )
     p.add_argument("--hang-at", type=_pair, default=None)
-    p.add_argument("--hang-kind", default="worker",
-                   choices=("worker", "main", "spin", "stop", "worker-exit", "crash", "val"))
+    p.add_argument(
+        "--hang-kind",
+        default="worker",
+        choices=("worker", "main", "spin", "stop", "worker-exit", "crash", "val"),
+    )
     p.add_argument("--hang-attempt", type=int, default=None)
     p.add_argument("--checkpoint", default=None)
     p.add_argument("--resume", default=None)
@@ -107,7 +122,7 @@ class Batches(Dataset):
         if self.hang == (self.epoch, i + 1):
             if self.kind == "worker":
                 note_hang()
-                threading.Event().wait()        # forever
+                threading.Event().wait()  # forever
             elif self.kind == "worker-exit":
                 os._exit(7)
         if self.load_time:
@@ -130,10 +145,10 @@ def slow_save(path: str, epoch: int, seconds: float) -> None:
     with saving():
         print(f"save begin epoch={epoch}", flush=True)
         with open(path, "w", encoding="utf-8") as f:
-            f.write(text[:len(text) // 2])
+            f.write(text[: len(text) // 2])
             f.flush()
             time.sleep(seconds)
-            f.write(text[len(text) // 2:])
+            f.write(text[len(text) // 2 :])
         print(f"save end epoch={epoch}", flush=True)
     report_checkpoint(path, epoch)
     print(f"checkpoint epoch={epoch} path={path}", flush=True)
@@ -149,10 +164,14 @@ def main(argv=None) -> int:
             start_epoch = int(json.load(f)["epoch"]) + 1
     torch.set_num_threads(1)
     print("env " + " ".join(f"{k}={os.environ.get(k) or '-'}" for k in SEEN_ENV), flush=True)
-    print(f"start pid={os.getpid()} attempt={attempt} workers={a.workers} context={a.mp_context} "
-          f"resume_epoch={start_epoch - 1}", flush=True)
-    data = Batches(a.batches, a.load_time, hang if a.hang_kind in ("worker", "worker-exit") else None,
-                   a.hang_kind)
+    print(
+        f"start pid={os.getpid()} attempt={attempt} workers={a.workers} context={a.mp_context} "
+        f"resume_epoch={start_epoch - 1}",
+        flush=True,
+    )
+    data = Batches(
+        a.batches, a.load_time, hang if a.hang_kind in ("worker", "worker-exit") else None, a.hang_kind
+    )
     kw = {"num_workers": a.workers, "batch_size": None}
     if a.workers > 0:
         kw["multiprocessing_context"] = a.mp_context
@@ -189,7 +208,7 @@ def main(argv=None) -> int:
             if hang is not None and a.hang_kind == "val" and hang[0] == epoch:
                 note_hang()
                 threading.Event().wait()
-            end = time.monotonic() + a.val_time   # a validation computes: busy, silent
+            end = time.monotonic() + a.val_time  # a validation computes: busy, silent
             with torch.no_grad():
                 while time.monotonic() < end:
                     model(torch.randn(256, 8))

@@ -16,6 +16,7 @@
   another node giving up or stopped) ends every node; the lead FINISHED ends the others
   once they had :data:`NODE_GRACE_S` to finish themselves.
 """
+
 from __future__ import annotations
 
 import asyncio
@@ -26,43 +27,43 @@ import statistics
 import time
 from collections.abc import Callable
 
-from trainctl.core import events as E
-from trainctl.hosts.slurm import queue as slurm
-from trainctl.store.journal import read_events
-from trainctl.core.recovery import FINAL_STATES, RunState
-from trainctl.hosts.slurm import nodes as slurm_nodes
-from trainctl.hosts.slurm.next_job import gap_step, submit_retrying   # (tests import them here)
 from trainctl.agent.context import RunContext
 from trainctl.agent.plug import AgentPlug, Attempts
+from trainctl.core import events as E
+from trainctl.core.recovery import FINAL_STATES, RunState
+from trainctl.hosts.slurm import nodes as slurm_nodes
+from trainctl.hosts.slurm import queue as slurm
+from trainctl.hosts.slurm.next_job import gap_step, submit_retrying  # (tests import them here)
+from trainctl.store.journal import read_events
 
 WHY_TIMEOUT_S = 10.0
-INFO_RETRY_S, INFO_RETRIES = 15.0, 40   # the job's time limit asked again for 10 min
-NODE_WATCH_S = 2.0     # how often a node reads the other nodes' journals
-NODE_GRACE_S = 30.0    # a node still running this long after the lead FINISHED is stopped
+INFO_RETRY_S, INFO_RETRIES = 15.0, 40  # the job's time limit asked again for 10 min
+NODE_WATCH_S = 2.0  # how often a node reads the other nodes' journals
+NODE_GRACE_S = 30.0  # a node still running this long after the lead FINISHED is stopped
 
 
 class SlurmPart(AgentPlug):
     """The agent's plug (src/trainctl/agent/plug.py) in a Slurm batch job."""
 
     name = "slurm"
-    takes_over_begun = True   # a next job's agent goes on with the run an earlier job began
+    takes_over_begun = True  # a next job's agent goes on with the run an earlier job began
 
     def __init__(self, node: slurm_nodes.NodePlace | None = None) -> None:
-        self.node = node                         # its place in a job of several nodes
+        self.node = node  # its place in a job of several nodes
         self.job_id = os.environ.get("SLURM_JOB_ID") or None
         self._why: asyncio.Future | None = None
         self._warned: asyncio.Future | None = None
-        self.planned_end: float | None = None   # start + time limit, from Slurm at the start
-        self.restarts = 0                        # Slurm's requeue count at the start
-        self.requeued = False                    # Slurm requeues this job: no next job to submit
-        self.preempted = False                   # chosen for preemption: saved, awaiting the requeue
+        self.planned_end: float | None = None  # start + time limit, from Slurm at the start
+        self.restarts = 0  # Slurm's requeue count at the start
+        self.requeued = False  # Slurm requeues this job: no next job to submit
+        self.preempted = False  # chosen for preemption: saved, awaiting the requeue
         self._preempt_watch: asyncio.Task | None = None
-        self._gaps: list[float] = []             # measured gaps between the run's jobs
+        self._gaps: list[float] = []  # measured gaps between the run's jobs
         self._pending_ts: float | None = None
 
     def attach(self, ctx: RunContext, attempts: Attempts) -> None:
         self.ctx, self.attempts = ctx, attempts
-        self.lead_dir = self.node.lead_dir if self.node else ctx.files.dir   # the run's own directory
+        self.lead_dir = self.node.lead_dir if self.node else ctx.files.dir  # the run's own directory
         self.started = ctx.clock()
         self.cfg = dict(ctx.spec.slurm or {})
 
@@ -91,29 +92,38 @@ class SlurmPart(AgentPlug):
             name = signal.Signals(sig).name
         except ValueError:
             name = f"signal {sig}"
-        said = (f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
-                f"this one ({count} of {slurm.AGENT_RESTARTS} in Slurm job {self.job_id})")
-        self.ctx.info(said + ": it adopts the trainer, which went on meanwhile (what killed it? "
-                      "dmesg says when it was the OOM killer)", "slurm.agent_killed")
+        said = (
+            f"the agent before this one (pid {pid}) was killed ({name}); its keeper started "
+            f"this one ({count} of {slurm.AGENT_RESTARTS} in Slurm job {self.job_id})"
+        )
+        self.ctx.info(
+            said + ": it adopts the trainer, which went on meanwhile (what killed it? "
+            "dmesg says when it was the OOM killer)",
+            "slurm.agent_killed",
+        )
         return said
 
     async def describe(self) -> None:
         """An info on where this job runs and its time limit (read from Slurm)."""
         if self.job_id is None:
-            self.ctx.info("started with --slurm outside a Slurm job (no SLURM_JOB_ID): no "
-                          "time-limit warning will come", "slurm.job")
+            self.ctx.info(
+                "started with --slurm outside a Slurm job (no SLURM_JOB_ID): no time-limit warning will come",
+                "slurm.job",
+            )
             return
-        lead = self.node is None or self.node.lead   # a follower node's dir has no slurm.json
-        if lead and self.job_id not in slurm.read_jobs(self.ctx.files.dir):   # submitted by hand
+        lead = self.node is None or self.node.lead  # a follower node's dir has no slurm.json
+        if lead and self.job_id not in slurm.read_jobs(self.ctx.files.dir):  # submitted by hand
             slurm.add_job(self.ctx.files.dir, self.job_id)
-        if self.node is not None:   # the nodes watch each other whatever Slurm says
+        if self.node is not None:  # the nodes watch each other whatever Slurm says
             self._describe_nodes()
         aio = asyncio.get_running_loop()
         try:
             info = await aio.run_in_executor(None, slurm.job_info, self.job_id)
         except slurm.SlurmError as e:
-            self.ctx.info(f"Slurm job {self.job_id}: {e}; asking again every "
-                          f"{INFO_RETRY_S:.0f} s for its time limit", "slurm.job")
+            self.ctx.info(
+                f"Slurm job {self.job_id}: {e}; asking again every {INFO_RETRY_S:.0f} s for its time limit",
+                "slurm.job",
+            )
             asyncio.ensure_future(self._describe_later())
             return
         await self._take_info(info)
@@ -127,8 +137,7 @@ class SlurmPart(AgentPlug):
             if ctx.requests.over:
                 return
             try:
-                info = await asyncio.get_running_loop().run_in_executor(
-                    None, slurm.job_info, self.job_id)
+                info = await asyncio.get_running_loop().run_in_executor(None, slurm.job_info, self.job_id)
             except slurm.SlurmError:
                 continue
             await self._take_info(info)
@@ -140,17 +149,22 @@ class SlurmPart(AgentPlug):
         self.restarts = info.restarts if info else 0
         if info is not None and limit and info.end_ts:
             await self._deadline_in_jobs(info, limit)
-            if self.cfg.get("warn"):   # our own timer too: Slurm's warning may be a tick late
+            if self.cfg.get("warn"):  # our own timer too: Slurm's warning may be a tick late
                 due = max(0.0, info.end_ts - float(self.cfg["warn"]) - self.ctx.clock())
                 asyncio.get_running_loop().call_later(due, self.save_before_the_end)
         if info is not None and info.partition:
             await self._watch_preemption(info.partition)
         warn = self.cfg.get("warn")
-        text = (f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
-                f"{info.partition if info else '?'}): time limit "
-                + (f"{limit // 60} min {limit % 60} s" if limit else "none")
-                + (f"; the trainer is asked to save {warn} s before it, and the run goes on "
-                   "in a next job" if warn and limit else ""))
+        text = (
+            f"Slurm job {self.job_id} on {info.node if info else '?'} (partition "
+            f"{info.partition if info else '?'}): time limit "
+            + (f"{limit // 60} min {limit % 60} s" if limit else "none")
+            + (
+                f"; the trainer is asked to save {warn} s before it, and the run goes on in a next job"
+                if warn and limit
+                else ""
+            )
+        )
         self.ctx.info(text, "slurm.job")
 
     def _describe_nodes(self) -> None:
@@ -161,9 +175,11 @@ class SlurmPart(AgentPlug):
             others = f"node 1 supervises its own in {lead}/node1"
         else:
             others = f"nodes 1-{node.nnodes - 1} supervise theirs in {lead}/node<N>"
-        self.ctx.info(f"node {node.node_rank} of {node.nnodes} ({node.local_addr}): its ranks "
-                      f"here; rendezvous {node.endpoint}, id {node.rdzv_id}; {others}",
-                      "slurm.nodes")
+        self.ctx.info(
+            f"node {node.node_rank} of {node.nnodes} ({node.local_addr}): its ranks "
+            f"here; rendezvous {node.endpoint}, id {node.rdzv_id}; {others}",
+            "slurm.nodes",
+        )
         asyncio.ensure_future(self._watch_nodes())
 
     async def _watch_nodes(self) -> None:
@@ -195,8 +211,7 @@ class SlurmPart(AgentPlug):
         """The other nodes' states written since ``since`` (default: this agent's start):
         the lead's for a node, every node's for the lead."""
         since = self.started if since is None else since
-        dirs = ([(0, self.lead_dir)] if not self.node.lead
-                else slurm_nodes.node_dirs(self.lead_dir))
+        dirs = [(0, self.lead_dir)] if not self.node.lead else slurm_nodes.node_dirs(self.lead_dir)
         out = {}
         for rank, path in dirs:
             last = slurm_nodes.last_state(path)
@@ -209,8 +224,7 @@ class SlurmPart(AgentPlug):
         goes on while the lead's run does: the lead's state then, else None."""
         if self.node is None or self.node.lead:
             return None
-        last = await asyncio.get_running_loop().run_in_executor(
-            None, slurm_nodes.last_state, self.lead_dir)
+        last = await asyncio.get_running_loop().run_in_executor(None, slurm_nodes.last_state, self.lead_dir)
         return last[0] if last is not None and last[0] not in FINAL_STATES else None
 
     async def _deadline_in_jobs(self, info: slurm.JobInfo, limit: int) -> None:
@@ -230,6 +244,7 @@ class SlurmPart(AgentPlug):
             except OSError:
                 pass
             return gaps, pending
+
         gaps, self._pending_ts = await asyncio.get_running_loop().run_in_executor(None, gaps_so_far)
         self._gaps = gaps + self._gaps
         proj = self.ctx.projector
@@ -237,7 +252,7 @@ class SlurmPart(AgentPlug):
         proj.job_span_s = max(1.0, limit - warn)
         proj.job_gap_s = statistics.median(self._gaps) if self._gaps else (info.queued_s or 0.0)
         proj.job_gap_measured = bool(self._gaps)
-        self.ctx.bus.on_journaled.append(self._gap_on)   # this job's first batch closes a gap
+        self.ctx.bus.on_journaled.append(self._gap_on)  # this job's first batch closes a gap
 
     def _gap_on(self, ev: E.Event) -> None:
         """A gap between jobs: from a PENDING state to the next job's first progress."""
@@ -248,10 +263,15 @@ class SlurmPart(AgentPlug):
             self.ctx.projector.job_gap_measured = True
 
     def _say_retry(self, tries: int, error: str, wait: float) -> None:
-        end = (time.strftime(" (the job ends at %H:%M:%S)", time.localtime(self.planned_end))
-               if self.planned_end else "")
-        self.ctx.info(f"sbatch of the run's next job, try {tries}: {error}; trying again in "
-                      f"{wait:.0f} s{end}", "slurm.submit_retry")
+        end = (
+            time.strftime(" (the job ends at %H:%M:%S)", time.localtime(self.planned_end))
+            if self.planned_end
+            else ""
+        )
+        self.ctx.info(
+            f"sbatch of the run's next job, try {tries}: {error}; trying again in {wait:.0f} s{end}",
+            "slurm.submit_retry",
+        )
 
     # ------------------------------------------------------------------ preemption
     async def _watch_preemption(self, partition: str) -> None:
@@ -259,8 +279,7 @@ class SlurmPart(AgentPlug):
         chooses it (SIGTERM comes at the grace's end, to every process at once), so the
         agent looks every third of the grace (2 to 30 s) whether the job was chosen."""
         try:
-            grace = await asyncio.get_running_loop().run_in_executor(
-                None, slurm.grace_time_s, partition)
+            grace = await asyncio.get_running_loop().run_in_executor(None, slurm.grace_time_s, partition)
         except slurm.SlurmError:
             return
         if grace > 0:
@@ -277,9 +296,12 @@ class SlurmPart(AgentPlug):
             self.preempted = True
             end = info.end_ts or info.preempt_ts + grace
             at = time.strftime("%H:%M:%S", time.localtime(end))
-            ctx.info(f"Slurm preempts job {self.job_id} (its partition's grace time: {grace} s, "
-                     f"until {at}): saving now; Slurm requeues the job and the run goes on there "
-                     "from this save", "slurm.preempted")
+            ctx.info(
+                f"Slurm preempts job {self.job_id} (its partition's grace time: {grace} s, "
+                f"until {at}): saving now; Slurm requeues the job and the run goes on there "
+                "from this save",
+                "slurm.preempted",
+            )
             ctx.requests.suspend()
             return
 
@@ -306,8 +328,10 @@ class SlurmPart(AgentPlug):
         ctx = self.ctx
         if ctx.requests.over:
             return
-        ctx.info(f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in "
-                 "a next job", "slurm.time_limit")
+        ctx.info(
+            f"Slurm job {self.job_id}'s time limit is near: saving, then the run goes on in a next job",
+            "slurm.time_limit",
+        )
         ctx.requests.suspend()
 
     async def _save_near_the_end(self) -> None:
@@ -317,18 +341,27 @@ class SlurmPart(AgentPlug):
         ctx = self.ctx
         warn = float(self.cfg.get("warn") or 0)
         try:
-            info = await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-                None, slurm.job_info, self.job_id), WHY_TIMEOUT_S) if self.job_id else None
-        except (asyncio.TimeoutError, slurm.SlurmError):
+            info = (
+                await asyncio.wait_for(
+                    asyncio.get_running_loop().run_in_executor(None, slurm.job_info, self.job_id),
+                    WHY_TIMEOUT_S,
+                )
+                if self.job_id
+                else None
+            )
+        except (TimeoutError, slurm.SlurmError):
             info = None
-        if info is not None and info.preempt_ts is not None:   # preempt_send_user_signal
-            self.preempted = True   # Slurm requeues it: no next job, the save at once
+        if info is not None and info.preempt_ts is not None:  # preempt_send_user_signal
+            self.preempted = True  # Slurm requeues it: no next job, the save at once
             info = None
         wait = (info.end_ts - warn - ctx.clock()) if info and info.end_ts else 0.0
         if wait > 1:
             at = time.strftime("%H:%M:%S", time.localtime(ctx.clock() + wait))
-            ctx.info(f"Slurm's time-limit warning for job {self.job_id} came {wait:.0f} s early "
-                     f"(its timer ticks every 30 s): the save is asked at {at}", "slurm.time_limit")
+            ctx.info(
+                f"Slurm's time-limit warning for job {self.job_id} came {wait:.0f} s early "
+                f"(its timer ticks every 30 s): the save is asked at {at}",
+                "slurm.time_limit",
+            )
             stop = asyncio.ensure_future(ctx.requests.stop_requested.wait())
             await asyncio.wait({stop}, timeout=wait)
             stop.cancel()
@@ -345,15 +378,16 @@ class SlurmPart(AgentPlug):
         if self.job_id is None:
             return None
         try:
-            return await asyncio.wait_for(asyncio.get_running_loop().run_in_executor(
-                None, slurm.job_info, self.job_id), WHY_TIMEOUT_S)
-        except (asyncio.TimeoutError, slurm.SlurmError):
+            return await asyncio.wait_for(
+                asyncio.get_running_loop().run_in_executor(None, slurm.job_info, self.job_id), WHY_TIMEOUT_S
+            )
+        except (TimeoutError, slurm.SlurmError):
             return None
 
     async def _find_why(self) -> None:
         ctx = self.ctx
         info = await self._ask()
-        for _ in range(4):   # a requeue shows COMPLETING for a moment, then PENDING
+        for _ in range(4):  # a requeue shows COMPLETING for a moment, then PENDING
             if info is None or info.state.split()[0] != "COMPLETING" or info.restarts > self.restarts:
                 break
             await asyncio.sleep(0.5)
@@ -361,11 +395,20 @@ class SlurmPart(AgentPlug):
         state = info.state.split()[0] if info else "?"
         if info is None and self.node is not None and not self.node.lead:
             state = await self._lead_says(ctx.clock())
-        if state == "REQUEUED" or info is not None and (info.restarts > self.restarts or state in (
-                "PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "NODE_FAIL")):
-            ctx.info(f"Slurm requeues job {self.job_id} (a preemption, a node failure or `scontrol "
-                     "requeue`): the run goes on when it starts again, from its last good "
-                     "checkpoint", "slurm.requeued")
+        if (
+            state == "REQUEUED"
+            or info is not None
+            and (
+                info.restarts > self.restarts
+                or state in ("PENDING", "REQUEUED", "REQUEUE_FED", "REQUEUE_HOLD", "PREEMPTED", "NODE_FAIL")
+            )
+        ):
+            ctx.info(
+                f"Slurm requeues job {self.job_id} (a preemption, a node failure or `scontrol "
+                "requeue`): the run goes on when it starts again, from its last good "
+                "checkpoint",
+                "slurm.requeued",
+            )
             self.requeued = True
             ctx.requests.ends_suspended()
             return
@@ -375,20 +418,24 @@ class SlurmPart(AgentPlug):
             past = self.planned_end is not None and ctx.clock() >= self.planned_end - 5
             state = "TIMEOUT" if past else "CANCELLED"
         if state in ("TIMEOUT", "DEADLINE") and not ctx.requests.stop_requested.is_set():
-            ctx.info(f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
-                     "next job from its last good checkpoint", "slurm.ended")
+            ctx.info(
+                f"Slurm ends job {self.job_id} ({state}) before a save: the run goes on in a "
+                "next job from its last good checkpoint",
+                "slurm.ended",
+            )
             ctx.requests.ends_suspended()
             return
         if self.job_id and slurm.cancel_was_ours(self.lead_dir, self.job_id):
             reason = f"stopped by the user (Slurm job {self.job_id} cancelled by trainctl)"
         elif state == "CANCELLED":
-            reason = (f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
-                      "someone else, or an administrator)")
-        elif state in FINAL_STATES:   # a node's: the lead's end, which Slurm did not say
+            reason = (
+                f"Slurm job {self.job_id} was cancelled outside trainctl (scancel by "
+                "someone else, or an administrator)"
+            )
+        elif state in FINAL_STATES:  # a node's: the lead's end, which Slurm did not say
             reason = f"Slurm ends job {self.job_id}; its lead (node 0) ended {state}"
         else:
-            reason = (f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); "
-                      "stopped")
+            reason = f"the agent got SIGTERM (Slurm job {self.job_id} is {state}); stopped"
         ctx.info(reason, "slurm.cancelled" if state == "CANCELLED" else "slurm.ended")
         ctx.requests.ends_stopped(reason)
 
@@ -417,36 +464,49 @@ class SlurmPart(AgentPlug):
         ctx.save_detector_state()
         if self.preempted and not self.requeued:
             await self._await_requeue()
-            if ctx.requests.stop_requested.is_set():   # cancelled instead (PreemptMode=CANCEL, scancel)
+            if ctx.requests.stop_requested.is_set():  # cancelled instead (PreemptMode=CANCEL, scancel)
                 return self.attempts.stopped(ctx.requests.stop_reason or "stopped")
-        if self.requeued:   # the same job starts again: nothing to submit
-            ctx.set_state(RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on "
-                                            "when it starts again")
+        if self.requeued:  # the same job starts again: nothing to submit
+            ctx.set_state(
+                RunState.PENDING, f"Slurm job {self.job_id} is requeued; the run goes on when it starts again"
+            )
             return 0
-        if self.node is not None and not self.node.lead:   # the lead submits it, for every node
-            ctx.set_state(RunState.PENDING, f"node {self.node.node_rank} saved; the lead (node 0) "
-                                            "submits the next Slurm job, where this node goes on")
+        if self.node is not None and not self.node.lead:  # the lead submits it, for every node
+            ctx.set_state(
+                RunState.PENDING,
+                f"node {self.node.node_rank} saved; the lead (node 0) "
+                "submits the next Slurm job, where this node goes on",
+            )
             return 0
         name = slurm.job_name(ctx.spec.job_name)
-        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn"),
-                                 dependency=self.job_id)
+        argv = slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn"), dependency=self.job_id)
         try:
             next_id = await submit_retrying(
-                argv, ctx.clock, self.planned_end, self._say_retry,
+                argv,
+                ctx.clock,
+                self.planned_end,
+                self._say_retry,
                 gave_up=lambda: self._why is not None,
-                queued=(lambda: slurm.queued_after(self.job_id, name)) if self.job_id else None)
+                queued=(lambda: slurm.queued_after(self.job_id, name)) if self.job_id else None,
+            )
         except slurm.SlurmUnreachable as e:
             by_hand = shlex.join(slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn")))
-            ctx.set_state(RunState.PENDING, (
-                f"no next Slurm job: {e}, until job {self.job_id} ended; nothing is lost (the run "
-                f"goes on from its last good checkpoint): submit its next job with `{by_hand}`"))
+            ctx.set_state(
+                RunState.PENDING,
+                (
+                    f"no next Slurm job: {e}, until job {self.job_id} ended; nothing is lost (the run "
+                    f"goes on from its last good checkpoint): submit its next job with `{by_hand}`"
+                ),
+            )
             return 0
         except slurm.SlurmError as e:
             ctx.set_state(RunState.FAILED, f"could not submit the run's next Slurm job: {e}")
             return 1
         slurm.add_job(ctx.files.dir, next_id)
-        ctx.info(f"submitted Slurm job {next_id} (after job {self.job_id}): it goes on from the "
-                 f"last good checkpoint", "slurm.next")
+        ctx.info(
+            f"submitted Slurm job {next_id} (after job {self.job_id}): it goes on from the "
+            f"last good checkpoint",
+            "slurm.next",
+        )
         ctx.set_state(RunState.PENDING, f"Slurm job {next_id} is queued; the run goes on there")
         return 0
-

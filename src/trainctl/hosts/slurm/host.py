@@ -3,13 +3,14 @@
 here (shared storage): its runs are listed with this machine's (hosts/local.py); a client
 reaches its agent through the socket, or over ssh to its node (hosts/where.py), and reads
 the journal here once Slurm says the agent's job has left its node."""
+
 from __future__ import annotations
 
 import shlex
 from pathlib import Path
 
-from trainctl.hosts.base import Launched, LaunchRequest
 from trainctl.core.usage import UsageError
+from trainctl.hosts.base import Launched, LaunchRequest
 from trainctl.hosts.slurm import queue as slurm
 
 
@@ -45,11 +46,12 @@ def queued_slurm_runs() -> list[Path]:
 class SlurmHost:
     """Runs as Slurm jobs, from this machine (the cluster's login node)."""
 
-    where = "local"   # their run directories are this machine's (shared storage)
+    where = "local"  # their run directories are this machine's (shared storage)
 
     def launch(self, request: LaunchRequest) -> Launched:
         """Prepare the run here (the CLI's spec builder), submit its first job."""
         from trainctl.hosts.slurm.jobs import submit_run
+
         if request.prepare is None:
             raise UsageError("a Slurm run is prepared on this machine: no spec builder given")
         run_dir, spec, created = request.prepare()
@@ -59,22 +61,26 @@ class SlurmHost:
     def client_factory(self, run_dir: str):
         from trainctl.client.connection import AgentClient
         from trainctl.hosts.where import transport_for
+
         return lambda: AgentClient(transport_for(run_dir, job_gone))
 
     def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:
-        return []   # listed with this machine's runs (hosts/local.py), their directories here
+        return []  # listed with this machine's runs (hosts/local.py), their directories here
 
     def waits_in_queue(self, run_dir: str) -> bool:
         from trainctl.hosts.slurm.jobs import is_slurm_run
+
         return is_slurm_run(Path(run_dir))
 
     def cancel_waiting(self, run_dir: str) -> str:
         from trainctl.hosts.slurm.jobs import cancel_waiting_job
+
         return cancel_waiting_job(Path(run_dir))
 
     def between_agents(self, run_dir: str, say):
         """Wait while the run's current job is queued or starting (hosts/slurm/jobs.py)."""
         from trainctl.hosts.slurm.jobs import BetweenJobs
+
         return BetweenJobs(Path(run_dir), say)
 
     def url(self, run_dir: str) -> str:
@@ -94,6 +100,7 @@ def claim(target: str) -> SlurmHost | None:
         return None
     from trainctl.hosts.where import agent_info
     from trainctl.store.paths import UnsafePathError, trusted_run_dir
+
     try:
         trusted_run_dir(target)
     except (UnsafePathError, OSError, ValueError):

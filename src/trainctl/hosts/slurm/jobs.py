@@ -2,6 +2,7 @@
 and goes on in a next job at each time limit.  Here: submit the first job, a run's jobs and
 nodes as status shows them, stop a run whose job waits.  Following the run across its jobs
 (PENDING with squeue's reason between them) is the CLI's, src/trainctl/cli/slurm.py."""
+
 from __future__ import annotations
 
 import asyncio
@@ -14,6 +15,7 @@ from trainctl.core.usage import UsageError
 
 def is_slurm_run(run_dir: Path) -> bool:
     from trainctl.hosts.slurm.queue import read_jobs
+
     return bool(read_jobs(run_dir))
 
 
@@ -22,8 +24,10 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
     (bad partition, time over the limit, no such gres) or an unreachable slurmctld is a
     UsageError of one line; a run directory made for it is removed."""
     import shutil
+
     from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.paths import RunFiles
+
     cfg = dict(spec.slurm or {})
     try:
         limit = slurm.time_limit_s(cfg)
@@ -31,15 +35,15 @@ def submit_run(args, run_dir: Path, spec, created: bool) -> str:
         spec.slurm = cfg
         spec.save(RunFiles(run_dir).spec)
         slurm.write_batch_script(run_dir, cfg.get("setup", ""), cfg.get("nodes", 1))
-        job_id = slurm.submit(slurm.sbatch_argv(cfg, run_dir, slurm.job_name(spec.job_name),
-                                                cfg["warn"]))
+        job_id = slurm.submit(slurm.sbatch_argv(cfg, run_dir, slurm.job_name(spec.job_name), cfg["warn"]))
     except (slurm.SlurmError, ValueError) as e:
-        if created and not RunFiles(run_dir).events.exists():   # made for this run: no trace
+        if created and not RunFiles(run_dir).events.exists():  # made for this run: no trace
             shutil.rmtree(run_dir, ignore_errors=True)
         raise UsageError(str(e)) from None
     slurm.add_job(run_dir, job_id)
     from trainctl.store.journal import Journal
-    Journal(RunFiles(run_dir).events).close()   # empty until the agent begins: readers find it
+
+    Journal(RunFiles(run_dir).events).close()  # empty until the agent begins: readers find it
     return job_id
 
 
@@ -48,6 +52,7 @@ def _agent_began_in(run_dir: Path, job: str) -> bool:
     is there): it may still run, on a node this machine cannot reach or see the lock of."""
     from trainctl.hosts.where import agent_info
     from trainctl.store.paths import RunFiles
+
     return RunFiles(run_dir).sock.exists() and agent_info(run_dir).get("slurm_job") == job
 
 
@@ -61,6 +66,7 @@ class BetweenJobs:
 
     async def __call__(self, hello: dict) -> bool:
         from trainctl.hosts.slurm import queue as slurm
+
         job = slurm.current_job(self.run_dir)
         if job is None:
             return False
@@ -73,13 +79,17 @@ class BetweenJobs:
             reason = f" ({info.reason})" if info.reason and info.reason != "None" else ""
             self._say(f"Slurm job {job} {info.state}{reason}")
             return True
-        if run_ended(self.run_dir):   # the agent's last events came after our look
+        if run_ended(self.run_dir):  # the agent's last events came after our look
             return True
         state = info.state if info else "gone from the queue"
-        ended = (f"cancelled outside trainctl (scancel by someone else?)" if state.startswith("CANCELLED")
-                 else f"ended ({state})")
-        self.say(f"Slurm job {job} {ended} before its agent went on with the run; the run is "
-                 f"{hello.get('state')}")
+        ended = (
+            "cancelled outside trainctl (scancel by someone else?)"
+            if state.startswith("CANCELLED")
+            else f"ended ({state})"
+        )
+        self.say(
+            f"Slurm job {job} {ended} before its agent went on with the run; the run is {hello.get('state')}"
+        )
         return False
 
     def _say(self, text: str) -> None:
@@ -91,12 +101,14 @@ class BetweenJobs:
 def run_ended(run_dir: Path) -> bool:
     from trainctl.client.connection import offline_hello
     from trainctl.core.recovery import FINAL_STATES
+
     return offline_hello(run_dir).get("state") in FINAL_STATES
 
 
 def slurm_status(run_dir: Path) -> dict | None:
     """{"job", "jobs", "state", "reason"} of a Slurm run's current job; None for other runs."""
     from trainctl.hosts.slurm import queue as slurm
+
     jobs = slurm.read_jobs(run_dir)
     if not jobs:
         return None
@@ -107,8 +119,13 @@ def slurm_status(run_dir: Path) -> dict | None:
         out["error"] = str(e)
         return out
     if info is not None:
-        out.update(state=info.state, reason=info.reason, partition=info.partition, node=info.node,
-                   time_limit_s=info.time_limit_s)
+        out.update(
+            state=info.state,
+            reason=info.reason,
+            partition=info.partition,
+            node=info.node,
+            time_limit_s=info.time_limit_s,
+        )
     return out
 
 
@@ -120,13 +137,21 @@ def node_status(run_dir: Path) -> list[dict]:
     from trainctl.agent.handlers import rank_status
     from trainctl.client.connection import offline_hello, offline_view
     from trainctl.hosts.slurm.nodes import node_dirs
+
     out = []
     for rank, path in node_dirs(run_dir):
         covered = offline_view(path)
         hello, view = offline_hello(path, covered), covered.view
-        out.append({"node": rank, "run_dir": str(path), "state": hello.get("state"),
-                    "attempt": hello.get("attempt"), "live": agent_running(path),
-                    "ranks": rank_status(view.rank_rows(), view.stuck_ranks) if view.ranks else {}})
+        out.append(
+            {
+                "node": rank,
+                "run_dir": str(path),
+                "state": hello.get("state"),
+                "attempt": hello.get("attempt"),
+                "live": agent_running(path),
+                "ranks": rank_status(view.rank_rows(), view.stuck_ranks) if view.ranks else {},
+            }
+        )
     return out
 
 
@@ -136,20 +161,21 @@ def cancel_waiting_job(run_dir: Path) -> str:
     agent, if one runs, ends the run STOPPED by the user) and, where no agent of the job
     began, end the run STOPPED in its journal (and its other nodes').  Blocks up to 30 s for the job to
     leave; its id.  UsageError (one line) when no job of the run waits or scancel fails."""
-    from trainctl.core import events as E
-    from trainctl.hosts.slurm import queue as slurm
     from trainctl.agent.adopt import agent_running
+    from trainctl.core import events as E
+    from trainctl.core.recovery import RunState
+    from trainctl.hosts.slurm import queue as slurm
     from trainctl.store.journal import Journal
     from trainctl.store.paths import RunFiles
-    from trainctl.core.recovery import RunState
+
     job = slurm.current_job(run_dir)
     if job is None or run_ended(run_dir):
         raise UsageError(f"{run_dir}: no Slurm job of this run is waiting")
-    try:   # running: its agents (reached or not from here) say STOPPED themselves
+    try:  # running: its agents (reached or not from here) say STOPPED themselves
         before = slurm.job_info(job)
         running = before is not None and before.state.split()[0] in ("RUNNING", "COMPLETING")
     except slurm.SlurmError:
-        running = True   # Slurm does not say: a journal that may have a writer is left to it
+        running = True  # Slurm does not say: a journal that may have a writer is left to it
     slurm.mark_cancel(run_dir, job)
     try:
         slurm.cancel(job)
@@ -165,13 +191,19 @@ def cancel_waiting_job(run_dir: Path) -> str:
             break
         time.sleep(0.3)
     from trainctl.hosts.slurm.nodes import node_dirs
-    for path in [run_dir, *(p for _, p in node_dirs(run_dir))]:   # and a job's other nodes
+
+    for path in [run_dir, *(p for _, p in node_dirs(run_dir))]:  # and a job's other nodes
         if run_ended(path) or (running and _agent_began_in(path, job)):
-            continue   # its agent says STOPPED itself: a journal has one writer
+            continue  # its agent says STOPPED itself: a journal has one writer
         journal = Journal(RunFiles(path).events)
         try:
-            journal.append(E.State(time.time(), RunState.STOPPED.value,
-                                   f"stopped by the user: Slurm job {job} cancelled before it ran"))
+            journal.append(
+                E.State(
+                    time.time(),
+                    RunState.STOPPED.value,
+                    f"stopped by the user: Slurm job {job} cancelled before it ran",
+                )
+            )
         finally:
             journal.close()
     return job

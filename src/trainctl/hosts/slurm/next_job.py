@@ -1,6 +1,7 @@
 """The run's next Slurm job, as the agent's Slurm part (src/trainctl/hosts/slurm/agent_part.py)
 submits it: sbatch tried again while slurmctld does not answer, and the gaps measured
 between a run's jobs (what the projection counts between two jobs' work)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -19,9 +20,18 @@ def gap_step(ev: E.Event, pending: float | None) -> tuple[float | None, float | 
     return None, pending
 
 
-async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gave_up=lambda: False,
-                          submit=slurm.submit, sleep=asyncio.sleep, queued=None,
-                          cancel=slurm.cancel) -> str:
+async def submit_retrying(
+    argv: list[str],
+    clock,
+    end: float | None,
+    say,
+    *,
+    gave_up=lambda: False,
+    submit=slurm.submit,
+    sleep=asyncio.sleep,
+    queued=None,
+    cancel=slurm.cancel,
+) -> str:
     """sbatch, tried again (bounded, with backoff: ``slurm.submit_retry_wait``) while
     slurmctld does not answer, each failure said (``say(tries, error, wait)``).  The job id;
     SlurmUnreachable once no try is left (the job's end is near, or ``gave_up()``: Slurm
@@ -42,19 +52,21 @@ async def submit_retrying(argv: list[str], clock, end: float | None, say, *, gav
         tries += 1
         found = await already() if tries > 1 else []
         try:
-            new = found[0] if found else await aio.run_in_executor(
-                None, submit, argv, slurm.submit_timeout(clock(), end))
+            new = (
+                found[0]
+                if found
+                else await aio.run_in_executor(None, submit, argv, slurm.submit_timeout(clock(), end))
+            )
         except slurm.SlurmUnreachable as e:
             wait = slurm.submit_retry_wait(tries, clock(), end)
             if wait is None or gave_up():
-                raise slurm.SlurmUnreachable(f"slurmctld did not answer {tries} sbatch tries "
-                                             f"({e})") from None
+                raise slurm.SlurmUnreachable(f"slurmctld did not answer {tries} sbatch tries ({e})") from None
             say(tries, str(e), wait)
             await sleep(wait)
             continue
         if tries == 1:
             return new
-        ids = sorted(set(await already()) | {new}, key=int)   # one next job: the first
+        ids = sorted(set(await already()) | {new}, key=int)  # one next job: the first
         for extra in ids[1:]:
             try:
                 await aio.run_in_executor(None, cancel, extra)

@@ -14,6 +14,7 @@ lead's, ``<run_dir>/node<N>`` (job name ``JOB-node<N>``: its own locks and socke
 one in every job of the run.  The nodes learn of each other's end through each other's
 journals (:func:`last_state`), on the storage they share.
 """
+
 from __future__ import annotations
 
 import os
@@ -37,9 +38,9 @@ class NodePlace:
     node_rank: int
     nnodes: int
     job_id: str
-    endpoint: str        # HOST:PORT of the rendezvous, on the allocation's first node
-    local_addr: str      # this node's address (its NodeAddr)
-    lead_dir: Path       # the run directory (node 0's)
+    endpoint: str  # HOST:PORT of the rendezvous, on the allocation's first node
+    local_addr: str  # this node's address (its NodeAddr)
+    lead_dir: Path  # the run directory (node 0's)
 
     @property
     def lead(self) -> bool:
@@ -107,8 +108,10 @@ def place(lead_dir: Path, env: dict[str, str] | None = None) -> NodePlace | None
     job_id = env.get("SLURM_JOB_ID", "")
     rank, port = env.get("SLURM_NODEID", ""), env.get(PORT_ENV, "")
     if not rank.isdigit() or not port.isdigit() or not job_id:
-        raise slurm.SlurmError(f"a job of {nnodes} nodes needs SLURM_JOB_ID, SLURM_NODEID and "
-                               f"{PORT_ENV} (set by the run's batch script, under its srun)")
+        raise slurm.SlurmError(
+            f"a job of {nnodes} nodes needs SLURM_JOB_ID, SLURM_NODEID and "
+            f"{PORT_ENV} (set by the run's batch script, under its srun)"
+        )
     first = first_host(_scontrol("show", "hostnames", env.get("SLURM_JOB_NODELIST", "")))
     here = env.get("SLURMD_NODENAME") or first
     first_addr = node_addr(_scontrol("-o", "show", "node", first), first)
@@ -140,6 +143,7 @@ def last_state(run_dir: Path) -> tuple[str, float] | None:
     """The last state in a run's journal and when it was written, read from its end (a
     node's agent asks every few seconds: never the whole journal); None without one."""
     import json
+
     try:
         with open(Path(run_dir) / "events.jsonl", "rb") as f:
             f.seek(0, os.SEEK_END)

@@ -6,6 +6,7 @@ The run directory keeps ``slurm.json``: the run's jobs in order (``{"jobs": [id,
 the last one the current), written by whoever submits (`trainctl run`, then each job's
 agent for the next one), so any reader finds the job from the run directory alone.
 """
+
 from __future__ import annotations
 
 import json
@@ -22,15 +23,26 @@ from trainctl.config.slurm import slurm_time_s
 from trainctl.store.paths import read_private, write_private
 
 BATCH_SCRIPT = "slurm-job.sh"
-AGENT_SCRIPT = "slurm-agent.sh"   # a node's agent, kept going (keeper_script)
-AGENT_RESTARTS = 5                # agents killed in a job that its keeper starts again
-RESTARTED_ENV = "TRAINCTL_AGENT_RESTARTED"   # "N:SIGNAL:PID": the agent before this one was killed
+AGENT_SCRIPT = "slurm-agent.sh"  # a node's agent, kept going (keeper_script)
+AGENT_RESTARTS = 5  # agents killed in a job that its keeper starts again
+RESTARTED_ENV = "TRAINCTL_AGENT_RESTARTED"  # "N:SIGNAL:PID": the agent before this one was killed
 JOBS_FILE = "slurm.json"
-PORT_ENV = "TRAINCTL_RDZV_PORT"   # a job of several nodes: its rendezvous port (the batch script's)
+PORT_ENV = "TRAINCTL_RDZV_PORT"  # a job of several nodes: its rendezvous port (the batch script's)
 QUERY_TIMEOUT_S = 20.0
 #: Job states that end a job (squeue/scontrol names).
-ENDED = ("COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "PREEMPTED", "BOOT_FAIL",
-         "DEADLINE", "OUT_OF_MEMORY", "SPECIAL_EXIT", "REVOKED")
+ENDED = (
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+    "SPECIAL_EXIT",
+    "REVOKED",
+)
 
 
 class SlurmError(Exception):
@@ -44,14 +56,14 @@ class SlurmUnreachable(SlurmError):
 @dataclass(frozen=True)
 class JobInfo:
     job_id: str
-    state: str            # PENDING, RUNNING, COMPLETING, CANCELLED, TIMEOUT, ...
-    reason: str = ""      # squeue's reason: Priority, Resources, Dependency, None, ...
+    state: str  # PENDING, RUNNING, COMPLETING, CANCELLED, TIMEOUT, ...
+    reason: str = ""  # squeue's reason: Priority, Resources, Dependency, None, ...
     time_limit_s: int | None = None
     partition: str = ""
     node: str = ""
-    end_ts: float | None = None   # when Slurm will end it (its time limit), unix seconds
-    restarts: int = 0             # times Slurm requeued it (node failure, preemption, requeue)
-    queued_s: float | None = None # how long it waited in the queue (start - submit)
+    end_ts: float | None = None  # when Slurm will end it (its time limit), unix seconds
+    restarts: int = 0  # times Slurm requeued it (node failure, preemption, requeue)
+    queued_s: float | None = None  # how long it waited in the queue (start - submit)
     preempt_ts: float | None = None  # when Slurm chose it for preemption (its grace runs)
 
     @property
@@ -62,35 +74,49 @@ class JobInfo:
 def _env() -> dict[str, str]:
     """Our environment without the SLURM_*/SBATCH_* variables of an enclosing job (a job's
     agent submits the next job: its own job's settings must not leak in), SLURM_CONF kept."""
-    return {k: v for k, v in os.environ.items()
-            if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) or k == "SLURM_CONF"}
+    return {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("SLURM_", "SBATCH_", "SALLOC_", "SRUN_")) or k == "SLURM_CONF"
+    }
 
 
 def configured() -> bool:
     """Slurm's commands are here and a slurm.conf for them (SLURM_CONF, or the usual
     places): without one they retry for a minute before failing."""
     import shutil
+
     conf = os.environ.get("SLURM_CONF")
     return bool(shutil.which("squeue")) and any(
-        Path(p).is_file() for p in ([conf] if conf else ["/etc/slurm/slurm.conf",
-                                                           "/etc/slurm-llnl/slurm.conf"]))
+        Path(p).is_file()
+        for p in ([conf] if conf else ["/etc/slurm/slurm.conf", "/etc/slurm-llnl/slurm.conf"])
+    )
 
 
 def _run(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
-        return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=_env(),
-                              stdin=subprocess.DEVNULL)
+        return subprocess.run(
+            argv, capture_output=True, text=True, timeout=timeout, env=_env(), stdin=subprocess.DEVNULL
+        )
     except FileNotFoundError:
-        raise SlurmUnreachable(f"{argv[0]} not found: Slurm's commands are not installed here "
-                               "(run trainctl on the cluster's login node)") from None
+        raise SlurmUnreachable(
+            f"{argv[0]} not found: Slurm's commands are not installed here "
+            "(run trainctl on the cluster's login node)"
+        ) from None
     except subprocess.TimeoutExpired:
-        raise SlurmUnreachable(f"{argv[0]} did not answer within {timeout:g} s: slurmctld is "
-                               "unreachable or overloaded") from None
+        raise SlurmUnreachable(
+            f"{argv[0]} did not answer within {timeout:g} s: slurmctld is unreachable or overloaded"
+        ) from None
 
 
-_UNREACHABLE = ("unable to contact slurm controller", "connection refused", "unable to process "
-                "configuration file", "could not establish a configuration source",
-                "socket timed out", "zero bytes were transmitted")
+_UNREACHABLE = (
+    "unable to contact slurm controller",
+    "connection refused",
+    "unable to process configuration file",
+    "could not establish a configuration source",
+    "socket timed out",
+    "zero bytes were transmitted",
+)
 
 
 def _why(r: subprocess.CompletedProcess, what: str) -> SlurmError:
@@ -113,14 +139,21 @@ def job_name(run_job: str) -> str:
     return f"trainctl-{run_job}"
 
 
-def sbatch_argv(cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int | None,
-                dependency: str | None = None) -> list[str]:
+def sbatch_argv(
+    cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int | None, dependency: str | None = None
+) -> list[str]:
     """The sbatch command for a run's batch job: the job's ``[slurm]`` options, then
     trainctl's own: a job name to find it by, the agent's output in the run directory, the
     warning signal before the time limit, and the dependency on the job before."""
-    argv = ["sbatch", "--parsable", f"--job-name={job_name}",
-            f"--output={run_dir}/slurm-%j.out", "--open-mode=append", f"--chdir={run_dir}",
-            "--requeue"]
+    argv = [
+        "sbatch",
+        "--parsable",
+        f"--job-name={job_name}",
+        f"--output={run_dir}/slurm-%j.out",
+        "--open-mode=append",
+        f"--chdir={run_dir}",
+        "--requeue",
+    ]
     if warn_s and int(cfg.get("nodes") or 1) <= 1:
         # not for several nodes: the batch shell is srun there, which passes a signal on to
         # every process of its step, trainers included (SIGUSR1 ends torchrun); each node's
@@ -128,9 +161,15 @@ def sbatch_argv(cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int |
         argv.append(f"--signal=B:USR1@{warn_s}")
     if dependency:
         argv += [f"--dependency=afterany:{dependency}", "--kill-on-invalid-dep=yes"]
-    for key, flag in (("partition", "--partition"), ("time", "--time"), ("nodes", "--nodes"),
-                      ("gpus", "--gpus"), ("gres", "--gres"), ("cpus", "--cpus-per-task"),
-                      ("mem", "--mem")):
+    for key, flag in (
+        ("partition", "--partition"),
+        ("time", "--time"),
+        ("nodes", "--nodes"),
+        ("gpus", "--gpus"),
+        ("gres", "--gres"),
+        ("cpus", "--cpus-per-task"),
+        ("mem", "--mem"),
+    ):
         if cfg.get(key) is not None:
             argv.append(f"{flag}={cfg[key]}")
     argv += list(cfg.get("options", ()))
@@ -173,6 +212,7 @@ def time_limit_s(cfg: dict[str, Any]) -> int | None:
 def _timestamp(value: str) -> float | None:
     """squeue's %e (local time, ISO without a zone), or None (N/A, Unknown)."""
     import datetime as dt
+
     try:
         return dt.datetime.fromisoformat(value.strip()).timestamp()
     except ValueError:
@@ -205,10 +245,11 @@ def agent_line(run_dir: Path, nodes: int = 1) -> str:
     keeper = f"/bin/bash {shlex.quote(str(Path(run_dir) / AGENT_SCRIPT))}"
     if nodes <= 1:
         return f"exec {keeper}\n"
-    free_port = ('import socket; s = socket.socket(); s.bind(("", 0)); '
-                 'print(s.getsockname()[1])')
-    return (f"export {PORT_ENV}=$({shlex.quote(sys.executable)} -c {shlex.quote(free_port)})\n"
-            f"exec {' '.join(srun_argv())} {keeper}\n")
+    free_port = 'import socket; s = socket.socket(); s.bind(("", 0)); print(s.getsockname()[1])'
+    return (
+        f"export {PORT_ENV}=$({shlex.quote(sys.executable)} -c {shlex.quote(free_port)})\n"
+        f"exec {' '.join(srun_argv())} {keeper}\n"
+    )
 
 
 def keeper_script(run_dir: Path, agent: str | None = None) -> str:
@@ -220,8 +261,7 @@ def keeper_script(run_dir: Path, agent: str | None = None) -> str:
     The agent's own ends (its exit codes, below 128, and 130: stopped) and a SIGTERM (Slurm
     ends the job: every process of it gets one, the agent too) end the keeper too.  The
     warning signal (USR1, to the batch shell only) is passed on to the agent."""
-    agent = agent or (f"{shlex.quote(sys.executable)} -m trainctl agent "
-                      f"{shlex.quote(str(run_dir))} --slurm")
+    agent = agent or (f"{shlex.quote(sys.executable)} -m trainctl agent {shlex.quote(str(run_dir))} --slurm")
     return f"""#!/bin/bash
 # trainctl: this node's agent, kept going: one killed is started again and adopts the trainer
 pid=
@@ -261,19 +301,27 @@ def srun_argv() -> list[str]:
     task that ends does not end the others (each agent ends its own trainer in order, and
     the nodes follow the lead's end through its journal); the job's --cpus-per-task again
     (srun 22.05+ does not inherit it from sbatch)."""
-    return ["srun", "--nodes=$SLURM_JOB_NUM_NODES", "--ntasks=$SLURM_JOB_NUM_NODES",
-            "--ntasks-per-node=1", "--kill-on-bad-exit=0",
-            "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}"]
+    return [
+        "srun",
+        "--nodes=$SLURM_JOB_NUM_NODES",
+        "--ntasks=$SLURM_JOB_NUM_NODES",
+        "--ntasks-per-node=1",
+        "--kill-on-bad-exit=0",
+        "${SLURM_CPUS_PER_TASK:+--cpus-per-task=$SLURM_CPUS_PER_TASK}",
+    ]
 
 
 def write_batch_script(run_dir: Path, setup: str = "", nodes: int = 1) -> Path:
     """``<run_dir>/slurm-job.sh``: the job's environment (``[slurm] setup``), then its agents
     (:func:`agent_line`), each kept by ``<run_dir>/slurm-agent.sh`` (:func:`keeper_script`)."""
     path = Path(run_dir) / BATCH_SCRIPT
-    text = ("#!/bin/bash\n# trainctl: the agent" + ("s" if nodes > 1 else "")
-            + " of this run, inside its Slurm allocation\n"
-            + (setup.rstrip() + "\n" if setup.strip() else "")
-            + agent_line(run_dir, nodes))
+    text = (
+        "#!/bin/bash\n# trainctl: the agent"
+        + ("s" if nodes > 1 else "")
+        + " of this run, inside its Slurm allocation\n"
+        + (setup.rstrip() + "\n" if setup.strip() else "")
+        + agent_line(run_dir, nodes)
+    )
     _write_script(Path(run_dir) / AGENT_SCRIPT, keeper_script(run_dir))
     _write_script(path, text)
     return path
@@ -296,10 +344,10 @@ def submit(argv: list[str], timeout: float = 60) -> str:
 
 
 # ------------------------------------------------------------------ sbatch, retried
-SUBMIT_FIRST_WAIT_S = 5.0     # the first wait after an sbatch slurmctld did not answer
-SUBMIT_MAX_WAIT_S = 60.0      # the waits double up to this
-SUBMIT_MARGIN_S = 15.0        # no try this close to the job's end (Slurm ends the agent then)
-SUBMIT_TRIES_NO_END = 8       # a job without a known end: this many tries
+SUBMIT_FIRST_WAIT_S = 5.0  # the first wait after an sbatch slurmctld did not answer
+SUBMIT_MAX_WAIT_S = 60.0  # the waits double up to this
+SUBMIT_MARGIN_S = 15.0  # no try this close to the job's end (Slurm ends the agent then)
+SUBMIT_TRIES_NO_END = 8  # a job without a known end: this many tries
 
 
 def submit_retry_wait(tries: int, now: float, end: float | None) -> float | None:
@@ -346,12 +394,18 @@ def job_info(job_id: str) -> JobInfo | None:
             return None
         raise _why(r, "scontrol")
     fields = dict(kv.split("=", 1) for kv in r.stdout.split() if "=" in kv)
-    return JobInfo(job_id, fields.get("JobState", "?"), fields.get("Reason", ""),
-                   _squeue_time(fields.get("TimeLimit", "")), fields.get("Partition", ""),
-                   fields.get("NodeList", ""), _timestamp(fields.get("EndTime", "")),
-                   int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
-                   _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")),
-                   _timestamp(fields.get("PreemptTime", "")))
+    return JobInfo(
+        job_id,
+        fields.get("JobState", "?"),
+        fields.get("Reason", ""),
+        _squeue_time(fields.get("TimeLimit", "")),
+        fields.get("Partition", ""),
+        fields.get("NodeList", ""),
+        _timestamp(fields.get("EndTime", "")),
+        int(fields["Restarts"]) if fields.get("Restarts", "").isdigit() else 0,
+        _waited(fields.get("SubmitTime", ""), fields.get("StartTime", "")),
+        _timestamp(fields.get("PreemptTime", "")),
+    )
 
 
 def grace_time_s(partition: str) -> int:
@@ -373,7 +427,7 @@ def cancel(job_id: str) -> None:
 # ------------------------------------------------------------------ slurm.json
 def read_jobs(run_dir: Path) -> list[str]:
     try:
-        data = json.loads(read_private(Path(run_dir) / JOBS_FILE))   # the user's own file
+        data = json.loads(read_private(Path(run_dir) / JOBS_FILE))  # the user's own file
         return [str(j) for j in data.get("jobs", [])]
     except (OSError, ValueError, AttributeError):
         return []

@@ -22,6 +22,7 @@ whole site-packages, which would shadow the user's torch), imports
 ``fallback``: links to the pure-Python modules trainctl needs (tomlkit), last on sys.path:
 used only when the user's interpreter has none of its own.
 """
+
 import os
 import sys
 
@@ -41,14 +42,17 @@ def say(text, key):
     try:
         import json
         import time
-        line = json.dumps({"ts": time.time(), "type": "info", "text": text, "key": key},
-                          ensure_ascii=False) + "\n"
+
+        line = (
+            json.dumps({"ts": time.time(), "type": "info", "text": text, "key": key}, ensure_ascii=False)
+            + "\n"
+        )
         fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW)
         try:
             os.write(fd, line.encode())
         finally:
             os.close(fd)
-    except Exception:   # noqa: BLE001 - a report must never break the script
+    except Exception:  # noqa: BLE001 - a report must never break the script
         pass
 
 
@@ -79,7 +83,7 @@ class _Loader:
         return self._loader.create_module(spec)
 
     def exec_module(self, module):
-        module.__loader__ = self._loader     # the module sees its own loader
+        module.__loader__ = self._loader  # the module sees its own loader
         if module.__spec__ is not None:
             module.__spec__.loader = self._loader
         self._loader.exec_module(module)
@@ -102,8 +106,9 @@ class ImportHook:
         self.busy.add(fullname)
         try:
             from importlib.util import find_spec
+
             spec = find_spec(fullname)
-        except Exception:   # noqa: BLE001 - the import itself then fails as it would have
+        except Exception:  # noqa: BLE001 - the import itself then fails as it would have
             return None
         finally:
             self.busy.discard(fullname)
@@ -118,25 +123,34 @@ class ImportHook:
             return
         try:
             if sys.version_info < _MIN_PYTHON:
-                raise ImportError(f"it needs Python {'.'.join(map(str, _MIN_PYTHON))} or newer, "
-                                  f"this is {sys.version.split()[0]}")
+                raise ImportError(
+                    f"it needs Python {'.'.join(map(str, _MIN_PYTHON))} or newer, "
+                    f"this is {sys.version.split()[0]}"
+                )
             self.make_importable()
             from importlib import import_module
+
             package = import_module(_PACKAGE)
             code = import_module(f"{_PACKAGE}.{integration}")
-        except Exception as e:   # noqa: BLE001
-            say(f"{integration} integration not attached: trainctl's code cannot be imported by "
+        except Exception as e:  # noqa: BLE001
+            say(
+                f"{integration} integration not attached: trainctl's code cannot be imported by "
                 f"{sys.executable} ({type(e).__name__}: {e}); the script runs unaltered, console "
-                "parsing", "instrument.failed")
+                "parsing",
+                "instrument.failed",
+            )
             return
         try:
             description = code.attach(module)
         except package.Refused as e:
             say(f"{integration} integration not attached: {e}; console parsing", package.REFUSED_KEY)
             return
-        except Exception as e:   # noqa: BLE001
-            say(f"{integration} integration failed to attach ({type(e).__name__}: {e}); the "
-                "script runs unaltered, console parsing", package.FAILED_KEY)
+        except Exception as e:  # noqa: BLE001
+            say(
+                f"{integration} integration failed to attach ({type(e).__name__}: {e}); the "
+                "script runs unaltered, console parsing",
+                package.FAILED_KEY,
+            )
             return
         say(f"integration attached: {description}", f"{package.ATTACHED_KEY}.{integration}")
 
@@ -156,13 +170,15 @@ class ImportHook:
 def _chain():
     """The sitecustomize the user's path would have given, run as ``sitecustomize``."""
     from importlib.machinery import PathFinder
+
     spec = PathFinder.find_spec("sitecustomize", sys.path)
     if spec is None or spec.loader is None or spec.origin == __file__:
         return
     from importlib.util import module_from_spec
+
     module = module_from_spec(spec)
     sys.modules["sitecustomize"] = module
-    spec.loader.exec_module(module)   # its errors are site's to print, as without trainctl
+    spec.loader.exec_module(module)  # its errors are site's to print, as without trainctl
 
 
 def _main():
@@ -172,18 +188,24 @@ def _main():
         return
     try:
         import json
+
         settings = json.loads(raw)
         if not isinstance(settings, dict):
             raise ValueError("not a JSON object")
         sys.meta_path.insert(0, ImportHook(settings))
-    except Exception as e:   # noqa: BLE001
-        say(f"trainctl bootstrap failed ({type(e).__name__}: {e}); the script runs unaltered, "
-            "console parsing", "instrument.failed")
+    except Exception as e:  # noqa: BLE001
+        say(
+            f"trainctl bootstrap failed ({type(e).__name__}: {e}); the script runs unaltered, "
+            "console parsing",
+            "instrument.failed",
+        )
 
 
 try:
     _main()
-except Exception as _e:   # noqa: BLE001 - never break the interpreter's start-up
-    say(f"trainctl bootstrap failed ({type(_e).__name__}: {_e}); the script runs unaltered, "
-        "console parsing", "instrument.failed")
+except Exception as _e:  # noqa: BLE001 - never break the interpreter's start-up
+    say(
+        f"trainctl bootstrap failed ({type(_e).__name__}: {_e}); the script runs unaltered, console parsing",
+        "instrument.failed",
+    )
 _chain()

@@ -1,4 +1,5 @@
 """A yes/no modal for destructive actions; cancel (n, escape) dismisses with False."""
+
 from __future__ import annotations
 
 from rich.console import RenderableType
@@ -17,8 +18,9 @@ class ConfirmScreen(ModalScreen[bool]):
         Binding("n,escape", "answer(False)", "No", id="confirm.no", tooltip="Cancel: nothing is sent"),
     ]
 
-    def __init__(self, question: str, body: RenderableType = "", *, yes: str = "Yes",
-                 danger: bool = True) -> None:
+    def __init__(
+        self, question: str, body: RenderableType = "", *, yes: str = "Yes", danger: bool = True
+    ) -> None:
         super().__init__()
         self._question = question
         self.body = body
@@ -32,8 +34,9 @@ class ConfirmScreen(ModalScreen[bool]):
                 with VerticalScroll(id="confirm-body"):
                     yield Static(self.body)
             with Horizontal(id="confirm-buttons"):
-                yield Button(f"{self._yes} (y)", id="confirm-yes",
-                             variant="error" if self._danger else "primary")
+                yield Button(
+                    f"{self._yes} (y)", id="confirm-yes", variant="error" if self._danger else "primary"
+                )
                 yield Button("Cancel (n)", id="confirm-no")
 
     def on_mount(self) -> None:

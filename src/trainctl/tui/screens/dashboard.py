@@ -11,6 +11,7 @@ the bridge left are dropped by their ``gen``), the header counts the other runs 
 attention (every ATTENTION_EVERY_S), and a Slurm run with no agent shows its queued job's
 state and reason (every SLURM_EVERY_S); `s` then scancels the job.
 """
+
 from __future__ import annotations
 
 import time
@@ -19,24 +20,29 @@ from functools import partial
 from typing import Any
 
 from textual.app import ComposeResult
-from textual.markup import escape
 from textual.binding import Binding
 from textual.containers import Horizontal
+from textual.markup import escape
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
-from trainctl.store.listing import attention_count
+from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.runview import RANGES
 from trainctl.core.sanitize import sanitize
-from trainctl.core.recovery import FINAL_STATES
-
+from trainctl.store.listing import attention_count
 from trainctl.tui import fmt
 from trainctl.tui.background import in_background
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
 from trainctl.tui.model import RunModel
-from trainctl.tui.screens.dashboard_keys import COMMAND_WORDS, LIVE_STATES, DashboardKeys, continue_command, outcome
+from trainctl.tui.screens.dashboard_keys import (
+    COMMAND_WORDS,
+    LIVE_STATES,
+    DashboardKeys,
+    continue_command,
+    outcome,
+)
 from trainctl.tui.widgets.log_tail import LogTail
 from trainctl.tui.widgets.loss_chart import ChartData, LossChart
 from trainctl.tui.widgets.progress_panel import ProgressInfo, ProgressPanel
@@ -47,11 +53,11 @@ from trainctl.tui.widgets.stall_meter import StallInfo, StallMeter
 from trainctl.tui.widgets.warnings_panel import WarningsPanel
 
 Command = Callable[..., Awaitable[dict[str, Any]]]
-BRIDGE_RESTART_S = 2.0   # after an internal error in the bridge
-NARROW_BELOW = 120   # columns: below this the panels use their compact layout
+BRIDGE_RESTART_S = 2.0  # after an internal error in the bridge
+NARROW_BELOW = 120  # columns: below this the panels use their compact layout
 ALERT_RECENT_S = 5.0
-ATTENTION_EVERY_S = 5.0   # the other runs looked at (journals, squeue, ssh hosts) in a thread
-SLURM_EVERY_S = 2.0       # a Slurm run with no agent: its job's state and reason
+ATTENTION_EVERY_S = 5.0  # the other runs looked at (journals, squeue, ssh hosts) in a thread
+SLURM_EVERY_S = 2.0  # a Slurm run with no agent: its job's state and reason
 
 
 async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
@@ -60,54 +66,120 @@ async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
 
 class DashboardScreen(DashboardKeys, Screen[None]):
     BINDINGS = [
-        Binding("question_mark", "help", "Help", key_display="?", id="help",
-                tooltip="Keys and what the run states mean"),
-        Binding("q", "app.leave", "Quit", id="quit",
-                tooltip="Leave the dashboard; the run goes on"),
-        Binding("r", "restart", "Restart", id="restart",
-                tooltip="Restart the trainer: saved first where it can, else from the last good "
-                        "checkpoint, else from the start (the confirmation says which)"),
-        Binding("f", "fallback", "Fallback", id="fallback",
-                tooltip="Restart with the job's fallback preset (the safe one), the same way as r"),
-        Binding("p", "pick_preset", "Preset…", id="pick_preset",
-                tooltip="Pick a preset and restart with it"),
-        Binding("e", "edit_preset", "Edit", id="edit_preset",
-                tooltip="Edit the running preset; save for now or the next restart"),
+        Binding(
+            "question_mark",
+            "help",
+            "Help",
+            key_display="?",
+            id="help",
+            tooltip="Keys and what the run states mean",
+        ),
+        Binding("q", "app.leave", "Quit", id="quit", tooltip="Leave the dashboard; the run goes on"),
+        Binding(
+            "r",
+            "restart",
+            "Restart",
+            id="restart",
+            tooltip="Restart the trainer: saved first where it can, else from the last good "
+            "checkpoint, else from the start (the confirmation says which)",
+        ),
+        Binding(
+            "f",
+            "fallback",
+            "Fallback",
+            id="fallback",
+            tooltip="Restart with the job's fallback preset (the safe one), the same way as r",
+        ),
+        Binding("p", "pick_preset", "Preset…", id="pick_preset", tooltip="Pick a preset and restart with it"),
+        Binding(
+            "e",
+            "edit_preset",
+            "Edit",
+            id="edit_preset",
+            tooltip="Edit the running preset; save for now or the next restart",
+        ),
         Binding("s", "stop", "Stop", id="stop", tooltip="Stop the run: kill the trainer, no restart"),
-        Binding("d", "dump_stacks", "Stacks", id="dump_stacks",
-                tooltip="py-spy dump of the trainer and its workers into the run directory"),
-        Binding("a", "toggle_auto", "Auto", id="auto_recover",
-                tooltip="Turn automatic restarts after stalls and crashes on or off"),
-        Binding("z", "cycle_range", "Range", id="chart_range",
-                tooltip="The loss chart's range: the whole run, the last hour, the last epoch"),
-        Binding("l", "toggle_log", "Log", id="toggle_log",
-                tooltip="Show or hide the trainer's raw output"),
-        Binding("g", "pick_run", "Runs…", id="pick_run",
-                tooltip="Every run of yours (here, on the ssh hosts, on Slurm): follow another"),
-        Binding("k", "show_stacks", "Last stacks", id="show_stacks",
-                tooltip="Open the last stack dump (a stall's, or the one d wrote)"),
-        Binding("x", "dismiss_warning", "Dismiss", id="dismiss_warning",
-                tooltip="Dismiss the highlighted warning until it happens again"),
-        Binding("slash", "find_in_log", "Find", key_display="/", id="find_in_log",
-                tooltip="In the log view: find text in the trainer's output"),
-        Binding("n", "find_next", "Next", id="find_next", show=False,
-                tooltip="In the log view: the next match further back"),
+        Binding(
+            "d",
+            "dump_stacks",
+            "Stacks",
+            id="dump_stacks",
+            tooltip="py-spy dump of the trainer and its workers into the run directory",
+        ),
+        Binding(
+            "a",
+            "toggle_auto",
+            "Auto",
+            id="auto_recover",
+            tooltip="Turn automatic restarts after stalls and crashes on or off",
+        ),
+        Binding(
+            "z",
+            "cycle_range",
+            "Range",
+            id="chart_range",
+            tooltip="The loss chart's range: the whole run, the last hour, the last epoch",
+        ),
+        Binding("l", "toggle_log", "Log", id="toggle_log", tooltip="Show or hide the trainer's raw output"),
+        Binding(
+            "g",
+            "pick_run",
+            "Runs…",
+            id="pick_run",
+            tooltip="Every run of yours (here, on the ssh hosts, on Slurm): follow another",
+        ),
+        Binding(
+            "k",
+            "show_stacks",
+            "Last stacks",
+            id="show_stacks",
+            tooltip="Open the last stack dump (a stall's, or the one d wrote)",
+        ),
+        Binding(
+            "x",
+            "dismiss_warning",
+            "Dismiss",
+            id="dismiss_warning",
+            tooltip="Dismiss the highlighted warning until it happens again",
+        ),
+        Binding(
+            "slash",
+            "find_in_log",
+            "Find",
+            key_display="/",
+            id="find_in_log",
+            tooltip="In the log view: find text in the trainer's output",
+        ),
+        Binding(
+            "n",
+            "find_next",
+            "Next",
+            id="find_next",
+            show=False,
+            tooltip="In the log view: the next match further back",
+        ),
     ]
 
     connected: reactive[bool] = reactive(False, bindings=True)
     run_state: reactive[str] = reactive("STARTING", bindings=True)
     show_log: reactive[bool] = reactive(False)
 
-    def __init__(self, *, clock: Callable[[], float] = time.time, title_hint: str = "",
-                 runs: Any = None, run_key: tuple[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        clock: Callable[[], float] = time.time,
+        title_hint: str = "",
+        runs: Any = None,
+        run_key: tuple[str, str] | None = None,
+    ) -> None:
         super().__init__(id="dashboard")
-        self.runs = runs                  # RunsSource-like, or None: no picker, no count
-        self.run_key = run_key            # (where, run_dir) of the run on screen, when known
-        self.gen = 0                      # the bridge generation whose messages count
-        self.attention = 0                # other runs that need attention
-        self.queued: dict[str, Any] | None = None   # a Slurm run's waiting job, no agent
-        self.switch_run: Callable[[dict], object] | None = None   # the app's
-        self._busy: set[str] = set()      # background looks still going (a slow ssh host)
+        self.runs = runs  # RunsSource-like, or None: no picker, no count
+        self.run_key = run_key  # (where, run_dir) of the run on screen, when known
+        self.gen = 0  # the bridge generation whose messages count
+        self.attention = 0  # other runs that need attention
+        self.queued: dict[str, Any] | None = None  # a Slurm run's waiting job, no agent
+        self.switch_run: Callable[[dict], object] | None = None  # the app's
+        self._busy: set[str] = set()  # background looks still going (a slow ssh host)
         self.clock = clock
         self.model = RunModel()
         self.model.job = title_hint
@@ -118,9 +190,9 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         self._chart_seen = -1
         self.chart_range = RANGES[0]
         self._warnings_seen = -1
-        self._dumped: tuple[float, str] | None = None   # (when, path) of the dump `d` wrote
-        self.bell = True                          # ring the terminal bell on a stall or failure
-        self._alerts_since = clock() - ALERT_RECENT_S   # a replayed journal's old stalls stay quiet
+        self._dumped: tuple[float, str] | None = None  # (when, path) of the dump `d` wrote
+        self.bell = True  # ring the terminal bell on a stall or failure
+        self._alerts_since = clock() - ALERT_RECENT_S  # a replayed journal's old stalls stay quiet
 
     def compose(self) -> ComposeResult:
         yield RunHeader(id="header")
@@ -131,8 +203,10 @@ class DashboardScreen(DashboardKeys, Screen[None]):
             yield LossChart(id="chart", classes="panel")
             yield WarningsPanel(id="warnings", classes="panel")
         yield LogTail(id="log", classes="panel")
-        yield Input(placeholder="find in the output (enter: newest match; n: the next one back; "
-                    "escape: close)", id="log-search")
+        yield Input(
+            placeholder="find in the output (enter: newest match; n: the next one back; escape: close)",
+            id="log-search",
+        )
         with Horizontal(id="bottom"):
             yield ProjectionPanel(id="projection", classes="panel")
             yield ResourcesPanel(id="resources", classes="panel")
@@ -169,8 +243,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
     def _look_at_runs(self) -> None:
         if self.runs is not None and "runs" not in self._busy:
             self._busy.add("runs")
-            in_background(self.app, self.runs.poll_rows, partial(self._took_rows, self.gen),
-                          "runs")
+            in_background(self.app, self.runs.poll_rows, partial(self._took_rows, self.gen), "runs")
 
     def _took_rows(self, gen: int, rows: list[dict] | None, error: BaseException | None) -> None:
         self._busy.discard("runs")
@@ -183,31 +256,38 @@ class DashboardScreen(DashboardKeys, Screen[None]):
 
     def _look_at_slurm(self) -> None:
         key = self.current_key
-        if (self.runs is None or not self._offline or key is None or key[0] != "local"
-                or self.model.state in FINAL_STATES or "slurm" in self._busy):
+        if (
+            self.runs is None
+            or not self._offline
+            or key is None
+            or key[0] != "local"
+            or self.model.state in FINAL_STATES
+            or "slurm" in self._busy
+        ):
             if self.queued is not None and (not self._offline or self.model.state in FINAL_STATES):
                 self.queued = None
                 self._push_header()
             return
         self._busy.add("slurm")
-        in_background(self.app, partial(self.runs.slurm_status, key[1]),
-                      partial(self._took_slurm, self.gen), "slurm")
+        in_background(
+            self.app, partial(self.runs.slurm_status, key[1]), partial(self._took_slurm, self.gen), "slurm"
+        )
 
     def _took_slurm(self, gen: int, info: dict | None, error: BaseException | None) -> None:
         self._busy.discard("slurm")
         if gen != self.gen or not self._offline or error is not None:
             return
         from trainctl.hosts.slurm.queue import ENDED
+
         state = str((info or {}).get("state") or "").split(" ")[0]
         self.queued = info if state and state not in ENDED else None
         if self.queued is not None:
             reason = self.queued.get("reason")
             why = f" ({reason})" if reason not in (None, "", "None") else ""
-            self._connection = (f"Slurm job {self.queued['job']} {state}{why}: waiting for its "
-                                "agent")
+            self._connection = f"Slurm job {self.queued['job']} {state}{why}: waiting for its agent"
         elif info is not None and info.get("error"):
             self._connection = f"no agent running; Slurm: {info['error']}"
-        elif state and self.model.last_seq < 0:   # ended, and no agent ever wrote a line
+        elif state and self.model.last_seq < 0:  # ended, and no agent ever wrote a line
             self._connection = f"Slurm job {info['job']} {state} before its agent started"
         else:
             self._connection = "journal only: no agent running"
@@ -229,7 +309,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
     # ------------------------------------------------------------------ bridge messages
     def on_agent_connected(self, message: AgentConnected) -> None:
         if message.gen != self.gen:
-            return   # the run switched away from
+            return  # the run switched away from
         self.model.apply_hello(message.hello)
         # No agent: the run directory's journal answered (the run is over, or its agent died).
         self._offline = message.hello.get("live") is False
@@ -247,10 +327,13 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         if self._offline:
             self.connected = False
             self._push_header()
-            return   # the journal was replayed; the label stays
+            return  # the journal was replayed; the label stays
         over = " (run over)" if self.model.state in FINAL_STATES else ""
-        self._connection = (f"disconnected{over} — retrying in {message.retry_in:.0f}s"
-                            if message.retry_in >= 1 else f"disconnected{over} — retrying")
+        self._connection = (
+            f"disconnected{over} — retrying in {message.retry_in:.0f}s"
+            if message.retry_in >= 1
+            else f"disconnected{over} — retrying"
+        )
         self.connected = False
         self._push_header()
 
@@ -276,12 +359,20 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         try:
             fresh.load_dict(view)
         except ValueError as e:
-            self.report_error(f"the agent's snapshot is unusable ({e}); restart the dashboard "
-                              "for a full replay")
+            self.report_error(
+                f"the agent's snapshot is unusable ({e}); restart the dashboard for a full replay"
+            )
             return
         m = self.model
-        fresh.apply_hello({"job": m.job, "host": m.host, "run_dir": m.run_dir,
-                           "fallback": m.fallback, "auto_recover": m.auto_recover})
+        fresh.apply_hello(
+            {
+                "job": m.job,
+                "host": m.host,
+                "run_dir": m.run_dir,
+                "fallback": m.fallback,
+                "auto_recover": m.auto_recover,
+            }
+        )
         fresh.tick, fresh.log = m.tick, m.log
         fresh.version = m.version + 1
         fresh.chart_version, fresh.warnings_version = m.chart_version + 1, m.warnings_version + 1
@@ -306,9 +397,12 @@ class DashboardScreen(DashboardKeys, Screen[None]):
 
     def on_command_done(self, message: CommandDone) -> None:
         if not message.ok:
-            self.notify(escape(sanitize(str(message.error))),
-                        title=f"{COMMAND_WORDS.get(message.name, message.name)} failed",
-                        severity="error", timeout=8)
+            self.notify(
+                escape(sanitize(str(message.error))),
+                title=f"{COMMAND_WORDS.get(message.name, message.name)} failed",
+                severity="error",
+                timeout=8,
+            )
             return
         if message.name == "auto_recover":
             self.model.auto_recover = bool(message.args.get("on"))
@@ -316,8 +410,11 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         if message.name == "dump_stacks" and (message.result or {}).get("stacks"):
             self._dumped = (self.clock(), str(message.result["stacks"]))
             self.refresh_bindings()
-        self.notify(escape(sanitize(outcome(message.name, message.args, message.result))),
-                    title=COMMAND_WORDS.get(message.name, message.name).capitalize(), timeout=8)
+        self.notify(
+            escape(sanitize(outcome(message.name, message.args, message.result))),
+            title=COMMAND_WORDS.get(message.name, message.name).capitalize(),
+            timeout=8,
+        )
 
     def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
         """The one place this screen's worker failures land (bridge, commands, dialogs):
@@ -331,8 +428,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
 
     def report_error(self, text: str) -> None:
         """A failure inside the TUI itself, shown as an error row in the warnings panel."""
-        self.model.note("trainctl.tui", "error", text, "see the log for the traceback",
-                         self.clock())
+        self.model.note("trainctl.tui", "error", text, "see the log for the traceback", self.clock())
         self._push()
 
     # ------------------------------------------------------------------ pushing views down
@@ -343,23 +439,37 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         self._push_clock()
         # where Ultralytics writes the results (save_dir): on the progress panel's lower border
         panel = self.query_one(ProgressPanel)
-        panel.border_subtitle = escape(f"results {fmt.path(model.save_dir, max(12, panel.size.width - 14))}"
-                                       ) if model.save_dir else ""
+        panel.border_subtitle = (
+            escape(f"results {fmt.path(model.save_dir, max(12, panel.size.width - 14))}")
+            if model.save_dir
+            else ""
+        )
         tick = model.tick
         stall = model.stall
         ended = model.state if model.state in FINAL_STATES else None
         self.query_one(StallMeter).info = StallInfo(
             phase=(tick.phase if tick else None) or model.phase,
-            idle_s=tick.idle_s if tick else None, threshold_s=tick.threshold_s if tick else None,
+            idle_s=tick.idle_s if tick else None,
+            threshold_s=tick.threshold_s if tick else None,
             stalled=model.state == "STALLED",
-            diagnosis=stall.diagnosis if stall else None, stall_phase=stall.phase if stall else None,
-            stall_idle_s=stall.idle_s if stall else None, detail=stall.detail if stall else "",
-            stacks=self._short_path(stall.stacks) if stall else None, wide=self.wide,
-            ended=ended, go_on=continue_command(model.run_dir) if ended else "")
+            diagnosis=stall.diagnosis if stall else None,
+            stall_phase=stall.phase if stall else None,
+            stall_idle_s=stall.idle_s if stall else None,
+            detail=stall.detail if stall else "",
+            stacks=self._short_path(stall.stacks) if stall else None,
+            wide=self.wide,
+            ended=ended,
+            go_on=continue_command(model.run_dir) if ended else "",
+        )
         self.query_one(ResourcesPanel).info = ResourcesInfo(
-            tick.processes if tick else (), tick.gpu if tick else None, tick is not None,
-            self.wide, ended, model.rank_rows(),
-            model.stuck_ranks if model.state in ("STALLED", "STOPPING") else ())
+            tick.processes if tick else (),
+            tick.gpu if tick else None,
+            tick is not None,
+            self.wide,
+            ended,
+            model.rank_rows(),
+            model.stuck_ranks if model.state in ("STALLED", "STOPPING") else (),
+        )
         if model.chart_version != self._chart_seen:
             self._chart_seen = model.chart_version
             self.query_one(LossChart).show(self.chart_data())
@@ -375,17 +485,26 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         """A path inside the run directory, relative to it."""
         run_dir = self.model.run_dir.rstrip("/")
         if path and run_dir and path.startswith(run_dir + "/"):
-            return path[len(run_dir) + 1:]
+            return path[len(run_dir) + 1 :]
         return path
 
     def _push_header(self) -> None:
         m = self.model
         state = m.state
         if self.queued is not None and state not in FINAL_STATES:
-            state = "PENDING"   # its job waits in Slurm's queue: no agent yet, not a hang
+            state = "PENDING"  # its job waits in Slurm's queue: no agent yet, not a hang
         self.query_one(RunHeader).info = HeaderInfo(
-            m.job, m.host, m.preset, state, m.attempt, m.auto_recover, self.connected,
-            self._connection, self.wide, self.attention)
+            m.job,
+            m.host,
+            m.preset,
+            state,
+            m.attempt,
+            m.auto_recover,
+            self.connected,
+            self._connection,
+            self.wide,
+            self.attention,
+        )
 
     def _push_clock(self) -> None:
         """The parts that change with time alone: time in this epoch, time to ETA."""
@@ -396,13 +515,22 @@ class DashboardScreen(DashboardKeys, Screen[None]):
             end = now if m.state in LIVE_STATES and self.connected else m.last_progress_ts
             in_epoch = max(0.0, (end or now) - m.epoch_started)
         proj = m.projection
-        if p and p.rate is not None:   # the trainer's own figure: measured
+        if p and p.rate is not None:  # the trainer's own figure: measured
             rate, source, whose = p.rate, "measured", None
         else:
             rate, source, whose = (proj.rate, proj.rate_source, proj.preset) if proj else (None, None, None)
         self.query_one(ProgressPanel).info = ProgressInfo(
-            p.epoch if p else None, p.epochs if p else None, p.batch if p else None,
-            p.batches if p else None, rate, in_epoch, m.phase, source, whose, self.wide)
+            p.epoch if p else None,
+            p.epochs if p else None,
+            p.batch if p else None,
+            p.batches if p else None,
+            rate,
+            in_epoch,
+            m.phase,
+            source,
+            whose,
+            self.wide,
+        )
         ended = m.state if m.state in FINAL_STATES else None
         self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
 
@@ -424,7 +552,7 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         log = self.query_one(LogTail)
         if show:
             log.replace_lines(self.model.log)
-            self.model.take_notes()   # in model.log already
+            self.model.take_notes()  # in model.log already
         log.display = show
         self.query_one("#middle").display = not show
         if show:
@@ -461,4 +589,3 @@ class DashboardScreen(DashboardKeys, Screen[None]):
             search.display = False
             if self.show_log:
                 self.query_one(LogTail).focus()
-

@@ -4,6 +4,7 @@ sent to the agent, a dialog, a screen), and the words of the toast after one.
 :class:`DashboardKeys` is a part of :class:`~trainctl.tui.screens.dashboard.DashboardScreen`
 (a mixin: the run model, the connection and the bindings are the screen's).
 """
+
 from __future__ import annotations
 
 import re
@@ -29,18 +30,33 @@ from trainctl.tui.widgets.log_tail import LogTail
 from trainctl.tui.widgets.warnings_panel import WarningsPanel
 
 LIVE_STATES = ("STARTING", "RUNNING", "STALLED")
-AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "dump_stacks",
-                 "toggle_auto")
-KEY_WORDS = {"toggle_auto": "auto-recovery", "dump_stacks": "stack dump", "pick_preset": "preset switch",
-             "edit_preset": "preset edit", "show_stacks": "last stack dump", "pick_run": "run list",
-             "dismiss_warning": "dismiss", "find_in_log": "find", "find_next": "next match"}
+AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "dump_stacks", "toggle_auto")
+KEY_WORDS = {
+    "toggle_auto": "auto-recovery",
+    "dump_stacks": "stack dump",
+    "pick_preset": "preset switch",
+    "edit_preset": "preset edit",
+    "show_stacks": "last stack dump",
+    "pick_run": "run list",
+    "dismiss_warning": "dismiss",
+    "find_in_log": "find",
+    "find_next": "next match",
+}
 ENDED_HIDDEN = ("restart", "fallback", "pick_preset", "stop", "dump_stacks", "toggle_auto")
 
 
-COMMAND_WORDS = {"restart": "restart", "fallback": "fallback", "switch_preset": "preset switch",
-                 "stop": "stop", "auto_recover": "auto-recovery", "dump_stacks": "stack dump",
-                 "write_preset": "preset save", "set_next_preset": "next preset",
-                 "list_presets": "preset list", "read_preset": "preset read"}
+COMMAND_WORDS = {
+    "restart": "restart",
+    "fallback": "fallback",
+    "switch_preset": "preset switch",
+    "stop": "stop",
+    "auto_recover": "auto-recovery",
+    "dump_stacks": "stack dump",
+    "write_preset": "preset save",
+    "set_next_preset": "next preset",
+    "list_presets": "preset list",
+    "read_preset": "preset read",
+}
 
 
 def outcome(name: str, args: dict[str, Any], result: Any) -> str:
@@ -48,8 +64,11 @@ def outcome(name: str, args: dict[str, Any], result: Any) -> str:
     r = result if isinstance(result, dict) else {}
     if name == "auto_recover":
         on = r.get("auto_recover", args.get("on"))
-        return ("auto-recovery on: stalls and crashes restart the trainer" if on else
-                "auto-recovery off: a stall is diagnosed and left for you")
+        return (
+            "auto-recovery on: stalls and crashes restart the trainer"
+            if on
+            else "auto-recovery off: a stall is diagnosed and left for you"
+        )
     if name == "dump_stacks":
         if not r.get("stacks"):
             return f"no stacks written: {r.get('detail') or 'py-spy gave none'}"
@@ -57,8 +76,11 @@ def outcome(name: str, args: dict[str, Any], result: Any) -> str:
     if name in ("restart", "fallback", "switch_preset"):
         preset = r.get("preset") or args.get("preset")
         with_ = f" with preset {preset}" if preset else ""
-        return (f"restarting the trainer{with_}" if r.get("restart") == "now" else
-                f"the next attempt starts{with_}")
+        return (
+            f"restarting the trainer{with_}"
+            if r.get("restart") == "now"
+            else f"the next attempt starts{with_}"
+        )
     if name == "stop":
         return "stopping: the trainer is killed and not restarted"
     if name == "write_preset":
@@ -68,7 +90,7 @@ def outcome(name: str, args: dict[str, Any], result: Any) -> str:
     return f"{COMMAND_WORDS.get(name, name)}: done"
 
 
-STACKS_SAID = re.compile(r"stacks dumped to (.+?) \(")   # the agent's note after `d`
+STACKS_SAID = re.compile(r"stacks dumped to (.+?) \(")  # the agent's note after `d`
 
 
 def continue_command(run_dir: str) -> str:
@@ -86,14 +108,15 @@ class DashboardKeys:
         if self.why_not(action) is None:
             return True
         if action in ("pick_run", "show_stacks", "dismiss_warning", "find_in_log", "find_next"):
-            return False   # nothing to act on: not worth a place in the footer
+            return False  # nothing to act on: not worth a place in the footer
         return False if self.run_state in FINAL_STATES and action in ENDED_HIDDEN else None
 
     def why_not(self, action: str) -> str | None:
         """Why a key cannot act now, in words; None when it can."""
         state = self.run_state
-        ended = (f"the run is {state}. To go on from its last checkpoint: "
-                 f"{continue_command(self.model.run_dir)}")
+        ended = (
+            f"the run is {state}. To go on from its last checkpoint: {continue_command(self.model.run_dir)}"
+        )
         if action == "pick_run":
             return None if self.runs is not None else "no list of runs in this dashboard"
         if action == "show_stacks":
@@ -111,7 +134,7 @@ class DashboardKeys:
                 return "nothing to find yet (/)"
             return None
         if action == "stop" and self.queued is not None and not self.connected:
-            return None if state not in FINAL_STATES else ended   # scancel the queued job
+            return None if state not in FINAL_STATES else ended  # scancel the queued job
         if action in AGENT_ACTIONS and state in FINAL_STATES and action != "edit_preset":
             return ended
         if action in AGENT_ACTIONS and not self.connected:
@@ -129,9 +152,11 @@ class DashboardKeys:
         why = self.why_not(action)
         if why is None:
             return True
-        self.notify(escape(f"{KEY_WORDS.get(action, action.replace('_', ' '))} cannot act: {why}"),
-                    severity="warning",
-                    timeout=8)
+        self.notify(
+            escape(f"{KEY_WORDS.get(action, action.replace('_', ' '))} cannot act: {why}"),
+            severity="warning",
+            timeout=8,
+        )
         return False
 
     def on_key(self, event) -> None:
@@ -150,8 +175,9 @@ class DashboardKeys:
 
     def action_restart(self) -> None:
         if self._allowed("restart"):
-            self._confirm_then("restart", "Restart the trainer now?",
-                               self.restart_words(self.model.preset or "?"))
+            self._confirm_then(
+                "restart", "Restart the trainer now?", self.restart_words(self.model.preset or "?")
+            )
 
     def action_fallback(self) -> None:
         if self._allowed("fallback"):
@@ -166,16 +192,22 @@ class DashboardKeys:
         ckpt = m.projection.checkpoint if m.projection is not None else None
         saves = SAVE_ON_REQUEST_KEY in m.warnings
         if saves:
-            after = (f" If that save fails, it resumes from the last good checkpoint "
-                     f"({checkpoint_phrase(ckpt, self.clock())})." if ckpt else
-                     " If that save fails, there is no checkpoint yet: it starts over.")
-            return (f"The trainer saves now, is killed and resumed from that save with preset "
-                    f"{preset}.{after}")
+            after = (
+                f" If that save fails, it resumes from the last good checkpoint "
+                f"({checkpoint_phrase(ckpt, self.clock())})."
+                if ckpt
+                else " If that save fails, there is no checkpoint yet: it starts over."
+            )
+            return f"The trainer saves now, is killed and resumed from that save with preset {preset}.{after}"
         if ckpt:
-            return (f"The trainer is killed and resumed with preset {preset} from the last good "
-                    f"checkpoint: {checkpoint_phrase(ckpt, self.clock())}.")
-        return (f"There is no checkpoint yet: the trainer is killed and starts over from the "
-                f"beginning with preset {preset}.")
+            return (
+                f"The trainer is killed and resumed with preset {preset} from the last good "
+                f"checkpoint: {checkpoint_phrase(ckpt, self.clock())}."
+            )
+        return (
+            f"There is no checkpoint yet: the trainer is killed and starts over from the "
+            f"beginning with preset {preset}."
+        )
 
     def action_stop(self) -> None:
         if self.queued is not None and not self.connected and self._allowed("stop"):
@@ -183,12 +215,16 @@ class DashboardKeys:
             if "scancel" in self._busy:
                 self.notify(f"Slurm job {job} is being cancelled", severity="warning")
                 return
-            self._confirm_cancel(job, "Stop the run?",
-                                 f"Its Slurm job {job} waits in the queue: it is cancelled "
-                                 "(scancel) and the run ends STOPPED. The journal stays.")
+            self._confirm_cancel(
+                job,
+                "Stop the run?",
+                f"Its Slurm job {job} waits in the queue: it is cancelled "
+                "(scancel) and the run ends STOPPED. The journal stays.",
+            )
         elif self._allowed("stop"):
-            self._confirm_then("stop", "Stop the run?",
-                               "The trainer is killed and not restarted. The journal stays.")
+            self._confirm_then(
+                "stop", "Stop the run?", "The trainer is killed and not restarted. The journal stays."
+            )
 
     def action_dump_stacks(self) -> None:
         if self._allowed("dump_stacks"):
@@ -230,8 +266,9 @@ class DashboardKeys:
         if self._allowed("dismiss_warning"):
             row = self.query_one(WarningsPanel).dismiss_selected()
             if row is not None:
-                self.notify(escape(f"dismissed until it happens again: {row.text.splitlines()[0]}"),
-                            timeout=4)
+                self.notify(
+                    escape(f"dismissed until it happens again: {row.text.splitlines()[0]}"), timeout=4
+                )
             self.refresh_bindings()
 
     def action_pick_run(self) -> None:
@@ -287,8 +324,7 @@ class DashboardKeys:
     def _cancelled(self, job: str | None, error: BaseException | None) -> None:
         self._busy.discard("scancel")
         if error is not None:
-            self.notify(escape(sanitize(str(error))), title="stop failed", severity="error",
-                        timeout=8)
+            self.notify(escape(sanitize(str(error))), title="stop failed", severity="error", timeout=8)
         else:
             self.notify(f"Slurm job {job} cancelled: the run is STOPPED", title="Stopped")
 
@@ -311,7 +347,8 @@ class DashboardKeys:
                 self.post_message(CommandDone("list_presets", {}, listed))
                 return
             name = await self.app.push_screen_wait(
-                PresetPicker(listed["result"], None, title="Edit which preset?"))
+                PresetPicker(listed["result"], None, title="Edit which preset?")
+            )
             if not name:
                 return
         reply = await self.command("read_preset", name=name)

@@ -1,4 +1,5 @@
 """Ask for a new preset name (letters, digits, ``_`` and ``-``)."""
+
 from __future__ import annotations
 
 import re

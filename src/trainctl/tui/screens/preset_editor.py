@@ -5,6 +5,7 @@ remote agent too); "save and restart" follows with ``switch_preset``, "save for 
 restart" with ``set_next_preset``; "new preset from this one" asks a name and writes a
 copy.  The text is rebuilt from the original with tomlkit, so comments survive.
 """
+
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
@@ -33,16 +34,35 @@ class PresetEditorScreen(Screen[None]):
     """``preset`` is ``read_preset``'s result: ``{"name", "path", "text"}``."""
 
     BINDINGS = [
-        Binding("ctrl+s", "save(None)", "Save", id="editor.save",
-                tooltip="Save (after showing the diff)"),
-        Binding("ctrl+r", "save('restart')", "Save+restart", id="editor.save_restart",
-                tooltip="Save, then restart the run with this preset"),
-        Binding("ctrl+t", "save('next')", "Save for next", id="editor.save_next",
-                tooltip="Save, and use this preset at the next restart"),
-        Binding("ctrl+n", "new_preset", "New from this", id="editor.new",
-                tooltip="Save these values as a new preset under another name"),
-        Binding("escape", "close", "Close", id="editor.close",
-                tooltip="Back to the dashboard (asks when there are unsaved changes)"),
+        Binding("ctrl+s", "save(None)", "Save", id="editor.save", tooltip="Save (after showing the diff)"),
+        Binding(
+            "ctrl+r",
+            "save('restart')",
+            "Save+restart",
+            id="editor.save_restart",
+            tooltip="Save, then restart the run with this preset",
+        ),
+        Binding(
+            "ctrl+t",
+            "save('next')",
+            "Save for next",
+            id="editor.save_next",
+            tooltip="Save, and use this preset at the next restart",
+        ),
+        Binding(
+            "ctrl+n",
+            "new_preset",
+            "New from this",
+            id="editor.new",
+            tooltip="Save these values as a new preset under another name",
+        ),
+        Binding(
+            "escape",
+            "close",
+            "Close",
+            id="editor.close",
+            tooltip="Back to the dashboard (asks when there are unsaved changes)",
+        ),
     ]
 
     def __init__(self, preset: dict[str, Any], command: Command) -> None:
@@ -73,14 +93,23 @@ class PresetEditorScreen(Screen[None]):
                     yield Label("", classes="editor-error", id=f"error-{f.id}")
         yield Static("", id="editor-problems")
         with Horizontal(id="editor-buttons"):
-            yield Button("Save", id="save", variant="primary", compact=True,
-                         tooltip="Save (ctrl+s)")
-            yield Button("Save+restart", id="save-restart", variant="warning", compact=True,
-                         tooltip="Save, then restart the run with this preset (ctrl+r)")
-            yield Button("Save for next", id="save-next", compact=True,
-                         tooltip="Save; the next restart uses this preset (ctrl+t)")
-            yield Button("New from this…", id="new", compact=True,
-                         tooltip="A new preset with these values (ctrl+n)")
+            yield Button("Save", id="save", variant="primary", compact=True, tooltip="Save (ctrl+s)")
+            yield Button(
+                "Save+restart",
+                id="save-restart",
+                variant="warning",
+                compact=True,
+                tooltip="Save, then restart the run with this preset (ctrl+r)",
+            )
+            yield Button(
+                "Save for next",
+                id="save-next",
+                compact=True,
+                tooltip="Save; the next restart uses this preset (ctrl+t)",
+            )
+            yield Button(
+                "New from this…", id="new", compact=True, tooltip="A new preset with these values (ctrl+n)"
+            )
             yield Button("Close", id="close", compact=True, tooltip="Back (escape)")
         yield Footer()
 
@@ -91,8 +120,14 @@ class PresetEditorScreen(Screen[None]):
             choices = ("true", "false") if f.kind == "bool" else f.choices
             if value and value not in choices:
                 choices = (*choices, value)  # keep a bad value visible until it is fixed
-            return Select([(c, c) for c in choices], value=value or Select.NULL,
-                          prompt="(not set)", allow_blank=True, id=wid, compact=True)
+            return Select(
+                [(c, c) for c in choices],
+                value=value or Select.NULL,
+                prompt="(not set)",
+                allow_blank=True,
+                id=wid,
+                compact=True,
+            )
         if f.kind in ("table", "env"):
             return TextArea(value, id=wid, classes="editor-table", soft_wrap=False)
         return Input(value, id=wid, placeholder="(not set)", compact=True)
@@ -159,16 +194,18 @@ class PresetEditorScreen(Screen[None]):
     # ------------------------------------------------------------------ actions
     def on_button_pressed(self, event: Button.Pressed) -> None:
         event.stop()
-        actions = {"save": lambda: self.action_save(None),
-                   "save-restart": lambda: self.action_save("restart"),
-                   "save-next": lambda: self.action_save("next"),
-                   "new": self.action_new_preset, "close": self.action_close}
+        actions = {
+            "save": lambda: self.action_save(None),
+            "save-restart": lambda: self.action_save("restart"),
+            "save-next": lambda: self.action_save("next"),
+            "new": self.action_new_preset,
+            "close": self.action_close,
+        }
         actions[event.button.id or "close"]()
 
     def action_save(self, then: str | None) -> None:
         if self.problems:
-            self.notify(self.problems[0].describe(), title="Fix the preset first",
-                        severity="error")
+            self.notify(self.problems[0].describe(), title="Fix the preset first", severity="error")
             return
         self._save(then)
 
@@ -176,11 +213,12 @@ class PresetEditorScreen(Screen[None]):
     async def _save(self, then: str | None) -> None:
         text = self.text
         if text != self.saved_text:
-            diff = Syntax(diff_text(self.saved_text, text, self.path), "diff",
-                          theme="ansi_dark", word_wrap=True)
+            diff = Syntax(
+                diff_text(self.saved_text, text, self.path), "diff", theme="ansi_dark", word_wrap=True
+            )
             if not await self.app.push_screen_wait(
-                    ConfirmScreen(f"Save preset {self.preset_name}?", diff, yes="Save",
-                                  danger=False)):
+                ConfirmScreen(f"Save preset {self.preset_name}?", diff, yes="Save", danger=False)
+            ):
                 return
             if not await self._call("write_preset", name=self.preset_name, text=text):
                 return
@@ -197,8 +235,7 @@ class PresetEditorScreen(Screen[None]):
 
     def action_new_preset(self) -> None:
         if self.problems:
-            self.notify(self.problems[0].describe(), title="Fix the preset first",
-                        severity="error")
+            self.notify(self.problems[0].describe(), title="Fix the preset first", severity="error")
             return
         self._new_preset()
 
@@ -207,7 +244,8 @@ class PresetEditorScreen(Screen[None]):
         listed = await self._command("list_presets")
         taken = {str(p.get("name")) for p in listed.get("result") or []} if listed.get("ok") else set()
         name = await self.app.push_screen_wait(
-            NamePrompt(f"New preset from {self.preset_name}: its name?", taken))
+            NamePrompt(f"New preset from {self.preset_name}: its name?", taken)
+        )
         if not name:
             return
         reply = await self._call("write_preset", name=name, text=self.text, result=True)
@@ -224,8 +262,9 @@ class PresetEditorScreen(Screen[None]):
         """Send a command; on failure notify with the agent's error and return None."""
         reply = await self._command(command, **args)
         if not reply.get("ok"):
-            self.notify(str(reply.get("error") or "failed"), title=f"{command} failed",
-                        severity="error", timeout=8)
+            self.notify(
+                str(reply.get("error") or "failed"), title=f"{command} failed", severity="error", timeout=8
+            )
             return None
         return reply if result else True
 
@@ -239,6 +278,7 @@ class PresetEditorScreen(Screen[None]):
     @work(group="editor", exclusive=True, exit_on_error=False)
     async def _close(self) -> None:
         if self.dirty and not await self.app.push_screen_wait(
-                ConfirmScreen("Discard unsaved changes?", yes="Discard")):
+            ConfirmScreen("Discard unsaved changes?", yes="Discard")
+        ):
             return
         self.dismiss(None)

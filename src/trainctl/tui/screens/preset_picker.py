@@ -1,4 +1,5 @@
 """Pick a preset to restart with: a list modal over the agent's ``list_presets``."""
+
 from __future__ import annotations
 
 from typing import Any
@@ -15,11 +16,11 @@ from textual.widgets.option_list import Option
 class PresetPicker(ModalScreen[str | None]):
     """Dismisses with the chosen preset's name, or None (escape) when cancelled."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel",
-                        tooltip="Close without restarting")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="picker.cancel", tooltip="Close without restarting")]
 
-    def __init__(self, presets: list[dict[str, Any]], current: str | None,
-                 title: str = "Restart with which preset?") -> None:
+    def __init__(
+        self, presets: list[dict[str, Any]], current: str | None, title: str = "Restart with which preset?"
+    ) -> None:
         super().__init__()
         self._presets = presets
         self._current = current

@@ -2,6 +2,7 @@
 on the ssh hosts of hosts.toml, Slurm jobs), gathered off the UI thread (journals, squeue
 and ssh can take seconds).  Typing narrows the list (backspace undoes); enter switches the
 dashboard to the run; escape cancels."""
+
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -35,8 +36,7 @@ class PickerRow:
         return not self.row.get("error") and not self.current
 
 
-def picker_rows(rows: list[dict], current: tuple[str, str] | None,
-                typed: str = "") -> list[PickerRow]:
+def picker_rows(rows: list[dict], current: tuple[str, str] | None, typed: str = "") -> list[PickerRow]:
     """The picker's lines, in `ls` order; the run on screen is marked "▶", one that needs
     attention "!" (why: ``attention``); with ``typed``, only the runs whose cells hold it
     (any case)."""
@@ -59,24 +59,24 @@ def short_run_dir(run_dir: str, root: str | None = None) -> str:
     runs folder (``demo-20261127-130501``: the part that tells runs apart is not cut off
     by a long common prefix), else the path with ``~`` for the home directory."""
     from trainctl.store.paths import runs_dir
+
     base = (root or str(runs_dir())).rstrip("/")
-    if run_dir.startswith(base + "/") and "/" not in run_dir[len(base) + 1:].rstrip("/"):
-        return run_dir[len(base) + 1:].rstrip("/")
+    if run_dir.startswith(base + "/") and "/" not in run_dir[len(base) + 1 :].rstrip("/"):
+        return run_dir[len(base) + 1 :].rstrip("/")
     return fmt.home_path(run_dir)
 
 
 class RunPicker(ModalScreen[dict | None]):
     """Dismisses with the chosen run's `ls` row, or None (escape)."""
 
-    BINDINGS = [Binding("escape", "cancel", "Cancel", id="runs.cancel",
-                        tooltip="Back to the run on screen")]
+    BINDINGS = [Binding("escape", "cancel", "Cancel", id="runs.cancel", tooltip="Back to the run on screen")]
 
     def __init__(self, gather: Callable[[], list[dict]], current: tuple[str, str] | None) -> None:
         super().__init__()
         self._gather = gather
         self._current = current
-        self._listed: list[dict] | None = None   # every run gathered
-        self.typed = ""                           # the filter typed so far
+        self._listed: list[dict] | None = None  # every run gathered
+        self.typed = ""  # the filter typed so far
         self.rows: list[PickerRow] | None = None  # the lines shown
 
     def compose(self) -> ComposeResult:
@@ -84,9 +84,10 @@ class RunPicker(ModalScreen[dict | None]):
             yield Label("Follow which run?", id="picker-title")
             yield Label("gathering your runs (local, ssh hosts, Slurm)…", id="runs-status")
             yield DataTable(id="runs-table", cursor_type="row", zebra_stripes=True)
-            yield Label("type to filter · enter: follow it · escape: cancel   "
-                        "(! needs attention, ▶ on screen)",
-                        id="picker-help")
+            yield Label(
+                "type to filter · enter: follow it · escape: cancel   (! needs attention, ▶ on screen)",
+                id="picker-help",
+            )
 
     def on_mount(self) -> None:
         table = self.query_one(DataTable)
@@ -96,10 +97,11 @@ class RunPicker(ModalScreen[dict | None]):
 
     def _show(self, listed: list[dict] | None, error: BaseException | None) -> None:
         if not self.is_attached:
-            return   # cancelled meanwhile
-        if error is not None:   # shown; the picker stays usable (escape)
+            return  # cancelled meanwhile
+        if error is not None:  # shown; the picker stays usable (escape)
             self.query_one("#runs-status", Label).update(
-                escape(f"cannot list the runs: {type(error).__name__}: {error}"))
+                escape(f"cannot list the runs: {type(error).__name__}: {error}")
+            )
             return
         self._listed = listed
         self._fill()
@@ -117,17 +119,25 @@ class RunPicker(ModalScreen[dict | None]):
             table.move_cursor(row=first)
         need = sum(1 for r in rows if r.attention and not r.current)
         typed = f" matching “{self.typed}”" if self.typed else ""
-        self.query_one("#runs-status", Label).update(escape(
-            f"{len(rows)} run{'s' if len(rows) != 1 else ''}{typed}"
-            + (f", {need} need attention" if need else "") if rows
-            else f"no runs{typed or ' found here or on the hosts of hosts.toml'}"))
+        self.query_one("#runs-status", Label).update(
+            escape(
+                f"{len(rows)} run{'s' if len(rows) != 1 else ''}{typed}"
+                + (f", {need} need attention" if need else "")
+                if rows
+                else f"no runs{typed or ' found here or on the hosts of hosts.toml'}"
+            )
+        )
 
     def on_key(self, event) -> None:
         """Printable keys narrow the list; backspace takes the last one back."""
         if event.key == "backspace" and self.typed:
             self.typed = self.typed[:-1]
-        elif event.character and event.character.isprintable() and event.key != "space" \
-                and len(event.character) == 1:
+        elif (
+            event.character
+            and event.character.isprintable()
+            and event.key != "space"
+            and len(event.character) == 1
+        ):
             self.typed += event.character
         else:
             return

@@ -1,5 +1,6 @@
 """The last stack dump (a stall's, or the one `d` wrote), read off the UI thread and shown
 in a scrollable, searchable-by-eye view; escape closes it."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -13,7 +14,7 @@ from textual.widgets import Label, TextArea
 
 from trainctl.tui.background import in_background
 
-MAX_BYTES = 2_000_000   # a dump of many ranks and workers stays well under this
+MAX_BYTES = 2_000_000  # a dump of many ranks and workers stays well under this
 
 
 def read_dump(path: str) -> str:
@@ -24,8 +25,7 @@ def read_dump(path: str) -> str:
 
 
 class StacksScreen(ModalScreen[None]):
-    BINDINGS = [Binding("escape,q,k", "dismiss", "Close", id="stacks.close",
-                        tooltip="Back to the dashboard")]
+    BINDINGS = [Binding("escape,q,k", "dismiss", "Close", id="stacks.close", tooltip="Back to the dashboard")]
 
     def __init__(self, path: str) -> None:
         super().__init__()
@@ -34,8 +34,9 @@ class StacksScreen(ModalScreen[None]):
     def compose(self) -> ComposeResult:
         with Vertical(id="stacks-dialog"):
             yield Label(escape(f"Stacks: {self.path}"), id="stacks-title")
-            yield TextArea("reading…", read_only=True, id="stacks-text", soft_wrap=False,
-                           show_line_numbers=False)
+            yield TextArea(
+                "reading…", read_only=True, id="stacks-text", soft_wrap=False, show_line_numbers=False
+            )
             yield Label("arrows / PgUp / PgDn scroll · escape closes", id="stacks-help")
 
     def on_mount(self) -> None:
@@ -46,5 +47,8 @@ class StacksScreen(ModalScreen[None]):
         if not self.is_attached:
             return
         area = self.query_one(TextArea)
-        area.load_text(text if error is None else
-                       f"cannot read {Path(self.path)}: {getattr(error, 'strerror', None) or error}")
+        area.load_text(
+            text
+            if error is None
+            else f"cannot read {Path(self.path)}: {getattr(error, 'strerror', None) or error}"
+        )

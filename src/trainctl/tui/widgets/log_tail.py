@@ -2,6 +2,7 @@
 while it is shown.  It scrolls back (focus it: arrows, PgUp/PgDn, Home/End; new lines follow
 only while it is at the end), pans sideways over long lines (←/→), and finds text (``/``,
 then ``n`` for the next match further back)."""
+
 from __future__ import annotations
 
 from collections.abc import Iterable
@@ -29,7 +30,7 @@ class LogTail(Log):
     def __init__(self, **kwargs: object) -> None:
         super().__init__(max_lines=LOG_KEEP, auto_scroll=True, **kwargs)  # type: ignore[arg-type]
         self.query_text = ""
-        self.match: int | None = None   # the line of the last match shown
+        self.match: int | None = None  # the line of the last match shown
 
     def on_mount(self) -> None:
         self._title()
@@ -38,7 +39,8 @@ class LogTail(Log):
     def _title(self, found: str = "") -> None:
         n = self.line_count
         self.border_title = f"Trainer output · {n:,} line{'s' if n != 1 else ''}" + (
-            f" · {found}" if found else "")
+            f" · {found}" if found else ""
+        )
 
     def replace_lines(self, lines: Iterable[str]) -> None:
         self.clear()
@@ -57,7 +59,7 @@ class LogTail(Log):
         start = self.match if again and self.match is not None else None
         index = find_lines(lines, query, start)
         if index is None and start is not None:
-            index = find_lines(lines, query)   # wrap round to the newest
+            index = find_lines(lines, query)  # wrap round to the newest
         self.match = index
         if index is not None:
             self.scroll_to(y=max(0, index - self.size.height // 2), animate=False)

@@ -1,5 +1,6 @@
 """Each loss over the global batch index, restarts as vertical lines; at most ~2 redraws/s.
 The range (the whole run downsampled, the last hour, the last epoch) is in the title."""
+
 from __future__ import annotations
 
 import time
@@ -9,10 +10,10 @@ from textual.markup import escape
 from textual.timer import Timer
 from textual_plotext import PlotextPlot
 
-MIN_INTERVAL = 0.5   # seconds between two redraws
+MIN_INTERVAL = 0.5  # seconds between two redraws
 COLORS = ("cyan", "magenta", "green", "yellow", "blue", "white")
 SPAN_LABELS = {"run": "", "hour": " (last hour)", "epoch": " (this epoch)"}
-PLOT_BELOW = 2       # rows under the plot: the x tick labels and the x label
+PLOT_BELOW = 2  # rows under the plot: the x tick labels and the x label
 
 
 @dataclass(frozen=True)
@@ -105,11 +106,12 @@ def even_ticks(lo: float, hi: float, rows: int) -> list[tuple[float, str]]:
     tick to a row: evenly spaced values alone land 2 or 3 rows apart, and one can vanish),
     about every 3 rows, all with the same number of decimals."""
     import math
+
     span = rows - 1
     if span < 1:
         return [(hi, f"{hi:.3g}")]
     steps = [d for d in range(1, span + 1) if span % d == 0]
-    d = min(steps, key=lambda d: (abs(span / d - 3), -d))   # n - 1 gaps of span / d rows
+    d = min(steps, key=lambda d: (abs(span / d - 3), -d))  # n - 1 gaps of span / d rows
     step = (hi - lo) / d
     decimals = max(0, min(6, 1 - math.floor(math.log10(step)))) if step > 0 else 2
     return [(lo + step * k, f"{lo + step * k:.{decimals}f}") for k in range(d + 1)]

@@ -1,4 +1,5 @@
 """Epoch and batch counters, a progress bar, speed and time spent in this epoch."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,8 +22,8 @@ class ProgressInfo:
     rate: float | None = None
     in_epoch_s: float | None = None
     phase: str | None = None
-    rate_source: str | None = None   # measured (default), history, declared (a preset's figure)
-    preset: str | None = None        # whose declared rate
+    rate_source: str | None = None  # measured (default), history, declared (a preset's figure)
+    preset: str | None = None  # whose declared rate
     wide: bool = True
 
 
@@ -47,8 +48,10 @@ class ProgressPanel(Vertical):
         if info.batch is None and info.epoch is None:
             counts.update("waiting for the first batch…")
         else:
-            counts.update(f"Epoch {fmt.count(info.epoch)}/{fmt.count(info.epochs)}   "
-                          f"Batch {fmt.count(info.batch)}/{fmt.count(info.batches)}")
+            counts.update(
+                f"Epoch {fmt.count(info.epoch)}/{fmt.count(info.epochs)}   "
+                f"Batch {fmt.count(info.batch)}/{fmt.count(info.batches)}"
+            )
         bar = self.query_one(ProgressBar)
         if info.batches:
             bar.update(total=info.batches, progress=info.batch or 0)

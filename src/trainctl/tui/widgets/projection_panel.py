@@ -1,13 +1,24 @@
 """ETA, deadline buffer (red when negative), cost against budget, and the what-if lines."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
+
 from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
 from trainctl.core.events import Projection
-from trainctl.core.projection_text import checkpoint_phrase, eta_phrase, format_money, format_projection, format_what_if, format_when, rate_phrase, signed_duration
+from trainctl.core.projection_text import (
+    checkpoint_phrase,
+    eta_phrase,
+    format_money,
+    format_projection,
+    format_what_if,
+    format_when,
+    rate_phrase,
+    signed_duration,
+)
 
 
 @dataclass(frozen=True)
@@ -15,7 +26,7 @@ class ProjectionInfo:
     projection: Projection | None = None
     now: float = 0.0
     wide: bool = True
-    ended: str | None = None   # a final state: a projection that is not the end is stale
+    ended: str | None = None  # a final state: a projection that is not the end is stale
 
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
@@ -40,8 +51,7 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
     return lines
 
 
-def projection_text(p: Projection | None, now: float, wide: bool = True,
-                    ended: str | None = None) -> Text:
+def projection_text(p: Projection | None, now: float, wide: bool = True, ended: str | None = None) -> Text:
     """``format_projection``'s lines (compact ones when narrow), late and over-budget in red.
     A run that ended (``ended``: STOPPED, FAILED) before its end projection has no ETA: its
     last live one is not shown as if it were still coming."""

@@ -1,6 +1,7 @@
 """CPU and memory of the trainer and each worker, and the GPU (or "no GPU").  A torchrun
 job shows a row per rank instead: its batch, rate, state and CPU (its DataLoader workers
 included), the culprit of a stall marked."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -19,15 +20,23 @@ MAX_ROWS = 6
 class ResourcesInfo:
     processes: tuple[dict[str, Any], ...] = ()
     gpu: dict[str, Any] | None = None
-    known: bool = False   # False until the first tick
+    known: bool = False  # False until the first tick
     wide: bool = True
-    ended: str | None = None   # a final state: the last tick's processes are gone
-    ranks: tuple = ()          # torchrun: tui.model.RankRow per rank
-    stuck: tuple[int, ...] = ()   # the culprit ranks of the current stall
+    ended: str | None = None  # a final state: the last tick's processes are gone
+    ranks: tuple = ()  # torchrun: tui.model.RankRow per rank
+    stuck: tuple[int, ...] = ()  # the culprit ranks of the current stall
 
 
-STATUS = {"running": "R", "sleeping": "S", "disk-sleep": "D", "stopped": "T", "zombie": "Z",
-          "idle": "I", "tracing-stop": "t", "dead": "X"}
+STATUS = {
+    "running": "R",
+    "sleeping": "S",
+    "disk-sleep": "D",
+    "stopped": "T",
+    "zombie": "Z",
+    "idle": "I",
+    "tracing-stop": "t",
+    "dead": "X",
+}
 
 
 def gpu_line(gpu: dict[str, Any] | None) -> str:
@@ -64,8 +73,10 @@ def rank_lines(info: ResourcesInfo, text: Text) -> None:
         state = "STUCK" if stuck else STATUS.get(status.get(rank, ""), "gone" if rank not in status else "?")
         use = f"cpu {fmt.percent(cpu.get(rank))}" if rank in status else "cpu —"
         more = f" +{workers[rank]}w" if workers.get(rank) and info.wide else ""
-        text.append(f"{'▶' if stuck else ' '}rank {rank:<3} {ep}{batch:<9} {rate:>10} {state:<5} "
-                    f"{use}{more}\n", style="bold red" if stuck else "")
+        text.append(
+            f"{'▶' if stuck else ' '}rank {rank:<3} {ep}{batch:<9} {rate:>10} {state:<5} {use}{more}\n",
+            style="bold red" if stuck else "",
+        )
 
 
 def resources_text(info: ResourcesInfo) -> Text:
@@ -85,11 +96,16 @@ def resources_text(info: ResourcesInfo) -> Text:
         status = str(proc.get("status") or "?")
         cpu, rss = fmt.percent(proc.get("cpu_percent")), fmt.size(proc.get("rss_bytes"))
         if info.wide:
-            text.append(f"{role:<6} {proc.get('pid', '?'):>7} {status:<8.8} cpu {cpu:>4} "
-                        f"rss {rss:>9} thr {proc.get('num_threads') or '—'}\n", style=style)
+            text.append(
+                f"{role:<6} {proc.get('pid', '?'):>7} {status:<8.8} cpu {cpu:>4} "
+                f"rss {rss:>9} thr {proc.get('num_threads') or '—'}\n",
+                style=style,
+            )
         else:
-            text.append(f"{role:<6} {proc.get('pid', '?'):>7} {STATUS.get(status, '?')} "
-                        f"{cpu:>5} {rss:>9}\n", style=style)
+            text.append(
+                f"{role:<6} {proc.get('pid', '?'):>7} {STATUS.get(status, '?')} {cpu:>5} {rss:>9}\n",
+                style=style,
+            )
     if len(procs) > MAX_ROWS:
         text.append(f"… {len(procs) - MAX_ROWS} more processes\n", style="dim")
     if not procs:

@@ -1,5 +1,6 @@
 """The top line: job, host, preset, run state, attempt, auto-recovery, how many other runs
 need attention (hidden when none), connection."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -10,8 +11,8 @@ from textual.markup import escape
 from textual.reactive import reactive
 from textual.widgets import Label
 
-from trainctl.core.sanitize import sanitize
 from trainctl.core.recovery import RunState
+from trainctl.core.sanitize import sanitize
 
 STATE_LABELS = {"BACKOFF": "RESTARTING"}
 STATE_CLASSES = tuple(f"-{s.value.lower()}" for s in RunState)
@@ -29,8 +30,8 @@ class HeaderInfo:
     auto_recover: bool = True
     connected: bool = False
     connection: str = "connecting…"
-    wide: bool = True     # narrow (80 columns): the job name first, shorter labels after it
-    attention: int = 0    # other runs that need attention (src/trainctl/store/listing.py needs_attention)
+    wide: bool = True  # narrow (80 columns): the job name first, shorter labels after it
+    attention: int = 0  # other runs that need attention (src/trainctl/store/listing.py needs_attention)
 
 
 class RunHeader(Horizontal):
@@ -61,7 +62,7 @@ class RunHeader(Horizontal):
         # connection shrinks, then what does not fit is cut at the right edge).
         if info.wide:
             label.styles.min_width = min(len(job) + 2, 64)
-        else:   # the name, then room for the ellipsis of "@host"
+        else:  # the name, then room for the ellipsis of "@host"
             name = info.job or where or "trainctl"
             label.styles.min_width = min(len(name) + (3 if len(name) < len(job) else 2), 40)
         self.query_one("#hdr-preset", Label).update(escape(f"preset {sanitize(info.preset or '?')}"))
@@ -70,7 +71,8 @@ class RunHeader(Horizontal):
         state.remove_class(*STATE_CLASSES)
         state.add_class(f"-{info.state.lower()}")
         self.query_one("#hdr-attempt", Label).update(
-            f"attempt {info.attempt}" if info.attempt else "attempt —")
+            f"attempt {info.attempt}" if info.attempt else "attempt —"
+        )
         auto = self.query_one("#hdr-auto", Label)
         label = "auto-recover" if info.wide else "auto"
         auto.update(f"{label} on" if info.auto_recover else f"{label} OFF")
@@ -78,8 +80,11 @@ class RunHeader(Horizontal):
         attn = self.query_one("#hdr-attn", Label)
         attn.display = info.attention > 0
         n = info.attention
-        attn.update(f"{n} other run{'s' if n != 1 else ''} need{'s' if n == 1 else ''} attention (g)"
-                    if info.wide else f"{n} need{'s' if n == 1 else ''} attention")
+        attn.update(
+            f"{n} other run{'s' if n != 1 else ''} need{'s' if n == 1 else ''} attention (g)"
+            if info.wide
+            else f"{n} need{'s' if n == 1 else ''} attention"
+        )
         conn = self.query_one("#hdr-conn", Label)
         text = info.connection if info.wide else _short(info.connection)
         conn.update(("● " if info.connected else "○ ") + text)

@@ -1,4 +1,5 @@
 """Seconds since the last batch against the current phase's threshold, and the last stall."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ class StallInfo:
     detail: str = ""
     stacks: str | None = None
     wide: bool = True
-    ended: str | None = None    # a final state: nothing left to watch
-    go_on: str = ""             # how to go on from a run that ended (a command)
+    ended: str | None = None  # a final state: nothing left to watch
+    go_on: str = ""  # how to go on from a run that ended (a command)
 
 
 class StallMeter(Static):
@@ -59,8 +60,7 @@ class StallMeter(Static):
         elif info.idle_s is None:
             text.append(f"{phase}: no reading yet\n")
         elif info.threshold_s:
-            text.append(f"{phase}: idle {fmt.duration(info.idle_s)} of "
-                        f"{fmt.duration(info.threshold_s)}\n")
+            text.append(f"{phase}: idle {fmt.duration(info.idle_s)} of {fmt.duration(info.threshold_s)}\n")
         else:
             text.append(f"{phase}: idle {fmt.duration(info.idle_s)} (limit: still learning)\n")
         if not info.ended:
@@ -69,8 +69,10 @@ class StallMeter(Static):
             text.append("░" * (BAR_WIDTH - filled), style="dim")
         if info.diagnosis:
             label = "STALLED" if info.stalled else "last stall"
-            text.append(f"\n{label}: {info.diagnosis}, {fmt.duration(info.stall_idle_s)}"
-                        f" idle in {info.stall_phase or '?'}")
+            text.append(
+                f"\n{label}: {info.diagnosis}, {fmt.duration(info.stall_idle_s)}"
+                f" idle in {info.stall_phase or '?'}"
+            )
             if info.detail and info.wide:
                 text.append(f"\n{info.detail}", style="italic")
             if info.stacks:

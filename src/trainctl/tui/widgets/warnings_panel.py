@@ -3,6 +3,7 @@ severity; the full text and advice of the selected row below.  trainctl's own no
 "integration attached", "auto-recovery off", a save that took 2 s) are not warnings: they go
 to the log view (``l``), and acknowledgements are toasts.  ``x`` dismisses the selected
 row until it happens again (its count grows)."""
+
 from __future__ import annotations
 
 from rich.text import Text
@@ -12,8 +13,7 @@ from textual.widgets import DataTable, Static
 
 from trainctl.tui.model import WarningRow
 
-SEVERITY_STYLES = {"info": "dim", "warning": "yellow", "error": "bold red",
-                   "fatal": "bold white on red"}
+SEVERITY_STYLES = {"info": "dim", "warning": "yellow", "error": "bold red", "fatal": "bold white on red"}
 SEVERITY_LABELS = {"info": "info", "warning": "warn", "error": "error", "fatal": "FATAL"}
 NEEDS_A_PERSON = ("warning", "error", "fatal")
 
@@ -34,7 +34,7 @@ class WarningsPanel(Vertical):
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self._all: list[WarningRow] = []
         self._rows: list[WarningRow] = []
-        self.dismissed: dict[str, int] = {}   # id -> the count it had when dismissed
+        self.dismissed: dict[str, int] = {}  # id -> the count it had when dismissed
 
     def compose(self) -> ComposeResult:
         table: DataTable[Text] = DataTable(cursor_type="row", id="warnings-table")
@@ -53,19 +53,26 @@ class WarningsPanel(Vertical):
         """Replace the rows (newest first), keeping the cursor on the same warning."""
         self._all = rows
         table = self.query_one(DataTable)
-        keep = self._rows[table.cursor_row].id if self._rows and 0 <= table.cursor_row < len(self._rows) else None
+        keep = (
+            self._rows[table.cursor_row].id
+            if self._rows and 0 <= table.cursor_row < len(self._rows)
+            else None
+        )
         self._rows = shown = shown_rows(rows, self.dismissed)
         table.clear()
         for row in shown:
             style = SEVERITY_STYLES.get(row.severity, "")
             label = SEVERITY_LABELS.get(row.severity, row.severity)
-            table.add_row(Text(label, style=style), Text(str(row.count), style=style),
-                          Text(first_line(row.text) or row.id, style=style), key=row.id)
+            table.add_row(
+                Text(label, style=style),
+                Text(str(row.count), style=style),
+                Text(first_line(row.text) or row.id, style=style),
+                key=row.id,
+            )
         hidden = sum(1 for r in rows if r.severity in NEEDS_A_PERSON) - len(shown)
         title = f"Warnings ({len(shown)})" if shown else "Warnings"
         self.border_title = title
-        self.border_subtitle = (f"x dismiss · {hidden} dismissed" if hidden else
-                                "x dismiss" if shown else "")
+        self.border_subtitle = f"x dismiss · {hidden} dismissed" if hidden else "x dismiss" if shown else ""
         if keep is not None:
             index = next((i for i, r in enumerate(shown) if r.id == keep), 0)
             table.move_cursor(row=index, animate=False)
