@@ -26,8 +26,28 @@ demo: venv
 	echo "make demo: a shorter or longer demo: \`make demo EPOCHS=N\` (\`trainctl demo --epochs N\`)"; \
 	case $$code in 0|130) ;; *) exit $$code ;; esac
 
+# `make test`: the whole suite, in two tiers.  The pure tiers (tests/unit, tests/tui) on
+# FAST_WORKERS processes; then the e2e tier (real trainings, tmux, sshd, Slurm) on E2E_WORKERS:
+# its tests mostly wait on real processes, and those on the shared test Slurm keep to one
+# worker (xdist_group "slurm", tests/e2e/conftest.py).  Fails when either tier fails.
+# `make test-fast`: the pure tiers alone.
+FAST_WORKERS ?= 2
+E2E_WORKERS  ?= 3
+
 test: venv
-	$(VENV)/bin/pytest
+	@start=$$(date +%s); \
+	$(VENV)/bin/pytest -n $(FAST_WORKERS) tests/unit tests/tui; fast=$$?; \
+	mid=$$(date +%s); \
+	$(VENV)/bin/pytest -n $(E2E_WORKERS) --dist loadgroup --durations=10 tests/e2e; e2e=$$?; \
+	end=$$(date +%s); \
+	echo "make test: pure tiers $$([ $$fast -eq 0 ] && echo passed || echo FAILED) in $$((mid - start)) s," \
+	     "e2e tier $$([ $$e2e -eq 0 ] && echo passed || echo FAILED) in $$((end - mid)) s" \
+	     "($$((end - start)) s in all, $(E2E_WORKERS) e2e workers)"; \
+	[ $$fast -eq 0 ] && [ $$e2e -eq 0 ]
+
+.PHONY: test-fast
+test-fast: venv
+	$(VENV)/bin/pytest -n $(FAST_WORKERS) tests/unit tests/tui
 
 # ruff (lint, then format), mypy (src/ only: strict on trainctl.core), the import-linter layer
 # contracts; the settings are in pyproject.toml, and .pre-commit-config.yaml runs the same.

@@ -13,6 +13,33 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))  # so tests can import tests.helpers.*
 
 
+@pytest.hookimpl(tryfirst=True)
+def pytest_configure(config):
+    """A short temporary base (``/tmp/tcXXXXXXXX``, fresh per session) unless ``--basetemp``
+    is given: xdist puts each worker's temp dirs one level deeper (``popen-gwN``), and a run
+    directory's ``agent.sock`` under pytest's default ``/tmp/pytest-of-USER/pytest-N/...``
+    then passes the 108 bytes a Unix socket path may have.  Unique per session, so parallel
+    sessions of other users of the machine never share one; removed when the session passes."""
+    if hasattr(config, "workerinput") or config.option.basetemp:
+        return  # an xdist worker gets its base from the controller (BASE/popen-gwN)
+    import tempfile
+
+    config.option.basetemp = tempfile.mkdtemp(prefix="tc", dir="/tmp")
+    config._trainctl_short_basetemp = config.option.basetemp
+
+
+def pytest_unconfigure(config):
+    base = getattr(config, "_trainctl_short_basetemp", None)
+    if base and getattr(config, "_trainctl_passed", False):
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    session.config._trainctl_passed = exitstatus == 0
+
+
 @pytest.fixture(autouse=True)
 def _private_trainctl_dirs(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.mktemp("trainctl-home")

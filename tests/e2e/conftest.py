@@ -395,6 +395,19 @@ def write_command_job(
     return job
 
 
+_SLURM_MODULES = ("test_slurm.py", "test_slurm_nodes.py")
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the groups off the markers
+def pytest_collection_modifyitems(config, items):
+    """Under ``--dist loadgroup`` (``make test``) every test that uses the two-node test Slurm
+    runs on one worker, one after the other: they drain, fail and preempt its nodes and wait
+    for a queue of their own, so two at once break each other."""
+    for item in items:
+        if item.path.name in _SLURM_MODULES or "slurm" in item.name:
+            item.add_marker(pytest.mark.xdist_group("slurm"))
+
+
 @pytest.fixture(autouse=True)
 def _kill_trainctl_runs():
     """Whatever a test started with start_trainctl/run_trainctl is killed after it."""

@@ -105,7 +105,7 @@ def _run_scenario(root: Path) -> dict:
         start1 = of(tc.events(), "start")[0]
         tc.wait_event(lambda e: e.type == "progress" and e.epoch == 2, 60, "epoch 2")
         workers, stopped_at = stop_workers(tc)
-        result = tc.wait(150)
+        result = tc.wait(300)  # 3 real epochs, one under B: 150 s was not enough at load 15
     finally:
         tc.kill()
     return {
@@ -118,7 +118,7 @@ def _run_scenario(root: Path) -> dict:
     }
 
 
-@pytest.mark.timeout(240)
+@pytest.mark.timeout(480)  # includes the module's scenario (setup), a loaded box
 def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_save(recovered):
     """Workers SIGSTOPped: the main thread still runs Python (it waits for data), so the
     agent asks for a rescue save before the kill, and B resumes inside that epoch."""
@@ -168,7 +168,7 @@ def make_agent(run_dir: Path) -> Agent:
     return Agent(run_dir, spec, serve=False)
 
 
-@pytest.mark.timeout(240)  # the module's scenario runs first when this test runs alone
+@pytest.mark.timeout(480)  # the module's scenario runs first when this test runs alone
 def test_a_truncated_checkpoint_is_never_resumed_from(recovered, tmp_path):
     newest, older = recovered["good"], recovered["epoch1"]  # real: epochs 3 and 1
     assert inspect_checkpoint(newest).ok and inspect_checkpoint(older).epoch == 0
