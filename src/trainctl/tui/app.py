@@ -21,6 +21,7 @@ from textual.screen import Screen
 from trainctl.core.recovery import FINAL_STATES, exit_code
 from trainctl.tui.bridge import Bridge, ClientLike
 from trainctl.tui.screens.dashboard import DashboardScreen
+from trainctl.tui.screens.dashboard_keys import KEYS
 
 
 class TrainctlApp(App[int]):
@@ -91,7 +92,7 @@ class TrainctlApp(App[int]):
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         if screen is self.dashboard:
-            for binding in DashboardScreen.BINDINGS:
+            for binding in KEYS:
                 if binding.action.startswith("app."):
                     continue
                 yield SystemCommand(

@@ -19,6 +19,7 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, Protocol
 
+from textual.dom import DOMNode
 from textual.message_pump import MessagePump
 from textual.worker import Worker
 
@@ -80,7 +81,7 @@ class Bridge:
     def connected(self) -> bool:
         return self._client is not None
 
-    def start(self, owner: MessagePump) -> Worker[None]:
+    def start(self, owner: DOMNode) -> Worker[None]:
         """Run the follow loop as ``owner``'s exclusive engine worker."""
         return owner.run_worker(
             self.follow(), name="bridge", group="engine", exclusive=True, exit_on_error=False

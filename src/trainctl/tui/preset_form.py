@@ -84,9 +84,11 @@ def form_values(text: str) -> dict[str, str]:
     values: dict[str, str] = {}
     for f in FIELDS:
         if f.kind == "table":
+            assert f.section is not None  # a table field is a whole section
             table = data.get(f.section) or {}
             values[f.id] = "\n".join(f"{k} = {_toml_value(v)}" for k, v in table.items())
         elif f.kind == "env":
+            assert f.section is not None  # so is the environment
             table = data.get(f.section) or {}
             values[f.id] = "\n".join(f"{k}={v}" for k, v in table.items())
         elif f.kind == "args":
@@ -169,12 +171,16 @@ def build_text(original: str, values: dict[str, str], file: str) -> tuple[str, l
     for f in FIELDS:
         raw = values.get(f.id, "")
         if f.kind in ("table", "env"):
-            old = data.get(f.section) if isinstance(data.get(f.section), dict) else {}
+            assert f.section is not None  # a table or env field is a whole section
+            got = data.get(f.section)
+            old_table: dict[str, Any] = got if isinstance(got, dict) else {}
             new = _table_lines(f, raw, file, problems)
             section = {
-                k: v for k, v in new.items() if old.get(k, object()) != v or type(old.get(k)) is not type(v)
+                k: v
+                for k, v in new.items()
+                if old_table.get(k, object()) != v or type(old_table.get(k)) is not type(v)
             }
-            section.update({k: None for k in old if k not in new})
+            section.update({k: None for k in old_table if k not in new})
             if section:
                 changes[f.section] = section
             continue

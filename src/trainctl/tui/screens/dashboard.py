@@ -3,7 +3,8 @@
 Bridge messages arrive here (:class:`EventBatch` and friends); the screen folds them into
 a :class:`RunModel` and sets each widget's ``info``.  Keys request changes from the agent
 through ``command`` (the bridge's); destructive ones ask first in a modal
-(:mod:`trainctl.tui.screens.dashboard_keys`).
+(:mod:`trainctl.tui.screens.dashboard_keys`); what each panel shows is
+:mod:`trainctl.tui.screens.dashboard_panels`.
 
 With ``runs`` (the CLI's ``RunsSource``: every run of the user, blocking calls, made in
 threads here): `g` picks another run to follow (the app switches the bridge; messages of
@@ -15,46 +16,46 @@ state and reason (every SLURM_EVERY_S); `s` then scancels the job.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from functools import partial
-from typing import Any
+from typing import Any, ClassVar
 
 from textual.app import ComposeResult
-from textual.binding import Binding
+from textual.binding import BindingType
 from textual.containers import Horizontal
 from textual.markup import escape
+from textual.notifications import SeverityLevel
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
+from trainctl.core.events import Event, Stall, State
 from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.runview import RANGES
 from trainctl.core.sanitize import sanitize
 from trainctl.store.listing import attention_count
-from trainctl.tui import fmt
 from trainctl.tui.background import in_background
 from trainctl.tui.messages import AgentConnected, AgentDisconnected, CommandDone, EventBatch
 from trainctl.tui.model import RunModel
 from trainctl.tui.screens.dashboard_keys import (
     COMMAND_WORDS,
-    LIVE_STATES,
+    KEYS,
     DashboardKeys,
-    continue_command,
     outcome,
 )
+from trainctl.tui.screens.dashboard_panels import DashboardPanels
 from trainctl.tui.widgets.log_tail import LogTail
-from trainctl.tui.widgets.loss_chart import ChartData, LossChart
-from trainctl.tui.widgets.progress_panel import ProgressInfo, ProgressPanel
-from trainctl.tui.widgets.projection_panel import ProjectionInfo, ProjectionPanel
-from trainctl.tui.widgets.resources_panel import ResourcesInfo, ResourcesPanel
-from trainctl.tui.widgets.run_header import HeaderInfo, RunHeader
-from trainctl.tui.widgets.stall_meter import StallInfo, StallMeter
+from trainctl.tui.widgets.loss_chart import LossChart
+from trainctl.tui.widgets.progress_panel import ProgressPanel
+from trainctl.tui.widgets.projection_panel import ProjectionPanel
+from trainctl.tui.widgets.resources_panel import ResourcesPanel
+from trainctl.tui.widgets.run_header import RunHeader
+from trainctl.tui.widgets.stall_meter import StallMeter
 from trainctl.tui.widgets.warnings_panel import WarningsPanel
 
 Command = Callable[..., Awaitable[dict[str, Any]]]
 BRIDGE_RESTART_S = 2.0  # after an internal error in the bridge
-NARROW_BELOW = 120  # columns: below this the panels use their compact layout
 ALERT_RECENT_S = 5.0
 ATTENTION_EVERY_S = 5.0  # the other runs looked at (journals, squeue, ssh hosts) in a thread
 SLURM_EVERY_S = 2.0  # a Slurm run with no agent: its job's state and reason
@@ -64,101 +65,8 @@ async def _not_connected(name: str, /, **args: Any) -> dict[str, Any]:
     return {"ok": False, "error": "not connected to the agent", "result": None}
 
 
-class DashboardScreen(DashboardKeys, Screen[None]):
-    BINDINGS = [
-        Binding(
-            "question_mark",
-            "help",
-            "Help",
-            key_display="?",
-            id="help",
-            tooltip="Keys and what the run states mean",
-        ),
-        Binding("q", "app.leave", "Quit", id="quit", tooltip="Leave the dashboard; the run goes on"),
-        Binding(
-            "r",
-            "restart",
-            "Restart",
-            id="restart",
-            tooltip="Restart the trainer: saved first where it can, else from the last good "
-            "checkpoint, else from the start (the confirmation says which)",
-        ),
-        Binding(
-            "f",
-            "fallback",
-            "Fallback",
-            id="fallback",
-            tooltip="Restart with the job's fallback preset (the safe one), the same way as r",
-        ),
-        Binding("p", "pick_preset", "Preset…", id="pick_preset", tooltip="Pick a preset and restart with it"),
-        Binding(
-            "e",
-            "edit_preset",
-            "Edit",
-            id="edit_preset",
-            tooltip="Edit the running preset; save for now or the next restart",
-        ),
-        Binding("s", "stop", "Stop", id="stop", tooltip="Stop the run: kill the trainer, no restart"),
-        Binding(
-            "d",
-            "dump_stacks",
-            "Stacks",
-            id="dump_stacks",
-            tooltip="py-spy dump of the trainer and its workers into the run directory",
-        ),
-        Binding(
-            "a",
-            "toggle_auto",
-            "Auto",
-            id="auto_recover",
-            tooltip="Turn automatic restarts after stalls and crashes on or off",
-        ),
-        Binding(
-            "z",
-            "cycle_range",
-            "Range",
-            id="chart_range",
-            tooltip="The loss chart's range: the whole run, the last hour, the last epoch",
-        ),
-        Binding("l", "toggle_log", "Log", id="toggle_log", tooltip="Show or hide the trainer's raw output"),
-        Binding(
-            "g",
-            "pick_run",
-            "Runs…",
-            id="pick_run",
-            tooltip="Every run of yours (here, on the ssh hosts, on Slurm): follow another",
-        ),
-        Binding(
-            "k",
-            "show_stacks",
-            "Last stacks",
-            id="show_stacks",
-            tooltip="Open the last stack dump (a stall's, or the one d wrote)",
-        ),
-        Binding(
-            "x",
-            "dismiss_warning",
-            "Dismiss",
-            id="dismiss_warning",
-            tooltip="Dismiss the highlighted warning until it happens again",
-        ),
-        Binding(
-            "slash",
-            "find_in_log",
-            "Find",
-            key_display="/",
-            id="find_in_log",
-            tooltip="In the log view: find text in the trainer's output",
-        ),
-        Binding(
-            "n",
-            "find_next",
-            "Next",
-            id="find_next",
-            show=False,
-            tooltip="In the log view: the next match further back",
-        ),
-    ]
+class DashboardScreen(DashboardKeys, DashboardPanels, Screen[None]):
+    BINDINGS: ClassVar[list[BindingType]] = list(KEYS)
 
     connected: reactive[bool] = reactive(False, bindings=True)
     run_state: reactive[str] = reactive("STARTING", bindings=True)
@@ -287,16 +195,12 @@ class DashboardScreen(DashboardKeys, Screen[None]):
             self._connection = f"Slurm job {self.queued['job']} {state}{why}: waiting for its agent"
         elif info is not None and info.get("error"):
             self._connection = f"no agent running; Slurm: {info['error']}"
-        elif state and self.model.last_seq < 0:  # ended, and no agent ever wrote a line
+        elif info is not None and state and self.model.last_seq < 0:  # ended, and no agent ever wrote a line
             self._connection = f"Slurm job {info['job']} {state} before its agent started"
         else:
             self._connection = "journal only: no agent running"
         self.refresh_bindings()
         self._push_header()
-
-    @property
-    def wide(self) -> bool:
-        return self.size.width >= NARROW_BELOW
 
     def on_resize(self) -> None:
         self.set_class(not self.wide, "-narrow")
@@ -378,16 +282,17 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         fresh.chart_version, fresh.warnings_version = m.chart_version + 1, m.warnings_version + 1
         self.model = fresh
 
-    def _alert_on(self, events) -> None:
+    def _alert_on(self, events: Iterable[Event]) -> None:
         """A stall or a failure as it happens: a notification and the terminal bell (in
         tmux the bell sets the window's alert flag, seen from the other windows)."""
+        severity: SeverityLevel
         for ev in events:
             if ev.ts < self._alerts_since:
                 continue
-            if ev.type == "stall":
+            if isinstance(ev, Stall):
                 text = f"{ev.diagnosis} in {ev.phase} after {ev.idle_s:.0f} s without progress"
                 title, severity = "Stalled", "warning"
-            elif ev.type == "state" and ev.state == "FAILED":
+            elif isinstance(ev, State) and ev.state == "FAILED":
                 text, title, severity = ev.reason or "the run failed", "Failed", "error"
             else:
                 continue
@@ -430,115 +335,6 @@ class DashboardScreen(DashboardKeys, Screen[None]):
         """A failure inside the TUI itself, shown as an error row in the warnings panel."""
         self.model.note("trainctl.tui", "error", text, "see the log for the traceback", self.clock())
         self._push()
-
-    # ------------------------------------------------------------------ pushing views down
-    def _push(self) -> None:
-        model = self.model
-        self.run_state = model.state
-        self._push_header()
-        self._push_clock()
-        # where Ultralytics writes the results (save_dir): on the progress panel's lower border
-        panel = self.query_one(ProgressPanel)
-        panel.border_subtitle = (
-            escape(f"results {fmt.path(model.save_dir, max(12, panel.size.width - 14))}")
-            if model.save_dir
-            else ""
-        )
-        tick = model.tick
-        stall = model.stall
-        ended = model.state if model.state in FINAL_STATES else None
-        self.query_one(StallMeter).info = StallInfo(
-            phase=(tick.phase if tick else None) or model.phase,
-            idle_s=tick.idle_s if tick else None,
-            threshold_s=tick.threshold_s if tick else None,
-            stalled=model.state == "STALLED",
-            diagnosis=stall.diagnosis if stall else None,
-            stall_phase=stall.phase if stall else None,
-            stall_idle_s=stall.idle_s if stall else None,
-            detail=stall.detail if stall else "",
-            stacks=self._short_path(stall.stacks) if stall else None,
-            wide=self.wide,
-            ended=ended,
-            go_on=continue_command(model.run_dir) if ended else "",
-        )
-        self.query_one(ResourcesPanel).info = ResourcesInfo(
-            tick.processes if tick else (),
-            tick.gpu if tick else None,
-            tick is not None,
-            self.wide,
-            ended,
-            model.rank_rows(),
-            model.stuck_ranks if model.state in ("STALLED", "STOPPING") else (),
-        )
-        if model.chart_version != self._chart_seen:
-            self._chart_seen = model.chart_version
-            self.query_one(LossChart).show(self.chart_data())
-        if model.warnings_version != self._warnings_seen:
-            self._warnings_seen = model.warnings_version
-            self.query_one(WarningsPanel).show_rows(model.warning_rows())
-            self.refresh_bindings()
-        notes = model.take_notes()
-        if notes and self.show_log:
-            self.query_one(LogTail).append_lines(notes)
-
-    def _short_path(self, path: str | None) -> str | None:
-        """A path inside the run directory, relative to it."""
-        run_dir = self.model.run_dir.rstrip("/")
-        if path and run_dir and path.startswith(run_dir + "/"):
-            return path[len(run_dir) + 1 :]
-        return path
-
-    def _push_header(self) -> None:
-        m = self.model
-        state = m.state
-        if self.queued is not None and state not in FINAL_STATES:
-            state = "PENDING"  # its job waits in Slurm's queue: no agent yet, not a hang
-        self.query_one(RunHeader).info = HeaderInfo(
-            m.job,
-            m.host,
-            m.preset,
-            state,
-            m.attempt,
-            m.auto_recover,
-            self.connected,
-            self._connection,
-            self.wide,
-            self.attention,
-        )
-
-    def _push_clock(self) -> None:
-        """The parts that change with time alone: time in this epoch, time to ETA."""
-        m, now = self.model, self.clock()
-        p = m.progress
-        in_epoch = None
-        if m.epoch_started is not None:
-            end = now if m.state in LIVE_STATES and self.connected else m.last_progress_ts
-            in_epoch = max(0.0, (end or now) - m.epoch_started)
-        proj = m.projection
-        if p and p.rate is not None:  # the trainer's own figure: measured
-            rate, source, whose = p.rate, "measured", None
-        else:
-            rate, source, whose = (proj.rate, proj.rate_source, proj.preset) if proj else (None, None, None)
-        self.query_one(ProgressPanel).info = ProgressInfo(
-            p.epoch if p else None,
-            p.epochs if p else None,
-            p.batch if p else None,
-            p.batches if p else None,
-            rate,
-            in_epoch,
-            m.phase,
-            source,
-            whose,
-            self.wide,
-        )
-        ended = m.state if m.state in FINAL_STATES else None
-        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
-
-    def chart_data(self) -> ChartData:
-        m = self.model
-        now = self.clock() if m.state in LIVE_STATES and self.connected else None
-        series, restarts = m.chart(self.chart_range, now=now)
-        return ChartData(series, restarts, self.chart_range)
 
     def action_cycle_range(self) -> None:
         self.chart_range = RANGES[(RANGES.index(self.chart_range) + 1) % len(RANGES)]

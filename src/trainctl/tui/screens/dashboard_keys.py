@@ -8,9 +8,11 @@ sent to the agent, a dialog, a screen), and the words of the toast after one.
 from __future__ import annotations
 
 import re
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from textual import work
+from textual.binding import Binding
 from textual.markup import escape
 from textual.widgets import Input
 
@@ -28,6 +30,15 @@ from trainctl.tui.screens.run_picker import RunPicker
 from trainctl.tui.screens.stacks import StacksScreen
 from trainctl.tui.widgets.log_tail import LogTail
 from trainctl.tui.widgets.warnings_panel import WarningsPanel
+
+if TYPE_CHECKING:
+    from textual.screen import Screen
+
+    from trainctl.tui.model import RunModel
+
+    _ScreenBase = Screen[None]  # the mixin's methods run on the screen
+else:
+    _ScreenBase = object
 
 LIVE_STATES = ("STARTING", "RUNNING", "STALLED")
 AGENT_ACTIONS = ("restart", "fallback", "pick_preset", "edit_preset", "stop", "dump_stacks", "toggle_auto")
@@ -98,8 +109,125 @@ def continue_command(run_dir: str) -> str:
     return f"trainctl run JOB --resume-from {fmt.home_path(run_dir) or 'RUN_DIR'}"
 
 
-class DashboardKeys:
+KEYS: list[Binding] = [  # the dashboard's bindings: footer, palette, help and on_key
+    Binding(
+        "question_mark",
+        "help",
+        "Help",
+        key_display="?",
+        id="help",
+        tooltip="Keys and what the run states mean",
+    ),
+    Binding("q", "app.leave", "Quit", id="quit", tooltip="Leave the dashboard; the run goes on"),
+    Binding(
+        "r",
+        "restart",
+        "Restart",
+        id="restart",
+        tooltip="Restart the trainer: saved first where it can, else from the last good "
+        "checkpoint, else from the start (the confirmation says which)",
+    ),
+    Binding(
+        "f",
+        "fallback",
+        "Fallback",
+        id="fallback",
+        tooltip="Restart with the job's fallback preset (the safe one), the same way as r",
+    ),
+    Binding("p", "pick_preset", "Preset…", id="pick_preset", tooltip="Pick a preset and restart with it"),
+    Binding(
+        "e",
+        "edit_preset",
+        "Edit",
+        id="edit_preset",
+        tooltip="Edit the running preset; save for now or the next restart",
+    ),
+    Binding("s", "stop", "Stop", id="stop", tooltip="Stop the run: kill the trainer, no restart"),
+    Binding(
+        "d",
+        "dump_stacks",
+        "Stacks",
+        id="dump_stacks",
+        tooltip="py-spy dump of the trainer and its workers into the run directory",
+    ),
+    Binding(
+        "a",
+        "toggle_auto",
+        "Auto",
+        id="auto_recover",
+        tooltip="Turn automatic restarts after stalls and crashes on or off",
+    ),
+    Binding(
+        "z",
+        "cycle_range",
+        "Range",
+        id="chart_range",
+        tooltip="The loss chart's range: the whole run, the last hour, the last epoch",
+    ),
+    Binding("l", "toggle_log", "Log", id="toggle_log", tooltip="Show or hide the trainer's raw output"),
+    Binding(
+        "g",
+        "pick_run",
+        "Runs…",
+        id="pick_run",
+        tooltip="Every run of yours (here, on the ssh hosts, on Slurm): follow another",
+    ),
+    Binding(
+        "k",
+        "show_stacks",
+        "Last stacks",
+        id="show_stacks",
+        tooltip="Open the last stack dump (a stall's, or the one d wrote)",
+    ),
+    Binding(
+        "x",
+        "dismiss_warning",
+        "Dismiss",
+        id="dismiss_warning",
+        tooltip="Dismiss the highlighted warning until it happens again",
+    ),
+    Binding(
+        "slash",
+        "find_in_log",
+        "Find",
+        key_display="/",
+        id="find_in_log",
+        tooltip="In the log view: find text in the trainer's output",
+    ),
+    Binding(
+        "n",
+        "find_next",
+        "Next",
+        id="find_next",
+        show=False,
+        tooltip="In the log view: the next match further back",
+    ),
+]
+
+
+class DashboardKeys(_ScreenBase):
     """The keys' half of the dashboard screen (see the module doc)."""
+
+    # the screen's (DashboardScreen sets them), declared for the type checker
+    run_state: str
+    connected: bool
+    show_log: bool
+    model: RunModel
+    runs: Any
+    queued: dict[str, Any] | None
+    switch_run: Callable[[dict], object] | None
+    command: Callable[..., Awaitable[dict[str, Any]]]
+    clock: Callable[[], float]
+    _busy: set[str]
+    _connection: str
+    _dumped: tuple[float, str] | None
+
+    if TYPE_CHECKING:
+
+        @property
+        def current_key(self) -> tuple[str, str] | None: ...
+
+        def _close_search(self) -> None: ...
 
     # ------------------------------------------------------------------ keys
     def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
@@ -167,7 +295,7 @@ class DashboardKeys:
                 event.stop()
                 self._close_search()
             return
-        for binding in self.BINDINGS:
+        for binding in KEYS:
             if event.key in binding.key.split(",") and self.why_not(binding.action) is not None:
                 event.stop()
                 self._allowed(binding.action)
@@ -182,6 +310,7 @@ class DashboardKeys:
     def action_fallback(self) -> None:
         if self._allowed("fallback"):
             fb = self.model.fallback
+            assert fb is not None  # _allowed: the run has a fallback preset
             self._confirm_then("fallback", f"Fall back to preset {fb}?", self.restart_words(fb))
 
     def restart_words(self, preset: str) -> str:
@@ -256,6 +385,7 @@ class DashboardKeys:
         if not self._allowed("show_stacks"):
             return
         path = self.last_stacks()
+        assert path is not None  # _allowed: there is a dump
         where = self.current_key[0] if self.current_key else "local"
         if where != "local":
             self.notify(escape(f"the last stack dump is on {where}: {path}"), timeout=10)
@@ -276,7 +406,7 @@ class DashboardKeys:
             self._pick_run()
 
     def action_help(self) -> None:
-        self.app.push_screen(HelpScreen(list(self.BINDINGS)))
+        self.app.push_screen(HelpScreen(KEYS))
 
     def action_pick_preset(self) -> None:
         if self._allowed("pick_preset"):
@@ -308,8 +438,10 @@ class DashboardKeys:
     @work(group="dialogs", exclusive=True, exit_on_error=False)
     async def _confirm_cancel(self, job: str, question: str, body: str) -> None:
         if await self.app.push_screen_wait(ConfirmScreen(question, body, yes="Stop")):
+            key = self.current_key
+            assert key is not None  # a queued job is only looked for on a run with a key
             self._busy.add("scancel")
-            self._cancel_queued(self.current_key[1])
+            self._cancel_queued(key[1])
 
     @work(thread=True, group="scancel", exit_on_error=False)
     def _cancel_queued(self, run_dir: str) -> None:

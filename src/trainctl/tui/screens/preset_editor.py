@@ -153,7 +153,7 @@ class PresetEditorScreen(Screen[None]):
         widget = event.control if not isinstance(event, TextArea.Changed) else event.text_area
         if widget is None or not (widget.id or "").startswith("field-"):
             return
-        field_id = widget.id.removeprefix("field-")
+        field_id = (widget.id or "").removeprefix("field-")
         if isinstance(widget, Select):
             value = widget.value
             self._values[field_id] = "" if value == Select.NULL else str(value)

@@ -149,7 +149,9 @@ class RunPicker(ModalScreen[dict | None]):
         event.stop()
         if self.rows is None:
             return
-        picked = self.rows[int(event.row_key.value)]
+        key = event.row_key.value
+        assert key is not None  # every row is added with its index as key
+        picked = self.rows[int(key)]
         if picked.row.get("error"):
             self.notify(escape(picked.row["error"]), severity="warning")
         elif picked.current:

@@ -47,8 +47,7 @@ class StacksScreen(ModalScreen[None]):
         if not self.is_attached:
             return
         area = self.query_one(TextArea)
-        area.load_text(
-            text
-            if error is None
-            else f"cannot read {Path(self.path)}: {getattr(error, 'strerror', None) or error}"
-        )
+        if error is not None:
+            text = f"cannot read {Path(self.path)}: {getattr(error, 'strerror', None) or error}"
+        assert text is not None  # in_background gives a result or an error
+        area.load_text(text)

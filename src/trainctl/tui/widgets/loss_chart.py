@@ -78,14 +78,14 @@ class LossChart(PlotextPlot):
         self.draws += 1
         plt = self.plt
         plt.clear_data()
-        for index, (name, xs, ys) in enumerate(data.series):
+        for index, (_name, xs, ys) in enumerate(data.series):
             if xs:
                 plt.plot(list(xs), list(ys), marker="braille", color=COLORS[index % len(COLORS)])
         for x, _label in data.restarts:
             plt.vline(x, "red")
-        ys = [y for _, xs, series_ys in data.series if xs for y in series_ys]
-        if ys:
-            lo, hi = min(ys), max(ys)
+        every_y = [y for _, xs, series_ys in data.series if xs for y in series_ys]
+        if every_y:
+            lo, hi = min(every_y), max(every_y)
             if hi - lo < 1e-12:
                 lo, hi = lo - 0.5, hi + 0.5
             ticks = even_ticks(lo, hi, self.size.height - PLOT_BELOW)

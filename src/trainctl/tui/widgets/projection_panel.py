@@ -46,7 +46,7 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
         lines.append(checkpoint_phrase(p.checkpoint, now, compact=True))
     for w in p.what_if:
         buffer = f" {signed_duration(w['buffer_s'])}" if w.get("buffer_s") is not None else ""
-        guess = {"declared": " (declared)", "scaled": " (~declared)"}.get(w.get("source"), "")
+        guess = {"declared": " (declared)", "scaled": " (~declared)"}.get(w.get("source") or "", "")
         lines.append(f"{w.get('preset', '?')}{guess}: ETA {format_when(w.get('eta'), now)}{buffer}")
     return lines
 

@@ -74,8 +74,8 @@ class RunHeader(Horizontal):
             f"attempt {info.attempt}" if info.attempt else "attempt —"
         )
         auto = self.query_one("#hdr-auto", Label)
-        label = "auto-recover" if info.wide else "auto"
-        auto.update(f"{label} on" if info.auto_recover else f"{label} OFF")
+        word = "auto-recover" if info.wide else "auto"
+        auto.update(f"{word} on" if info.auto_recover else f"{word} OFF")
         auto.set_class(not info.auto_recover, "-off")
         attn = self.query_one("#hdr-attn", Label)
         attn.display = info.attention > 0
