@@ -269,7 +269,7 @@ class Holder:
             for d in (self.run_dir, os.path.dirname(self.log_path)):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(d, 0o700)
-            if log_gone:
+            if log_gone and self.log_fd is not None:  # lost() says False for no fd
                 new = copy_out(self.log_fd, self.log_path)
                 os.close(self.log_fd)
                 self.log_fd = new
@@ -320,6 +320,8 @@ class Holder:
         holder was killed: False when it is gone (or another process has its pid)."""
         pid = old.get("pid")
         try:
+            if not isinstance(pid, int):
+                raise TypeError(f"no pid in the status file ({pid!r})")
             self.pidfd = os.pidfd_open(pid)  # first: a pid reused after the check is not ours
             if abs(psutil.Process(pid).create_time() - (old.get("pid_start") or 0)) > 0.05:
                 raise ProcessLookupError(pid)
