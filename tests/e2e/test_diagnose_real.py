@@ -13,8 +13,9 @@ import psutil
 import pytest
 
 from tests.helpers import hangs
-from trainctl.system.diagnose import diagnose, find_pyspy, main_thread_frames
+from trainctl.system.diagnose import diagnose, main_thread_frames
 from trainctl.system.probes import TreeSampler
+from trainctl.system.pyspy import find_pyspy
 
 pytestmark = pytest.mark.e2e
 

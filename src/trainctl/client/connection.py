@@ -142,7 +142,7 @@ class AgentClient:
             else getattr(transport, "hello_timeout", REMOTE_HELLO_TIMEOUT_S)
         )
         self._reader: asyncio.StreamReader | None = None
-        self._writer = None
+        self._writer: asyncio.StreamWriter | None = None
         self._ids = itertools.count(1)
         self._waiting: dict[int, asyncio.Future] = {}
         self._events: asyncio.Queue = asyncio.Queue()
@@ -189,10 +189,11 @@ class AgentClient:
         return self.hello_info
 
     async def _hello(self, hello: dict) -> bytes:
-        self._reader, self._writer = await self.transport.open()
-        self._writer.write((json.dumps(hello) + "\n").encode())
-        await self._writer.drain()
-        return await self._reader.readline()
+        reader, writer = await self.transport.open()
+        self._reader, self._writer = reader, writer
+        writer.write((json.dumps(hello) + "\n").encode())
+        await writer.drain()
+        return await reader.readline()
 
     async def _read_loop(self) -> None:
         assert self._reader is not None
@@ -270,7 +271,7 @@ class AgentClient:
         if self._writer is not None:
             try:
                 self._writer.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - closing a dead writer on teardown
                 pass
         if self._pump is not None:
             self._pump.cancel()
@@ -415,12 +416,10 @@ def offline_lines(run_dir: Path | str, request: HelloRequest | int = 0) -> list[
     covered = offline_view(files.dir)
     hello = json.dumps(offline_hello(run_dir, covered)) + "\n"
     start = request.start(covered.next_seq)
-    after = lambda: wire_lines_from(
-        files.events,
-        covered.offset,
-        covered.next_seq,
-        covered.view.progress,
-    )  # lines written since the view
+
+    def after() -> list[str]:  # lines written since the view
+        return wire_lines_from(files.events, covered.offset, covered.next_seq, covered.view.progress)
+
     if request.snapshot_for(start, covered.next_seq):
         snap = {"op": "snapshot", "next_seq": covered.next_seq, "view": covered.view.to_dict()}
         return [hello, json.dumps(snap, separators=(",", ":")) + "\n", *after()]

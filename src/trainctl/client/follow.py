@@ -6,11 +6,36 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from trainctl.client.connection import AgentClient, AgentNotResponding
 from trainctl.core import events as E
 from trainctl.core.recovery import FINAL_STATES, exit_code
 from trainctl.core.runview import ViewSnapshot
+
+
+@dataclass
+class _Position:
+    next_seq: int = 0  # the seq of the next event to print: where a reconnection goes on
+
+
+async def _relay(client: AgentClient, emit: Callable[[E.Event], None], at: _Position) -> int | None:
+    """Emit the client's journal events, ``at`` kept at the next one (also when the
+    connection drops midway); the final state's exit code once the run ends, else None."""
+    async for ev in client.events():
+        if isinstance(ev, ViewSnapshot):
+            at.next_seq = ev.next_seq
+            emit(ev)
+            if ev.view.get("state") in FINAL_STATES:
+                return exit_code(ev.view["state"])
+            continue
+        if ev.seq is None:
+            continue  # ticks and log lines: the screen's business
+        at.next_seq = ev.seq + 1
+        emit(ev)
+        if isinstance(ev, E.State) and ev.state in FINAL_STATES:
+            return exit_code(ev.state)
+    return None
 
 
 async def follow(
@@ -33,7 +58,7 @@ async def follow(
     it.  A reconnection goes on from the last event printed.
     ``between_agents(hello)``: asked when no agent runs and the journal does not end the
     run (a Slurm run between its jobs); True: wait for the next agent, False: end (3)."""
-    next_seq = 0
+    at = _Position()
     first = True
     delay = 0.5
     lost_since: float | None = None
@@ -46,24 +71,14 @@ async def follow(
                     since=0, tail=tail, snapshot="always" if from_snapshot else False
                 )
             else:
-                hello = await client.connect(since=next_seq)
+                hello = await client.connect(since=at.next_seq)
             first = False
             if lost_since is not None:
-                note(f"reconnected to {hello.get('job', 'the agent')}; catching up from event {next_seq}")
+                note(f"reconnected to {hello.get('job', 'the agent')}; catching up from event {at.next_seq}")
             lost_since, delay = None, 0.5
-            async for ev in client.events():
-                if isinstance(ev, ViewSnapshot):
-                    next_seq = ev.next_seq
-                    emit(ev)
-                    if ev.view.get("state") in FINAL_STATES:
-                        return exit_code(ev.view["state"])
-                    continue
-                if ev.seq is None:
-                    continue  # ticks and log lines: the screen's business
-                next_seq = ev.seq + 1
-                emit(ev)
-                if isinstance(ev, E.State) and ev.state in FINAL_STATES:
-                    return exit_code(ev.state)
+            ended = await _relay(client, emit, at)
+            if ended is not None:
+                return ended
             if hello.get("live") is False and between_agents is not None:
                 if await between_agents(hello):
                     lost_since, delay = None, 0.5
@@ -86,7 +101,7 @@ async def follow(
             note(str(e))
             return e.exit_code
         except (ConnectionError, OSError) as e:
-            if between_agents is not None and next_seq == 0:  # no agent began yet
+            if between_agents is not None and at.next_seq == 0:  # no agent began yet
                 await client.close()
                 if not await between_agents({"state": "PENDING"}):
                     return 3

@@ -125,7 +125,8 @@ class HeldTrainer:
         path = Path(_status_path(str(run_dir), attempt))
         if not adopt:
             try:
-                path.unlink()  # a status file of an earlier try must not be taken for this one
+                # a status file of an earlier try must not be taken for this one
+                path.unlink()  # noqa: ASYNC240 - one local unlink
             except FileNotFoundError:
                 pass
         cmd = [
@@ -243,7 +244,12 @@ class HeldTrainer:
                 return
             loop = asyncio.get_running_loop()
             gone = loop.create_future()
-            loop.add_reader(fd, lambda: gone.done() or gone.set_result(None))
+
+            def on_gone() -> None:
+                if not gone.done():
+                    gone.set_result(None)
+
+            loop.add_reader(fd, on_gone)
             try:
                 while not gone.done() and self.holder_alive():  # a zombie holder: polled
                     await asyncio.wait({gone}, timeout=POLL_S)
@@ -333,6 +339,7 @@ class FileTail:
         return self._pread(st.st_size)
 
     def _pread(self, size: int) -> tuple[bytes, bool]:
+        assert self._fd is not None  # opened by the caller
         want = min(self.chunk, size - self.offset)
         if want <= 0:
             return b"", True
@@ -343,6 +350,7 @@ class FileTail:
     def _copy_of_ours(self, size: int) -> bool:
         """The file now at the path begins with what we read (the holder's copy of a deleted
         train.log, engine/holder.copy_out): read on at our offset, nothing read twice."""
+        assert self._fd is not None  # called while we hold the file
         if self.offset == 0 or size < self.offset:
             return False
         n = min(self.offset, 4096)

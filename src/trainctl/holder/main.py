@@ -26,12 +26,9 @@ agent does): it opens the trainer's read end through /proc, relays it to train.l
 before and watches the trainer through a pidfd.  Not its parent, it cannot read its exit
 status: the status file then says ``"exit_unknown": true``.
 
-``--alert-file F`` (the run's 0600 alerts.json): every :data:`AGENT_CHECK_S` while the trainer
-lives, the holder looks whether the agent named in agent.json still lives (pid and start
-time; an adopting agent rewrites the file).  Gone twice in a row after it was seen alive:
-it starts ``python -m trainctl.alerts.send --unsupervised`` once (again only after an
-agent was seen alive meanwhile).  The holder itself never imports apprise.
-Self-contained (stdlib + psutil) so that it starts fast and can also run as a plain file.
+``--alert-file F`` (the run's 0600 alerts.json): the holder watches the run's agent
+(:mod:`trainctl.holder.agentwatch`) and sends the "unsupervised" alert when it is gone.
+Self-contained (stdlib + psutil, and the holder's own modules) so that it starts fast.
 """
 
 from __future__ import annotations
@@ -49,6 +46,8 @@ import time
 
 import psutil
 
+from trainctl.holder.agentwatch import AgentWatch
+
 STATUS_SIZE = 4096  # the status file is preallocated to this size, then only pwritten
 LAST_LINE_MAX = 512
 STATUS_EVERY_S = 1.0  # counters are written at most this often
@@ -58,7 +57,6 @@ CHUNK = 1 << 20
 READ_PAUSE_S = 0.1  # after a small read, read again this much later: a trainer that
 READ_BURST = 32768  # flushes every line costs one wake-up per pause (a flood: at once)
 PR_SET_CHILD_SUBREAPER = 36
-AGENT_CHECK_S = 2.0  # with --alert-file: how often the holder looks for its agent
 
 
 def status_path(run_dir: str, attempt: int) -> str:
@@ -120,78 +118,6 @@ def lost(fd: int | None, path: str | os.PathLike) -> bool:
     except OSError:
         return False  # cannot tell (a permission, an I/O error): nothing made again
     return held.st_nlink == 0 or (there.st_dev, there.st_ino) != (held.st_dev, held.st_ino)
-
-
-class AgentWatch:
-    """Is the agent of this run alive?  Says "unsupervised" once when it is gone."""
-
-    def __init__(self, run_dir: str, alert_file: str) -> None:
-        self.run_dir, self.alert_file = run_dir, alert_file
-        self.next_check = time.monotonic() + AGENT_CHECK_S
-        self.seen_alive = True  # an agent started us (it wrote agent.json first)
-        self.sent = False
-        self.gone = 0
-
-    def agent_alive(self) -> bool | None:
-        """True / False, None when agent.json cannot say (not written yet)."""
-        try:
-            with open(os.path.join(self.run_dir, "agent.json")) as f:
-                info = json.load(f)
-            pid, started = int(info["pid"]), float(info.get("started") or 0)
-        except (OSError, ValueError, KeyError, TypeError):
-            return None
-        try:
-            p = psutil.Process(pid)
-            return p.status() != psutil.STATUS_ZOMBIE and (not started or p.create_time() <= started + 1)
-        except psutil.Error:
-            return False
-
-    def check(self, trainer_pid: int | None) -> None:
-        now = time.monotonic()
-        if now < self.next_check:
-            return
-        self.next_check = now + AGENT_CHECK_S
-        alive = self.agent_alive()
-        if alive:
-            self.seen_alive, self.sent, self.gone = True, False, 0
-            return
-        if alive is None or not self.seen_alive or self.sent:
-            return
-        self.gone += 1
-        if self.gone < 2:
-            return
-        self.sent = True
-        argv = [
-            sys.executable,
-            "-I",
-            "-m",
-            "trainctl.alerts.send",
-            "--unsupervised",
-            "--alert-file",
-            self.alert_file,
-            "--run-dir",
-            self.run_dir,
-            "--pid",
-            str(trainer_pid),
-        ]
-        print(
-            f"holder: the agent is gone while the trainer (pid {trainer_pid}) runs: "
-            "sending the unsupervised alert",
-            file=sys.stderr,
-            flush=True,
-        )
-        try:  # our child: reaped with the others; its stderr goes to holder.out
-            os.posix_spawn(
-                sys.executable,
-                argv,
-                dict(os.environ),
-                file_actions=[
-                    (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
-                    (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
-                ],
-            )
-        except (OSError, ValueError) as e:
-            print(f"holder: cannot start the alert sender: {e}", file=sys.stderr, flush=True)
 
 
 class Holder:
@@ -269,7 +195,7 @@ class Holder:
             for d in (self.run_dir, os.path.dirname(self.log_path)):
                 with contextlib.suppress(FileExistsError):
                     os.mkdir(d, 0o700)
-            if log_gone:
+            if log_gone and self.log_fd is not None:  # lost() says False for no fd
                 new = copy_out(self.log_fd, self.log_path)
                 os.close(self.log_fd)
                 self.log_fd = new
@@ -320,6 +246,8 @@ class Holder:
         holder was killed: False when it is gone (or another process has its pid)."""
         pid = old.get("pid")
         try:
+            if not isinstance(pid, int):
+                raise TypeError(f"no pid in the status file ({pid!r})")
             self.pidfd = os.pidfd_open(pid)  # first: a pid reused after the check is not ours
             if abs(psutil.Process(pid).create_time() - (old.get("pid_start") or 0)) > 0.05:
                 raise ProcessLookupError(pid)

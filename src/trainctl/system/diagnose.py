@@ -27,13 +27,8 @@ or D-state process is dumped with ``--nonblocking`` (ptrace cannot stop it); nat
 
 from __future__ import annotations
 
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,6 +36,7 @@ import psutil
 
 from trainctl.system.gpu import GpuSample
 from trainctl.system.probes import ProcSample, TreeSampler
+from trainctl.system.pyspy import DEAD, PYSPY_TIMEOUT_S, STOPPED, Dump, dump_all, find_pyspy, write_dump
 
 BUSY_CPU = 50.0  # % of one core: above this without progress = spinning
 IDLE_CPU = 10.0  # % of one core: below this and sleeping = waiting
@@ -48,11 +44,7 @@ BUSY_RUNNABLE = 0.6  # share of the window in state R: busy even when a crowded 
 POLL_S = 0.05
 GPU_BUSY = 50.0  # % utilisation
 GPU_IDLE = 5.0
-PYSPY_TIMEOUT_S = 10.0
-MAX_DUMPS = 16
 
-_STOPPED = (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP)
-_DEAD = (psutil.STATUS_ZOMBIE, psutil.STATUS_DEAD)
 _WAIT_FRAMES = (
     "_try_get_data",
     "_get_data",
@@ -86,23 +78,6 @@ class Diagnosis:
     rank_pids: dict[int, int] | None = None  # torchrun: pid -> global rank of each rank process
 
 
-@dataclass(frozen=True)
-class _Dump:
-    sample: ProcSample
-    command: str
-    text: str
-    ok: bool
-    why: str = ""
-
-
-def find_pyspy() -> str | None:
-    """py-spy next to the running interpreter (a venv's bin), else on PATH."""
-    local = Path(sys.executable).parent / "py-spy"
-    if local.is_file() and os.access(local, os.X_OK):
-        return str(local)
-    return shutil.which("py-spy")
-
-
 def diagnose(
     pid: int,
     stacks_dir: Path,
@@ -132,19 +107,19 @@ def diagnose(
     first = sampler.sample(pid)
     if not first:
         return Diagnosis("unknown", None, None, f"the trainer (pid {pid}) is gone", (), time.monotonic() - t0)
-    runnable = _runnable_fraction([x.pid for x in first if x.status not in _DEAD], t0 + sample_s)
+    runnable = _runnable_fraction([x.pid for x in first if x.status not in DEAD], t0 + sample_s)
     second = sampler.sample(pid) or first
     rank_pids = find_ranks(second)
     if rank_pids:  # the ranks' own stacks first: they name the culprit
         second = tuple(sorted(second, key=lambda s: (s.role != "main", s.pid not in rank_pids)))
-    dumps: list[_Dump] = []
+    dumps: list[Dump] = []
     stacks: str | None = None
     why_no_stacks = ""
     if pyspy:
         exe = find_pyspy()
         if exe is None:
             why_no_stacks = "py-spy not found (next to python or on PATH)"
-        dumps = _dump_all(exe, second, native, pyspy_timeout, why_no_stacks)
+        dumps = dump_all(exe, second, native, pyspy_timeout, why_no_stacks)
     diagnosis, detail = classify(
         first, second, dumps, gpu=gpu, before=before, expected_workers=expected_workers, runnable=runnable
     )
@@ -157,7 +132,7 @@ def diagnose(
             problem = f"py-spy could not read the stacks ({failed[0].why})."
         try:
             stacks = str(
-                _write(
+                write_dump(
                     stacks_dir, tag, pid, dumps, diagnosis, f"{detail} {problem}".strip(), snapshot, rank_pids
                 )
             )
@@ -217,7 +192,7 @@ def find_ranks(samples: tuple[ProcSample, ...]) -> dict[int, int]:
     out = {}
     for s in samples:
         value = envs.get(s.pid)
-        if value is not None and envs.get(s.ppid) is None and value.isdigit() and s.status not in _DEAD:
+        if value is not None and envs.get(s.ppid) is None and value.isdigit() and s.status not in DEAD:
             out[s.pid] = int(value)
     return out
 
@@ -294,51 +269,20 @@ def classify(
         return "unknown", "the main process was not in the sample"
     states1 = {s.pid: s.status for s in first}
     workers = [s for s in second if s.role == "worker"]
-    live = [w for w in workers if w.status not in _DEAD]
-    zombies = [w for w in workers if w.status in _DEAD]
+    live = [w for w in workers if w.status not in DEAD]
+    zombies = [w for w in workers if w.status in DEAD]
     tree = _tree_sentence(main, live)
     main_stack = _main_thread_frames(dumps, main.pid)
     stack_note = _stack_sentence(main_stack)
 
-    stopped = [s for s in second if s.status in _STOPPED and states1.get(s.pid) in _STOPPED]
-    if stopped:
-        who = ", ".join(f"{s.role} {s.pid}" for s in stopped)
-        return "stopped", (
-            f"{who} stopped (state T: SIGSTOP, Ctrl-Z or a debugger); "
-            f"`kill -CONT {stopped[0].pid}` resumes it. {tree}"
-        )
-    dstate = [
-        s
-        for s in second
-        if s.status == psutil.STATUS_DISK_SLEEP and states1.get(s.pid) == psutil.STATUS_DISK_SLEEP
-    ]
-    if dstate:
-        where = ", ".join(f"{s.role} {s.pid}" + (f" in {s.wchan}" if s.wchan else "") for s in dstate)
-        return "io_wait", (
-            f"{where} in uninterruptible I/O wait (state D): a stuck file system "
-            f"or driver; it cannot be killed until the I/O returns. {tree}"
-        )
-    alive_pids = {s.pid for s in second if s.status not in _DEAD}
-    zombie_pids = {z.pid for z in zombies}
-    gone = sorted(
-        p for p in (before or set()) if p not in alive_pids and p not in zombie_pids and p != main.pid
+    found = _frozen(states1, second, tree) or _dead_workers(
+        second, main, live, zombies, before, expected_workers, f"{tree}{stack_note}"
     )
-    if (
-        zombies
-        or (gone and len(live) < len(before or ()))
-        or (expected_workers is not None and len(live) < expected_workers)
-    ):
-        parts = []
-        if zombies:
-            parts.append(f"worker {', '.join(str(z.pid) for z in zombies)} died (zombie, not reaped)")
-        if gone:
-            parts.append(f"worker {', '.join(map(str, gone))} gone")
-        if expected_workers is not None and len(live) < expected_workers:
-            parts.append(f"{len(live)} of {expected_workers} workers alive")
-        return "dead_worker", f"{'; '.join(parts)}; the main process waits for its data. {tree}{stack_note}"
+    if found:
+        return found
 
     main_cpu = main.cpu_percent or 0.0
-    total_cpu = sum(s.cpu_percent or 0.0 for s in second if s.status not in _DEAD)
+    total_cpu = sum(s.cpu_percent or 0.0 for s in second if s.status not in DEAD)
 
     def busy(s: ProcSample) -> bool:
         return (s.cpu_percent or 0.0) > BUSY_CPU or runnable.get(s.pid, 0.0) >= BUSY_RUNNABLE
@@ -349,7 +293,7 @@ def classify(
             f"{100 * runnable.get(main.pid, 0.0):.0f}% of the time) with no progress: "
             f"a loop that never ends, or a long compile. {tree}{stack_note}"
         )
-    others = [s for s in second if s is not main and s.status not in _DEAD and busy(s)]
+    others = [s for s in second if s is not main and s.status not in DEAD and busy(s)]
     if others or total_cpu > BUSY_CPU:
         busiest = max(others or second, key=lambda s: s.cpu_percent or 0.0)
         return "spin", (
@@ -376,6 +320,61 @@ def classify(
             f"{tree}{stack_note}{gpu_note and ' GPU' + gpu_note + '.'}"
         )
     return "unknown", f"main process {main.status} at {main_cpu:.0f}% CPU. {tree}{stack_note}"
+
+
+def _frozen(states1: dict[int, str], second: tuple[ProcSample, ...], tree: str) -> tuple[str, str] | None:
+    """("stopped" | "io_wait", detail): a process in state T, or D, in both samples."""
+    stopped = [s for s in second if s.status in STOPPED and states1.get(s.pid) in STOPPED]
+    if stopped:
+        who = ", ".join(f"{s.role} {s.pid}" for s in stopped)
+        return "stopped", (
+            f"{who} stopped (state T: SIGSTOP, Ctrl-Z or a debugger); "
+            f"`kill -CONT {stopped[0].pid}` resumes it. {tree}"
+        )
+    dstate = [
+        s
+        for s in second
+        if s.status == psutil.STATUS_DISK_SLEEP and states1.get(s.pid) == psutil.STATUS_DISK_SLEEP
+    ]
+    if dstate:
+        where = ", ".join(f"{s.role} {s.pid}" + (f" in {s.wchan}" if s.wchan else "") for s in dstate)
+        return "io_wait", (
+            f"{where} in uninterruptible I/O wait (state D): a stuck file system "
+            f"or driver; it cannot be killed until the I/O returns. {tree}"
+        )
+    return None
+
+
+def _dead_workers(
+    second: tuple[ProcSample, ...],
+    main: ProcSample,
+    live: list[ProcSample],
+    zombies: list[ProcSample],
+    before: set[int] | None,
+    expected_workers: int | None,
+    note: str,
+) -> tuple[str, str] | None:
+    """("dead_worker", detail ending in ``note``): a zombie worker, a worker seen before and
+    gone (fewer left), or fewer alive than expected."""
+    alive_pids = {s.pid for s in second if s.status not in DEAD}
+    zombie_pids = {z.pid for z in zombies}
+    gone = sorted(
+        p for p in (before or set()) if p not in alive_pids and p not in zombie_pids and p != main.pid
+    )
+    if not (
+        zombies
+        or (gone and len(live) < len(before or ()))
+        or (expected_workers is not None and len(live) < expected_workers)
+    ):
+        return None
+    parts = []
+    if zombies:
+        parts.append(f"worker {', '.join(str(z.pid) for z in zombies)} died (zombie, not reaped)")
+    if gone:
+        parts.append(f"worker {', '.join(map(str, gone))} gone")
+    if expected_workers is not None and len(live) < expected_workers:
+        parts.append(f"{len(live)} of {expected_workers} workers alive")
+    return "dead_worker", f"{'; '.join(parts)}; the main process waits for its data. {note}"
 
 
 def _main(samples: tuple[ProcSample, ...]) -> ProcSample | None:
@@ -478,99 +477,3 @@ def _proc_state(pid: int) -> str | None:
         return None
     end = data.rfind(b")")
     return data[end + 2 : end + 3].decode() if end > 0 else None
-
-
-# ---------------------------------------------------------------------------- py-spy
-
-
-def _dump_all(
-    exe: str | None, samples: tuple[ProcSample, ...], native: bool, timeout: float, why: str
-) -> list[_Dump]:
-    todo = [s for s in samples if s.status not in _DEAD][:MAX_DUMPS]
-    if exe is None:
-        return [_Dump(s, "", "", False, why) for s in todo]
-    if not todo:
-        return []
-    with ThreadPoolExecutor(max_workers=min(8, len(todo))) as pool:
-        return list(pool.map(lambda s: _dump_one(exe, s, native, timeout), todo))
-
-
-def _dump_one(exe: str, s: ProcSample, native: bool, timeout: float) -> _Dump:
-    """py-spy dump one process: native first, then plain, then --nonblocking."""
-    frozen = s.status in _STOPPED or s.status == psutil.STATUS_DISK_SLEEP
-    tries: list[list[str]] = []
-    if frozen:
-        tries.append(["--nonblocking"])  # ptrace cannot stop a stopped or D-state process
-    else:
-        if native:
-            tries.append(["--native"])
-        tries += [[], ["--nonblocking"]]
-    errors: list[str] = []
-    for extra in tries:
-        argv = [exe, "dump", "--pid", str(s.pid), *extra]
-        try:
-            r = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
-            )
-        except subprocess.TimeoutExpired:
-            errors.append(f"{' '.join(argv[1:])}: timed out after {timeout:.0f}s")
-            continue
-        except OSError as e:
-            return _Dump(s, " ".join(argv), "", False, f"cannot run py-spy: {e}")
-        if r.returncode == 0 and "Thread " in r.stdout:
-            return _Dump(s, " ".join(argv), r.stdout, True)
-        errors.append(f"{' '.join(argv[1:])}: {_pyspy_error(r.stdout + r.stderr, r.returncode)}")
-    return _Dump(s, f"{exe} dump --pid {s.pid}", "", False, "; ".join(errors))
-
-
-def _pyspy_error(text: str, rc: int) -> str:
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    err = [ln for ln in lines if ln.startswith(("Error", "Caused by", "0:", "1:", "Permission"))]
-    msg = " ".join(err[:3]) or (lines[-1] if lines else f"exit code {rc}")
-    if "Operation not permitted" in text or "Permission denied" in text:
-        msg += (
-            " (ptrace denied: run as the trainer's user, or set kernel.yama.ptrace_scope=0 / CAP_SYS_PTRACE)"
-        )
-    return msg[:300]
-
-
-def _write(
-    stacks_dir: Path,
-    tag: str,
-    pid: int,
-    dumps: list[_Dump],
-    diagnosis: str,
-    detail: str,
-    snapshot: bool = False,
-    ranks: dict[int, int] | None = None,
-) -> Path:
-    stacks_dir = Path(stacks_dir)
-    stacks_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # in the run directory: private
-    kind = "snapshot" if snapshot else "stall"
-    name = f"{kind}-{tag}-{pid}.txt" if tag else f"{kind}-{pid}.txt"
-    path = stacks_dir / re.sub(r"[^A-Za-z0-9._-]", "_", name)
-    when = time.strftime("%Y-%m-%d %H:%M:%S %z")
-    out = (
-        [
-            f"# trainctl stack snapshot of pid {pid} at {when}",
-            "# asked for on a run that was not stalled: what each process was doing, not a verdict",
-            "",
-        ]
-        if snapshot
-        else [f"# trainctl stall dump of pid {pid} at {when}", f"# diagnosis: {diagnosis}: {detail}", ""]
-    )
-    for d in dumps:
-        s = d.sample
-        role = f"rank {ranks[s.pid]}" if ranks and s.pid in ranks else s.role
-        out.append(
-            f"=== pid {s.pid} {role} ({s.name}) status={s.status} "
-            f"cpu={'?' if s.cpu_percent is None else f'{s.cpu_percent:.0f}%'} "
-            f"wchan={s.wchan or '-'} threads={s.num_threads or '?'} ==="
-        )
-        out.append(f"$ {d.command}" if d.command else "$ (py-spy not run)")
-        out.append(d.text.rstrip() if d.ok else f"(no stack: {d.why})")
-        out.append("")
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write("\n".join(out))
-    return path

@@ -9,6 +9,7 @@ they are tested with recorded outputs (``tests/data/gpu/``) and fakes.
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shutil
@@ -84,7 +85,7 @@ def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
     def get(fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except Exception:  # any NVMLError (not supported, GPU lost, ...) → missing metric
+        except Exception:  # noqa: BLE001 - any NVMLError (not supported, GPU lost, ...) → missing metric
             return None
 
     name = get(lambda: nvml.nvmlDeviceGetName(handle))
@@ -98,7 +99,7 @@ def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
     procs: dict[int, int | None] = {}
     for fn_name in ("nvmlDeviceGetComputeRunningProcesses", "nvmlDeviceGetGraphicsRunningProcesses"):
         fn = getattr(nvml, fn_name, None)
-        for p in (get(lambda fn=fn: fn(handle)) if fn is not None else None) or ():
+        for p in (get(functools.partial(fn, handle)) if fn is not None else None) or ():
             pid = getattr(p, "pid", None)
             if isinstance(pid, int) and pid not in procs:
                 used = getattr(p, "usedGpuMemory", None)
@@ -108,7 +109,7 @@ def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
         util_percent=_num(getattr(util, "gpu", None)),
         mem_used_bytes=_int(getattr(mem, "used", None)),
         mem_total_bytes=_int(getattr(mem, "total", None)),
-        power_w=None if _num(power_mw) is None else _num(power_mw) / 1000.0,
+        power_w=None if (power := _num(power_mw)) is None else power / 1000.0,
         temperature_c=_num(temp),
         index=index,
         source="nvml",
@@ -144,7 +145,7 @@ class NvmlProbe:
             return True, f"NVML: {count} GPU(s)"
         except ImportError as e:
             return False, f"nvidia-ml-py not installed ({_first_line(e)})"
-        except Exception as e:  # NVMLError_LibraryNotFound, DriverNotLoaded, ...
+        except Exception as e:  # noqa: BLE001 - NVMLError_LibraryNotFound, DriverNotLoaded, ...
             return False, f"no NVIDIA driver (NVML: {_first_line(e)})"
 
     def sample(self) -> GpuSample | None:
@@ -152,7 +153,7 @@ class NvmlProbe:
             return None
         try:
             return nvml_sample(self._nvml, self.index)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the handle's NVMLError (GPU lost, ...) → no sample
             return None
 
 
@@ -168,7 +169,7 @@ def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) ->
     def get(fn: Callable[[], Any]) -> Any:
         try:
             return fn()
-        except Exception:
+        except Exception:  # noqa: BLE001 - amdsmi's AmdSmiException (not supported, ...) → missing metric
             return None
 
     asic = get(lambda: amdsmi.amdsmi_get_gpu_asic_info(handle)) or {}
@@ -186,7 +187,8 @@ def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) ->
     procs: list[tuple[int, int | None]] = []
     for p in get(lambda: amdsmi.amdsmi_get_gpu_process_list(handle)) or ():
         if isinstance(p, dict) and isinstance(p.get("pid"), int):
-            mem = p.get("memory_usage") if isinstance(p.get("memory_usage"), dict) else {}
+            usage = p.get("memory_usage")
+            mem: dict[str, Any] = usage if isinstance(usage, dict) else {}
             procs.append((p["pid"], _int(mem.get("vram_mem"))))
     mib = 1 << 20
     used, total = _num(vram.get("vram_used")), _num(vram.get("vram_total"))
@@ -228,7 +230,7 @@ class AmdSmiProbe:
             self._handles = list(self._mod.amdsmi_get_processor_handles())
         except ImportError:
             return False, "no amdsmi Python package"
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - AmdSmiLibraryException (no driver, ...) → unavailable
             return False, f"amdsmi: {_first_line(e)}"
         if len(self._handles) <= self.index:
             return False, f"amdsmi sees {len(self._handles)} GPU(s), none with index {self.index}"
@@ -239,7 +241,7 @@ class AmdSmiProbe:
             return None
         try:
             return amdsmi_sample(self._mod, self._handles[self.index], self.index, len(self._handles))
-        except Exception:
+        except Exception:  # noqa: BLE001 - amdsmi's error (GPU gone, ...) → no sample
             return None
 
 
@@ -387,7 +389,7 @@ def detect_gpu_probe(index: int = 0) -> GpuProbe:
         try:
             probe = make(index)
             ok, why = probe.available()
-        except Exception as e:  # a broken tool must not break the agent
+        except Exception as e:  # noqa: BLE001 - a broken tool must not break the agent
             ok, why = False, f"{make.__name__}: {_first_line(e)}"
         if ok:
             return probe

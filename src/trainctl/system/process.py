@@ -182,6 +182,34 @@ def _capture(root: Root) -> psutil.Process | None:
     return p if _ours(p) else None
 
 
+def _collect(
+    procs: dict[psutil.Process, None],
+    roots: list[psutil.Process],
+    pgid: int | None,
+    leader: psutil.Process | None,
+) -> None:
+    """Add to ``procs`` every live root and its descendants, and the members of ``pgid``."""
+    for r in roots:
+        if not r.is_running():
+            continue
+        procs.setdefault(r)
+        try:
+            for c in r.children(recursive=True):
+                procs.setdefault(c)
+        except psutil.Error:
+            continue
+    if pgid is None:
+        return
+    leader_known = leader is not None and leader.is_running()
+    for p in psutil.process_iter():
+        try:
+            # Members of a group whose leader is gone: only our own (re-parented to us).
+            if os.getpgid(p.pid) == pgid and (leader_known or _ours(p)):
+                procs.setdefault(p)
+        except (OSError, psutil.Error):
+            continue
+
+
 def kill_tree(
     pid: Root,
     pgid: int | None = None,
@@ -211,25 +239,7 @@ def kill_tree(
     procs: dict[psutil.Process, None] = {}
 
     def collect() -> None:
-        for r in roots:
-            if not r.is_running():
-                continue
-            procs.setdefault(r)
-            try:
-                for c in r.children(recursive=True):
-                    procs.setdefault(c)
-            except psutil.Error:
-                continue
-        if pgid is None:
-            return
-        leader_known = leader is not None and leader.is_running()
-        for p in psutil.process_iter():
-            try:
-                # Members of a group whose leader is gone: only our own (re-parented to us).
-                if os.getpgid(p.pid) == pgid and (leader_known or _ours(p)):
-                    procs.setdefault(p)
-            except (OSError, psutil.Error):
-                continue
+        _collect(procs, roots, pgid, leader)
 
     with Signaller() as sig:
 
