@@ -150,7 +150,7 @@ def iter_journal_lines(path: Path, since: int, upto: int | None = None) -> Itera
     """:func:`journal_lines`, one at a time (a replay of a long journal in bounded memory)."""
     reader = JournalReader()
     try:
-        f = open(path, encoding="utf-8", errors="replace")
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with f:
@@ -292,7 +292,7 @@ def lines_from(path: Path, offset: int, seq: int, upto: int | None = None) -> It
     (where line ``seq`` begins) up to seq ``upto`` (exclusive): a snapshot's tail, without
     reading what the snapshot covers.  A line being written (no newline yet) ends it."""
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with f:
