@@ -11,8 +11,9 @@ import pytest
 
 from trainctl.core.events import Phase, Progress
 from trainctl.core.lines import MAX_PARTIAL, LineSplitter
-from trainctl.core.parse import ConsoleParser, parse_rate
+from trainctl.core.parse import ConsoleParser
 from trainctl.core.sanitize import CUT_MARK, MAX_LINE, strip_ansi
+from trainctl.core.values import parse_rate
 
 LOGS = Path(__file__).resolve().parent.parent / "data" / "logs"
 ALL_LOGS = sorted(p.name for p in LOGS.glob("*.log"))

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from trainctl.core import events as E
-from trainctl.core.projection import REARM_S, Projector
+from trainctl.core.projection import Projector
 from trainctl.core.projection_text import format_projection, format_what_if, humanize_duration
 from trainctl.core.rates import RateHistory, RateMeter
+from trainctl.core.risk import REARM_S
 from trainctl.store.journal import read_events
 
 pytestmark = pytest.mark.timeout(30)

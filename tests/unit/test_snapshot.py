@@ -18,8 +18,8 @@ import pytest
 from trainctl.agent.snapshots import SnapshotKeeper
 from trainctl.client.connection import local_client
 from trainctl.core import events as E
-from trainctl.core import runview
-from trainctl.core.runview import RunView, ViewSnapshot, lttb
+from trainctl.core.runview import RunView, ViewSnapshot
+from trainctl.core.series import CHART_POINTS, WHOLE_KEEP, lttb
 from trainctl.store.journal import Journal, read_events
 from trainctl.store.snapshot import load_view, read_snapshot, save, snapshot_path
 from trainctl.store.spec import RunSpec
@@ -78,7 +78,7 @@ def test_snapshot_and_tail_equal_the_whole_replay_at_every_cut(tmp_path):
     events = long_events(9000)
     run_dir = write_run(tmp_path, events)
     whole = replayed(run_dir)
-    assert len(whole.losses["box_loss"].xs) < 2 * runview.WHOLE_KEEP  # it was downsampled
+    assert len(whole.losses["box_loss"].xs) < 2 * WHOLE_KEEP  # it was downsampled
     assert whole.restarts and whole.incidents
     for cut in (1, 4500, 4503, 7000, len(events) - 1):
         # a snapshot of the first `cut` lines, as the agent writes it
@@ -100,7 +100,7 @@ def test_the_whole_run_keeps_restart_and_incident_points(tmp_path):
     xs = view.losses["box_loss"].xs
     assert mark in xs and xs[0] == 1.0 and xs[-1] == view.x
     series, restarts = view.chart("run")
-    assert all(len(xs) <= runview.CHART_POINTS + 3 for _, xs, _ in series)
+    assert all(len(xs) <= CHART_POINTS + 3 for _, xs, _ in series)
     assert mark in series[0][1] and restarts == tuple(view.restarts)
     hour, _ = view.chart("hour")
     assert hour[0][1][0] >= view.x - 3600 - 1  # one progress a second: the last 3600 batches

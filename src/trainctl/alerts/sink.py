@@ -139,12 +139,12 @@ class AlertSink:
                         policy.feed(more, self.clock())
                 for alert in policy.due(self.clock()):
                     self._send(alert)
-            except Exception as e:  # a bug here must not end the alerts thread
+            except Exception as e:  # noqa: BLE001 - a bug here must not end the alerts thread
                 self._warn("policy", f"alerts: {type(e).__name__}: {e}")
         try:
             for alert in policy.flush(self.clock()):
                 self._send(alert)
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - nor may one in the final flush
             self._warn("policy", f"alerts: {type(e).__name__}: {e}")
 
     def _send(self, alert: Alert) -> None:

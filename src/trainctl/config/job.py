@@ -218,12 +218,12 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
         run_dir = (job_dir / Path(data["run_dir"]).expanduser()).resolve()
 
     max_restarts = p.int_(None, "max_restarts", data["max_restarts"], 0) if "max_restarts" in data else 3
-    stall = _job_stall(p, tables["stall"]) if tables.get("stall") is not None else {}
-    host = _job_host(p, tables["host"]) if tables.get("host") is not None else None
-    progress = _job_progress(p, tables["progress"]) if tables.get("progress") is not None else None
+    stall = _job_stall(p, t) if (t := tables.get("stall")) is not None else {}
+    host = _job_host(p, t) if (t := tables.get("host")) is not None else None
+    progress = _job_progress(p, t) if (t := tables.get("progress")) is not None else None
     description = p.str_(None, "description", data["description"]) if "description" in data else ""
-    alerts = _job_alerts(p, tables["alerts"]) if tables.get("alerts") is not None else None
-    slurm = job_slurm(p, tables["slurm"]) if tables.get("slurm") is not None else None
+    alerts = _job_alerts(p, t) if (t := tables.get("alerts")) is not None else None
+    slurm = job_slurm(p, t) if (t := tables.get("slurm")) is not None else None
     if slurm is not None:
         slurm_nodes_problems(p, slurm, kind, tables.get("torchrun"))
     if slurm is not None and host is not None:

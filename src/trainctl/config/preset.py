@@ -201,9 +201,9 @@ def _validate_preset(data: Mapping[str, Any], p: Problems, name: str, path: Path
     p.unknown(None, data, _PRESET_KEYS, _PRESET_SECTIONS)
     p.controls(data)
     tables = {sec: p.table(sec, data[sec]) for sec in _PRESET_SECTIONS if sec in data}
-    dataloader = _preset_dataloader(p, tables["dataloader"]) if tables.get("dataloader") else DataLoaderCfg()
-    threads = _preset_threads(p, tables["threads"]) if tables.get("threads") else ThreadsCfg()
-    env = _string_table(p, "env", tables["env"]) if tables.get("env") else {}
+    dataloader = _preset_dataloader(p, t) if (t := tables.get("dataloader")) else DataLoaderCfg()
+    threads = _preset_threads(p, t) if (t := tables.get("threads")) else ThreadsCfg()
+    env = _string_table(p, "env", t) if (t := tables.get("env")) else {}
     train = {k: check_train_value(p, "train", k, v) for k, v in (tables.get("train") or {}).items()}
     if "OMP_NUM_THREADS" in env and threads.omp_num_threads is not None:
         p.add("env", "OMP_NUM_THREADS", "also set by [threads] omp_num_threads; keep only one")

@@ -89,6 +89,7 @@ def load_preset(ref: str | os.PathLike[str], search_dirs: Sequence[Path] | None 
     Names are looked up in :func:`preset_search_dirs`; an unknown name raises
     :class:`ConfigError` listing the names that exist.
     """
+    path: Path | None
     if is_path_ref(ref):
         path = Path(ref)
     else:

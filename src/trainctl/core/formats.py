@@ -360,7 +360,7 @@ def linear_regex(pattern: str) -> Any:
     backtracking: a pattern such as ``(a+)+$`` costs what any other does).  RE2 has no
     backreferences nor lookaround; such a pattern is a :class:`PatternError` that says so."""
     try:
-        import re2  # type: ignore[import-untyped]
+        import re2
     except ImportError:  # a dependency of trainctl: only a broken installation lacks it
         raise PatternError(
             "[progress] patterns need the google-re2 package (pip install "

@@ -8,7 +8,8 @@ Two pieces:
   events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars,
   plain ``key=value`` logs, and the trainers in :mod:`trainctl.core.formats` (HF Trainer,
   timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first),
-  and last the generic counter (:mod:`trainctl.core.counter`).
+  and last the generic counter (:mod:`trainctl.core.counter`).  Rates and ``key=value``
+  losses are read by :mod:`trainctl.core.values`.
   ``ConsoleParser.last_format`` names the reader that claimed the last line it read.
   A line it cannot read gives no event, never an exception.
 
@@ -28,6 +29,7 @@ from trainctl.core import formats as F
 from trainctl.core.counter import generic_counter, training_sign
 from trainctl.core.events import Event, Phase, Progress
 from trainctl.core.sanitize import MAX_LINE, cut_line
+from trainctl.core.values import RATE_SCALE, is_loss_key, kv_losses, parse_rate, to_float
 
 # ---------------------------------------------------------------------------- patterns
 
@@ -58,9 +60,7 @@ _TQDM = re.compile(
 )
 # tqdm without a total: "Epoch 2: 45it [00:10,  4.40it/s, loss=0.1]"
 _TQDM_NOTOTAL = re.compile(r"(?:((?:(?!it \[).)*?):)?\s*+(\d++)it \[([^\]]*+)\]?\s*+$")
-_SCALE = {"": 1.0, "k": 1e3, "K": 1e3, "M": 1e6, "G": 1e9}
 
-_NUM = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-+]?\d+)?)"
 _EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d++)(?:\s*+/\s*+(\d++))?", re.I)
 # "epoch 2", "Step: 40", "batch=3/30", "iter #[ 5 / 9": spaces, one of :=#, one [, digits.
 # Searched in the lower-cased line (faster than re.I).
@@ -72,15 +72,6 @@ _COUNTER = re.compile(
 _BRACKET_BATCH = re.compile(
     r"\bepoch\b\W*+\d++\s*+(?:/\s*+\d++\s*+)?(?:\]\s*+)?\[\s*+(\d++)\s*+/\s*+(\d++)\s*+\]", re.I
 )
-# key=value / key: value.  A key is the run of [\w./-] from its first letter (or _) on.
-# Each run is read once: from where the search stands (a run's start, or the end of the
-# previous pair) to the run's end, then the value; when that fails the second branch skips
-# the rest of the run (a later start in the same run would reach the same end and fail the
-# same way: trying each one is quadratic) and gives an empty run.  The key is then the run
-# from its first letter on (:func:`_kv_key`).
-_KV_LOSS = re.compile(r"([\w./-]++)\s*+[:=]\s*+(?>(" + _NUM + r"))(?![\w.])|[\w./-]++", re.I)
-_KEY_START = re.compile(r"[A-Za-z_]", re.I)
-_ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _VAL_WORD = re.compile(
     r"\b(?:val|valid|validation|validating|eval|evaluation|evaluating|test|"
     r"testing|sanity checking)\b",
@@ -94,7 +85,6 @@ _SKIP_DESC = re.compile(
     re.I,
 )
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:?\s?")
-_LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
 # After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
 _AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
 # A tqdm bar of bytes (a download, an upload): "570/570 [00:00<00:00, 2.1MB/s]", "?B/s".
@@ -120,33 +110,6 @@ _READERS = (
 )
 
 
-def parse_rate(text: str) -> float | None:
-    """Batches per second from a tqdm/Ultralytics rate: ``2.8it/s``, ``5.75s/it``, ``1.6Kit/s``.
-
-    ``None`` when ``text`` holds no rate (a first frame) or an unknown one (``?it/s``).
-    """
-    end = text.find("it/s")
-    inverse = False
-    if end < 0:
-        end = text.find("s/it")
-        if end < 0:
-            return None
-        inverse = True
-    num = text[text.rfind(" ", 0, end) + 1 : end].lstrip("[(,")
-    scale = _SCALE.get(num[-1:]) if num[-1:].isalpha() else 1.0
-    if scale is None:
-        return None
-    if scale != 1.0:
-        num = num[:-1]
-    try:
-        value = float(num) * scale
-    except ValueError:
-        return None
-    if not math.isfinite(value) or value <= 0:
-        return None
-    return 1.0 / value if inverse else value
-
-
 def _has_val_word(text: str, low: str | None = None) -> bool:
     """``_VAL_WORD.search(text)``, with a substring test first: every one of its words holds
     "val", "test" or "sanity", and most lines hold none (the regex costs ~3 us a line).
@@ -156,35 +119,6 @@ def _has_val_word(text: str, low: str | None = None) -> bool:
     if "val" not in low and "test" not in low and "sanity" not in low:
         return False
     return _VAL_WORD.search(text) is not None
-
-
-def _float(tok: str) -> float | None:
-    try:
-        return float(tok)
-    except ValueError:
-        return None
-
-
-def _kv_key(run: str) -> str:
-    """The key in a run of key characters: from its first letter or ``_`` on ("" if none)."""
-    m = _KEY_START.search(run)
-    return run[m.start() :] if m is not None else ""
-
-
-def _is_loss_key(key: str) -> bool:
-    k = key.lower()
-    return "loss" in k or k in _LOSS_EXTRA
-
-
-def _kv_losses(line: str) -> dict[str, float]:
-    """The ``key=value`` / ``key: value`` pairs of ``line`` whose key names a loss."""
-    losses = {}
-    for run, v in _KV_LOSS.findall(line):
-        if run:
-            k = run if run[0] in _ASCII_KEY_START else _kv_key(run)
-            if _is_loss_key(k):
-                losses[k] = float(v)
-    return losses
 
 
 # ---------------------------------------------------------------------------- parser
@@ -281,7 +215,7 @@ class ConsoleParser:
             if b is not None:
                 batch, batches, end = b
                 rest = line[end:]
-                losses = _kv_losses(rest)
+                losses = kv_losses(rest)
                 if losses or not rest.strip(" :-|"):
                     epoch, epochs = self._context_epoch or (None, None)
                     return F.Reading(
@@ -364,7 +298,7 @@ class ConsoleParser:
             losses = self._some_losses(values)
         rate: float | None
         if num is not None:
-            rate = float(num) * _SCALE[prefix]
+            rate = float(num) * RATE_SCALE[prefix]
             rate = rate if unit == "it/s" else (1.0 / rate if rate else None)
         else:
             rate = parse_rate(tail)
@@ -386,7 +320,7 @@ class ConsoleParser:
         names = self.loss_names
         losses = {}
         for i, tok in enumerate(values):
-            v = _float(tok)
+            v = to_float(tok)
             if v is not None:
                 losses[names[i] if i < len(names) else f"loss{i}"] = v
         return losses
@@ -399,7 +333,7 @@ class ConsoleParser:
                 if parse_rate(m.group(6)) is None:
                     return []  # a frame cut short ("45/10"), or not a bar
                 return self._tqdm_event(
-                    desc, batch, batches, now, rank, parse_rate(m.group(6)), _kv_losses(m.group(6))
+                    desc, batch, batches, now, rank, parse_rate(m.group(6)), kv_losses(m.group(6))
                 )
         else:
             m = _TQDM_NOTOTAL.match(line)
@@ -413,8 +347,8 @@ class ConsoleParser:
         for part in parts[2:]:
             k, sep, v = part.partition("=")
             k = k.strip()
-            if sep and _is_loss_key(k):
-                f = _float(v.strip())
+            if sep and is_loss_key(k):
+                f = to_float(v.strip())
                 if f is not None:
                     losses[k] = f
         return self._tqdm_event(
@@ -467,7 +401,7 @@ class ConsoleParser:
         if found is None:
             return []
         n, m, end = found
-        losses = _kv_losses(line)
+        losses = kv_losses(line)
         if not losses and not training_sign(line, end):
             return []
         if _SKIP_DESC.search(line):
@@ -517,7 +451,7 @@ class ConsoleParser:
                 batch, batches = int(bm.group(1)), int(bm.group(2))
         if epoch is None and batch is None:
             return []
-        losses = _kv_losses(line)
+        losses = kv_losses(line)
         if not losses and batches is None:
             return []  # "epochs=2, batch=4" in an argument dump is not progress
         self.last_format = "keyvalue"

@@ -13,28 +13,21 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
 from typing import Any, cast
 
 from trainctl.core.events import Checkpoint, Event, Exit, Phase, Progress, Projection, Restart, Stall, Start
 from trainctl.core.events import Warning as WarningEvent
 from trainctl.core.projection_text import budget_warning, deadline_warning
 from trainctl.core.rates import RateHistory, RateMeter
+from trainctl.core.risk import RiskLatch
 
 DEFAULT_JOB = "default"
 MIN_RECORDS = 5  # the current attempt's own rate is trusted from this many intervals on
 HISTORY_EVERY_S = 600.0  # how often a running attempt's rate is written to the history
-REARM_S = 900.0  # a risk warning re-arms after this long clearly safe
 SAFE_MARGIN_S = 900.0  # "clearly safe": the pessimistic ETA this far before the deadline
 
 
 # ---------------------------------------------------------------------------- projector
-@dataclass
-class _Risk:
-    armed: bool = True
-    safe_since: float | None = None
-
-
 class Projector:
     """Consumes run events (:meth:`on_event`) and answers :meth:`project` / :meth:`at_risk`.
 
@@ -91,7 +84,7 @@ class Projector:
         # stalls
         self._lost_closed = 0.0
         self._episode: tuple[float, int] | None = None  # (time lost from, high water then)
-        self._risk = {"deadline": _Risk(), "budget": _Risk()}
+        self._risk = {"deadline": RiskLatch(), "budget": RiskLatch()}
         # a Slurm run: this job's work ends at job_end; each next job gives job_span_s of
         # work after job_gap_s (queue wait and start); None: no such limit
         self.job_end: float | None = None
@@ -462,7 +455,8 @@ class Projector:
     # ------------------------------------------------------------------ risk
     def at_risk(self, now: float) -> WarningEvent | None:
         """A ``deadline.at_risk`` / ``budget.at_risk`` warning, once per crossing; it re-arms
-        only after the projection has been clearly safe for ``REARM_S``."""
+        only after the projection has been clearly safe for
+        :data:`~trainctl.core.risk.REARM_S` (:class:`~trainctl.core.risk.RiskLatch`)."""
         p = self.project(now)
         if p is None or self._finished_ts is not None or p.eta is None:
             return None
@@ -470,34 +464,18 @@ class Projector:
         found: WarningEvent | None = None
         if self.deadline is not None:
             margin = max(SAFE_MARGIN_S, 0.02 * max(0.0, p.eta - now))
-            if self._update_risk(
-                "deadline", now, pessimistic > self.deadline, pessimistic <= self.deadline - margin, True
+            if self._risk["deadline"].update(
+                now, pessimistic > self.deadline, pessimistic <= self.deadline - margin, True
             ):
                 found = deadline_warning(p, now)
         cost = self._cost(pessimistic)
         if self.budget is not None and cost is not None:
             # one warning per call: a budget warning due now comes with the next call
-            if self._update_risk(
-                "budget", now, cost > self.budget, cost <= 0.98 * self.budget, found is None
+            if self._risk["budget"].update(
+                now, cost > self.budget, cost <= 0.98 * self.budget, found is None
             ):
                 found = budget_warning(p, now, cost)
         return found
-
-    def _update_risk(self, kind: str, now: float, risky: bool, safe: bool, may_fire: bool) -> bool:
-        r = self._risk[kind]
-        if risky:
-            r.safe_since = None
-            if r.armed and may_fire:
-                r.armed = False
-                return True
-        elif safe:
-            if r.safe_since is None:
-                r.safe_since = now
-            if not r.armed and now - r.safe_since >= REARM_S:
-                r.armed = True
-        else:
-            r.safe_since = None
-        return False
 
 
 def across_jobs(now: float, eta: float, job_end: float | None, span_s: float | None, gap_s: float) -> float:

@@ -155,10 +155,12 @@ def scan_pickle(data: bytes) -> dict[Any, Any] | None:
         elif name == "MARK":
             stack.append(_MARK)
         elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+            assert arg is not None  # the memo opcodes always carry their index
             memo[int(arg)] = stack[-1]
         elif name == "MEMOIZE":
             memo[len(memo)] = stack[-1]
         elif name in ("BINGET", "LONG_BINGET", "GET"):
+            assert arg is not None
             stack.append(memo[int(arg)])
         elif name in ("SETITEM", "SETITEMS"):
             if name == "SETITEM":

@@ -107,7 +107,7 @@ def _walk(data, what: str, first: Callable[[list], None] | None = None) -> None:
     head: list | None = [] if first is not None else None
     try:
         for _op, arg, _pos in pickletools.genops(data):
-            if head is not None:
+            if head is not None and first is not None:  # head is a list only when first is given
                 head.append(arg)
                 if len(head) == 3:
                     first(head)
@@ -118,7 +118,7 @@ def _walk(data, what: str, first: Callable[[list], None] | None = None) -> None:
         if head is not None:
             raise _NotThisFormat from None
         raise Unloadable(f"damaged {what}: {exc}") from None
-    if head is not None:
+    if head is not None and first is not None:
         first(head)
 
 
@@ -165,7 +165,8 @@ def _legacy_storages(f) -> dict[str, int] | None:
     last: object = None
     try:
         for op, arg, _pos in pickletools.genops(f):
-            name, value = op.name, None
+            name = op.name
+            value: object = None
             if name == "MARK":
                 items = []
             elif name == "GLOBAL":
@@ -174,10 +175,12 @@ def _legacy_storages(f) -> dict[str, int] | None:
                 value = ("global", " ".join(map(str, items[-2:])))
                 del items[-2:]
             elif name in ("BINPUT", "LONG_BINPUT", "PUT"):
+                assert arg is not None  # the memo opcodes always carry their index
                 memo[int(arg)] = last
             elif name == "MEMOIZE":
                 memo[len(memo)] = last
             elif name in ("BINGET", "LONG_BINGET", "GET"):
+                assert arg is not None
                 value = memo.get(int(arg))
             elif name == "TUPLE" and len(items) >= 5 and items[0] == "storage":
                 cls, key, numel = items[1], items[2], items[4]

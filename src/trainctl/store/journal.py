@@ -86,6 +86,7 @@ class JournalReader:
             if "l" in d or "e" in d:
                 return self._compact(d, seq)
             ev = decode_at(line, seq)
+            assert isinstance(ev, Progress)  # a "progress" line decodes to one or raises
             self.names, self.epochs, self.batches = tuple(ev.losses), ev.epochs, ev.batches
             return ev
         d["seq"] = seq
@@ -150,7 +151,7 @@ def iter_journal_lines(path: Path, since: int, upto: int | None = None) -> Itera
     """:func:`journal_lines`, one at a time (a replay of a long journal in bounded memory)."""
     reader = JournalReader()
     try:
-        f = open(path, encoding="utf-8", errors="replace")
+        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with f:
@@ -203,15 +204,15 @@ class Journal:
         self._fd: int | None = fd
         self._codec = JournalCodec()  # its first progress restates names, epochs, batches
 
-    def _write(self, data: bytes) -> None:
+    def _write(self, fd: int, data: bytes) -> None:
         view = memoryview(data)
         while view:
             try:
-                n = os.write(self._fd, view)
+                n = os.write(fd, view)
             except OSError:
                 if len(view) != len(data):
                     self._torn = True
-                self.offset = os.fstat(self._fd).st_size
+                self.offset = os.fstat(fd).st_size
                 raise
             view = view[n:]
             self.offset += n
@@ -219,17 +220,18 @@ class Journal:
     def append(self, event: Event) -> Event:
         if event.type in EPHEMERAL:
             raise ValueError(f"{event.type} events are not journaled")
-        if self._fd is None:
+        fd = self._fd
+        if fd is None:
             raise ValueError("the journal is closed")
         if self._torn:  # end the line a full disk cut short: it counts as one line
-            self._write(b"\n")
+            self._write(fd, b"\n")
             self._torn = False
             self.next_seq += 1
         if type(event) is Progress:  # as the journal keeps it (ms): live clients see the same
             event = dataclasses.replace(event, ts=round(event.ts, 3), seq=self.next_seq)
         else:
             event = with_seq(event, self.next_seq)
-        self._write((self._codec.encode(event) + "\n").encode())
+        self._write(fd, (self._codec.encode(event) + "\n").encode())
         self.next_seq += 1
         return event
 
@@ -292,7 +294,7 @@ def lines_from(path: Path, offset: int, seq: int, upto: int | None = None) -> It
     (where line ``seq`` begins) up to seq ``upto`` (exclusive): a snapshot's tail, without
     reading what the snapshot covers.  A line being written (no newline yet) ends it."""
     try:
-        f = open(path, "rb")
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with f:

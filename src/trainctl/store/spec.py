@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import cast
 
 
 @dataclass
@@ -62,8 +63,11 @@ class RunSpec:
             raise SpecError(f"{where}: not a run spec (a JSON object), got {type(data).__name__}")
         fields = cls.__dataclass_fields__
         for k, v in data.items():
-            if k in fields and not _CHECKS[fields[k].type](v):
-                raise SpecError(f"{where}: {k}: must be {_WHAT[fields[k].type]} (got {_short(v)})")
+            if k not in fields:
+                continue
+            kind = cast(str, fields[k].type)  # the annotation's text (PEP 563)
+            if not _CHECKS[kind](v):
+                raise SpecError(f"{where}: {k}: must be {_WHAT[kind]} (got {_short(v)})")
         missing = [k for k in ("job_name", "kind") if k not in data]
         if missing:
             raise SpecError(f"{where}: {', '.join(missing)}: missing")

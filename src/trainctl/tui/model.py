@@ -12,8 +12,9 @@ from __future__ import annotations
 from collections import deque
 
 from trainctl.core import events as ev
-from trainctl.core.runview import CHART_POINTS, RankRow, RunView, Series, WarningRow
+from trainctl.core.runview import RankRow, RunView, WarningRow
 from trainctl.core.sanitize import sanitize
+from trainctl.core.series import CHART_POINTS, Series
 
 __all__ = ["CHART_POINTS", "LOG_KEEP", "RankRow", "RunModel", "Series", "WarningRow"]
 
