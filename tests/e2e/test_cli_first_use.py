@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.conftest import PYTHON, ROOT
 from trainctl.cli import main as cli
+from trainctl.cli import parser
 
 pytestmark = pytest.mark.e2e
 
@@ -26,15 +27,15 @@ def test_help_hides_internal_commands_and_shows_the_readme_exit_codes(capsys):
     assert done.value.code == 0
     out = capsys.readouterr().out
     assert "SUPPRESS" not in out
-    for hidden in cli.HIDDEN_COMMANDS:  # neither in the {...} list nor a line of its own
+    for hidden in parser.HIDDEN_COMMANDS:  # neither in the {...} list nor a line of its own
         assert f",{hidden}" not in out and f"\n    {hidden} " not in out, hidden
     for shown in ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "alerts"):
         assert f"\n    {shown} " in out, shown
-    assert cli.EXIT_CODES in out
+    assert parser.EXIT_CODES in out
     readme = (ROOT / "docs" / "cli.md").read_text()
-    assert f"```text\n{cli.EXIT_CODES}\n```" in readme  # the same table, every code (3 too)
+    assert f"```text\n{parser.EXIT_CODES}\n```" in readme  # the same table, every code (3 too)
     for code in ("0", "1", "2", "3", "4", "5", "130", "141"):
-        assert f"\n  {code} " in "\n" + cli.EXIT_CODES, code
+        assert f"\n  {code} " in "\n" + parser.EXIT_CODES, code
 
 
 def test_presets_list_validate_and_edit_a_copy(tmp_path, monkeypatch, capsys):

@@ -225,7 +225,7 @@ def test_trainer_text_reaches_stdout_without_controls(mode, env, tmp_path):
 
 def test_remote_attach_hint_is_one_url_and_quoted():
     from trainctl.hosts.box import attach_hint, attach_url
-    from trainctl.hosts.ssh import parse_attach_url
+    from trainctl.hosts.ssh_address import parse_attach_url
 
     assert attach_url("box", "/runs/a b") == "ssh://box/runs/a%20b"
     assert attach_url("ssh://me@box:2222", "/r") == "ssh://me@box:2222/r"

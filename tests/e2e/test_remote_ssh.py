@@ -23,7 +23,8 @@ import pytest
 from tests.helpers.sshd import LocalSshd, free_port, make_key
 from trainctl import __version__
 from trainctl.hosts import tmux as tm
-from trainctl.hosts.ssh import RemoteError, SshHost, classify_ssh_error, parse_attach_url, quote_argv
+from trainctl.hosts.ssh import RemoteError, SshHost, classify_ssh_error, quote_argv
+from trainctl.hosts.ssh_address import parse_attach_url
 from trainctl.hosts.ssh_transport import SshTransport
 
 ARGV_JSON = "import sys, json; print(json.dumps(sys.argv[1:]))"

@@ -220,14 +220,14 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
     import time
 
     from trainctl.agent.prepare import prepare_run
-    from trainctl.cli import main as cli
     from trainctl.cli.common import UsageError, note
+    from trainctl.cli.parser import build_parser
     from trainctl.hosts.detached import start_detached_agent
     from trainctl.store.joblock import JobLock
 
     for key, value in runs.env.items():
         monkeypatch.setenv(key, value)
-    args = cli.build_parser().parse_args(["run", "--detach", "--name", "locked"])
+    args = build_parser().parse_args(["run", "--detach", "--name", "locked"])
     args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]
     run_dir, spec, created = prepare_run(args, note)
     assert created and run_dir.is_dir()
@@ -252,8 +252,8 @@ def test_an_agent_that_loses_the_job_lock_is_reported_at_once(runs, monkeypatch,
 def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_path, given):
     """Refused after the early check (the race, simulated by a holder() that saw nothing):
     a run directory trainctl made is removed; one the user named is left as it was."""
-    from trainctl.cli import main as cli
     from trainctl.cli.common import UsageError
+    from trainctl.cli.parser import build_parser
     from trainctl.cli.run import cmd_run
     from trainctl.store import joblock
 
@@ -265,7 +265,7 @@ def test_a_refused_run_removes_only_a_directory_it_made(runs, monkeypatch, tmp_p
     (mine / "notes.txt").write_text("mine")
     (mine / "events.jsonl").write_text("")  # an earlier run of mine: reusable (check_run_dir)
     argv = ["run", "--detach", "--no-tmux", "--name", "taken"]
-    args = cli.build_parser().parse_args(argv + (["--run-dir", str(mine)] if given else []))
+    args = build_parser().parse_args(argv + (["--run-dir", str(mine)] if given else []))
     args.command_argv = [*LOOP, "--epochs", "1", "--batches", "5"]
     lock = joblock.JobLock("taken")
     lock.acquire("/the/other/run")

@@ -225,7 +225,7 @@ def test_every_runner_kind_has_its_job_table_and_every_command_a_handler(tmp_pat
     commands (the agent's handlers, `trainctl ctl`'s choices, the fakes' check)."""
     from trainctl.agent.handlers import CommandHandlers
     from trainctl.agent.launch import RUNNERS
-    from trainctl.cli.main import build_parser
+    from trainctl.cli.parser import build_parser
     from trainctl.config.kinds import JOB_TABLES
     from trainctl.core.commands import COMMANDS, CTL_COMMANDS
 

@@ -33,6 +33,7 @@ def printer(as_json: bool):
     text = Printer()
 
     def emit(ev) -> None:
+        line: str | None
         if isinstance(ev, ViewSnapshot):  # the run's view up to next_seq (--from-snapshot)
             line = (
                 json.dumps(

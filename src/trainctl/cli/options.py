@@ -1,4 +1,4 @@
-"""The options of `trainctl run` and `trainctl demo` (src/trainctl/cli/main.py builds the parser)."""
+"""The options of `trainctl run` and `trainctl demo` (src/trainctl/cli/parser.py builds the parser)."""
 
 from __future__ import annotations
 
@@ -6,9 +6,23 @@ import argparse
 
 
 def run_options(p: argparse.ArgumentParser) -> None:
+    _output_options(p)
+    _supervision_options(p)
+    _setup_options(p)
+    _recovery_options(p)
+    _run_options(p)
+    _where_options(p)
+
+
+def _output_options(p: argparse.ArgumentParser) -> None:
+    """How the run is shown: the TUI, or event lines."""
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--headless", action="store_true", help="no TUI: human-readable event lines")
     mode.add_argument("--json", action="store_true", help="no TUI: events as JSON lines on stdout")
+
+
+def _supervision_options(p: argparse.ArgumentParser) -> None:
+    """The presets and the stall thresholds."""
     p.add_argument("--preset", help="preset name or path (overrides the job's)")
     p.add_argument("--fallback", help="fallback preset name or path, used after a stall or crash")
     p.add_argument(
@@ -29,6 +43,10 @@ def run_options(p: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="an unknown progress format: the least output silence allowed (default 60)",
     )
+
+
+def _setup_options(p: argparse.ArgumentParser) -> None:
+    """What runs before the trainer."""
     p.add_argument(
         "--setup",
         metavar="SHELL",
@@ -36,6 +54,10 @@ def run_options(p: argparse.ArgumentParser) -> None:
         "(a job's [host] setup)",
     )
     p.add_argument("--via-ssh", action="store_true", help=argparse.SUPPRESS)
+
+
+def _recovery_options(p: argparse.ArgumentParser) -> None:
+    """Restarts, rescue saves and resuming."""
     p.add_argument("--max-restarts", type=int, metavar="N", help="automatic restart budget (default 3)")
     p.add_argument(
         "--node-rank",
@@ -64,6 +86,10 @@ def run_options(p: argparse.ArgumentParser) -> None:
         help="start from this checkpoint, or from the last good checkpoint of this "
         "earlier run directory (a command resumes through its --resume-arg)",
     )
+
+
+def _run_options(p: argparse.ArgumentParser) -> None:
+    """The run's directory, name, deadline and what the agent does by itself."""
     p.add_argument("--run-dir", help="where the journal, log and stacks go")
     p.add_argument("--deadline", help="ISO 8601 date/time the run must finish by")
     p.add_argument("--name", help="job name (generic commands; default: the script's name)")
@@ -77,6 +103,10 @@ def run_options(p: argparse.ArgumentParser) -> None:
         help="no zero-code integration (Ultralytics, Transformers, Lightning) in a Python "
         "command: console parsing only (a job's instrument = false)",
     )
+
+
+def _where_options(p: argparse.ArgumentParser) -> None:
+    """Where the trainer runs (here, --host, --slurm), and the alerts."""
     p.add_argument("--host", help="run on this ssh destination (the job's [host] otherwise)")
     p.add_argument(
         "--slurm",

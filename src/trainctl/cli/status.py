@@ -44,7 +44,9 @@ def cmd_status(args) -> int:
     if proj and status.get("state") in FINAL_STATES and not proj.get("finished"):
         print(f"        no ETA: the run is {status['state']}")  # its last live one is stale
     elif proj:
-        for line in format_projection(E.from_dict(proj), time.time(), status.get("currency", "$")):
+        projection = E.from_dict(proj)
+        assert isinstance(projection, E.Projection)  # run_status puts a Projection's to_dict there
+        for line in format_projection(projection, time.time(), status.get("currency", "$")):
             print(f"        {line}")
     else:
         print("        no projection yet")

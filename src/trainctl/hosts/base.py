@@ -38,7 +38,7 @@ class LaunchRequest:
     setup: str = ""  # --setup
     options: list[str] = field(default_factory=list)  # `trainctl run` options to forward
     # the alert URLs and their `on`, resolved when a host asks (its notes said then)
-    alerts: Callable[[], tuple[list, Any]] = lambda: ((), {})
+    alerts: Callable[[], tuple[list, Any]] = lambda: ([], {})
     prepare: Callable[[], tuple[Path, Any, bool]] | None = None  # -> run_dir, spec, created
     foreground: bool = False  # --json/--headless: followed in this process
     use_tmux: bool = True  # not --no-tmux (an agent detached here)

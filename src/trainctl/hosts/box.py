@@ -110,7 +110,8 @@ class SshBox:
         from trainctl.client.connection import AgentClient
         from trainctl.hosts.ssh_transport import SshTransport
 
-        return lambda: AgentClient(SshTransport(self.link, run_dir))
+        # ProcessWriter is StreamWriter-like (write, drain, close): all a client uses of it
+        return lambda: AgentClient(SshTransport(self.link, run_dir))  # type: ignore[arg-type]
 
     def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:
         return host_runs(self.where)
@@ -128,7 +129,7 @@ class SshBox:
         try:
             return json.loads(r.stdout)["run_dir"]
         except (ValueError, KeyError):
-            raise UsageError(f"no run found on {host.name}: {(r.stderr or r.stdout).strip()[:300]}")
+            raise UsageError(f"no run found on {host.name}: {(r.stderr or r.stdout).strip()[:300]}") from None
 
     def check(self) -> None:
         """The box answers over ssh (trainctl there; tmux not needed to attach)."""
@@ -180,7 +181,7 @@ class SshBox:
     def locate(self, target: str | None) -> str:
         """`ssh://HOST[/RUN_DIR]`'s run directory on the box (none: its latest run), once the
         box answers."""
-        from trainctl.hosts.ssh import parse_attach_url
+        from trainctl.hosts.ssh_address import parse_attach_url
 
         run_dir = None
         try:
@@ -199,7 +200,7 @@ class SshBox:
         """The job and every preset it may use travel to the box, next to each other: the
         options forwarded to `trainctl run` there, with --preset/--fallback naming the copies."""
         from trainctl.config import list_presets, load_preset
-        from trainctl.hosts.ssh import _remote_path
+        from trainctl.hosts.ssh_address import _remote_path
 
         job, host = request.job, self.link
         host_cfg = dict(job.host or {}) if job else {}
@@ -229,7 +230,7 @@ class SshBox:
 
     def _send_job(self, request: LaunchRequest, base: str, argv: list[str], setup: str) -> None:
         """The job file (or the command) on `trainctl run`'s argv, checked on the box first."""
-        from trainctl.hosts.ssh import _remote_path
+        from trainctl.hosts.ssh_address import _remote_path
 
         job, host = request.job, self.link
         if job is not None:
@@ -253,7 +254,7 @@ class SshBox:
         """The client's alerts (its alerts.toml, the job's [alerts], --alert), resolved by the
         CLI and sent to the box as a 0600 file (never argv); the box's agent sends them.  Its
         path on the box, or None when the run has no alerts."""
-        from trainctl.hosts.ssh import _remote_path
+        from trainctl.hosts.ssh_address import _remote_path
 
         urls, on = alerts
         if not urls:
@@ -264,7 +265,7 @@ class SshBox:
         return _remote_path(remote)
 
     def _remote_abs(self, path: str) -> str:
-        from trainctl.hosts.ssh import _remote_path
+        from trainctl.hosts.ssh_address import _remote_path
 
         r = self.link.run(["sh", "-c", 'cd -- "$1" && pwd -P', "sh", _remote_path(path)], timeout=30)
         return r.stdout.strip() if r.returncode == 0 and r.stdout.strip() else path
@@ -313,7 +314,7 @@ def claim(target: str) -> SshBox | None:
     """``ssh://[user@]host[:port][/RUN_DIR]``: that box."""
     if not target.startswith("ssh://"):
         return None
-    from trainctl.hosts.ssh import parse_attach_url
+    from trainctl.hosts.ssh_address import parse_attach_url
 
     try:
         destination, _ = parse_attach_url(target)

@@ -167,6 +167,7 @@ def summarize(
             out["trainer_pid"], out["unsupervised"] = st["pid"], not st["holder_alive"]
     if with_slurm and slurm.read_jobs(run_dir):
         job = slurm.current_job(run_dir)
+        assert job is not None  # read_jobs() just gave some
         sl: dict = {"job": job, "jobs": slurm.read_jobs(run_dir)}
         info = None
         if ended_slurm or out["state"] not in FINAL_STATES:

@@ -5,7 +5,8 @@ Every remote command is an argv, quoted once for the remote (POSIX) login shell 
 host (ControlMaster, a private 0700 control directory, ControlPersist): later commands skip
 the TCP, key exchange and login (they still pay the remote login shell's start-up).
 Host keys are always checked against the user's known_hosts: trainctl never turns that off.
-A client reaches an agent on the box through src/trainctl/hosts/ssh_transport.py.
+A client reaches an agent on the box through src/trainctl/hosts/ssh_transport.py; the
+destinations and `ssh://` URLs are read in hosts/ssh_address.py.
 """
 
 from __future__ import annotations
@@ -18,10 +19,10 @@ import subprocess
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
 
 from trainctl import __version__
 from trainctl.hosts.shell import quote_argv
+from trainctl.hosts.ssh_address import _parse_destination, _remote_path
 from trainctl.hosts.tmux import Tmux
 
 CONTROL_PERSIST_S = 600
@@ -39,91 +40,6 @@ class RemoteError(Exception):
     def __init__(self, message: str, *, kind: str = "failed") -> None:
         super().__init__(message)
         self.kind = kind
-
-
-# --------------------------------------------------------------------------- addresses
-
-
-def _split_hostport(netloc: str, url: str) -> tuple[str, int | None]:
-    if netloc.startswith("["):  # [v6addr] or [v6addr]:port
-        end = netloc.find("]")
-        if end < 0:
-            raise ValueError(f"{url}: unbalanced '[' in the host")
-        host, rest = netloc[1:end], netloc[end + 1 :]
-        if rest and not rest.startswith(":"):
-            raise ValueError(f"{url}: unexpected {rest!r} after the host")
-        port_text = rest[1:] if rest else ""
-    else:
-        host, _, port_text = netloc.partition(":")
-    if not port_text:
-        return host, None
-    if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-        raise ValueError(f"{url}: the port must be a number from 1 to 65535, not {port_text!r}")
-    return host, int(port_text)
-
-
-def _check_destination(dest: str, where: str) -> None:
-    if not dest or dest.startswith("-") or any(c.isspace() or ord(c) < 32 for c in dest):
-        raise ValueError(
-            f"{where}: bad SSH destination {dest!r}: use an ssh_config alias, host or "
-            "user@host (no spaces, not starting with '-')"
-        )
-
-
-def parse_attach_url(url: str) -> tuple[str, str | None]:
-    """`ssh://[user@]host[:port][/RUN_DIR]` -> (destination, run_dir or None).
-
-    The destination is `[user@]host`, or `ssh://[user@]host:port` when a port is given
-    (SshHost turns that into `ssh -p`). The path is absolute (`ssh://box/data/runs/x` ->
-    `/data/runs/x`); `ssh://box/~/runs/x` means `runs/x` under the remote home.
-    """
-    parts = urlsplit(url)
-    if parts.scheme != "ssh":
-        raise ValueError(f"{url}: not an ssh:// URL (expected ssh://[user@]host[:port][/run_dir])")
-    if parts.query or parts.fragment:
-        raise ValueError(f"{url}: '?' and '#' are not allowed in an ssh:// URL")
-    user, at, hostport = parts.netloc.rpartition("@")
-    host, port = _split_hostport(hostport, url)
-    if not host:
-        raise ValueError(f"{url}: no host (expected ssh://[user@]host[:port][/run_dir])")
-    dest = f"{unquote(user)}@{host}" if at else host
-    _check_destination(dest, url)
-    path = unquote(parts.path)
-    if path in ("", "/"):
-        run_dir = None
-    elif path == "/~" or path.startswith("/~/"):
-        run_dir = path[3:].strip("/") or "."
-    else:
-        run_dir = path
-    if port is not None:
-        user_part = f"{unquote(user)}@" if at else ""
-        host_part = f"[{host}]" if ":" in host else host
-        dest = f"ssh://{user_part}{host_part}:{port}"
-    return dest, run_dir
-
-
-def _parse_destination(destination: str) -> tuple[str, int | None]:
-    """`ssh://[user@]host[:port]` or a plain destination -> (destination, port)."""
-    if destination.startswith("ssh://"):
-        parts = urlsplit(destination)
-        if parts.path not in ("", "/") or parts.query or parts.fragment:
-            raise ValueError(f"{destination}: an SSH host has no path (use parse_attach_url)")
-        user, at, hostport = parts.netloc.rpartition("@")
-        host, port = _split_hostport(hostport, destination)
-        dest = f"{unquote(user)}@{host}" if at else host
-    else:
-        dest, port = destination, None
-    _check_destination(dest, destination)
-    return dest, port
-
-
-def _remote_path(path: str) -> str:
-    """`~/x` -> `x` (ssh commands start in the remote home); others unchanged."""
-    if path.startswith("~/"):
-        path = path[2:].lstrip("/")
-    if not path or path.startswith("~"):
-        raise ValueError(f"remote path {path!r}: use an absolute path or one under ~/")
-    return path
 
 
 # --------------------------------------------------------------------------- errors
@@ -193,7 +109,7 @@ def _private_dir(path: Path) -> Path:
         path.mkdir(mode=0o700, parents=True, exist_ok=True)
         st = path.lstat()
     except OSError as e:
-        raise RemoteError(f"cannot create the SSH control directory {path}: {e}", kind="config")
+        raise RemoteError(f"cannot create the SSH control directory {path}: {e}", kind="config") from e
     if not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid():
         raise RemoteError(
             f"SSH control directory {path} is not a directory owned by you; remove it or "

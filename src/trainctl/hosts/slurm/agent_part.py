@@ -33,8 +33,7 @@ from trainctl.core import events as E
 from trainctl.core.recovery import FINAL_STATES, RunState
 from trainctl.hosts.slurm import nodes as slurm_nodes
 from trainctl.hosts.slurm import queue as slurm
-from trainctl.hosts.slurm.next_job import gap_step, submit_retrying  # (tests import them here)
-from trainctl.store.journal import read_events
+from trainctl.hosts.slurm.next_job import gap_step, journal_gaps, submit_retrying  # (tests import them here)
 
 WHY_TIMEOUT_S = 10.0
 INFO_RETRY_S, INFO_RETRIES = 15.0, 40  # the job's time limit asked again for 10 min
@@ -58,6 +57,8 @@ class SlurmPart(AgentPlug):
         self.requeued = False  # Slurm requeues this job: no next job to submit
         self.preempted = False  # chosen for preemption: saved, awaiting the requeue
         self._preempt_watch: asyncio.Task | None = None
+        self._info_retry: asyncio.Task | None = None  # the time limit asked again (kept: a task)
+        self._node_watch: asyncio.Task | None = None
         self._gaps: list[float] = []  # measured gaps between the run's jobs
         self._pending_ts: float | None = None
 
@@ -124,11 +125,11 @@ class SlurmPart(AgentPlug):
                 f"Slurm job {self.job_id}: {e}; asking again every {INFO_RETRY_S:.0f} s for its time limit",
                 "slurm.job",
             )
-            asyncio.ensure_future(self._describe_later())
+            self._info_retry = asyncio.ensure_future(self._describe_later(self.job_id))
             return
         await self._take_info(info)
 
-    async def _describe_later(self) -> None:
+    async def _describe_later(self, job_id: str) -> None:
         """slurmctld did not answer at the start: the job's end (the save before it) is
         asked again in the background until it answers (the run goes on meanwhile)."""
         ctx = self.ctx
@@ -137,7 +138,7 @@ class SlurmPart(AgentPlug):
             if ctx.requests.over:
                 return
             try:
-                info = await asyncio.get_running_loop().run_in_executor(None, slurm.job_info, self.job_id)
+                info = await asyncio.get_running_loop().run_in_executor(None, slurm.job_info, job_id)
             except slurm.SlurmError:
                 continue
             await self._take_info(info)
@@ -169,6 +170,7 @@ class SlurmPart(AgentPlug):
 
     def _describe_nodes(self) -> None:
         node, lead = self.node, self.lead_dir
+        assert node is not None  # describe() calls this in a job of several nodes only
         if not node.lead:
             others = f"the lead (node 0, which submits the next jobs) is {lead}"
         elif node.nnodes == 2:
@@ -180,7 +182,7 @@ class SlurmPart(AgentPlug):
             f"here; rendezvous {node.endpoint}, id {node.rdzv_id}; {others}",
             "slurm.nodes",
         )
-        asyncio.ensure_future(self._watch_nodes())
+        self._node_watch = asyncio.ensure_future(self._watch_nodes())
 
     async def _watch_nodes(self) -> None:
         """Every :data:`NODE_WATCH_S`: the other nodes' last states since this agent began
@@ -208,16 +210,9 @@ class SlurmPart(AgentPlug):
                 return
 
     def _node_states(self, since: float | None = None) -> dict[int, str]:
-        """The other nodes' states written since ``since`` (default: this agent's start):
-        the lead's for a node, every node's for the lead."""
-        since = self.started if since is None else since
-        dirs = [(0, self.lead_dir)] if not self.node.lead else slurm_nodes.node_dirs(self.lead_dir)
-        out = {}
-        for rank, path in dirs:
-            last = slurm_nodes.last_state(path)
-            if last is not None and last[1] >= since:
-                out[rank] = last[0]
-        return out
+        """The other nodes' states written since ``since`` (default: this agent's start)."""
+        assert self.node is not None  # only a job of several nodes watches the others
+        return slurm_nodes.other_states(self.node, self.lead_dir, self.started if since is None else since)
 
     async def lead_goes_on(self) -> str | None:
         """A node whose own journal ended (STOPPED by a SIGTERM it could not explain, say)
@@ -234,20 +229,12 @@ class SlurmPart(AgentPlug):
         The gaps so far are read from the journal off the loop (a long run's is big)."""
         warn = float(self.cfg.get("warn") or 0)
 
-        def gaps_so_far() -> tuple[list[float], float | None]:
-            gaps, pending = [], None
-            try:
-                for ev in read_events(self.ctx.files.events):
-                    gap, pending = gap_step(ev, pending)
-                    if gap is not None:
-                        gaps.append(gap)
-            except OSError:
-                pass
-            return gaps, pending
-
-        gaps, self._pending_ts = await asyncio.get_running_loop().run_in_executor(None, gaps_so_far)
+        gaps, self._pending_ts = await asyncio.get_running_loop().run_in_executor(
+            None, journal_gaps, self.ctx.files.events
+        )
         self._gaps = gaps + self._gaps
         proj = self.ctx.projector
+        assert info.end_ts is not None  # _take_info calls this for a job with an end only
         proj.job_end = info.end_ts - warn
         proj.job_span_s = max(1.0, limit - warn)
         proj.job_gap_s = statistics.median(self._gaps) if self._gaps else (info.queued_s or 0.0)

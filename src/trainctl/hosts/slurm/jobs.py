@@ -10,6 +10,7 @@ import asyncio
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from trainctl.core.usage import UsageError
 
@@ -63,7 +64,8 @@ class BetweenJobs:
     run ends the follow, saying how it ended."""
 
     def __init__(self, run_dir: Path, say: Callable[[str], None]) -> None:
-        self.run_dir, self.last, self.say = run_dir, None, say
+        self.run_dir, self.say = run_dir, say
+        self.last: str | None = None
 
     async def __call__(self, hello: dict) -> bool:
         from trainctl.hosts.slurm import queue as slurm
@@ -113,7 +115,7 @@ def slurm_status(run_dir: Path) -> dict | None:
     jobs = slurm.read_jobs(run_dir)
     if not jobs:
         return None
-    out = {"job": jobs[-1], "jobs": jobs}
+    out: dict[str, Any] = {"job": jobs[-1], "jobs": jobs}
     try:
         info = slurm.job_info(jobs[-1])
     except slurm.SlurmError as e:

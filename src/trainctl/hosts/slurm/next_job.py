@@ -5,9 +5,11 @@ between a run's jobs (what the projection counts between two jobs' work)."""
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from trainctl.core import events as E
 from trainctl.hosts.slurm import queue as slurm
+from trainctl.store.journal import read_events
 
 
 def gap_step(ev: E.Event, pending: float | None) -> tuple[float | None, float | None]:
@@ -18,6 +20,21 @@ def gap_step(ev: E.Event, pending: float | None) -> tuple[float | None, float | 
     if isinstance(ev, E.Progress) and pending is not None:
         return ev.ts - pending, None
     return None, pending
+
+
+def journal_gaps(events: Path) -> tuple[list[float], float | None]:
+    """The gaps between the run's jobs so far, read from its journal (a long run's is big:
+    the agent reads it off the loop), and the PENDING time still open."""
+    gaps: list[float] = []
+    pending: float | None = None
+    try:
+        for ev in read_events(events):
+            gap, pending = gap_step(ev, pending)
+            if gap is not None:
+                gaps.append(gap)
+    except OSError:
+        pass
+    return gaps, pending
 
 
 async def submit_retrying(

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,7 +96,7 @@ def _scontrol(*args: str) -> str:
     return r.stdout
 
 
-def place(lead_dir: Path, env: dict[str, str] | None = None) -> NodePlace | None:
+def place(lead_dir: Path, env: Mapping[str, str] | None = None) -> NodePlace | None:
     """This agent's place in a job of several nodes (None for a job of one node).
     SlurmError (one line) when Slurm cannot say, or the batch script set no port."""
     env = os.environ if env is None else env
@@ -137,6 +138,18 @@ def prepare_node_dir(lead_dir: Path, rank: int) -> tuple[Path, RunSpec]:
         copy_private(lead.job, files.job)
     spec.save(files.spec)
     return path, spec
+
+
+def other_states(node: NodePlace, lead_dir: Path, since: float) -> dict[int, str]:
+    """The other nodes' states written since ``since`` (their journals' ends): the lead's
+    for a node, every node's for the lead."""
+    dirs = [(0, lead_dir)] if not node.lead else node_dirs(lead_dir)
+    out = {}
+    for rank, path in dirs:
+        last = last_state(path)
+        if last is not None and last[1] >= since:
+            out[rank] = last[0]
+    return out
 
 
 def last_state(run_dir: Path) -> tuple[str, float] | None:
