@@ -349,7 +349,7 @@ class FileTail:
 
     def _copy_of_ours(self, size: int) -> bool:
         """The file now at the path begins with what we read (the holder's copy of a deleted
-        train.log, engine/holder.copy_out): read on at our offset, nothing read twice."""
+        train.log, holder/main.copy_out): read on at our offset, nothing read twice."""
         assert self._fd is not None  # called while we hold the file
         if self.offset == 0 or size < self.offset:
             return False

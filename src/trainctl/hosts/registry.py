@@ -5,7 +5,7 @@ Slurm host's, any other this machine's), ``ssh://HOST/RUN`` (a box), ``--host HO
 destination of hosts.toml (a box: DEFAULT_REMOTE), ``--slurm`` / a job's ``[slurm]``
 (``slurm:``), a row of `ls` (its ``where``).  Each kind of host registers how it claims a
 target, and which of its hosts `ls` asks; a new host is one file and one ``register`` line
-(a test registers its own: tests/unit/test_fake_host.py).
+(a test registers its own: tests/e2e/test_fake_host.py).
 """
 
 from __future__ import annotations

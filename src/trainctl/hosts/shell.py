@@ -1,6 +1,6 @@
 """Quoting for the POSIX shell that runs a command on the far side (ssh, a tmux pane).
 
-Shared by :mod:`.remote` (ssh commands) and :mod:`.tmux` (pane commands), which
+Shared by :mod:`.ssh` (ssh commands) and :mod:`.tmux` (pane commands), which
 otherwise do not need each other's code.
 """
 
