@@ -91,7 +91,7 @@ class EventBus:
     def _call(sink: Sink, ev: E.Event) -> None:
         try:
             sink(ev)
-        except Exception as e:  # a sink's bug must not stop supervision
+        except Exception as e:  # noqa: BLE001 - a sink's bug must not stop supervision
             try:
                 print(
                     f"trainctl: event sink {getattr(sink, '__qualname__', sink)!s} failed: {e!r}",

@@ -212,7 +212,7 @@ class Agent:
         try:
             try:
                 await self.plug.begin()
-            except Exception as e:  # supervision goes on without the host's facts
+            except Exception as e:  # noqa: BLE001 - supervision goes on without the host's facts
                 self.report(self.plug.name, e)
             if self.adopt or begun:
                 return await self._take_over()
