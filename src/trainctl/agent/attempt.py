@@ -319,7 +319,7 @@ class AttemptLoop:
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
         kind: OutcomeKind | None = None
         if not waiter.done():
-            kind = OutcomeKind(asked.kind.value)
+            kind = OutcomeKind(asked.why.value)
             if asked.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND) and not intake.stalled:
                 # restart, preset switch, fallback, the editor's save-and-restart, a Slurm
                 # job's time limit: a healthy run saves first and loses nothing (bounded; a

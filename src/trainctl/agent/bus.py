@@ -67,7 +67,7 @@ class EventBus:
 
     def _close_gap(self, ts: float) -> None:
         """The journal failed before: first say, in it, how many events it lost."""
-        gap = E.Warning(
+        gap: E.Event = E.Warning(
             ts,
             "trainctl.journal_gap",
             "warning",

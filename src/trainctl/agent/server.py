@@ -67,7 +67,7 @@ class ClientServer:
         sock_path: Path,
         journal,
         hello: Callable[[], dict],
-        command: Callable[[str, object], Awaitable[dict]],
+        command: Callable[[object, object], Awaitable[dict]],  # checks the client's name and args
         snapshot: Callable[[], dict | None] = lambda: None,
     ) -> None:
         self.sock_path = sock_path

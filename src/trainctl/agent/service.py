@@ -279,8 +279,8 @@ class Agent:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
         self._write_info()
-        if (fd := _agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
-            self._more_locks.append(fd)
+        if (lock := _agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
+            self._more_locks.append(lock)
         return True
 
     async def _prime_snapshots(self) -> None:
