@@ -319,7 +319,7 @@ class AttemptLoop:
         await asyncio.wait({waiter, interrupt}, return_when=asyncio.FIRST_COMPLETED)
         kind: OutcomeKind | None = None
         if not waiter.done():
-            kind = OutcomeKind(asked.kind.value)
+            kind = OutcomeKind(asked.why.value)
             if asked.kind in (EndRequest.USER_RESTART, EndRequest.SUSPEND) and not intake.stalled:
                 # restart, preset switch, fallback, the editor's save-and-restart, a Slurm
                 # job's time limit: a healthy run saves first and loses nothing (bounded; a
@@ -442,7 +442,7 @@ class AttemptLoop:
         try:
             await self.stopper.kill(trainer, why)
             return
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a failed kill is reported, the wait goes on
             self.report("kill", e)
         while not waiter.done():
             try:
@@ -454,7 +454,7 @@ class AttemptLoop:
     async def on_stall(self, verdict) -> None:
         try:
             await self.stopper.on_stall(verdict)
-        except Exception as e:  # recovery must happen even if the stall report failed
+        except Exception as e:  # noqa: BLE001 - recovery must happen even if the stall report failed
             self.report("stall", e)
             if self.ctx.policy.auto_recover and self.ctx.facts.trainer is not None:
                 self.ctx.requests.recover()
@@ -477,7 +477,7 @@ class AttemptLoop:
         async for line in trainer.side_lines():
             try:
                 self.intake.on_side_line(line)
-            except Exception as e:  # a bug meeting one line: said, and the next lines read
+            except Exception as e:  # noqa: BLE001 - a bug meeting one line: said, the next lines read
                 self.report("side_channel", e)
 
     def report_log_loss(self, trainer: Trainer, final: bool = False) -> None:

@@ -67,7 +67,7 @@ class EventBus:
 
     def _close_gap(self, ts: float) -> None:
         """The journal failed before: first say, in it, how many events it lost."""
-        gap = E.Warning(
+        gap: E.Event = E.Warning(
             ts,
             "trainctl.journal_gap",
             "warning",
@@ -91,7 +91,7 @@ class EventBus:
     def _call(sink: Sink, ev: E.Event) -> None:
         try:
             sink(ev)
-        except Exception as e:  # a sink's bug must not stop supervision
+        except Exception as e:  # noqa: BLE001 - a sink's bug must not stop supervision
             try:
                 print(
                     f"trainctl: event sink {getattr(sink, '__qualname__', sink)!s} failed: {e!r}",

@@ -59,7 +59,7 @@ class CommandHandlers:
             ctx.requests.pick_next(target)
             return {"restart": "next attempt", "preset": target}
         if not ctx.requests.restart(target):
-            raise ValueError(f"the attempt is already ending ({ctx.requests.interrupt.kind.value})")
+            raise ValueError(f"the attempt is already ending ({ctx.requests.interrupt.why.value})")
         return {"restart": "now", "preset": target}
 
     async def cmd_restart(self) -> dict:

@@ -16,6 +16,7 @@ import json
 import os
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 from trainctl.agent.spawner import Trainer, TreeOps, split_lines
 from trainctl.core.torchrun import Layout, layout, rank_files
@@ -174,7 +175,8 @@ class HeldHandle(TreeOps):
     async def _rank_output(self) -> AsyncIterator[tuple[int, str, bytes]]:
         """torchrun: (global rank, file, bytes) from every rank's stdout and stderr files,
         found as torchrun makes them, until the trainer has exited and all are read."""
-        if self.layout is None:
+        lay = self.layout
+        if lay is None:
             return
         queue: asyncio.Queue = asyncio.Queue(maxsize=64)
         pumps: list[asyncio.Task] = []
@@ -184,21 +186,21 @@ class HeldHandle(TreeOps):
                 await queue.put((rank, rel, data))
 
         async def discover() -> None:
-            root = self.layout.log_dir
+            root = lay.log_dir
             while True:
                 final = self.exited.is_set()
                 found = [str(p.relative_to(root)) for p in root.glob("*/attempt_*/*/std*.log")]
                 new = {rel: local for rel, local in rank_files(found).items() if rel not in self.rank_tails}
                 ranks = self.global_ranks() if new else {}
                 for rel, local in new.items():
-                    if local not in ranks and not final and self.layout.nnodes_max > 1:
+                    if local not in ranks and not final and lay.nnodes_max > 1:
                         continue  # several nodes: the rendezvous numbers the ranks; ask again
                     tail = FileTail(root / rel, self._rank_offsets.get(rel, 0), poll_s=0.2).until_eof_after(
                         self.exited
                     )
                     self.rank_tails[rel] = tail
                     pumps.append(
-                        asyncio.create_task(pump(tail, ranks.get(local, self.layout.global_rank(local)), rel))
+                        asyncio.create_task(pump(tail, ranks.get(local, lay.global_rank(local)), rel))
                     )
                 if final:
                     break
@@ -249,7 +251,7 @@ class HeldHandle(TreeOps):
         return samples
 
     def offsets(self) -> dict:
-        out = {"attempt": self.attempt, "log": self.log_tail.offset, "side": self.side_offset}
+        out: dict[str, Any] = {"attempt": self.attempt, "log": self.log_tail.offset, "side": self.side_offset}
         if self.layout is not None:
             lay = self.layout
             out["layout"] = [str(lay.log_dir), lay.nproc, lay.nnodes_max, lay.node_rank]

@@ -185,7 +185,7 @@ def reported_checkpoints(
 
     try:
         journaled = [
-            ev.path for ev in read_events(files.events) if ev.type == "checkpoint" and ev.ok and ev.path
+            ev.path for ev in read_events(files.events) if isinstance(ev, E.Checkpoint) and ev.ok and ev.path
         ]
     except OSError:
         journaled = []
@@ -219,7 +219,7 @@ def integration_of(files: RunFiles) -> str | None:
                 ev = E.decode(line)
             except (ValueError, TypeError, KeyError):
                 continue
-            if ev.type == "info" and (name := attached_integration(ev.key)):
+            if isinstance(ev, E.Info) and (name := attached_integration(ev.key)):
                 found = name
     _ATTACHED_SEEN[path] = (offset + end, found)
     return found

@@ -38,6 +38,12 @@ class Interrupt:
         self.event.set()
         return True
 
+    @property
+    def why(self) -> EndRequest:
+        """The request that set it; asked only once it is set (:attr:`event`)."""
+        assert self.kind is not None, "the interrupt is not set"
+        return self.kind
+
 
 class Requests:
     """What was asked of the run: read by anyone, written only through the methods below."""

@@ -95,7 +95,9 @@ def scan_log(path: str | Path, matcher: Matcher | None = None) -> ScanReport:
     if matcher is None:
         matcher = _default_matcher()
     feed_progress = getattr(matcher, "feed_progress", None)
-    feed = OutputFeed(matcher)
+    # OutputFeed asks only feed() (and .last, when there) of its matcher: scan's Matcher is
+    # enough, but core/feed.py annotates the concrete WarningMatcher
+    feed = OutputFeed(matcher)  # type: ignore[arg-type]  # a Matcher does all OutputFeed asks
     scan = _Scan(matcher, feed_progress)
     with open(path, "rb") as f:
         while chunk := f.read(CHUNK):
@@ -342,7 +344,9 @@ def main_scan(path: str, as_json: bool, kernel_log: str | None = None) -> int:
     section = None
     if kernel_log is not None and matcher is not None:
         try:  # fresh matchers: each finding counted from its own file
-            section = kernel_section(p, kernel_log, _default_matcher())
+            fresh = _default_matcher()
+            assert fresh is not None  # the catalog imported for the trainer log above
+            section = kernel_section(p, kernel_log, fresh)
         except OSError as e:
             print(f"trainctl scan: cannot read kernel log {kernel_log}: {e.strerror or e}", file=sys.stderr)
             return 2
@@ -401,7 +405,8 @@ def line_time(line: str, year: int | None = None) -> float | None:
                 year or _time.localtime().tm_year, _MONTHS[mon], int(day), int(hh), int(mm), int(ss)
             ).timestamp()
         if m := _ISO.match(line):
-            return dt.datetime(*map(int, m.groups())).timestamp()
+            y, mo, d, h, mi, s = map(int, m.groups())
+            return dt.datetime(y, mo, d, h, mi, s).timestamp()
     except (KeyError, ValueError, OverflowError):
         return None
     return None
@@ -425,14 +430,15 @@ def findings(path: str | Path, source: str, matcher: Matcher, year: int | None =
                 w = matcher.feed(text, 0.0, source)
                 sig = getattr(matcher, "last", None)
                 # a trainer's warnings once per id (and at 10, 100, ...); every kernel line
-                if w is not None or (source == "kernel" and sig is not None):
+                hit = w if w is not None else sig if source == "kernel" else None
+                if hit is not None:
                     out.append(
                         Finding(
                             source,
                             n,
                             last_ts,
-                            w.id if w else sig.id,
-                            w.severity if w else sig.severity,
+                            hit.id,
+                            hit.severity,
                             sanitize(text)[:300],
                         )
                     )

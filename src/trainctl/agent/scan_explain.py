@@ -51,7 +51,7 @@ def explain_log(path: str | Path, progress: dict | None = None) -> Iterator[Expl
 
 def _event_dict(ev: Any) -> dict[str, Any]:
     if isinstance(ev, Progress):
-        d = {
+        d: dict[str, Any] = {
             "type": "progress",
             "epoch": ev.epoch,
             "epochs": ev.epochs,
@@ -103,16 +103,16 @@ def main_explain(path: str, as_json: bool, job: str | None = None) -> int:
         print(f"trainctl scan: cannot read log file {path}: not a regular file", file=sys.stderr)
         return 2
     try:
-        for e in explain_log(path, progress):
+        for ex in explain_log(path, progress):
             if as_json:
                 print(
                     json.dumps(
-                        {"line": e.line_no, "parser": e.parser, "events": list(e.events), "text": e.text},
+                        {"line": ex.line_no, "parser": ex.parser, "events": list(ex.events), "text": ex.text},
                         ensure_ascii=False,
                     )
                 )
             else:
-                print(format_explained(e))
+                print(format_explained(ex))
     except BrokenPipeError:
         raise  # the reader of our output left (`| head`): the CLI ends quietly
     except OSError as e:

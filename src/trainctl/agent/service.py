@@ -212,7 +212,7 @@ class Agent:
         try:
             try:
                 await self.plug.begin()
-            except Exception as e:  # supervision goes on without the host's facts
+            except Exception as e:  # noqa: BLE001 - supervision goes on without the host's facts
                 self.report(self.plug.name, e)
             if self.adopt or begun:
                 return await self._take_over()
@@ -279,8 +279,8 @@ class Agent:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
         self._write_info()
-        if (fd := _agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
-            self._more_locks.append(fd)
+        if (lock := _agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
+            self._more_locks.append(lock)
         return True
 
     async def _prime_snapshots(self) -> None:

@@ -30,13 +30,17 @@ class Trainer(Protocol):
     optional ones have a defined "not supported" answer (:class:`TreeOps` gives them)."""
 
     pid: int
-    returncode: int | None
     log_dropped: int  # output lines train.log could not keep (disk full, I/O error)
     log_error: str | None  # the last such error, while it lasts
     # optional, "not supported" answers in brackets:
     orphan: bool  # adopted with its holder gone: Spawner.rehold gives it one (False)
     save_on_request: bool  # it declared save-on-request before an agent adopted it (False)
     exit_unknown: str | None  # why no exit status could be read, once it ended (None)
+
+    @property
+    def returncode(self) -> int | None:
+        """The exit status once it ended (None while it runs); read-only: only the
+        trainer's handle learns it."""
 
     def output(self) -> AsyncIterator[bytes]: ...
     def side_lines(self) -> AsyncIterator[bytes]: ...

@@ -49,7 +49,7 @@ class Stopper:
             return await trainer.diagnose(
                 ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot
             )
-        except Exception as e:  # never in the way of recovery
+        except Exception as e:  # noqa: BLE001 - never in the way of recovery
             self.report_error("diagnose", e)
             return Diagnosis("unknown", None, None, f"the diagnosis failed: {e!r}")
 
@@ -117,7 +117,7 @@ class Stopper:
         try:
             write_save_request(ctx.files.dir, self.requests, kind, t0, hold=kind == "planned")
             sent = trainer.signal_main(SAVE_REQUEST_SIGNAL)
-        except Exception as e:  # a full disk, a psutil race: kill without the save
+        except Exception as e:  # noqa: BLE001 - a full disk, a psutil race: kill without the save
             self.report_error("save_request", e)
             return False
         if not sent:
@@ -175,7 +175,7 @@ class Stopper:
     async def sweep(self, trainer: Trainer) -> None:
         try:
             report = await trainer.sweep()
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - a failed sweep is reported
             self.report_error("sweep", e)
             return
         if report.survivors:
@@ -200,7 +200,7 @@ class Stopper:
             ctx.info(
                 f"GPU memory still held by {held} after {limit_s:.0f}s; restarting anyway", "gpu_release"
             )
-        except Exception as e:  # a GPU probe's failure must not hold up the restart
+        except Exception as e:  # noqa: BLE001 - a GPU probe's failure must not hold up the restart
             self.report_error("gpu_release", e)
 
 

@@ -82,7 +82,7 @@ def supervise(
                 return
             except asyncio.CancelledError:
                 raise
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 - reported, the task restarts
                 report(name, e)
                 now = asyncio.get_running_loop().time()
                 failures = [t for t in failures if now - t < window_s] + [now]

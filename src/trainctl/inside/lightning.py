@@ -28,7 +28,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType, ModuleType
-from typing import Any
+from typing import Any, cast
 
 from trainctl.inside import ATTACHED_KEY, Refused, report
 from trainctl.inside.callback_support import (
@@ -69,7 +69,7 @@ def callback_class(base: type) -> type:
     return type("TrainctlLightningCallback", (TrainctlCallback, base), {})
 
 
-def patch_trainer(trainer_cls: type, callback: type) -> None:
+def patch_trainer(trainer_cls: Any, callback: type) -> None:
     init, fit, save = trainer_cls.__init__, trainer_cls.fit, trainer_cls.save_checkpoint
 
     def __init__(self, *args, **kwargs):
@@ -122,7 +122,7 @@ def patch_trainer(trainer_cls: type, callback: type) -> None:
         cb.on_saved(self, filepath)
 
     for fn, orig in ((__init__, init), (fit_, fit), (save_checkpoint, save)):
-        fn.__wrapped__ = orig
+        cast(Any, fn).__wrapped__ = orig  # as functools.wraps would: inspect.unwrap finds the original
     trainer_cls.__init__, trainer_cls.fit, trainer_cls.save_checkpoint = __init__, fit_, save_checkpoint
 
 
@@ -195,7 +195,7 @@ def _wrap_maker(owner: Any, name: str, settings: dict[str, Any], session: Any) -
     if maker is None or getattr(maker, "_trainctl", False) or not _user_defined(owner, name):
         return
 
-    def made(*args, **kwargs):
+    def made(*args: Any, **kwargs: Any) -> Any:
         out = maker(*args, **kwargs)
         try:
             changed: dict[str, tuple[Any, Any]] = {}
@@ -209,7 +209,7 @@ def _wrap_maker(owner: Any, name: str, settings: dict[str, Any], session: Any) -
             )
         return out
 
-    made._trainctl = True
+    cast(Any, made)._trainctl = True  # the mark that it is ours (not wrapped twice)
     try:
         setattr(owner, name, made)  # on the instance: the script's class is untouched
     except AttributeError:

@@ -28,7 +28,7 @@ import math
 import os
 import sys
 from types import FrameType, ModuleType
-from typing import Any
+from typing import Any, cast
 
 from trainctl.inside import ATTACHED_KEY, Refused, report
 from trainctl.inside.callback_support import (
@@ -109,7 +109,7 @@ class _AfterImport(importlib.abc.MetaPathFinder):
         return spec
 
 
-def patch_trainer(trainer_cls: type) -> None:
+def patch_trainer(trainer_cls: Any) -> None:
     """Wrap ``Trainer.__init__`` (add the callback, apply the preset) and ``Trainer.train``
     (resume).  Once."""
     if _state["patched"]:
@@ -138,8 +138,8 @@ def patch_trainer(trainer_cls: type) -> None:
                 report.report_info(f"no resume ({type(e).__name__}: {e})", "runner.resume_failed")
         return train(self, resume_from_checkpoint, *args, **kwargs)
 
-    __init__.__wrapped__ = init
-    train_.__wrapped__ = train
+    cast(Any, __init__).__wrapped__ = init  # as functools.wraps would: inspect.unwrap finds the original
+    cast(Any, train_).__wrapped__ = train
     trainer_cls.__init__ = __init__
     trainer_cls.train = train_
 

@@ -23,7 +23,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,7 +65,7 @@ class EventSink:
                 pass
 
     @classmethod
-    def from_env(cls, environ: dict[str, str] | os._Environ = os.environ) -> EventSink:
+    def from_env(cls, environ: Mapping[str, str] = os.environ) -> EventSink:
         """The side channel trainctl gave us: a file path (TRAINCTL_EVENTS_PATH, appended:
         it outlives the agent) or an inherited fd (TRAINCTL_EVENTS_FD, a pipe)."""
         path = environ.get(EVENTS_PATH_ENV, "").strip()
@@ -237,8 +237,8 @@ class Reporter:
         nw = getattr(loader, "num_workers", 0)
         parts = [f"{nw} DataLoader worker{'s' if nw != 1 else ''}"]
         if nw:
-            ctx = getattr(loader, "multiprocessing_context", None)
-            ctx_name = ctx.get_start_method() if hasattr(ctx, "get_start_method") else "default"
+            start_method = getattr(getattr(loader, "multiprocessing_context", None), "get_start_method", None)
+            ctx_name = start_method() if start_method is not None else "default"
             per_epoch = "new each epoch" if self.recycle_workers else "kept across epochs"
             parts += [f"{ctx_name} start", f"prefetch {loader.prefetch_factor}", per_epoch]
         import torch
@@ -382,24 +382,26 @@ def resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int |
         sink.emit(E.Info(time.time(), msg, "runner.resume_failed"))
         print(f"trainctl runner: {msg}", file=sys.stderr)
         return 1
+    epoch = check.epoch
+    assert epoch is not None  # an ok check read the checkpoint's epoch (>= 0)
     of = f" of {check.epochs}" if check.epochs else ""
     if check.mid_epoch and mid_epoch_ok:
-        where = f"at epoch {check.epoch + 1}{of}, batch {check.batch} ({check.samples} samples done)"
+        where = f"at epoch {epoch + 1}{of}, batch {check.batch} ({check.samples} samples done)"
     elif check.mid_epoch:
         from trainctl.inside.ultralytics_trainer import SUPPORTED
 
-        where = f"at the start of epoch {check.epoch + 1}{of}"
+        where = f"at the start of epoch {epoch + 1}{of}"
         sink.emit(
             E.Info(
                 time.time(),
-                f"{ckpt} was saved inside epoch {check.epoch + 1} (batch {check.batch}), "
+                f"{ckpt} was saved inside epoch {epoch + 1} (batch {check.batch}), "
                 f"but resuming inside an epoch needs Ultralytics {' or '.join(SUPPORTED)}x: "
-                f"epoch {check.epoch + 1} starts over",
+                f"epoch {epoch + 1} starts over",
                 "runner.resume_epoch_start",
             )
         )
     else:
-        where = f"at epoch {check.epoch + 2}{of}"
+        where = f"at epoch {epoch + 2}{of}"
     sink.emit(E.Info(time.time(), f"resuming from {ckpt} {where}", "runner.resume"))
     return None
 

@@ -175,4 +175,4 @@ def install_loader(preset: Preset | None) -> None:
                     kwargs["worker_init_fn"] = WorkerInit(strategy, kwargs.get("worker_init_fn"))
             super().__init__(*args, **kwargs)
 
-    build.InfiniteDataLoader = PresetLoader
+    build.InfiniteDataLoader = PresetLoader  # type: ignore[misc]  # the patch: build_dataloader reads this name
