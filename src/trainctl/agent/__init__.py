@@ -1,14 +1,18 @@
-"""The agent: the headless supervisor of one run, in parts (docs/internals.md has the map).
+"""The agent: the headless process that keeps one run alive, in parts (docs/internals.md has
+the map).
 
-- context: what every part reads (spec, files, pure pieces, bus, run-wide facts)
+- context: what every part reads (RunConfig, frozen) and the run's facts (RunFacts, one writer each)
+- requests: the one owner of stop / suspend / restart requests
+- plug: what a host adds to an agent (AgentPlug; Slurm's is hosts/slurm/agent_part.py)
+- prepare: the spec builder (a run's inputs checked, its directory and spec.json written)
 - bus: one emit, many sinks (journal, projector, clients, printer)
 - intake: console lines (through src/trainctl/core/feed.py) and the side channel, taken in
 - watch: the periodic watch (stall check, ticks, projection)
 - stop: diagnose, save-wait, kill, sweep, GPU release
-- attempt: the attempt loop (the supervisor's state machine over attempts)
+- attempt: the attempt loop (core/recovery.py's state machine over attempts)
 - spawner: the Spawner/Trainer seam and the real PipeSpawner
-- runners: the runner registry (argv, env, resume rule per kind)
-- server / commands: the Unix socket and the command handlers
+- launch: how each job kind starts its trainer (argv, env, resume rule per kind)
+- server / handlers: the Unix socket and the command handlers
 - tasks: supervised background tasks and error reports
 - service: Agent, which wires them and owns the run's life
 """

@@ -1,6 +1,6 @@
-"""The runner registry: the one place where a runner kind says how its trainer is started
+"""How each job kind starts its trainer: the one place where a kind says how its trainer is started
 (argv and env) and where a restart resumes from.  The job-file side of a kind (its table)
-lives with the job model in engine/config; the code that runs inside the trainer lives in
+lives with the job model in config/; the code that runs inside the trainer lives in
 src/trainctl/inside/.  A new kind is one more entry here."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ class RunnerKind:
 
     @property
     def table(self):
-        """The job file's table for this kind (engine/config's JOB_TABLES)."""
+        """The job file's table for this kind (config/kinds.py's JOB_TABLES)."""
         from trainctl.config.kinds import JOB_TABLES
 
         return JOB_TABLES[self.name]
