@@ -142,7 +142,7 @@ class LocalSshd:
             self.port = free_port()
             self.config_path = self.dir / "sshd_config"
             self.config_path.write_text(self._config_text())
-            self._log = open(self.log_path, "ab")
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - sshd logs to it until stop() closes it
             self.proc = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
