@@ -93,5 +93,5 @@ def _alive(p) -> bool:
 def _cmd(p) -> str:
     try:
         return " ".join(p.cmdline())[:120]
-    except Exception:
+    except Exception:  # noqa: BLE001 - a process that vanished or denies access is shown as '?'
         return "?"

@@ -13,6 +13,7 @@ import os
 import re
 import signal
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -39,7 +40,7 @@ def _alive(pid: int) -> bool:
 
 def _main_thread_stack(stacks_file: str, pid: int) -> str:
     """The py-spy frames of the main thread of ``pid`` in a trainctl stall dump."""
-    text = open(stacks_file, encoding="utf-8").read()
+    text = Path(stacks_file).read_text(encoding="utf-8")
     section = re.search(rf"^=== pid {pid} .*?(?=^=== pid |\Z)", text, re.M | re.S)
     assert section, f"no section for pid {pid} in {stacks_file}:\n{text[:3000]}"
     main = re.search(

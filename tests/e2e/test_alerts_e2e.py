@@ -62,7 +62,7 @@ def test_a_hang_under_A_gives_one_incident_alert_and_the_finish_a_finished_alert
         with start_trainctl(steady_args(tmp_path, "--alert", rx.url)) as tc:
             res = tc.wait(120)
         assert res.returncode == 0, res.stderr[-2000:]
-        posts = rx.wait(2, timeout=30)
+        rx.wait(2, timeout=30)
         time.sleep(0.5)
         assert len(rx.posts) == 2, [p["title"] for p in rx.posts]
         incident, finished = rx.posts

@@ -8,6 +8,7 @@ import re
 import signal
 import sys
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -46,7 +47,7 @@ def test_dataloader_worker_blocked_forever_is_a_deadlock_then_a_killed_worker_is
         assert d.cpu_percent is not None and d.cpu_percent < 10
         assert "DataLoader batch" in d.detail and "2 workers" in d.detail
         assert d.stacks == str(tmp_path / "stacks" / f"stall-1-test-{proc.pid}.txt")
-        text = open(d.stacks, encoding="utf-8").read()
+        text = Path(d.stacks).read_text(encoding="utf-8")
         frames = main_thread_frames(section(text, proc.pid))
         assert any("_try_get_data" in f or "_get_data" in f for f in frames), frames
         workers = [s for s in d.processes if s.role == "worker"]
@@ -84,7 +85,7 @@ def test_spinning_loop_is_spin(tmp_path):
         d = diagnose(proc.pid, tmp_path, tag="spin")
         assert d.diagnosis == "spin", d.detail
         assert "main process busy" in d.detail
-        frames = main_thread_frames(section(open(d.stacks).read(), proc.pid))
+        frames = main_thread_frames(section(Path(d.stacks).read_text(), proc.pid))
         assert frames and "miopen_spin.py" in frames[0]
         assert proc.poll() is None
 
@@ -102,7 +103,7 @@ def test_sigstopped_trainer_is_stopped_and_py_spy_does_not_hang(tmp_path):
         assert time.monotonic() - t0 < 15
         assert d.diagnosis == "stopped", d.detail
         assert f"kill -CONT {proc.pid}" in d.detail
-        text = section(open(d.stacks).read(), proc.pid)
+        text = section(Path(d.stacks).read_text(), proc.pid)
         assert "--nonblocking" in text and "MainThread" in text
         assert psutil.Process(proc.pid).status() == psutil.STATUS_STOPPED  # left as it was
 
@@ -132,7 +133,7 @@ def test_main_thread_blocked_is_deadlock_and_a_missing_py_spy_is_explained(tmp_p
         d = diagnose(proc.pid, tmp_path / "stacks", tag="nospy", sample_s=0.5)
         assert d.diagnosis == "deadlock", d.detail
         assert "py-spy not found" in d.detail
-        assert "py-spy not found" in open(d.stacks).read()
+        assert "py-spy not found" in Path(d.stacks).read_text()
 
 
 @needs_pyspy
@@ -143,7 +144,7 @@ def test_a_dump_of_a_moving_process_is_a_snapshot_and_an_unwritable_dir_costs_on
         hangs.wait_for_line(proc, r"batch=3/400", timeout=60)
         d = diagnose(proc.pid, tmp_path / "stacks", tag="manual-1", snapshot=True)
         assert d.detail.startswith("a snapshot of") and "deadlock" not in d.detail, d.detail
-        text = open(d.stacks).read()
+        text = Path(d.stacks).read_text()
         assert os.path.basename(d.stacks).startswith("snapshot-") and "not a verdict" in text
         (tmp_path / "blocked").write_text("a file where the stacks directory should be")
         d = diagnose(proc.pid, tmp_path / "blocked", tag="2", pyspy=True)

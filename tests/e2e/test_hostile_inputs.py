@@ -188,7 +188,9 @@ def test_detach_of_a_run_that_finishes_at_once_is_no_failure(env, tmp_path):
             )
             assert r.returncode == 0 and "ended before" not in r.stderr, r.stderr
             wait_until(
-                lambda: any('"FINISHED"' in line for line in (rd / "events.jsonl").read_text().splitlines()),
+                lambda rd=rd: any(
+                    '"FINISHED"' in line for line in (rd / "events.jsonl").read_text().splitlines()
+                ),
                 20,
             )
     finally:

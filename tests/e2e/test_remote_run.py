@@ -247,7 +247,7 @@ def cli(
         with contextlib.suppress(OSError):
             os.killpg(proc.pid, signal.SIGKILL)
         out, err = proc.communicate()
-        raise AssertionError(f"trainctl {args} did not finish in {timeout}s:\n{out}\n{err}")
+        raise AssertionError(f"trainctl {args} did not finish in {timeout}s:\n{out}\n{err}") from None
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 

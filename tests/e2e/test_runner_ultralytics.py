@@ -131,7 +131,7 @@ def runner(
     if events:
         r_fd, w_fd = os.pipe()
         env["TRAINCTL_EVENTS_FD"] = str(w_fd)
-    log = open(run_dir.parent / f"{run_dir.name}-{len(list(run_dir.parent.glob('*.log')))}.log", "wb")
+    log = open(run_dir.parent / f"{run_dir.name}-{len(list(run_dir.parent.glob('*.log')))}.log", "wb")  # noqa: SIM115 - the child writes to it while this yields; closed in the finally below
     proc = subprocess.Popen(
         argv,
         env=env,

@@ -256,7 +256,7 @@ def test_an_unreachable_slurmctld_is_a_clear_error(tmp_path, slurm_up, monkeypat
     assert "slurmctld is unreachable" in res.stderr, res.stderr
 
 
-def test_ls_shows_a_local_an_ssh_and_a_slurm_run_together(tmp_path, slurm_up, box):
+def test_ls_shows_a_local_an_ssh_and_a_slurm_run_together(tmp_path, slurm_up, box):  # noqa: F811 - the fixture, imported above
     """`trainctl ls`: a local run (finished), a run on a box over ssh (hosts.toml), and a Slurm
     run waiting in the queue, each with its state, where, progress and last incident."""
     from tests.e2e.test_remote_run import cli, start_remote

@@ -63,7 +63,7 @@ def left(*run_dirs: Path) -> list[str]:
     return out
 
 
-def test_a_job_of_two_nodes_finishes_as_one_run(tmp_path, slurm_up):
+def test_a_job_of_two_nodes_finishes_as_one_run(tmp_path, slurm_up):  # noqa: F811 - the fixture, imported above
     job = two_node_job(tmp_path, "sl-nodes", slurm_up, "--epochs", "1", "--batches", "12", "--workers", "0")
     res = run_trainctl(["run", str(job), "--json"], timeout=120)
     assert res.returncode == 0, res.describe()
@@ -93,7 +93,7 @@ def test_a_job_of_two_nodes_finishes_as_one_run(tmp_path, slurm_up):
     wait_until(lambda: not left(lead, node1), 15, what="nothing of the run left")
 
 
-def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slurm_up):
+def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slurm_up):  # noqa: F811 - the fixture, imported above
     """Node 2's rank deadlocks in its DataLoader (attempt 1): node 2's agent names it, node 1
     stalls in the collective (or its rank fails when its peer is killed); both restart in the
     same Slurm job from the periodic save, meet at the rendezvous again and finish."""
@@ -136,7 +136,7 @@ def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slur
     wait_until(lambda: not left(lead, node1), 15, what="nothing of the run left")
 
 
-def test_stop_ends_every_node(tmp_path, slurm_up):
+def test_stop_ends_every_node(tmp_path, slurm_up):  # noqa: F811 - the fixture, imported above
     job = two_node_job(
         tmp_path,
         "sl-nodes-stop",

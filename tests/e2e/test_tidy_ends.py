@@ -56,16 +56,22 @@ def test_ended_runs_take_their_tmux_session_and_key_presses_are_no_incidents(tmu
         assert r.returncode == 0 and f"tmux session trainctl-{name}" in r.stdout, r
         run_dir = next(d for d in runs.run_dirs() if d.name.startswith(name + "-"))
         wait_until(
-            lambda: any(e.type == "progress" for e in read_journal(run_dir)), 60, what="the first batch"
+            lambda run_dir=run_dir: any(e.type == "progress" for e in read_journal(run_dir)),
+            60,
+            what="the first batch",
         )
         assert trainctl(runs, "ctl", str(run_dir), "restart").returncode == 0  # the `r` key
-        wait_until(lambda: sum(e.type == "start" for e in read_journal(run_dir)) == 2, 60, what="attempt 2")
+        wait_until(
+            lambda run_dir=run_dir: sum(e.type == "start" for e in read_journal(run_dir)) == 2,
+            60,
+            what="attempt 2",
+        )
         if end == "STOPPED":
             assert trainctl(runs, "ctl", str(run_dir), "stop").returncode == 0  # the `s` key
-        wait_until(lambda: state_is(run_dir, end), 60, what=f"{name} {end}")
+        wait_until(lambda run_dir=run_dir, end=end: state_is(run_dir, end), 60, what=f"{name} {end}")
         # The agent's pane goes with it: no dead session left for this job.
         wait_until(
-            lambda: not runs.agents.session_exists(f"trainctl-{name}"),
+            lambda name=name: not runs.agents.session_exists(f"trainctl-{name}"),
             20,
             what=f"the tmux session of {name} to go",
         )

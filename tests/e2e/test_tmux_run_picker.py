@@ -88,7 +88,7 @@ def shows(runs: TmuxRuns, *texts: str, timeout: float = 20, what: str = "") -> s
         raise AssertionError(f"{e}; the screen:\n{screen(runs)}") from None
 
 
-def test_pick_an_ssh_run_then_the_queued_slurm_run_and_s_cancels_it(runs, box, tmp_path):
+def test_pick_an_ssh_run_then_the_queued_slurm_run_and_s_cancels_it(runs, box, tmp_path):  # noqa: F811 - the fixture, imported above
     script = tmp_path / "pick_remote.py"
     script.write_text("for i in range(1, 4):\n    print(f'step {i}/3 loss=0.5', flush=True)\n")
     remote_dir = start_remote(box, None, [PYTHON, "-u", str(script)])

@@ -142,7 +142,7 @@ class LocalSshd:
             self.port = free_port()
             self.config_path = self.dir / "sshd_config"
             self.config_path.write_text(self._config_text())
-            self._log = open(self.log_path, "ab")
+            self._log = open(self.log_path, "ab")  # noqa: SIM115 - sshd logs to it until stop() closes it
             self.proc = subprocess.Popen(
                 [SSHD, "-D", "-e", "-f", str(self.config_path)],
                 stdin=subprocess.DEVNULL,
@@ -192,7 +192,7 @@ class LocalSshd:
         for host in self._hosts:
             try:
                 host.close()
-            except Exception:
+            except Exception:  # noqa: BLE001 - teardown must reach sshd and the sessions
                 pass
         self._hosts.clear()
         if self.proc is not None:
