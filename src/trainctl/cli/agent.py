@@ -7,8 +7,8 @@ import contextlib
 import os
 import subprocess
 
-from trainctl.cli.common import UsageError
-from trainctl.cli.starting import run_agent as _run_agent
+from trainctl.cli.common import UsageError, printer
+from trainctl.hosts.detached import run_agent
 
 
 def cmd_agent(args) -> int:
@@ -31,7 +31,7 @@ def cmd_agent(args) -> int:
         f"dashboard: trainctl attach {files.dir}",
         flush=True,
     )
-    code = _run_agent(files.dir, spec, args.json, adopt=getattr(args, "adopt", False), plug=plug)
+    code = run_agent(files.dir, spec, printer(args.json), adopt=getattr(args, "adopt", False), plug=plug)
     if code in RUN_ENDED_CODES:
         _close_own_pane()
     return code

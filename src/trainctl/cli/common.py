@@ -7,9 +7,8 @@ from __future__ import annotations
 import sys
 
 from trainctl.core.usage import UsageError
-from trainctl.hosts.here import resolve_run_dir, self_command
 
-__all__ = ["UsageError", "note", "printer", "resolve_alerts", "resolve_run_dir", "run_name", "self_command"]
+__all__ = ["UsageError", "note", "printer", "resolve_alerts", "run_name"]
 
 
 def run_name(args, job) -> str:

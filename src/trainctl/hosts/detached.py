@@ -2,7 +2,7 @@
 else as a detached process: `trainctl run`, and `attach`/`ctl` adopting a run whose agent
 died), runs one in this process (`run --json/--headless`), and waits for a run's agent
 between two of them (an attach that adopts): starting a run here is this machine's host's
-``launch`` (src/trainctl/hosts/local.py); `trainctl agent` runs one through cli/starting.py."""
+``launch`` (src/trainctl/hosts/local.py); `trainctl agent` runs one in its own process (cli/agent.py)."""
 
 from __future__ import annotations
 
