@@ -2,6 +2,7 @@
 
     def test_x(browser_page):             # the fixture (tests/e2e/conftest.py)
         browser_page.page.goto(url)       # a playwright.sync_api.Page
+        browser_page.wait_until(lambda: ..., 30, what="...")  # polls while the page runs
         assert browser_page.external == [] # nothing left the machine
 
 The browser is the distribution's Chromium (`apt-get install chromium`; .ci/install-chromium.sh),
@@ -18,7 +19,8 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -73,6 +75,18 @@ class BrowserPage:
     page: Page
     requests: list[str] = field(default_factory=list)
     external: list[str] = field(default_factory=list)  # aborted: not the loopback, not a file
+
+    def wait_until(self, predicate: Callable[[], object], timeout: float, what: str = "condition") -> object:
+        """Poll ``predicate()`` until truthy, letting the page run between polls: Playwright's
+        sync API delivers the page's events (``page.on(...)``: websocket frames, console lines)
+        only while a call of its own waits, never during a ``time.sleep``."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            self.page.wait_for_timeout(100)
+        raise TimeoutError(f"{what} not reached within {timeout}s")
 
     def _route(self, route: Route) -> None:
         url = route.request.url

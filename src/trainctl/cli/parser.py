@@ -10,7 +10,20 @@ from trainctl import __version__
 from trainctl.cli.options import run_options
 from trainctl.core.commands import CTL_COMMANDS
 
-COMMANDS = ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "bridge", "agent", "alerts")
+COMMANDS = (
+    "run",
+    "demo",
+    "attach",
+    "serve",
+    "status",
+    "ls",
+    "presets",
+    "scan",
+    "ctl",
+    "bridge",
+    "agent",
+    "alerts",
+)
 EXIT_CODES = """\
   0    the run finished (or the command did what it was asked)
   1    the run failed; `ctl`: no agent is running for that run; `scan`: the log has a
@@ -86,7 +99,7 @@ def _add_run_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
 
 
 def _add_view_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
-    """`attach`, `status`, `ls`: look at runs."""
+    """`attach`, `serve`, `status`, `ls`: look at runs."""
     att = sub.add_parser("attach", help="open the dashboard on a running agent", **codes)
     att.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
     amode = att.add_mutually_exclusive_group()
@@ -105,6 +118,15 @@ def _add_view_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
         help="with --json/--headless: first the run's snapshot as one line "
         '({"op": "snapshot", "next_seq": N, "view": {...}}), then the events from N',
     )
+    sv = sub.add_parser("serve", help="the dashboard in a browser, at a URL with a secret token", **codes)
+    sv.add_argument("target", nargs="?", help="RUN_DIR or ssh://HOST[/RUN_DIR] (default: the latest run)")
+    sv.add_argument(
+        "--host",
+        default="127.0.0.1",
+        help="the address to listen on (default 127.0.0.1: this machine only; reach it with ssh -L). "
+        "0.0.0.0: the network, still with the token",
+    )
+    sv.add_argument("--port", type=int, default=8000, help="default 8000; 0: any free port")
     st = sub.add_parser("status", help="the state and projection of a run", **codes)
     st.add_argument("run_dir", nargs="?")
     st.add_argument("--json", action="store_true")
