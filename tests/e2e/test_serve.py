@@ -187,3 +187,19 @@ def test_serve_says_what_is_wrong(tmp_path):
     assert status_of(f"http://{outside}:{found.group(2)}/{found.group(3)}/") == 200
     wide.signal(signal.SIGTERM)
     assert wide.wait(30).returncode == 0
+
+
+@pytest.mark.timeout(90)
+def test_a_killed_serve_leaves_no_dashboard(browser_page, tmp_path):
+    """serve killed without a word (SIGKILL): the dashboard process of a connected browser, in a
+    session of its own, ends too (the kernel's parent-death signal)."""
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    serve = start_trainctl(["serve", str(run_dir), "--port", "0"])
+    browser_page.page.goto(served_url(serve).group(0))
+    browser_page.page.wait_for_function("document.body.classList.contains('-first-byte')", timeout=60_000)
+    dashboards = [p for p in serve.tree() if p.pid != serve.pid]
+    assert dashboards and all("attach" in p.cmdline() for p in dashboards)
+    serve.signal(signal.SIGKILL)
+    gone, alive = psutil.wait_procs(dashboards, timeout=15)
+    assert not alive, [p.cmdline() for p in alive]

@@ -77,7 +77,7 @@ def _say_where(path: str, target: str, address: str, port: int) -> None:
 
 def _bind_error(e: OSError, address: str, port: int) -> str:
     if e.errno == errno.EADDRINUSE:
-        return f"port {port} on {address} is in use (another `trainctl serve`?): choose one with --port N (0: any free port)"
+        return f"port {port} on {address} is in use (another trainctl serve?): choose one with --port N (0: any free port)"
     if e.errno in (errno.EADDRNOTAVAIL, errno.EACCES) or isinstance(e, socket.gaierror):
         return f"cannot listen on {address}:{port}: {e.strerror or e}"
     return f"cannot listen on {address}:{port}: {e}"

@@ -24,6 +24,19 @@ def become_subreaper() -> bool:
         return False
 
 
+PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent(sig: int = signal.SIGTERM) -> None:
+    """For a child, between fork and exec (``preexec_fn``): the kernel sends it ``sig`` when
+    the parent dies, even by SIGKILL, so a helper never outlives the process that serves it.
+    Linux only; elsewhere nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
+
+
 def descendants(pid: int) -> list[psutil.Process]:
     try:
         return psutil.Process(pid).children(recursive=True)

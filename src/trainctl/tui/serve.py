@@ -14,7 +14,8 @@ fonts.googleapis.com; serve_page.html takes it from the package's static files).
 
 Each dashboard process runs in a session of its own: when its connection closes it is
 asked to quit, then killed with its group if it has not within ``QUIT_WAIT``; ``stop()``
-does the same to all of them before the server closes, so nothing is left behind.
+does the same to all of them before the server closes, and the kernel sends each SIGTERM
+when serve dies without a word (SIGKILL), so nothing is left behind.
 """
 
 from __future__ import annotations
@@ -33,6 +34,8 @@ from string import Template
 from aiohttp import WSMsgType, web
 from textual_serve.app_service import AppService
 from textual_serve.download_manager import DownloadManager
+
+from trainctl.system.process import die_with_parent
 
 PAGE = Template((Path(__file__).with_name("serve_page.html")).read_text(encoding="utf-8"))
 QUIT_WAIT = 3.0
@@ -66,6 +69,7 @@ class DashboardSession(AppService):
             stderr=asyncio.subprocess.PIPE,
             env=self._build_environment(width=width, height=height),
             start_new_session=True,
+            preexec_fn=die_with_parent,  # SIGTERM when serve dies, even by SIGKILL
         )
         assert process.stdin is not None
         self._stdin = process.stdin
@@ -139,10 +143,8 @@ class DashboardServer:
             await self._runner.cleanup()
             self._runner = None
             raise
-        server = site._server
-        sockets = getattr(server, "sockets", None) or []
-        if sockets:
-            self.port = sockets[0].getsockname()[1]
+        if self._runner.addresses:
+            self.port = self._runner.addresses[0][1]
         return self.port
 
     async def stop(self) -> None:
