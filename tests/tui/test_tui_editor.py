@@ -233,3 +233,21 @@ async def test_run_keeps_updating_behind_the_editor(make_app, agent, journal):
         await replayed(pilot, agent)
         assert app.dashboard.model.progress.batch == 180
         assert isinstance(app.screen, PresetEditorScreen)
+
+
+async def test_the_palette_reaches_the_editor_keys_a_browser_keeps(make_app, agent):
+    """In a browser (`trainctl serve`) ctrl+t and ctrl+n open a tab and a window, never reaching
+    the page: the palette (ctrl+p) lists the editor's keys and runs them."""
+    app = make_app()
+    async with app.run_test(size=(120, 50)) as pilot:
+        editor = await open_editor(pilot, agent)
+        titles = [c.title for c in app.get_system_commands(editor)]
+        assert "Save for next (ctrl+t)" in titles and "New from this (ctrl+n)" in titles, titles
+        await set_field(pilot, editor, "threads-torch_num_threads", "3")
+        await pilot.press("ctrl+p")
+        await pilot.pause()
+        await pilot.press(*"Save for next", "enter")
+        await shown(pilot, ConfirmScreen)
+        await pilot.press("y")
+        await wait_for(pilot, lambda: len(agent.commands) == 3, what="follow-up")
+        assert agent.commands[2] == ("set_next_preset", {"name": "B"})

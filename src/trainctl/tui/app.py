@@ -16,6 +16,7 @@ from functools import partial
 from typing import Any
 
 from textual.app import App, SystemCommand
+from textual.binding import Binding
 from textual.screen import Screen
 
 from trainctl.core.recovery import FINAL_STATES, exit_code
@@ -90,16 +91,24 @@ class TrainctlApp(App[int]):
 
     # ------------------------------------------------------------------ palette and quit
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        """Textual's, then every key of the screen (the dashboard's KEYS, the preset editor's
+        bindings): in a browser (`trainctl serve`) the browser keeps ctrl+t and ctrl+n for
+        itself, and the palette (ctrl+p) still reaches what they do."""
         yield from super().get_system_commands(screen)
+        bindings = KEYS if screen is self.dashboard else getattr(screen, "BINDINGS", [])
+        for binding in bindings:
+            if (
+                not isinstance(binding, Binding)
+                or not binding.description
+                or binding.action.startswith("app.")
+            ):
+                continue
+            yield SystemCommand(
+                f"{binding.description} ({binding.key_display or binding.key})",
+                binding.tooltip,
+                partial(screen.run_action, binding.action),
+            )
         if screen is self.dashboard:
-            for binding in KEYS:
-                if binding.action.startswith("app."):
-                    continue
-                yield SystemCommand(
-                    f"{binding.description} ({binding.key_display or binding.key})",
-                    binding.tooltip,
-                    partial(screen.run_action, binding.action),
-                )
             yield SystemCommand("Leave (q)", "Quit the dashboard; the run goes on", self.action_leave)
 
     def come_back_hint(self) -> str:
