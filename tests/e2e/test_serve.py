@@ -5,6 +5,7 @@ dashboard (the header's state and preset reach the browser's terminal), `f` then
 browser fall back to preset B and the journal says so; the page asks for nothing off the machine;
 without the token every URL is refused (403); the token is in no file of the run directory and in
 no process's argv or environment; Ctrl-C ends serve and every dashboard process it started.
+On a finished run's directory: a closed tab ends its dashboard, and so does serve's SIGKILL.
 Without a browser: a run directory that is not one, a port in use, and `--host 0.0.0.0`'s warning.
 """
 
@@ -189,17 +190,30 @@ def test_serve_says_what_is_wrong(tmp_path):
     assert wide.wait(30).returncode == 0
 
 
-@pytest.mark.timeout(90)
-def test_a_killed_serve_leaves_no_dashboard(browser_page, tmp_path):
-    """serve killed without a word (SIGKILL): the dashboard process of a connected browser, in a
-    session of its own, ends too (the kernel's parent-death signal)."""
+@pytest.mark.timeout(120)
+def test_a_closed_tab_or_a_killed_serve_leaves_no_dashboard(browser_page, tmp_path):
+    """Closing a tab ends its dashboard process while serve goes on; serve killed without a word
+    (SIGKILL) takes a connected tab's dashboard, in a session of its own, with it (the kernel's
+    parent-death signal)."""
     run_dir = tmp_path / "run"
     fake_run(run_dir)
     serve = start_trainctl(["serve", str(run_dir), "--port", "0"])
-    browser_page.page.goto(served_url(serve).group(0))
-    browser_page.page.wait_for_function("document.body.classList.contains('-first-byte')", timeout=60_000)
-    dashboards = [p for p in serve.tree() if p.pid != serve.pid]
-    assert dashboards and all("attach" in p.cmdline() for p in dashboards)
+    url = served_url(serve).group(0)
+
+    def open_tab():
+        page = browser_page.page.context.new_page()
+        page.goto(url)
+        page.wait_for_function("document.body.classList.contains('-first-byte')", timeout=60_000)
+        dashboards = [p for p in serve.tree() if p.pid != serve.pid]
+        assert dashboards and all("attach" in p.cmdline() for p in dashboards)
+        return page, dashboards
+
+    page, dashboards = open_tab()
+    page.close()
+    gone, alive = psutil.wait_procs(dashboards, timeout=15)
+    assert not alive and serve.poll() is None, [p.cmdline() for p in alive]
+
+    page, dashboards = open_tab()
     serve.signal(signal.SIGKILL)
     gone, alive = psutil.wait_procs(dashboards, timeout=15)
     assert not alive, [p.cmdline() for p in alive]
