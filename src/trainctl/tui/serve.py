@@ -75,10 +75,6 @@ class DashboardSession(AppService):
         self._stdin = process.stdin
         return process
 
-    @property
-    def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
-
     async def end(self) -> None:
         """Ask the dashboard to quit; kill its process group if it has not within QUIT_WAIT."""
         process = self._process
@@ -114,10 +110,6 @@ class DashboardServer:
     def path(self) -> str:
         """The page's path: ``/TOKEN/``."""
         return f"/{self._token}/"
-
-    def sessions(self) -> list[int]:
-        """The pids of the dashboard processes now running."""
-        return [s.pid for s in self._sessions if s.pid is not None]
 
     def app(self) -> web.Application:
         app = web.Application(middlewares=[self._guard])
