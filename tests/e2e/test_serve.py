@@ -5,7 +5,8 @@ dashboard (the header's state and preset reach the browser's terminal), `f` then
 browser fall back to preset B and the journal says so; the page asks for nothing off the machine;
 without the token every URL is refused (403); the token is in no file of the run directory and in
 no process's argv or environment; Ctrl-C ends serve and every dashboard process it started.
-On a finished run's directory: a closed tab ends its dashboard, and so does serve's SIGKILL.
+On a finished run's directory: a closed tab ends its dashboard, and so does serve's SIGKILL; a
+dashboard that cannot start (the directory turned writable by others) says why in the page.
 Without a browser: a run directory that is not one, a port in use, and `--host 0.0.0.0`'s warning.
 """
 
@@ -217,3 +218,22 @@ def test_a_closed_tab_or_a_killed_serve_leaves_no_dashboard(browser_page, tmp_pa
     serve.signal(signal.SIGKILL)
     gone, alive = psutil.wait_procs(dashboards, timeout=15)
     assert not alive, [p.cmdline() for p in alive]
+
+
+@pytest.mark.timeout(90)
+def test_a_dashboard_that_cannot_start_says_why_in_the_page(browser_page, tmp_path):
+    """The run directory turned writable by others after serve started: each tab's `attach`
+    refuses it; the page shows attach's own line and offers to open it again (no endless
+    "connecting…")."""
+    run_dir = tmp_path / "run"
+    fake_run(run_dir)
+    serve = start_trainctl(["serve", str(run_dir), "--port", "0"])
+    url = served_url(serve).group(0)
+    run_dir.chmod(0o777)
+    page, terminal = browser_page.page, Terminal(browser_page.page)
+    page.goto(url)
+    page.wait_for_function("document.body.classList.contains('-closed')", timeout=60_000)
+    browser_page.wait_until(
+        lambda: "writable by group or others" in terminal.text(), 10, what="attach's line"
+    )
+    assert page.locator(".closed-dialog button").is_visible()

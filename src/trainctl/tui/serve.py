@@ -24,6 +24,7 @@ import asyncio
 import contextlib
 import hmac
 import html
+import json
 import logging
 import os
 import signal
@@ -53,6 +54,20 @@ def static_dir() -> Path:
     return Path(textual_serve.__file__).parent / "static"
 
 
+class StderrTail:
+    """A dashboard process's stderr as AppService reads it (``read(n)``), its last 4 KiB kept."""
+
+    def __init__(self) -> None:
+        self.stream: asyncio.StreamReader | None = None
+        self.tail = b""
+
+    async def read(self, n: int = -1) -> bytes:
+        assert self.stream is not None
+        data = await self.stream.read(n)
+        self.tail = (self.tail + data)[-4096:]
+        return data
+
+
 class DashboardSession(AppService):
     """One browser connection's dashboard process (textual-serve's AppService), started from
     an argv (no shell) in a session of its own, so that it and its children can be ended."""
@@ -60,6 +75,8 @@ class DashboardSession(AppService):
     def __init__(self, argv: Sequence[str], **kwargs) -> None:
         super().__init__(" ".join(argv), **kwargs)
         self.argv = list(argv)
+        self.stderr = StderrTail()
+        self.exited = False  # the app said "exit" (q): it ended as a dashboard does
 
     async def _open_app_process(self, width: int = 80, height: int = 24) -> asyncio.subprocess.Process:
         self._process = process = await asyncio.create_subprocess_exec(
@@ -71,9 +88,28 @@ class DashboardSession(AppService):
             start_new_session=True,
             preexec_fn=die_with_parent,  # SIGTERM when serve dies, even by SIGKILL
         )
-        assert process.stdin is not None
+        assert process.stdin is not None and process.stderr is not None
         self._stdin = process.stdin
+        self.stderr.stream = process.stderr
+        process.stderr = self.stderr  # type: ignore[assignment]  # AppService.run only calls read(n)
         return process
+
+    async def on_meta(self, data: bytes) -> None:
+        with contextlib.suppress(ValueError):
+            self.exited = self.exited or json.loads(data).get("type") == "exit"
+        await super().on_meta(data)
+
+    async def run(self) -> None:
+        """AppService's, then for a dashboard that ended without saying "exit" (it could not
+        start: the run directory refused, trainctl broken): its last stderr lines in the
+        browser's terminal, and the connection closed (the page offers to open it again)."""
+        await super().run()
+        if self.exited:
+            return
+        said = self.stderr.tail.decode("utf-8", "replace").strip() or "the dashboard ended"
+        with contextlib.suppress(ConnectionError, RuntimeError):
+            await self.remote_write_bytes(("\x1b[0m\r\n" + said.replace("\n", "\r\n") + "\r\n").encode())
+            await self.remote_close()
 
     async def end(self) -> None:
         """Ask the dashboard to quit; kill its process group if it has not within QUIT_WAIT."""
