@@ -10,7 +10,20 @@ from trainctl import __version__
 from trainctl.cli.options import run_options
 from trainctl.core.commands import CTL_COMMANDS
 
-COMMANDS = ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "bridge", "agent", "alerts")
+COMMANDS = (
+    "run",
+    "demo",
+    "attach",
+    "status",
+    "ls",
+    "report",
+    "presets",
+    "scan",
+    "ctl",
+    "bridge",
+    "agent",
+    "alerts",
+)
 EXIT_CODES = """\
   0    the run finished (or the command did what it was asked)
   1    the run failed; `ctl`: no agent is running for that run; `scan`: the log has a
@@ -111,6 +124,13 @@ def _add_view_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
     ls = sub.add_parser("ls", help="every run: here, on the hosts in hosts.toml, and in Slurm")
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--here", action="store_true", help="only the runs of this machine")
+    rp = sub.add_parser("report", help="a run's report: one self-contained HTML page (or Markdown)", **codes)
+    rp.add_argument("run_dir", nargs="?", help="RUN_DIR or ssh://HOST/RUN_DIR (default: the latest run)")
+    rp.add_argument("--md", action="store_true", help="Markdown (the same numbers, tables for the charts)")
+    rp.add_argument(
+        "-o", "--output", metavar="FILE", help="where (default: report.html in the run directory)"
+    )
+    rp.add_argument("--stdout", action="store_true", help="print the report instead of writing a file")
 
 
 def _add_tool_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
