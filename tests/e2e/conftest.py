@@ -434,3 +434,15 @@ def tmux_runs(tmp_path):
         yield r
     finally:
         r.kill()
+
+
+@pytest.fixture
+def browser_page():
+    """A page of a real headless Chromium (tests/e2e/browser.py): ``.page`` is a Playwright
+    Page, ``.requests`` every URL it asked for, ``.external`` those that would have left the
+    machine (aborted).  Skipped where Chromium is missing; a failure under
+    TRAINCTL_REQUIRE_BROWSER=1 (CI)."""
+    from tests.e2e.browser import headless_page
+
+    with headless_page() as bp:
+        yield bp
