@@ -161,9 +161,12 @@ class _Pass:
         event's diagnosis in it whichever came first."""
         if isinstance(e, E.State):
             self.out.state, self.out.state_reason = e.state, e.reason
-        if self.hang_seen and self.open and self.open[-1].kind == "stall":
-            if isinstance(e, E.Stall):
-                self.open[-1].text = _stall_text(e)
+        last = self.out.incidents[-1] if self.out.incidents else None
+        same = last is not None and last.kind == "stall" and last.attempt == self.attempt
+        if same and isinstance(e, E.Stall) and (self.hang_seen or e.ts - e.idle_s <= last.ts):  # type: ignore[union-attr]
+            last.text = _stall_text(e)  # type: ignore[union-attr]  # its diagnosis, even after a batch came
+            return
+        if self.hang_seen and same:
             return
         self.hang_seen = True
         text = _stall_text(e) if isinstance(e, E.Stall) else e.reason  # type: ignore[attr-defined]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from trainctl.core.goodput import BUCKETS, describe
 from trainctl.report.collect import Report
-from trainctl.report.svg import clock, duration, esc, line_chart, stacked_bar
+from trainctl.report.svg import BUCKET_COLORS, clock, duration, esc, line_chart, stacked_bar, swatch
 
 CSS = """
 body { font: 14px/1.4 system-ui, sans-serif; margin: 24px; color: #222; max-width: 1000px; }
@@ -14,6 +14,7 @@ table { border-collapse: collapse; margin: 8px 0; } td, th { border-bottom: 1px 
   padding: 3px 8px; text-align: left; vertical-align: top; } th { background: #f4f4f4; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 svg.chart text { font: 11px sans-serif; fill: #444; } .dim { color: #777; }
+.swatch { display: inline-block; width: 10px; height: 10px; margin-right: 4px; }
 """
 
 
@@ -64,12 +65,26 @@ def ends(r: Report) -> list[tuple[str, str]]:
     return rows
 
 
-def goodput_rows(g: dict) -> list[tuple[str, float, float]]:
-    """(bucket, seconds, share) for productive and every loss over 0, biggest loss first."""
+def goodput_rows(g: dict) -> list[tuple[str, float, float, str]]:
+    """(bucket, seconds, share, colour) for productive and every loss over 0, biggest loss
+    first."""
     wall = g.get("wall_s") or 0.0
     rows = [("productive", g.get("productive_s") or 0.0)]
-    rows += sorted(((BUCKETS[k], v) for k, v in g.get("buckets", {}).items() if v > 0), key=lambda kv: -kv[1])
-    return [(k, v, v / wall if wall else 0.0) for k, v in rows]
+    rows += sorted(
+        ((k, v) for k, v in g.get("buckets", {}).items() if v > 0 and k in BUCKETS), key=lambda kv: -kv[1]
+    )
+    colors = dict(zip(BUCKETS, BUCKET_COLORS))
+    return [(BUCKETS[k], v, v / wall if wall else 0.0, colors[k]) for k, v in rows]
+
+
+def _goodput_table(g: dict) -> str:
+    out = ["<table><tr><th></th><th>time</th><th>share</th></tr>"]
+    for label, seconds, share, color in goodput_rows(g):
+        out.append(
+            f'<tr><td>{swatch(color)} {esc(label)}</td><td class="n">{esc(duration(seconds))}</td>'
+            f'<td class="n">{share * 100:.1f} %</td></tr>'
+        )
+    return "\n".join(out) + "</table>"
 
 
 def _table(head: tuple[str, ...], rows: list[tuple], numeric: tuple[int, ...] = ()) -> str:
@@ -140,12 +155,8 @@ def html_report(r: Report) -> str:
         f"<br>from {esc(clock(r.started))} to {esc(clock(r.ended or r.last_ts))}"
         f" · {r.events:,} journal events</p>",
         f"<h2>Goodput</h2><p><b>{esc(describe(g))}</b> (wall {esc(duration(g.get('wall_s')))})</p>",
-        stacked_bar([(k, v) for k, v, _ in goodput_rows(g)], g.get("wall_s") or 0.0),
-        _table(
-            ("", "time", "share"),
-            [(k, duration(v), f"{s * 100:.1f} %") for k, v, s in goodput_rows(g)],
-            numeric=(1, 2),
-        ),
+        stacked_bar([(k, v, c) for k, v, _, c in goodput_rows(g)], g.get("wall_s") or 0.0),
+        _goodput_table(g),
         "<h2>Losses</h2>",
         line_chart(r.losses, t0, t1, marks, "losses")
         if r.losses
@@ -218,7 +229,9 @@ def markdown_report(r: Report) -> str:
         "",
         f"**{cell(describe(g))}** (wall {duration(g.get('wall_s'))})",
         "",
-        *table(("", "time", "share"), [(k, duration(v), f"{s * 100:.1f} %") for k, v, s in goodput_rows(g)]),
+        *table(
+            ("", "time", "share"), [(k, duration(v), f"{s * 100:.1f} %") for k, v, s, _ in goodput_rows(g)]
+        ),
         "## Losses",
         "",
         "(charts in the HTML report: `trainctl report` without --md)",

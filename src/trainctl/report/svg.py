@@ -112,23 +112,43 @@ def line_chart(
             f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" points="{pts}">'
             f"<title>{esc(name)}</title></polyline>"
         )
-        out.append(f'<text x="{LEFT + 8}" y="{TOP + 16 + 14 * i}" fill="{color}">{esc(name)}</text>')
+        out.append(
+            f'<text class="legend" x="{LEFT + 8}" y="{TOP + 16 + 14 * i}" style="fill:{color}">{esc(name)}</text>'
+        )
     out.append("</svg>")
     return "\n".join(out)
 
 
-def stacked_bar(parts: list[tuple[str, float]], total: float) -> str:
-    """One horizontal bar of ``parts`` (label, seconds) over ``total`` seconds."""
+BUCKET_COLORS = (  # productive first, then one colour per loss (core/goodput.py BUCKETS order)
+    "#2ca02c",
+    "#9467bd",
+    "#d62728",
+    "#ff7f0e",
+    "#8c564b",
+    "#e377c2",
+    "#bcbd22",
+    "#17becf",
+    "#1f77b4",
+    "#7f7f7f",
+    "#393b79",
+)
+
+
+def swatch(color: str) -> str:
+    return f'<span class="swatch" style="background:{color}"></span>'
+
+
+def stacked_bar(parts: list[tuple[str, float, str]], total: float) -> str:
+    """One horizontal bar of ``parts`` (label, seconds, colour) over ``total`` seconds."""
     out = [
         f'<svg class="chart bar" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {WIDTH} 40" '
         f'width="{WIDTH}" height="40" role="img" aria-label="goodput">'
     ]
     x = 0.0
-    for i, (label, seconds) in enumerate(parts):
+    for label, seconds, color in parts:
         if seconds <= 0 or total <= 0:
             continue
         width = seconds / total * WIDTH
-        color = "#2ca02c" if i == 0 else COLORS[(i + 2) % len(COLORS)]
         out.append(
             f'<rect x="{x:.1f}" y="4" width="{max(width, 0.5):.1f}" height="32" fill="{color}">'
             f"<title>{esc(label)}: {esc(duration(seconds))} ({seconds / total * 100:.1f} %)</title></rect>"
