@@ -70,6 +70,16 @@ def test_a_stall_and_a_restart_split_into_detection_diagnosis_restart_and_redone
     assert b["ending"] == 0
 
 
+def test_a_stall_event_after_the_batches_came_back_is_no_new_hang():
+    evs = attempt(0, 1, 1, 4)  # batch 4 at 14
+    evs += [E.State(20, "STALLED", "no batch for 6 s"), progress(21, 1, 5), E.State(21, "RUNNING")]
+    evs += [E.Stall(22, "train", 6.0, "spin"), progress(23, 1, 6)]  # its diagnosis, late
+    t = fold(evs).totals()
+    sums_to_wall(t)
+    assert t["buckets"]["detection"] == 6 and t["buckets"]["diagnosis"] == 1
+    assert t["productive_s"] == 4 + 2
+
+
 def test_a_slurm_job_chain_counts_the_queue_wait_between_jobs():
     evs = attempt(0, 1, 1, 5)
     evs += [E.Phase(15, "save"), E.Checkpoint(17, "ck.pt", 1, batch=5, kind="planned")]

@@ -64,6 +64,7 @@ class Goodput:
         self.stopped = False  # ... and it was STOPPED (time after it, if any, is a pause)
         self.furthest = -1.0  # the furthest global batch reached
         self.lead_rank: int | None = None
+        self.last_batch: float | None = None  # the last progress's time
 
     # ------------------------------------------------------------------ folding
     def apply(self, e: ev.Event) -> None:
@@ -124,7 +125,7 @@ class Goodput:
             if self.lead_rank is not None and e.rank > self.lead_rank:
                 return  # the lowest rank's batches are the run's
             self.lead_rank = e.rank
-        self.hang = False
+        self.hang, self.last_batch = False, e.ts
         if e.epoch and e.batches and e.batch is not None:
             x = float((e.epoch - 1) * e.batches + e.batch)
             if x <= self.furthest and self.pending_in == "productive":
@@ -156,6 +157,8 @@ class Goodput:
             self._enter("productive")
 
     def _on_stall(self, e: ev.Stall) -> None:
+        if not self.hang and self.last_batch is not None and e.ts - e.idle_s < self.last_batch:
+            return  # the diagnosis of a hang that batches have ended since (its STALLED counted)
         self._hang_detected()
 
     def _on_exit(self, e: ev.Exit) -> None:
@@ -205,6 +208,7 @@ class Goodput:
             "stopped": self.stopped,
             "furthest": self.furthest,
             "lead_rank": self.lead_rank,
+            "last_batch": self.last_batch,
         }
 
     def load_dict(self, d: dict[str, Any]) -> None:
@@ -225,6 +229,7 @@ class Goodput:
         self.closed, self.stopped = bool(d["closed"]), bool(d["stopped"])
         self.furthest = float(d["furthest"])
         self.lead_rank = None if d["lead_rank"] is None else int(d["lead_rank"])
+        self.last_batch = num(d["last_batch"])
 
 
 def describe(totals: dict[str, Any], top: int = 4) -> str:
@@ -235,8 +240,13 @@ def describe(totals: dict[str, Any], top: int = 4) -> str:
         return "goodput -"
     lost = sorted(((v, k) for k, v in totals["buckets"].items() if v > 0), reverse=True)
     unit, div = ("min", 60.0) if wall >= 600 else ("s", 1.0)
-    parts = ", ".join(f"{BUCKETS.get(k, k)} {v / div:.0f}" for v, k in lost[:top])
+
+    def amount(seconds: float) -> str:
+        x = seconds / div
+        return f"{x:.1f}" if div == 1.0 and x < 10 else f"{x:.0f}"
+
+    parts = ", ".join(f"{BUCKETS.get(k, k)} {amount(v)}" for v, k in lost[:top])
     if len(lost) > top:
         parts += ", ..."
     total = sum(v for v, _ in lost)
-    return f"goodput {ratio * 100:.1f} % · lost {total / div:.0f} {unit}" + (f": {parts}" if parts else "")
+    return f"goodput {ratio * 100:.1f} % · lost {amount(total)} {unit}" + (f": {parts}" if parts else "")
