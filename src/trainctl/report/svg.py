@@ -26,6 +26,8 @@ def duration(s: float | None) -> str:
     if s is None:
         return "-"
     s = abs(s)
+    if s < 10:
+        return f"{s:.1f} s"
     if s < 120:
         return f"{s:.0f} s"
     if s < 7200:
