@@ -29,7 +29,7 @@ def test_help_hides_internal_commands_and_shows_the_readme_exit_codes(capsys):
     assert "SUPPRESS" not in out
     for hidden in parser.HIDDEN_COMMANDS:  # neither in the {...} list nor a line of its own
         assert f",{hidden}" not in out and f"\n    {hidden} " not in out, hidden
-    for shown in ("run", "demo", "attach", "status", "ls", "presets", "scan", "ctl", "alerts"):
+    for shown in ("run", "demo", "attach", "status", "ls", "report", "presets", "scan", "ctl", "alerts"):
         assert f"\n    {shown} " in out, shown
     assert parser.EXIT_CODES in out
     readme = (ROOT / "docs" / "cli.md").read_text()

@@ -155,6 +155,36 @@ def test_worker_deadlock_under_A_restarts_under_B_from_the_checkpoint(tmp_path):
     log = (res.run_dir / "train.log").read_text()
     assert re.search(r"attempt=1 workers=2 context=fork resume_epoch=0", log)
     assert re.search(r"attempt=2 workers=0 context=\S+ resume_epoch=1", log)
+    assert_goodput_and_report(res.run_dir)
+
+
+def assert_goodput_and_report(run_dir: Path) -> None:
+    """The goodput of a run with a stall and a restart: every bucket of the recovery has
+    time, they sum to the wall time, `status --json` says the same, and `trainctl report`
+    of the finished run writes its page and its Markdown."""
+    from trainctl.core.goodput import Goodput
+    from trainctl.store.journal import read_events
+
+    events = list(read_events(run_dir / "events.jsonl"))
+    g = Goodput()
+    for e in events:
+        g.apply(e)
+    t = g.totals()
+    b = t["buckets"]
+    assert abs(t["productive_s"] + sum(b.values()) - t["wall_s"]) <= 0.01 * t["wall_s"], t
+    assert abs(t["wall_s"] - (events[-1].ts - events[0].ts)) <= 0.01 * t["wall_s"], t
+    assert b["detection"] >= 4.0, t  # a 6 s stall timeout: most of it waiting for the hang's sign
+    assert b["restart"] > 0 and b["startup"] > 0 and t["productive_s"] > 0, t
+    assert b["redone"] > 0, t  # attempt 1 hung at epoch 2 batch 4; attempt 2 redid epoch 2 from its start
+    status = run_trainctl(["status", str(run_dir), "--json"], timeout=30)
+    said = json.loads(status.stdout)["goodput"]
+    assert said["wall_s"] == t["wall_s"] and said["buckets"] == b, (said, t)
+    res = run_trainctl(["report", str(run_dir)], timeout=60)
+    assert res.returncode == 0 and res.stdout.strip() == str(run_dir / "report.html"), res.stderr
+    page = (run_dir / "report.html").read_text()
+    assert page.count("<svg") >= 3 and "deadlock" in page and "falling back from A to B" in page
+    md = run_trainctl(["report", str(run_dir), "--md", "--stdout"], timeout=60)
+    assert md.returncode == 0 and "## Goodput" in md.stdout and "| stall |" in md.stdout
 
 
 # ---------------------------------------------------------------------- orphans

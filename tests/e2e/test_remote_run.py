@@ -372,7 +372,7 @@ async def reattach_until_finished(host, run_dir: Path, timeout: float) -> tuple[
 
 
 @pytest.mark.timeout(120)
-def test_remote_run_streams_events_and_falls_back_over_ssh(box):
+def test_remote_run_streams_events_and_falls_back_over_ssh(box, tmp_path):
     run_dir = box.runs / "fallback"
     start_remote(
         box,
@@ -426,6 +426,12 @@ def test_remote_run_streams_events_and_falls_back_over_ssh(box):
     later = cli(["attach", f"ssh://{box.dest}{run_dir}", "--json"], box.client_env, timeout=60)
     assert later.returncode == 0, later.stderr
     assert [e["seq"] for e in json_lines(later.stdout)] == [e.seq for e in journal]
+    # Its report, made on the box (`trainctl report --stdout` there), written here.
+    out = tmp_path / "fallback.html"
+    rep = cli(["report", f"ssh://{box.dest}{run_dir}", "-o", str(out)], box.client_env, timeout=90)
+    assert rep.returncode == 0 and rep.stdout.strip() == str(out), rep.stderr
+    page = out.read_text()
+    assert page.count("<svg") >= 3 and "FINISHED" in page and "goodput " in page
 
 
 @pytest.mark.timeout(120)

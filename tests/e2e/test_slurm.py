@@ -156,7 +156,13 @@ def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slu
         assert start[0] == furthest[0] and 0 <= furthest[1] - start[1] <= 30, runs
     assert runs[-1][1] == (1, 240)
     assert not wait_queue_empty("trainctl-sl-limit", 15)
-    print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}")
+    goodput = json.loads(run_trainctl(["status", str(res.run_dir), "--json"], timeout=30).stdout)["goodput"]
+    b = goodput["buckets"]
+    assert abs(goodput["productive_s"] + sum(b.values()) - goodput["wall_s"]) <= 0.01 * goodput["wall_s"]
+    pending = [e for e in res.of_type("state") if e.state == "PENDING"]
+    assert b["queue"] > 0 and b["restart"] > 0 and goodput["productive_s"] >= 60, goodput
+    assert b["queue"] <= sum(s.ts - p.ts for p, s in zip(pending, starts[1:])) + 1, goodput
+    print(f"{len(jobs)} Slurm jobs, {took:.0f} s, attempts {runs}, goodput {goodput}")
 
 
 def a_long_detached_run(tmp_path: Path, name: str, names: list[str]) -> Path:

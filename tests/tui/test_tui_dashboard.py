@@ -589,3 +589,22 @@ async def test_z_cycles_the_loss_charts_range(make_app, agent):
             if span == "epoch":  # epoch 3 only: from its first batch on
                 assert min(data.series[0][1]) >= 2 * 300 and len(data.series[0][1]) < len(whole.series[0][1])
         assert "(last" not in str(chart.border_title) and app.dashboard.chart_data() == whole
+
+
+async def test_t_shows_where_the_time_went_and_the_line_is_under_the_projection(make_app, agent):
+    from trainctl.tui.screens.goodput import GoodputScreen
+
+    app = make_app()
+    async with app.run_test(size=(160, 48)) as pilot:
+        await replayed(pilot, agent)
+        totals = app.dashboard.goodput_now()
+        assert totals["ratio"] is not None and 0 < totals["ratio"] < 1
+        assert "goodput " in screen_text(app)
+        await pilot.press("t")
+        await shown(pilot, GoodputScreen)
+        text = screen_text(app)
+        for word in ("productive", "detection", "restart start-up", "work redone", "wall time"):
+            assert word in text
+        await pilot.press("escape")
+        await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
+        assert agent.commands == []

@@ -107,6 +107,16 @@ def test_a_crash_loop_gives_one_alert_a_minute_then_a_digest():
     assert first.items == 1 and "exit code 1" in first.body
     assert digests and "digest" in digests[0].title and digests[0].items > 5
     assert any("failed for good" in a.body for a in digests)
+    assert "goodput 0.0 % · lost" in digests[0].body and "restart start-up" in digests[0].body
+
+
+def test_the_finished_alert_says_the_goodput():
+    p = policy(on=["finished"])
+    for e in [E.Start(0, 1, 1, "A"), E.Phase(10, "train"), E.Progress(40, 1, 1, 1, 1), E.Exit(40, 0)]:
+        p.feed(e, e.ts)
+    p.feed(E.State(40, "FINISHED", "the trainer exited 0"), 40)
+    (a,) = p.due(40)
+    assert "goodput 75.0 % · lost 10 s: start-up 10" in a.body
 
 
 def test_flush_sends_what_is_held_at_the_end_and_on_chooses_kinds():

@@ -90,14 +90,15 @@ def test_row_cells_say_state_where_progress_eta_incident_on_one_line_each():
     cells = row_cells(local)
     assert len(cells) == len(COLUMNS)
     assert cells[:4] == ("RUNNING", "j", "/runs/running", "epoch 2/3 40/300")
-    assert cells[4].endswith("15:04") and "\n" not in cells[5] and "deadlock" in cells[5]
+    assert cells[4].endswith("15:04") and "\n" not in cells[6] and "deadlock" in cells[6]
+    assert cells[5] == "-" and row_cells({**local, "goodput": {"ratio": 0.9312}})[5] == "93.1 %"
     assert row_cells({**local, "eta_declared": True})[4].endswith("15:04 (declared rate)")
     queued = row("PENDING", slurm={"job": "42", "partition": "debug", "reason": "BeginTime"})
     assert row_cells(queued)[:3] == ("PENDING (BeginTime)", "j", "slurm 42 debug")
     remote = row("FAILED", where="gpu-box", eta=eta)
     assert row_cells(remote)[2] == "gpu-box:/runs/failed" and row_cells(remote)[4] == "-"
     down = {"where": "gpu-box", "error": "cannot list its runs: \x1b[31mno route", "started": None}
-    assert row_cells(down)[0] == "?" and "\x1b" not in row_cells(down)[5]
+    assert row_cells(down)[0] == "?" and "\x1b" not in row_cells(down)[6]
 
 
 def test_a_kept_fold_reads_only_the_new_lines_and_starts_over_on_a_new_journal(tmp_path):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from trainctl.agent.context import RunContext
 from trainctl.config import ConfigError, load_preset, preset_problems
 from trainctl.core import events as E
@@ -16,6 +18,7 @@ class CommandHandlers:
         self.hello = hello
         self.intake = intake
         self.stopper = stopper
+        self.goodput: Callable[[float], dict | None] = lambda now: None  # the snapshot keeper's
         self.handlers = {name: getattr(self, f"cmd_{name}") for name in COMMANDS}
 
     async def __call__(self, name: object, args: object) -> dict:
@@ -43,6 +46,8 @@ class CommandHandlers:
             "projection": E.to_dict(proj) if proj else None,
             "save_dir": self.intake.save_dir,
         }
+        if (goodput := self.goodput(self.ctx.clock())) is not None:
+            out["goodput"] = goodput
         if self.intake.last_progress is not None:
             out["progress"] = E.to_dict(self.intake.last_progress)
         if self.intake.rank_progress:  # torchrun: each rank's last batch, the stuck ones

@@ -85,6 +85,7 @@ class Agent:
         self.plug.attach(ctx, self.loop)
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
+        self.commands.goodput = self.snapshots.goodput
         self.server = ClientServer(
             ctx.files.sock, ctx.journal, self.hello, self.commands, snapshot=self.snapshots.current
         )

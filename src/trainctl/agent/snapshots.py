@@ -95,6 +95,11 @@ class SnapshotKeeper:
         ):
             self.write()
 
+    def goodput(self, now: float) -> dict[str, Any] | None:
+        """The run's goodput up to ``now`` (core/goodput.py totals); None before the view is
+        primed."""
+        return self.view.goodput.totals(now) if self.ready else None
+
     def current(self) -> dict[str, Any] | None:
         """The view now and the seq it covers up to, for a client's hello (None before
         the view is primed)."""

@@ -9,6 +9,8 @@ Events go in (:meth:`AlertPolicy.feed`), messages come out (:meth:`AlertPolicy.d
 * At most one message per ``min_gap_s`` (60 s): what comes meanwhile (a crash loop, several
   incidents) waits and goes out as one digest when the minute is over, or at the end
   (:meth:`flush`, when the agent ends).
+* The finished message and a digest say the run's goodput (core/goodput.py), folded from
+  the events fed.
 * ``on`` chooses among the alert kinds (``ALERT_KINDS``); an incident is sent when any of
   its parts is chosen.
 Trainer text in messages goes through :func:`sanitize`.
@@ -21,6 +23,7 @@ from dataclasses import dataclass, field
 
 from trainctl.config import ALERT_KINDS
 from trainctl.core import events as E
+from trainctl.core.goodput import Goodput, describe
 from trainctl.core.sanitize import sanitize
 
 SETTLE_S = 45.0  # a stall waits this long at most for what trainctl did about it
@@ -90,9 +93,12 @@ class AlertPolicy:
         self.position: tuple[int | None, int | None] = (None, None)
         self.checkpoint_ts: float | None = None
         self.projection: E.Projection | None = None
+        self.goodput = Goodput()  # the finished message and a digest say it
 
     # ------------------------------------------------------------------ events in
     def feed(self, ev: E.Event, now: float) -> None:
+        if ev.type not in E.EPHEMERAL:
+            self.goodput.apply(ev)
         if isinstance(ev, E.Phase):
             self.phase = ev.phase
         elif isinstance(ev, E.Progress):
@@ -234,6 +240,8 @@ class AlertPolicy:
             span = _ago(items[-1].last - items[0].opened)
             title = f"trainctl {self.job}: {len(items)} incidents in {span} (digest)"
             what = "\n".join(f"- {_clock(i.opened, now)} {'; '.join(i.parts)}" for i in items)
+        if len(items) > 1 or items[-1].head == "finished":  # where the time went, so far or in all
+            what += "\n" + describe(self.goodput.totals(None if self.goodput.closed else now))
         return Alert(_cut(title, 120), self._body(what, now), kinds, ts, len(items))
 
     def _body(self, what: str, now: float) -> str:

@@ -17,6 +17,7 @@ COMMANDS = (
     "serve",
     "status",
     "ls",
+    "report",
     "presets",
     "scan",
     "ctl",
@@ -133,6 +134,13 @@ def _add_view_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
     ls = sub.add_parser("ls", help="every run: here, on the hosts in hosts.toml, and in Slurm")
     ls.add_argument("--json", action="store_true")
     ls.add_argument("--here", action="store_true", help="only the runs of this machine")
+    rp = sub.add_parser("report", help="a run's report: one self-contained HTML page (or Markdown)", **codes)
+    rp.add_argument("run_dir", nargs="?", help="RUN_DIR or ssh://HOST/RUN_DIR (default: the latest run)")
+    rp.add_argument("--md", action="store_true", help="Markdown (the same numbers, tables for the charts)")
+    rp.add_argument(
+        "-o", "--output", metavar="FILE", help="where (default: report.html in the run directory)"
+    )
+    rp.add_argument("--stdout", action="store_true", help="print the report instead of writing a file")
 
 
 def _add_tool_commands(sub: Subparsers, codes: dict[str, Any]) -> None:

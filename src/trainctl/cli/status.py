@@ -50,6 +50,10 @@ def cmd_status(args) -> int:
             print(f"        {line}")
     else:
         print("        no projection yet")
+    if status.get("goodput"):
+        from trainctl.core.goodput import describe
+
+        print(f"        {describe(status['goodput'])}")
     if status.get("save_dir"):  # Ultralytics' save_dir: the weights, plots and results.csv
         print(f"results {status['save_dir']}")
     if status.get("progress"):

@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, cast
 
 from trainctl.core import events as ev
+from trainctl.core.goodput import Goodput
 from trainctl.core.sanitize import sanitize
 from trainctl.core.series import CHART_POINTS, Series
 
@@ -89,6 +90,7 @@ class RunView:
         self.lead_rank: int | None = None  # the lowest rank: its progress drives the chart
         self.stuck_ranks: tuple[int, ...] = ()  # the culprits of this attempt's stall
         self.save_dir: str | None = None  # where the library writes its results (Ultralytics)
+        self.goodput = Goodput()  # the wall time by bucket (core/goodput.py)
         self.last_seq = -1
         self.events_seen = 0
         self.version = 0  # any change
@@ -111,8 +113,10 @@ class RunView:
 
     def apply_all(self, events: tuple[ev.Event, ...] | list[ev.Event]) -> None:
         """Fold journal events in order (the hot path of a replay)."""
-        handlers = self._handlers
+        handlers, goodput = self._handlers, self.goodput.apply
         for event in events:
+            if event.type not in ev.EPHEMERAL:
+                goodput(event)
             handler = handlers.get(event.type)
             if handler is not None:
                 handler(self, event)
@@ -124,6 +128,8 @@ class RunView:
 
     def apply(self, event: ev.Event) -> None:
         """Fold one journal event."""
+        if event.type not in ev.EPHEMERAL:
+            self.goodput.apply(event)
         handler = self._handlers.get(event.type)
         if handler is not None:
             handler(self, event)
@@ -349,6 +355,7 @@ class RunView:
             "lead_rank": self.lead_rank,
             "stuck_ranks": list(self.stuck_ranks),
             "save_dir": self.save_dir,
+            "goodput": self.goodput.to_dict(),
             "last_seq": self.last_seq,
             "events_seen": self.events_seen,
         }
@@ -425,6 +432,8 @@ class RunView:
         self.projection = event(d["projection"], ev.Projection)
         self.exit = event(d["exit"], ev.Exit)
         self.save_dir = opt(d.get("save_dir"))  # absent in snapshots from before it
+        self.goodput = Goodput()
+        self.goodput.load_dict(d["goodput"])  # absent in older snapshots: folded again
         rows = [
             RankRow(
                 int(r["rank"]),

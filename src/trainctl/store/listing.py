@@ -14,6 +14,7 @@ import threading
 from pathlib import Path
 
 from trainctl.core import events as E
+from trainctl.core.goodput import Goodput
 from trainctl.core.recovery import USER_RESTART_REASON
 from trainctl.store.journal import JournalReader, lines_from
 from trainctl.store.paths import make_private_dir, open_private, runs_dir
@@ -86,6 +87,7 @@ class JournalFold:
     def _reset(self, ino: int | None) -> None:
         self.ino, self.offset, self.seq = ino, 0, 0
         self.reader = JournalReader()
+        self.goodput = Goodput()
         self.out: dict = {}
 
     def advance(self, path: Path) -> dict:
@@ -105,10 +107,11 @@ class JournalFold:
                         continue
             except OSError:  # unreadable now (permissions, a stale NFS handle): what was read
                 pass
-            return dict(self.out)
+            return {**self.out, "goodput": self.goodput.totals()}
 
     def _take(self, ev: E.Event) -> None:
         out = self.out
+        self.goodput.apply(ev)
         if ev.seq == 0:
             out["started"] = ev.ts
         if isinstance(ev, E.State):
@@ -179,7 +182,7 @@ def attention_count(rows: list[dict], current: tuple[str, str] | None = None) ->
     return sum(1 for r in rows if row_key(r) != current and needs_attention(r))
 
 
-COLUMNS = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "LAST INCIDENT")
+COLUMNS = ("STATE", "JOB", "WHERE", "PROGRESS", "ETA", "GOODPUT", "LAST INCIDENT")
 
 
 def row_cells(row: dict) -> tuple[str, ...]:
@@ -191,7 +194,7 @@ def row_cells(row: dict) -> tuple[str, ...]:
 
     r = row
     if r.get("error"):
-        cells: tuple = ("?", "-", r.get("where", "?"), "-", "-", r["error"])
+        cells: tuple = ("?", "-", r.get("where", "?"), "-", "-", "-", r["error"])
     else:
         sl = r.get("slurm")
         if sl:
@@ -221,5 +224,7 @@ def row_cells(row: dict) -> tuple[str, ...]:
         incident = (stamp + inc["text"])[: 60 if stamp else 120] if inc else "-"
         if r.get("unsupervised"):  # what matters most now: a trainer nobody watches
             incident = f"trainer pid {r.get('trainer_pid')} unsupervised: `trainctl attach` adopts it"
-        cells = (state, r["job"], where, prog, eta, incident)
+        ratio = (r.get("goodput") or {}).get("ratio")
+        goodput = f"{ratio * 100:.1f} %" if isinstance(ratio, (int, float)) else "-"
+        cells = (state, r["job"], where, prog, eta, goodput, incident)
     return tuple(sanitize_text(str(c)).replace("\n", " ") for c in cells)

@@ -341,6 +341,11 @@ class DashboardScreen(DashboardKeys, DashboardPanels, Screen[None]):
         self._chart_seen = -1
         self._push()
 
+    def action_show_goodput(self) -> None:
+        from trainctl.tui.screens.goodput import GoodputScreen
+
+        self.app.push_screen(GoodputScreen(self.goodput_now()))
+
     def watch_show_log(self, show: bool) -> None:
         """The log view takes the place of the chart and warnings (no restyle, no chart
         redraw at a new size: toggling stays cheap while the trainer floods output); it

@@ -165,6 +165,7 @@ KEYS: list[Binding] = [  # the dashboard's bindings: footer, palette, help and o
         tooltip="The loss chart's range: the whole run, the last hour, the last epoch",
     ),
     Binding("l", "toggle_log", "Log", id="toggle_log", tooltip="Show or hide the trainer's raw output"),
+    Binding("t", "show_goodput", "Goodput", id="show_goodput", tooltip="Where the run's time went, by cause"),
     Binding(
         "g",
         "pick_run",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from textual.markup import escape
 
+from trainctl.core.goodput import describe
 from trainctl.core.recovery import FINAL_STATES
 from trainctl.tui import fmt
 from trainctl.tui.screens.dashboard_keys import LIVE_STATES, continue_command
@@ -159,7 +160,13 @@ class DashboardPanels(_ScreenBase):
             self.wide,
         )
         ended = m.state if m.state in FINAL_STATES else None
-        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
+        goodput = describe(self.goodput_now())
+        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended, goodput)
+
+    def goodput_now(self) -> dict:
+        """The run's goodput, its time going on to now while the run lives here."""
+        m = self.model
+        return m.goodput.totals(self.clock() if m.state in LIVE_STATES and self.connected else None)
 
     def chart_data(self) -> ChartData:
         m = self.model

@@ -27,6 +27,7 @@ class ProjectionInfo:
     now: float = 0.0
     wide: bool = True
     ended: str | None = None  # a final state: a projection that is not the end is stale
+    goodput: str | None = None  # its line (core/goodput.py describe), under the projection
 
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
@@ -88,4 +89,7 @@ class ProjectionPanel(Static):
     def watch_info(self, info: ProjectionInfo) -> None:
         p = info.projection
         self.set_class(p is not None and p.buffer_s is not None and p.buffer_s < 0, "-late")
-        self.update(projection_text(p, info.now, info.wide, info.ended))
+        text = projection_text(p, info.now, info.wide, info.ended)
+        if info.goodput and info.goodput != "goodput -":
+            text.append("\n" + info.goodput, style="dim")
+        self.update(text)
