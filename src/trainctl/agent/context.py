@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.agent.bus import EventBus
+from trainctl.agent.preset_feed import PresetFeed
 from trainctl.agent.requests import Requests
 from trainctl.config import ConfigError, load_preset
 from trainctl.core import events as E
@@ -97,6 +98,8 @@ class RunContext:
         self.facts = RunFacts(spec.preset, gpu_probe=gpu_probe)
         self.requests = Requests()  # stop, suspend, restart: asked through it only
         self._last_projection = 0.0  # project()'s own
+        self.preset_feed = PresetFeed(self)  # the preset history, and the projector's risks
+        self.bus.on_journaled.append(self.preset_feed)
 
     # ------------------------------------------------------------------ the configuration
     @property

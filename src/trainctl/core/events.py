@@ -145,6 +145,7 @@ class Projection(Event):
     rate_source: str | None = None  # where `rate` comes from: measured (this run), history
     # (earlier runs), declared (the preset's expected_rate)
     preset: str | None = None  # the preset `rate` is of
+    risk: dict[str, Any] | None = None  # that preset's incident rate and cost (the preset history)
 
 
 @dataclass(frozen=True)
