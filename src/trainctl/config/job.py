@@ -47,6 +47,7 @@ ALERT_KINDS = (
     "stall",
     "restart",
     "fallback",
+    "ladder",
     "failed",
     "finished",
     "deadline.at_risk",

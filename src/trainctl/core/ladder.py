@@ -31,6 +31,9 @@ SWITCH_COST_S = 60.0
 """What a step up costs by itself when nothing better is known: a planned restart's save,
 start-up and the batches redone (the agent passes the measured start-up time)."""
 
+STEP_UP_REASON = "ladder: one rung up to"
+"""How the restart of a step up is journaled (the alerts leave it to the ladder's own message)."""
+
 HANG_KINDS = ("stall", "crash")
 """The outcome kinds that step down: a deadlock or spin (a stall) or a crash."""
 
