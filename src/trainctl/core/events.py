@@ -230,6 +230,7 @@ class Tick(Event):
     auto_recover: bool = True
     processes: tuple[dict[str, Any], ...] = ()
     gpu: dict[str, Any] | None = None
+    ladder: str | None = None  # where the run is on its ladder (agent/ladder.py describe)
 
 
 @dataclass(frozen=True)

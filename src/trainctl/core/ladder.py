@@ -209,7 +209,7 @@ class LadderPolicy:
         """For the dashboard: ``rung A2 (2 of 3), stable 14 min, next step up after 20 min if it pays``."""
         head = f"rung {self.preset} ({self.rung + 1} of {len(self.rungs)}), stable {humanize_duration(now - self.stable_since)}"
         if self.pinned:
-            return f"{head}, pinned by you (u unpins)"
+            return f"{head}, pinned by you (trainctl ctl RUN ladder_unpin unpins)"
         if self.rung == 0:
             return f"{head}, the fastest rung"
         if pay is None:

@@ -159,7 +159,8 @@ class DashboardPanels(_ScreenBase):
             self.wide,
         )
         ended = m.state if m.state in FINAL_STATES else None
-        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended)
+        ladder = m.tick.ladder if m.tick is not None and self.connected else None
+        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended, ladder)
 
     def chart_data(self) -> ChartData:
         m = self.model

@@ -27,6 +27,7 @@ class ProjectionInfo:
     now: float = 0.0
     wide: bool = True
     ended: str | None = None  # a final state: a projection that is not the end is stale
+    ladder: str | None = None  # the agent's line about the run's ladder (live runs only)
 
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
@@ -88,4 +89,7 @@ class ProjectionPanel(Static):
     def watch_info(self, info: ProjectionInfo) -> None:
         p = info.projection
         self.set_class(p is not None and p.buffer_s is not None and p.buffer_s < 0, "-late")
-        self.update(projection_text(p, info.now, info.wide, info.ended))
+        text = projection_text(p, info.now, info.wide, info.ended)
+        if info.ladder and not info.ended:
+            text.append("\n" + info.ladder, style="bold")
+        self.update(text)
