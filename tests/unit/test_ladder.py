@@ -172,3 +172,38 @@ def test_job_ladder_refused_with_a_clear_message(tmp_path, body, says):
     with pytest.raises(ConfigError) as err:
         _job(tmp_path, body)
     assert says in str(err.value)
+
+
+# ---------------------------------------------------------------------- alerts and memory
+
+
+def test_a_step_down_joins_the_hangs_message_and_a_step_up_is_one_of_its_own():
+    from trainctl.alerts.policy import AlertPolicy
+
+    p = AlertPolicy("job", "box", "trainctl attach /runs/x")
+    p.feed(E.Stall(1000.0, "train", 30.0, "deadlock", 0.0, None, 30.0, "worker"), 1000.0)
+    p.feed(E.LadderMove(1003.0, "down", "A4", "A2", 2, RUNGS, "a deadlock on A4: one rung down"), 1003.0)
+    p.feed(E.Restart(1004.0, 2, "the trainer stalled; ladder: one rung down to A2", "A2", None, 1.0), 1004.0)
+    (hang,) = p.due(1004.5)
+    assert "ladder: one rung down to A2 (2 of 3)" in hang.body and "ladder" in hang.kinds
+    up = "A2 stable for 20 m; A4 saves 1 h over the remaining work, more than ...: one rung up"
+    p.feed(E.LadderMove(3000.0, "up", "A2", "A4", 1, RUNGS, up, {"saved_s": 3600.0}), 3000.0)
+    p.feed(E.Restart(3010.0, 3, "ladder: one rung up to A4", "A4", "/runs/x/last.pt"), 3010.0)
+    (step_up,) = p.due(3100.0)
+    assert "ladder up to A4" in step_up.title and up in step_up.body and step_up.kinds == ("ladder",)
+    assert p.due(3200.0) == [] and p.flush(3200.0) == []  # its restart sends nothing more
+
+
+def test_the_ladder_memory_keeps_a_rung_per_job_and_machine(tmp_path):
+    from trainctl.store.ladder_memory import LadderMemory
+
+    mem = LadderMemory(tmp_path / "ladder.json")
+    assert mem.rung("job", "box", RUNGS) is None
+    mem.remember("job", "box", RUNGS, "A2", 1.0)
+    assert mem.rung("job", "box", RUNGS) == "A2"
+    assert mem.rung("job", "other-box", RUNGS) is None
+    assert mem.rung("job", "box", ("A4", "B")) is None  # another ladder starts afresh
+    (tmp_path / "ladder.json").write_text("{torn")  # a crashed disk: read as nothing, rewritten
+    assert mem.rung("job", "box", RUNGS) is None
+    mem.remember("job", "box", RUNGS, "B", 2.0)
+    assert mem.rung("job", "box", RUNGS) == "B"

@@ -1,7 +1,8 @@
 """Where a job's ladder settled on a machine, for its next run: ``<data dir>/ladder.json``,
 ``{"<job>@<machine>": {"rungs": [...], "rung": "A2", "ts": ...}}``, written whole and
 atomically by the agent after each move.  A file that does not parse is read as empty (the
-run starts on its first rung and says so); a ladder whose rungs changed starts afresh."""
+run starts where its job file says, and the next move writes the file again); a ladder whose
+rungs changed starts afresh."""
 
 from __future__ import annotations
 
@@ -37,4 +38,5 @@ class LadderMemory:
     def remember(self, job: str, machine: str, rungs: Sequence[str], rung: str, ts: float) -> None:
         data = self._read()
         data[f"{job}@{machine}"] = {"rungs": list(rungs), "rung": rung, "ts": ts}
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         write_private(self.path, json.dumps(data, indent=1))
