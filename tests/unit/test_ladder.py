@@ -207,3 +207,61 @@ def test_the_ladder_memory_keeps_a_rung_per_job_and_machine(tmp_path):
     assert mem.rung("job", "box", RUNGS) is None
     mem.remember("job", "box", RUNGS, "B", 2.0)
     assert mem.rung("job", "box", RUNGS) == "B"
+
+
+# ---------------------------------------------------------------------- the agent's keeper
+
+
+def _keeper(tmp_path, preset="A4"):
+    from types import SimpleNamespace
+
+    from trainctl.agent.ladder import LadderKeeper
+    from trainctl.store.ladder_memory import LadderMemory
+
+    now = [0.0]
+    emitted: list = []
+    ctx = SimpleNamespace(
+        spec=SimpleNamespace(
+            ladder=list(RUNGS), preset=preset, job_name="job", host="box", ladder_stable_s=60.0, deadline=None
+        ),
+        clock=lambda: now[0],
+        facts=SimpleNamespace(preset=preset, trainer=None),
+        projector=SimpleNamespace(preset=preset),
+        emit=emitted.append,
+        info=lambda text, key="": emitted.append(("info", text)),
+    )
+    return LadderKeeper(ctx, LadderMemory(tmp_path / "ladder.json")), emitted, now
+
+
+def test_the_keeper_steps_down_on_a_hang_and_a_chosen_preset_pins(tmp_path):
+    from trainctl.core.recovery import Decision, Outcome
+
+    keeper, emitted, now = _keeper(tmp_path)
+    now[0] = 100.0
+    d = keeper.after(
+        Outcome("stall", True, -9, "A4"),
+        Decision("restart", "the trainer stalled; falling back from A4 to B", "B"),
+    )
+    assert d.preset == "A2" and d.reason == "the trainer stalled; ladder: one rung down to A2"
+    assert [e.direction for e in emitted if isinstance(e, E.LadderMove)] == ["down"]
+    d = keeper.after(
+        Outcome("user_restart", True, -15, "A2", requested_preset="B"),
+        Decision("restart", "restart requested by the user", "B"),
+    )
+    assert d.preset == "B" and keeper.policy.pinned and keeper.policy.preset == "B"
+    d = keeper.after(Outcome("stall", True, -9, "B"), Decision("restart", "the trainer stalled", "B"))
+    assert d.preset == "B"  # pinned: no move
+    assert keeper.unpin() and not keeper.policy.pinned
+    # remembered: the next run of the job on this machine starts on B, journaled
+    keeper2, emitted2, _ = _keeper(tmp_path)
+    assert keeper2.policy.preset == "B" and keeper2.ctx.facts.preset == "B"
+    keeper2.before_attempt("B")
+    assert [e.direction for e in emitted2 if isinstance(e, E.LadderMove)] == ["start"]
+
+
+def test_an_agent_that_takes_over_goes_on_from_the_rung_that_ran(tmp_path):
+    from trainctl.core.recovery import Decision, Outcome
+
+    keeper, _, _ = _keeper(tmp_path)
+    d = keeper.after(Outcome("stall", True, -9, "A2"), Decision("restart", "the trainer stalled", "A2"))
+    assert d.preset == "B" and not keeper.policy.pinned

@@ -92,6 +92,7 @@ class LadderKeeper:
     def after(self, outcome: Outcome, decision: Decision) -> Decision:
         """The restart ``decision`` of the recovery policy, with the ladder's rung."""
         p, now = self.policy, self.ctx.clock()
+        self.sync(outcome.preset)
         if decision.action != "restart":
             return decision
         if outcome.kind in HANG_KINDS:
@@ -113,6 +114,13 @@ class LadderKeeper:
         else:
             p.restarted(now)
         return decision
+
+    def sync(self, preset: str | None) -> None:
+        """The rung that ran is ``preset`` (an agent that took over a run starts on the job's
+        first rung): the ladder goes on from there, unpinned, without a move."""
+        i = self.policy.index(preset)
+        if i is not None and i != self.policy.rung and not self.policy.pinned:
+            self.policy.rung = i
 
     def pin(self, preset: str, how: str) -> None:
         p = self.policy
@@ -174,6 +182,7 @@ class LadderKeeper:
         ctx, p = self.ctx, self.policy
         if self.planned is not None or self.phase != "train" or ctx.sm.state != RunState.RUNNING:
             return
+        self.sync(ctx.facts.preset)
         if ctx.facts.trainer is None or ctx.facts.preset != p.preset:
             return
         got = self.inputs(proj)
