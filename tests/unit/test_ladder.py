@@ -265,3 +265,17 @@ def test_an_agent_that_takes_over_goes_on_from_the_rung_that_ran(tmp_path):
     keeper, _, _ = _keeper(tmp_path)
     d = keeper.after(Outcome("stall", True, -9, "A2"), Decision("restart", "the trainer stalled", "A2"))
     assert d.preset == "B" and not keeper.policy.pinned
+
+
+def test_the_restart_of_a_step_up_goes_to_the_rung_above_without_a_pin(tmp_path):
+    from trainctl.core.recovery import Decision, Outcome
+
+    keeper, _, _ = _keeper(tmp_path, preset="A2")
+    keeper.policy.rung, keeper.planned = 0, "A4"  # as _consider_up leaves it
+    d = keeper.after(
+        Outcome("user_restart", True, -15, "A2", requested_preset="A4"),
+        Decision("restart", "restart requested by the user", "A4"),
+    )
+    assert d.reason == "ladder: one rung up to A4" and keeper.policy.preset == "A4"
+    keeper.before_attempt("A4")
+    assert not keeper.policy.pinned

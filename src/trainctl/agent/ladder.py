@@ -92,10 +92,12 @@ class LadderKeeper:
     def after(self, outcome: Outcome, decision: Decision) -> Decision:
         """The restart ``decision`` of the recovery policy, with the ladder's rung."""
         p, now = self.policy, self.ctx.clock()
-        self.sync(outcome.preset)
+        if self.planned is None or outcome.kind in HANG_KINDS:  # a step up in flight has moved it
+            self.sync(outcome.preset)
         if decision.action != "restart":
             return decision
         if outcome.kind in HANG_KINDS:
+            self.planned = None
             what = self.diagnosis if outcome.kind == "stall" else "a crash"
             step = p.on_hang(now, what)
             base = decision.reason.split("; falling back")[0]
