@@ -45,6 +45,7 @@ def _private_trainctl_dirs(tmp_path_factory, monkeypatch):
     base = tmp_path_factory.mktemp("trainctl-home")
     monkeypatch.setenv("TRAINCTL_CONFIG_DIR", str(base / "config"))
     monkeypatch.setenv("TRAINCTL_RUNS_DIR", str(base / "runs"))
+    monkeypatch.setenv("TRAINCTL_DATA_DIR", str(base / "data"))
     monkeypatch.setenv("YOLO_OFFLINE", "1")
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(base / "yolo"))
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)

@@ -349,6 +349,7 @@ def test_the_still_tree_watch_takes_the_ranks_activity_not_the_launchers(monkeyp
         spec=SimpleNamespace(kind="torchrun"),
         detector=detector,
         policy=SimpleNamespace(auto_recover=True),
+        ladder=None,
         emit=lambda ev: None,
     )
     w = Watcher(ctx, SimpleNamespace(phase="startup"), on_stall=None)

@@ -14,12 +14,15 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.agent.bus import EventBus
+from trainctl.agent.ladder import LadderKeeper
+from trainctl.agent.preset_feed import PresetFeed
 from trainctl.agent.requests import Requests
 from trainctl.config import ConfigError, load_preset
+from trainctl.config.ladder import rung_preset
 from trainctl.core import events as E
 from trainctl.core.projection import Projector
 from trainctl.core.rates import RateHistory
-from trainctl.core.recovery import RecoveryPolicy, RunState, StateMachine
+from trainctl.core.recovery import Decision, Outcome, RecoveryPolicy, RunState, StateMachine
 from trainctl.core.signatures import Catalog, WarningMatcher
 from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from trainctl.store.journal import Journal
@@ -97,6 +100,11 @@ class RunContext:
         self.facts = RunFacts(spec.preset, gpu_probe=gpu_probe)
         self.requests = Requests()  # stop, suspend, restart: asked through it only
         self._last_projection = 0.0  # project()'s own
+        self.preset_feed = PresetFeed(self)  # the preset history, and the projector's risks
+        self.bus.on_journaled.append(self.preset_feed)
+        self.ladder = LadderKeeper(self) if spec.ladder else None  # the job's ladder (agent/ladder.py)
+        if self.ladder is not None:
+            self.bus.on_journaled.append(self.ladder)
 
     # ------------------------------------------------------------------ the configuration
     @property
@@ -136,6 +144,12 @@ class RunContext:
     def last_projection(self) -> float:
         return self._last_projection
 
+    def decide(self, outcome: Outcome) -> Decision:
+        """What follows an attempt: the recovery policy's decision, its restart on the
+        ladder's rung when the job has a ladder."""
+        decision = self.policy.decide(outcome)
+        return decision if self.ladder is None else self.ladder.after(outcome, decision)
+
     # ------------------------------------------------------------------ presets
     def preset_path(self, name: str) -> Path:
         return self.files.presets / f"{name}.toml"
@@ -150,7 +164,9 @@ class RunContext:
         return rates
 
     def load_preset(self, name: str | None):
-        return None if name is None else load_preset(self.preset_path(name))
+        if name is None:
+            return None
+        return rung_preset(name, lambda n: load_preset(self.preset_path(n)))  # A.w4: a workers rung
 
     # ------------------------------------------------------------------ detector memory
     def load_detector_state(self) -> None:

@@ -50,6 +50,8 @@ class CommandHandlers:
             out["goodput"] = goodput
         if self.intake.last_progress is not None:
             out["progress"] = E.to_dict(self.intake.last_progress)
+        if self.ctx.ladder is not None:  # "rung A2 (2 of 3), stable 14 m, next step up after ..."
+            out["ladder"] = self.ctx.ladder.describe(proj)
         if self.intake.rank_progress:  # torchrun: each rank's last batch, the stuck ones
             out["ranks"] = rank_status(self.intake.rank_progress.values(), self.intake.stuck_ranks)
         return out
@@ -77,6 +79,11 @@ class CommandHandlers:
 
     async def cmd_switch_preset(self, preset: str = "") -> dict:
         return await self._restart(self._check_preset_name(preset))
+
+    async def cmd_ladder_unpin(self) -> dict:
+        if self.ctx.ladder is None:
+            raise ValueError("this run has no ladder (ladder = [...] in the job)")
+        return {"unpinned": self.ctx.ladder.unpin(), "ladder": self.ctx.ladder.describe()}
 
     async def cmd_stop(self) -> dict:
         self.ctx.requests.stop()

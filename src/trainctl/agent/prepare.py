@@ -133,6 +133,7 @@ def _inputs(args):
     """(job, job_dir, preset search path, preset, fallback, deadline), every option checked
     and the command found (UsageError otherwise)."""
     from trainctl.config import ConfigError, load_job, load_preset, parse_deadline
+    from trainctl.config.ladder import rung_preset
 
     try:
         job = load_job(Path(args.job)) if getattr(args, "job", None) else None
@@ -147,8 +148,15 @@ def _inputs(args):
         job_dir = job.path.resolve().parent if job else Path.cwd()
         search = [job_dir / "presets"]
         preset_ref = args.preset or (job.preset if job else None)
+        if (
+            not args.preset
+            and job is not None
+            and job.ladder is not None
+            and preset_ref not in job.ladder.rungs
+        ):
+            preset_ref = job.ladder.rungs[0]  # a ladder starts on its fastest rung (A.w8 for preset A)
         fallback_ref = args.fallback or (job.fallback if job else None)
-        preset = load_preset(preset_ref, search) if preset_ref else None
+        preset = rung_preset(preset_ref, lambda n: load_preset(n, search)) if preset_ref else None
         fallback = load_preset(fallback_ref, search) if fallback_ref else None
         deadline = parse_deadline(args.deadline) if args.deadline else (job.deadline if job else None)
     except ConfigError as e:
@@ -219,7 +227,7 @@ def _copy_presets(files, search: list[Path], preset, fallback) -> None:
         if not dst.exists():
             copy_private(path, dst)
     for p in (preset, fallback):
-        if p is not None and p.path is not None:
+        if p is not None and p.path is not None and p.path.stem == p.name:  # a workers rung has none
             copy_private(p.path, files.presets / f"{p.name}.toml")
 
 
@@ -269,6 +277,8 @@ def _spec(
         remote=args.via_ssh,
         instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
         checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
+        ladder=list(job.ladder.rungs) if job and job.ladder else [],
+        ladder_stable_s=job.ladder.stable_s if job and job.ladder else None,
         slurm=(dict(job.slurm or {}) if job else {})
         if getattr(args, "slurm", False) or (job is not None and job.slurm is not None)
         else None,

@@ -107,6 +107,7 @@ class Watcher:
                 ctx.policy.auto_recover,
                 processes,
                 self._last_gpu,
+                ctx.ladder.describe() if ctx.ladder is not None else None,
             )
         )
 

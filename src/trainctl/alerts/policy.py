@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from trainctl.config import ALERT_KINDS
 from trainctl.core import events as E
 from trainctl.core.goodput import Goodput, describe
+from trainctl.core.ladder import STEP_UP_REASON as LADDER_UP
 from trainctl.core.sanitize import sanitize
 
 SETTLE_S = 45.0  # a stall waits this long at most for what trainctl did about it
@@ -124,8 +125,10 @@ class AlertPolicy:
                 self._open(ev.ts, "crashed", f"the trainer crashed {self._where(self.phase)} ({how})", None)
         elif isinstance(ev, E.Warning):
             self._warning(ev, now)
+        elif isinstance(ev, E.LadderMove):
+            self._ladder(ev, now)
         elif isinstance(ev, E.Restart):
-            if "requested by the user" in ev.reason:
+            if "requested by the user" in ev.reason or ev.reason.startswith(LADDER_UP):
                 if self.open is not None and self.open.head == "crashed":
                     self.open = None  # the kill of the user's own restart
                 return
@@ -159,6 +162,17 @@ class AlertPolicy:
             elif ev.state == "STOPPED" and self.open is not None:
                 self._add(ev.ts, "then stopped by the user", "", "stopped")
                 self._close(now)
+
+    def _ladder(self, ev: E.LadderMove, now: float) -> None:
+        """A step down joins the hang's own message (its restart closes it); a step up is one
+        message of its own; pins, unpins and where a run starts are journaled, not sent."""
+        where = f"{ev.to_preset} ({ev.rung} of {len(ev.rungs)})"
+        if ev.direction == "down" and self.open is not None:
+            self._add(ev.ts, f"ladder: one rung down to {where}", "ladder", "")
+        elif ev.direction == "up":
+            self._close(now)
+            self._open(ev.ts, f"ladder up to {ev.to_preset}", _cut(ev.reason), "ladder")
+            self._close(now)
 
     def _warning(self, ev: E.Warning, now: float) -> None:
         if ev.id in ("deadline.at_risk", "budget.at_risk"):

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.config.kinds import JOB_TABLES, JobTable
+from trainctl.config.ladder import LadderCfg, job_ladder
 from trainctl.config.preset import Preset
 from trainctl.config.slurm import job_slurm, slurm_nodes_problems
 from trainctl.config.store import is_path_ref, load_preset
@@ -35,6 +36,7 @@ _SHARED_KEYS = (
     "currency",
     "run_dir",
     "max_restarts",
+    "ladder",
 )
 _SHARED_SECTIONS = ("stall", "host", "progress", "alerts", "slurm")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
@@ -45,6 +47,7 @@ ALERT_KINDS = (
     "stall",
     "restart",
     "fallback",
+    "ladder",
     "failed",
     "finished",
     "deadline.at_risk",
@@ -85,6 +88,7 @@ class Job:
     alerts: dict[str, tuple[str, ...]] | None = None
     # [slurm]: partition, time, nodes, gpus, gres, cpus, mem, warn, options, setup (config/slurm.py)
     slurm: dict[str, Any] | None = None
+    ladder: LadderCfg | None = None  # ``ladder`` / ``[ladder]`` (config/ladder.py)
 
     @property
     def ultralytics(self) -> dict[str, Any]:
@@ -202,6 +206,19 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
                 ref = str((job_dir / Path(ref).expanduser()).resolve())
         presets[key] = ref
 
+    ladder = None
+    if "ladder" in data:
+        ladder = job_ladder(
+            p, data["ladder"], presets["preset"], lambda key, ref: _check_job_preset(p, key, ref, job_dir)
+        )
+        if ladder is not None and presets["preset"] and presets["preset"] not in ladder.rungs:
+            if not any(r.startswith(f"{presets['preset']}.w") for r in ladder.rungs):
+                p.add(
+                    None,
+                    "preset",
+                    f"must be one of the ladder's rungs ({', '.join(ladder.rungs)}): it starts there",
+                )
+
     deadline = None
     if "deadline" in data:
         try:
@@ -247,6 +264,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
         progress=progress,
         alerts=alerts,
         slurm=slurm,
+        ladder=ladder,
         **by_kind,
     )
 

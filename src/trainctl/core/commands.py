@@ -41,6 +41,7 @@ COMMANDS: dict[str, CommandSpec] = {
         CommandSpec(
             "write_preset", "replace a preset's text (validated first)", {"name": str, "text": str}, ctl=False
         ),
+        CommandSpec("ladder_unpin", "let the ladder move again after a preset you chose pinned it"),
         CommandSpec("set_next_preset", "the preset the next restart uses", {"name": str}, ctl=False),
     )
 }

@@ -116,6 +116,21 @@ class Restart(Event):
 
 
 @dataclass(frozen=True)
+class LadderMove(Event):
+    """The run moved on its ladder (core/ladder.py): ``direction`` down | up | start | pin |
+    unpin, the rungs by preset name, why, and the numbers behind it."""
+
+    type: ClassVar[str] = "ladder"
+    direction: str
+    from_preset: str | None
+    to_preset: str
+    rung: int  # 1-based index of ``to_preset``
+    rungs: tuple[str, ...]
+    reason: str
+    numbers: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Exit(Event):
     type: ClassVar[str] = "exit"
     returncode: int | None
@@ -145,6 +160,7 @@ class Projection(Event):
     rate_source: str | None = None  # where `rate` comes from: measured (this run), history
     # (earlier runs), declared (the preset's expected_rate)
     preset: str | None = None  # the preset `rate` is of
+    risk: dict[str, Any] | None = None  # that preset's incident rate and cost (the preset history)
 
 
 @dataclass(frozen=True)
@@ -214,6 +230,7 @@ class Tick(Event):
     auto_recover: bool = True
     processes: tuple[dict[str, Any], ...] = ()
     gpu: dict[str, Any] | None = None
+    ladder: str | None = None  # where the run is on its ladder (agent/ladder.py describe)
 
 
 @dataclass(frozen=True)
@@ -233,6 +250,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Warning,
         Stall,
         Restart,
+        LadderMove,
         Exit,
         Projection,
         State,
@@ -285,7 +303,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "what_if", "processes", "lines", "redone", "traceback", "ranks"):
+    for k in ("command", "what_if", "processes", "lines", "redone", "traceback", "ranks", "rungs"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

@@ -13,22 +13,23 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Any, cast
+from typing import Any
 
 from trainctl.core.events import Checkpoint, Event, Exit, Phase, Progress, Projection, Restart, Stall, Start
 from trainctl.core.events import Warning as WarningEvent
+from trainctl.core.preset_risk import Risk
 from trainctl.core.projection_text import budget_warning, deadline_warning
+from trainctl.core.projection_whatif import DEFAULT_JOB, WhatIf, risk_view, risky_band
 from trainctl.core.rates import RateHistory, RateMeter
 from trainctl.core.risk import RiskLatch
 
-DEFAULT_JOB = "default"
 MIN_RECORDS = 5  # the current attempt's own rate is trusted from this many intervals on
 HISTORY_EVERY_S = 600.0  # how often a running attempt's rate is written to the history
 SAFE_MARGIN_S = 900.0  # "clearly safe": the pessimistic ETA this far before the deadline
 
 
 # ---------------------------------------------------------------------------- projector
-class Projector:
+class Projector(WhatIf):
     """Consumes run events (:meth:`on_event`) and answers :meth:`project` / :meth:`at_risk`.
 
     Feed it every Start, Phase, Progress, Checkpoint, Stall, Restart and Exit in order.
@@ -53,6 +54,7 @@ class Projector:
         self.expected_rates: dict[str, float | None] = dict(expected_rates or {})
         self.history = history
         self.job = job or DEFAULT_JOB
+        self.risks: dict[str, Risk] = {}  # preset -> its risk (src/trainctl/agent/preset_feed.py)
         self._meter = RateMeter(window_s)
         self._measured: dict[str | None, float] = {}
         self._run_rate: float | None = None  # the last rate this run measured, any preset
@@ -255,21 +257,6 @@ class Projector:
             self.history.record(self.job, self.preset or DEFAULT_JOB, est.rate, ts)
 
     # ------------------------------------------------------------------ rates
-    def rate_for(self, preset: str | None) -> tuple[float | None, str]:
-        """The best known rate of a preset other than the running attempt's own data:
-        measured in this run, then in earlier runs of the job (``history``), then the
-        declared ``expected_rate`` (a figure from elsewhere: a prior, never "measured")."""
-        if preset in self._measured:
-            return self._measured[preset], "measured"
-        if self.history is not None:
-            r = self.history.rate(self.job, preset or DEFAULT_JOB)
-            if r is not None:
-                return r, "history"
-        declared = self.expected_rates.get(preset) if preset is not None else None
-        if declared is not None and declared > 0:
-            return float(declared), "declared"
-        return None, "unknown"
-
     def _current_rate(self) -> tuple[float | None, float | None, float | None, str | None]:
         """(rate, low, high, source) of the running preset: its own rate once it has
         ``MIN_RECORDS`` intervals; before that what this run or earlier runs measured of the
@@ -357,6 +344,7 @@ class Projector:
         self._remember(now)
         rate, low, high, source = self._current_rate()
         total, batches = self._total(), self._batches
+        risk = self.risk_of(self.preset)
         end = self._finished_ts if self._finished_ts is not None else now
         eta = eta_low = eta_high = None
         what_if: tuple[dict[str, Any], ...] = ()
@@ -371,6 +359,7 @@ class Projector:
             if low and high and low > 0:
                 eta_high = self._in_jobs(now, self._eta(now, low, g, total, batches, startup, in_progress))
                 eta_low = self._in_jobs(now, self._eta(now, high, g, total, batches, startup, in_progress))
+            eta, eta_low, eta_high = risky_band(now, eta, eta_low, eta_high, risk)
             what_if = self._what_if(now, total, batches, rate if source != "declared" else None)
         buffer_s = self.deadline - eta if self.deadline is not None and eta is not None else None
         return Projection(
@@ -391,6 +380,7 @@ class Projector:
             redone=tuple(self._redone),
             rate_source=source if rate else None,
             preset=self.preset,
+            risk=risk_view(risk) if risk is not None else None,
         )
 
     def _in_jobs(self, now: float, eta: float) -> float:
@@ -398,47 +388,6 @@ class Projector:
         if not self.job_gap_measured and self._startups:  # each next job starts the trainer again
             gap += statistics.median(self._startups)
         return across_jobs(now, eta, self.job_end, self.job_span_s, gap)
-
-    def _what_if(self, now: float, total: int, batches: int, own: float | None) -> tuple[dict[str, Any], ...]:
-        """Each other known preset, switched to now: a restart from the last checkpoint.
-
-        A declared rate is a figure from another machine: once the running preset has a
-        rate of its own here (``own``), another preset's declared rate is used only as a
-        ratio to the running preset's declared one (``scaled``: 2.1 declared against A's
-        2.4, with A measured at 14.3 here, gives 12.5); with no declared rate of the running
-        preset to scale by, the declared figure stays ``declared`` (and every line that
-        shows it says so: it compares a figure from elsewhere with a measurement here)."""
-        names = {p for p in self.expected_rates} | {p for p in self._measured if p is not None}
-        names.discard(self.preset)
-        g_now = self._last[1] if self._last is not None else 0
-        resume = min(self._resume_position(), g_now) if self._resume_g is None else self._resume_g
-        startup = statistics.median(self._startups) if self._startups else 0.0
-        mine = self.expected_rates.get(self.preset) if self.preset is not None else None
-        out = []
-        for name in sorted(names):
-            rate, source = self.rate_for(name)
-            item: dict[str, Any] = {
-                "preset": name,
-                "rate": rate,
-                "source": source,
-                "eta": None,
-                "buffer_s": None,
-                "cost_at_eta": None,
-            }
-            if source == "declared" and own is not None:
-                item["declared"] = rate
-                if mine:
-                    rate = cast(float, rate) * own / mine
-                    item.update(rate=rate, source="scaled", against=self.preset)
-            if rate is not None:
-                eta = self._eta(now, rate, resume, total, batches, startup, False)
-                item.update(
-                    eta=eta,
-                    cost_at_eta=self._cost(eta),
-                    buffer_s=self.deadline - eta if self.deadline is not None else None,
-                )
-            out.append(item)
-        return tuple(out)
 
     def _lost(self, now: float, rate: float | None) -> float:
         """Time lost to stalls and restarts: closed episodes, plus the open one so far, the

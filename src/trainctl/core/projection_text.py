@@ -138,11 +138,40 @@ def rate_phrase(
     return text
 
 
+def risk_phrase(risk: dict[str, Any] | None) -> str:
+    """'3 incidents in 9 h (≈ 40 s each)', '0 incidents in 30 h'; '' with no record.  A cost
+    that was not measured says it is the default."""
+    if not risk:
+        return ""
+    n = int(risk.get("incidents", 0))
+    text = f"{n} incident{'s' if n != 1 else ''} in {hours_phrase(float(risk.get('hours', 0.0)))}"
+    if n:
+        each = humanize_duration(float(risk.get("mean_cost_s", 0.0)))
+        text += f" (≈ {each} each)" if risk.get("cost_measured") else f" (≈ {each} each, not measured yet)"
+    return text
+
+
+def hours_phrase(hours: float) -> str:
+    """Hours run, as a person counts them: '40 m', '2.5 h', '30 h', '1,200 h'."""
+    if hours < 1:
+        return humanize_duration(hours * 3600)
+    return f"{hours:.1f} h".replace(".0 h", " h") if hours < 10 else f"{hours:,.0f} h"
+
+
+def band_phrase(eta: float | None, low: float | None, high: float | None) -> str:
+    """' ± 20 m' (half the band), '' under a minute."""
+    if eta is None or low is None or high is None or high - low < 60:
+        return ""
+    return f" ± {humanize_duration((high - low) / 2)}"
+
+
 def format_projection(p: Projection, now: float, currency: str = "$") -> list[str]:
     """Human lines for `trainctl status` and the TUI (colouring is the TUI's job)."""
     lines = []
     said = rate_phrase(p.rate, p.rate_source, p.preset)
     rate = f" at {said}" if said else ""
+    if said and (risky := risk_phrase(p.risk)):
+        rate += f", {risky}"
     if p.eta is None:
         lines.append("ETA unknown: " + ("no rate yet" if not p.rate else "total work unknown") + rate)
     else:
@@ -222,7 +251,10 @@ def format_what_if(w: dict[str, Any], now: float, currency: str = "$") -> str:
         head = f"{name} (measured {w['rate']:.3g} it/s in earlier runs)"
     else:
         head = f"{name} ({source} {w['rate']:.3g} it/s)"
-    parts = [f"ETA {format_when(w.get('eta'), now)}" if w.get("eta") is not None else "no ETA"]
+    if risky := risk_phrase(w.get("risk")):
+        head += f", {risky}"
+    band = band_phrase(w.get("eta"), w.get("eta_low"), w.get("eta_high"))
+    parts = [f"ETA {format_when(w.get('eta'), now)}{band}" if w.get("eta") is not None else "no ETA"]
     if w.get("buffer_s") is not None:
         parts.append(f"buffer {signed_duration(w['buffer_s'])}")
     if w.get("cost_at_eta") is not None:

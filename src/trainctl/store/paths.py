@@ -35,6 +35,13 @@ def cache_dir() -> Path:
     return _env_dir("TRAINCTL_CACHE_DIR", base / "trainctl")
 
 
+def data_dir() -> Path:
+    """What trainctl learns across runs (the preset history): $TRAINCTL_DATA_DIR or
+    ~/.local/share/trainctl."""
+    base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+    return _env_dir("TRAINCTL_DATA_DIR", base / "trainctl")
+
+
 def runs_dir() -> Path:
     """Default parent of run directories: $TRAINCTL_RUNS_DIR or ~/.local/share/trainctl/runs."""
     base = Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")

@@ -42,6 +42,8 @@ class RunSpec:
     instrument: bool = True  # a Python command gets the zero-code integrations
     checkpoint_every: float | None = None  # kind=command, an integration's mid-epoch saves (s)
     slurm: dict | None = None  # the job's [slurm] (`trainctl run --slurm`)
+    ladder: list[str] = field(default_factory=list)  # the job's ladder: rungs, fastest first
+    ladder_stable_s: float | None = None  # its [ladder] stable (None: the policy's default)
 
     def save(self, path: Path) -> None:
         from trainctl.store.paths import write_private

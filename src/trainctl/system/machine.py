@@ -27,3 +27,10 @@ def where_i_run() -> dict:
         "hostname": socket.gethostname(),
         "boot_id": boot_id(),
     }
+
+
+def machine_id(gpu_name: str | None = None) -> str:
+    """A stable name for this machine in the preset history: its hostname, and the GPU model
+    when there is one (a node of a cluster is the same machine when its GPU is)."""
+    host = socket.gethostname() or "localhost"
+    return f"{host} ({gpu_name})" if gpu_name else host

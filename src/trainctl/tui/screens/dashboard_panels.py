@@ -161,7 +161,10 @@ class DashboardPanels(_ScreenBase):
         )
         ended = m.state if m.state in FINAL_STATES else None
         goodput = describe(self.goodput_now())
-        self.query_one(ProjectionPanel).info = ProjectionInfo(m.projection, now, self.wide, ended, goodput)
+        ladder = m.tick.ladder if m.tick is not None and self.connected else None
+        self.query_one(ProjectionPanel).info = ProjectionInfo(
+            m.projection, now, self.wide, ended, goodput=goodput, ladder=ladder
+        )
 
     def goodput_now(self) -> dict:
         """The run's goodput, its time going on to now while the run lives here."""

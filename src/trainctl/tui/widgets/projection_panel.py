@@ -27,6 +27,7 @@ class ProjectionInfo:
     now: float = 0.0
     wide: bool = True
     ended: str | None = None  # a final state: a projection that is not the end is stale
+    ladder: str | None = None  # the agent's line about the run's ladder (live runs only)
     goodput: str | None = None  # its line (core/goodput.py describe), under the projection
 
 
@@ -90,6 +91,8 @@ class ProjectionPanel(Static):
         p = info.projection
         self.set_class(p is not None and p.buffer_s is not None and p.buffer_s < 0, "-late")
         text = projection_text(p, info.now, info.wide, info.ended)
+        if info.ladder and not info.ended:
+            text.append("\n" + info.ladder, style="bold")
         if info.goodput and info.goodput != "goodput -":
             text.append("\n" + info.goodput, style="dim")
         self.update(text)
