@@ -177,3 +177,36 @@ def test_the_file_is_plain_json(tmp_path: Path) -> None:
     h.write_run("r", [_record(incidents={"spin": 1})], 5.0)
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["records"][0]["incidents"] == {"spin": 1} and data["version"] == 1
+
+
+def test_presets_stats_shows_words_and_the_estimate(capsys) -> None:
+    from trainctl.cli.main import main
+    from trainctl.config import list_presets, load_preset
+    from trainctl.store.preset_history import preset_content
+
+    current = {p.stem: preset_content(load_preset(p)) for p in list_presets()}
+    PresetHistory().write_run(
+        "r1",
+        [
+            _record(
+                hours=9.0,
+                incidents={"deadlock": 2, "spin": 1},
+                cost_s={"detection": 120.0},
+                costed=3,
+                content=current["A"],
+            ),
+            _record(hours=30.0, preset="B", content=current["B"]),
+            _record(hours=2.0, incidents={"crash": 1}, content="an-old-one"),
+        ],
+        1.0,
+    )
+    assert main(["presets", "stats", "yolo"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "job yolo on box (H100)"
+    a = next(line for line in lines if line.startswith("A "))
+    assert "9 h" in a and "3 (2 deadlock, 1 spin)" in a and "≈ 40 s" in a and "0.35 (0.11–0.7)" in a
+    assert any(line.startswith("A (an earlier version)") and "(default)" in line for line in lines)
+    assert any(line.startswith("B ") and "62 h" in line for line in lines)
+    assert main(["presets", "stats", "other"]) == 0
+    assert "no preset history for job 'other' yet" in capsys.readouterr().out

@@ -8,7 +8,6 @@ this module is the one writer of that attribute."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,12 +17,11 @@ from trainctl.core import events as E
 from trainctl.core.preset_risk import Risk
 from trainctl.core.preset_usage import PresetUsage
 from trainctl.core.projection import Projector
-from trainctl.store.preset_history import PresetHistory, Record, RecordKey, content_hash
+from trainctl.store.preset_history import PresetHistory, Record, RecordKey, preset_content
 from trainctl.system.machine import machine_id
 
 WRITE_EVERY_S = 30.0  # the most often this run's history file is rewritten
 _AT_ONCE = ("stall", "restart", "exit", "state")
-_NOT_SETTINGS = ("name", "path", "description", "expected_rate")
 
 
 class FeedContext(Protocol):
@@ -94,8 +92,7 @@ class PresetFeed:
                 p = self.ctx.load_preset(preset)
             except ConfigError:
                 p = None
-            settings = {k: v for k, v in dataclasses.asdict(p).items() if k not in _NOT_SETTINGS} if p else {}
-            self._contents[preset] = content_hash(settings) if p else ""
+            self._contents[preset] = preset_content(p)
         return self._contents[preset]
 
     def __call__(self, ev: E.Event) -> None:
