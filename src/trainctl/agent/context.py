@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.agent.bus import EventBus
+from trainctl.agent.checkpoint_auto import CheckpointAuto
 from trainctl.agent.preset_feed import PresetFeed
 from trainctl.agent.requests import Requests
 from trainctl.config import ConfigError, load_preset
@@ -100,6 +101,8 @@ class RunContext:
         self._last_projection = 0.0  # project()'s own
         self.preset_feed = PresetFeed(self)  # the preset history, and the projector's risks
         self.bus.on_journaled.append(self.preset_feed)
+        if spec.checkpoint_auto:  # after the feed: the risk it decides on is this event's
+            self.bus.on_journaled.append(CheckpointAuto(self))
 
     # ------------------------------------------------------------------ the configuration
     @property

@@ -269,6 +269,7 @@ def _spec(
         remote=args.via_ssh,
         instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
         checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
+        checkpoint_auto=bool(job and job.checkpoint_auto),
         slurm=(dict(job.slurm or {}) if job else {})
         if getattr(args, "slurm", False) or (job is not None and job.slurm is not None)
         else None,
