@@ -11,6 +11,9 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +26,7 @@ from trainctl.config.demo import make_dataset
 from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
 from trainctl.store.journal import read_events
 from trainctl.store.paths import cache_dir, make_private_dir
+from trainctl.store.preset_history import PresetHistory
 from trainctl.store.spec import RunSpec
 
 pytest.importorskip("ultralytics")
@@ -87,6 +91,7 @@ def recovered(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # what tests/conftest.py does per test
         mp.setenv("TRAINCTL_CONFIG_DIR", str(root / "config"))
         mp.setenv("TRAINCTL_RUNS_DIR", str(root / "runs"))
+        mp.setenv("TRAINCTL_DATA_DIR", str(root / "data"))
         mp.setenv("YOLO_OFFLINE", "1")
         mp.setenv("YOLO_CONFIG_DIR", str(root / "yolo"))
         mp.delenv("GITHUB_ACTIONS", raising=False)
@@ -115,6 +120,7 @@ def _run_scenario(root: Path) -> dict:
         "epoch1": saved,
         "good": good,
         "start1": start1,
+        "data_dir": root / "data",
     }
 
 
@@ -153,6 +159,40 @@ def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_s
     assert of(events, "state")[-1].state == "FINISHED"
     assert [c.epoch for c in of(events, "checkpoint") if c.ok and c.kind == "epoch"][-1] == EPOCHS
     assert inspect_checkpoint(good).epoch == EPOCHS - 1
+
+
+@pytest.mark.timeout(480)  # the module's scenario runs first when this test runs alone
+def test_the_preset_history_keeps_the_hang_and_presets_stats_shows_it(recovered):
+    """The run's hours on A, its hang with the measured cost, and B's clean hours are in the
+    preset history; the projection gave A's what-if that risk; `presets stats` says it."""
+    data_dir, events = recovered["data_dir"], recovered["result"].events
+    records, problems = PresetHistory(data_dir / "preset-history").read("recovery-test")
+    assert problems == []
+    by = {r.key.preset: r for r in records}
+    a, b = by["A"], by["B"]
+    starts, restart = of(events, "start"), of(events, "restart")[0]
+    last_a = [e for e in of(events, "progress") if e.ts < restart.ts][-1]
+    assert a.incidents == {"hang": 1}  # diagnosis "stopped": a hang of no named kind
+    assert a.hours * 3600 == pytest.approx(last_a.ts - starts[0].ts, abs=0.5)  # to its last batch
+    assert a.batches >= 10 and b.batches >= 10 and b.hours > 0  # (B may stall on a loaded box)
+    assert a.costed == 1, a  # B got back past the batch A stopped at
+    assert {"detection", "restart", "startup", "redone"} <= set(a.cost_s)
+    assert a.cost_s["detection"] >= 6.0  # the stall timeout
+    assert a.key.machine.startswith(socket.gethostname()) and a.key.content != b.key.content
+    risky = [w for p in of(events, "projection") for w in p.what_if if w["preset"] == "A" and w.get("risk")]
+    assert risky and risky[-1]["risk"]["incidents"] == 1 and risky[-1]["risk"]["cost_measured"], risky[-1:]
+    env = {**os.environ, "TRAINCTL_DATA_DIR": str(data_dir)}
+    out = subprocess.run(
+        [sys.executable, "-m", "trainctl", "presets", "stats", "recovery-test"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    line_a = next(line for line in out.splitlines() if line.startswith("A "))
+    assert "1 (1 hang)" in line_a and "≈ " in line_a, out
+    assert any(line.startswith("B ") for line in out.splitlines()), out
 
 
 def make_agent(run_dir: Path) -> Agent:

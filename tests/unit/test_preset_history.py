@@ -46,11 +46,21 @@ def test_a_hang_is_counted_with_its_measured_cost() -> None:
     t = _usage(_hang_then_resume()).tallies(now=209.0)
     a, b = t[("A", "h-A")], t[("B", "h-B")]
     assert a.incidents == {"deadlock": 1}
-    assert a.seconds == pytest.approx(160.0)  # start to the stall; the rest is the incident's cost
+    assert a.seconds == pytest.approx(100.0)  # start to its last batch; the rest is the incident's cost
     assert a.batches == 50
     assert a.costed == 1
     assert a.cost_s == pytest.approx({"detection": 60.0, "restart": 10.0, "startup": 20.0, "redone": 9.0})
     assert b.incidents == {} and b.seconds == pytest.approx(39.0) and b.batches == 20
+
+
+def test_a_stall_that_ends_by_itself_is_none_and_repeated_stalls_are_one() -> None:
+    evs: list[E.Event] = [E.Start(0.0, 1, 10, "A"), _progress(1.0, 1, 1), _progress(2.0, 1, 2)]
+    evs += [E.Stall(9.0, "train", 7.0, "spin"), _progress(10.0, 1, 3)]  # a slow batch, no restart
+    evs += [E.Stall(20.0, "train", 10.0, "unknown"), E.Stall(30.0, "train", 20.0, "deadlock")]
+    evs += [E.Exit(31.0, -15, "SIGTERM"), E.Restart(32.0, 2, "the trainer stalled", "A", None)]
+    a = _usage(evs).tallies(40.0)[("A", "h-A")]
+    assert a.incidents == {"deadlock": 1}
+    assert a.seconds == pytest.approx(10.0)  # to the last batch
 
 
 def test_an_incident_not_paid_back_is_counted_but_not_costed() -> None:
@@ -78,10 +88,10 @@ def test_an_exit_with_an_error_then_a_restart_is_an_incident(exit_, warning, kin
 def test_a_user_restart_or_stop_is_no_incident() -> None:
     evs: list[E.Event] = [E.Start(0.0, 1, 10, "A"), _progress(10.0, 1, 1)]
     restarted = [*evs, E.Exit(50.0, -15, "SIGTERM"), E.Restart(51.0, 2, USER_RESTART_REASON, "A", None)]
-    stopped = [*evs, E.Exit(50.0, -15, "SIGTERM"), E.State(51.0, "stopped", "user")]
+    stopped = [*evs, E.Exit(50.0, -15, "SIGTERM"), E.State(51.0, "STOPPED", "user")]
     assert _usage(restarted).tallies(60.0)[("A", "h-A")].incidents == {}
     assert _usage(stopped).tallies(60.0)[("A", "h-A")].incidents == {}
-    failed = [*evs, E.Exit(50.0, 1), E.State(51.0, "failed", "restart budget spent")]
+    failed = [*evs, E.Exit(50.0, 1), E.State(51.0, "FAILED", "restart budget spent")]
     assert _usage(failed).tallies(60.0)[("A", "h-A")].incidents == {"crash": 1}
 
 

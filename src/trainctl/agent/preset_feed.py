@@ -1,7 +1,7 @@
 """Feeds the preset history during the run: every journaled event goes to a
 :class:`~trainctl.core.preset_usage.PresetUsage`, and this run's file in the history is
-rewritten at most every :data:`WRITE_EVERY_S` and at once on an incident, a restart and the
-run's end (so a run killed with -9 keeps what it had up to its last write).  After each
+rewritten at most every :data:`WRITE_EVERY_S` and at once on an incident, its cost known, a
+restart and the run's end (so a run killed with -9 keeps what it had up to its last write).  After each
 write the projector gets each preset's risk (the other runs' records of this job, machine
 and preset content, plus this run's) in :attr:`~trainctl.core.projection.Projector.risks`:
 this module is the one writer of that attribute."""
@@ -96,9 +96,11 @@ class PresetFeed:
         return self._contents[preset]
 
     def __call__(self, ev: E.Event) -> None:
+        paying_back = self.usage.paying_back
         self.usage.on_event(ev)
+        paid = paying_back and not self.usage.paying_back  # an incident's cost is now known
         due = self._written is None or ev.ts - self._written >= WRITE_EVERY_S
-        if ev.type in _AT_ONCE or (due and ev.type in ("progress", "start")):
+        if ev.type in _AT_ONCE or paid or (due and ev.type in ("progress", "start")):
             self.write(ev.ts)
 
     # ------------------------------------------------------------------ records
