@@ -92,3 +92,29 @@ def test_a_history_that_cannot_be_written_is_said_once(tmp_path: Path) -> None:
     feed(E.Start(0.0, 1, 10, "A"))
     feed(E.Stall(40.0, "train", 9.0, "deadlock"))
     assert sum("cannot write the preset history" in t for t in ctx.infos) == 1
+
+
+def test_checkpoint_every_auto_decides_writes_and_journals(tmp_path: Path) -> None:
+    from trainctl.agent.checkpoint_auto import CheckpointAuto
+    from trainctl.core.preset_risk import estimate
+    from trainctl.inside.checkpoint_every import EVERY_FILE, read_every
+
+    run_dir = tmp_path / "run-1"
+    run_dir.mkdir()
+    ctx = FakeContext(run_dir)
+    auto = CheckpointAuto(ctx)
+    auto(E.Start(0.0, 1, 10, "A"))
+    assert not (run_dir / EVERY_FILE).exists()  # no save measured yet: the job's default stands
+    auto(E.Phase(100.0, "save"))
+    auto(E.Checkpoint(102.0, "c.pt", 1, batch=50, kind="periodic"))
+    first = read_every(run_dir / EVERY_FILE)
+    assert first == pytest.approx((2 * 2.0 * 2.0 * 3600) ** 0.5)  # the prior: one in two hours
+    assert ctx.infos[-1].startswith("checkpoint_every auto: 170 s = √(2 × 2.00 s save × 2.00 h")
+    ctx.projector.risks = {"A": estimate(10.0, 21)}  # two incidents an hour
+    auto(E.Restart(200.0, 2, "the trainer stalled", "A", None))
+    second = read_every(run_dir / EVERY_FILE)
+    assert second is not None and second < first
+    assert "(was 170 s)" in ctx.infos[-1]
+    n = len(ctx.infos)
+    auto(E.Start(210.0, 2, 11, "A"))  # nothing moved: no new decision
+    assert len(ctx.infos) == n
