@@ -13,7 +13,8 @@ those are the incident's cost.
 
 The cost of one incident, measured from the events' timestamps:
 
-* detection: the last batch before it until the stall was declared (or the crash seen);
+* detection: the stall's silence (its ``idle_s``: the last batch until it was declared), or
+  the last batch until the crash was seen;
 * restart: from then until the next attempt started (kill, backoff, launch);
 * startup: that attempt's start until its first batch;
 * redone: its first batch until it got back past the batch the incident stopped at.
@@ -90,8 +91,8 @@ class PresetUsage:
                 self._on_start(ev)
             case Progress():
                 self._on_progress(ev)
-            case Stall():
-                self._suspect(_STALL_KINDS.get(ev.diagnosis, "hang"), ev.ts)
+            case Stall():  # silent since idle_s: the detector's own measure of the last batch
+                self._suspect(_STALL_KINDS.get(ev.diagnosis, "hang"), ev.ts, ev.ts - ev.idle_s)
             case Warning():
                 if ev.id == "kernel.oom_kill" or "out_of_memory" in ev.id or ev.id.endswith(".oom"):
                     self._signs.add("oom")
@@ -153,7 +154,7 @@ class PresetUsage:
             return "nan"
         return "crash"
 
-    def _suspect(self, kind: str, ts: float) -> None:
+    def _suspect(self, kind: str, ts: float, silent_since: float | None = None) -> None:
         """A stall or an exit with an error: an incident once a restart (or the run's
         failure) follows; the first stall of an episode dates it, the last one names it."""
         if self._key is None:
@@ -161,7 +162,10 @@ class PresetUsage:
         if self._suspected is not None:
             self._suspected.kind = kind
             return
-        since = self._last_ts if self._last_ts is not None else self._since
+        since = silent_since if silent_since is not None else self._last_ts
+        since = since if since is not None else self._since
+        if self._since is not None:
+            since = max(since if since is not None else ts, self._since)
         self._suspected = _Suspected(kind, self._key, since if since is not None else ts, ts)
 
     def _incident(self) -> None:
