@@ -27,15 +27,18 @@ class CheckpointAuto:
         self.ctx = ctx
         self.pauses = SavePauses()
         self.every_s: float | None = None  # the interval decided last (None: the job's default)
+        self.preset: str | None = ctx.projector.preset  # the preset the next saves are under
         self.path = every_file(Path(ctx.files.dir))
 
     def __call__(self, ev: E.Event) -> None:
+        if isinstance(ev, (E.Start, E.Restart)) and ev.preset is not None:
+            self.preset = ev.preset  # a restart names the next attempt's preset: decide for it
         measured = self.pauses.on_event(ev)
         if measured or ev.type in _RISK_MOVES:
             self.redecide()
 
     def redecide(self) -> None:
-        preset = self.ctx.projector.preset
+        preset = self.preset
         risk = self.ctx.projector.risks.get(preset or "") or estimate(0.0, 0)
         decision = decide(self.every_s, self.pauses.median(), risk)
         if decision is None or self.path is None:
