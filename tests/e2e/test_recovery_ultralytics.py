@@ -3,14 +3,19 @@
 Under preset A (2 spawned DataLoader workers) the workers are stopped with SIGSTOP in
 epoch 2; trainctl detects the stall, kills the tree and resumes under preset B from the
 last good checkpoint the runner kept.  The checkpoints of that run (real ones) then
-show that the agent never resumes from a truncated file.
+show that the agent never resumes from a truncated file, and its preset history (with
+``checkpoint_every = "auto"`` deciding from it) what the hang cost.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
+import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -23,6 +28,7 @@ from trainctl.config.demo import make_dataset
 from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
 from trainctl.store.journal import read_events
 from trainctl.store.paths import cache_dir, make_private_dir
+from trainctl.store.preset_history import PresetHistory
 from trainctl.store.spec import RunSpec
 
 pytest.importorskip("ultralytics")
@@ -41,6 +47,7 @@ kind = "ultralytics"
 name = "recovery-test"
 preset = "A"
 fallback = "B"
+checkpoint_every = "auto"
 
 [ultralytics]
 model = "yolov8n.yaml"
@@ -87,6 +94,7 @@ def recovered(tmp_path_factory):
     with pytest.MonkeyPatch.context() as mp:  # what tests/conftest.py does per test
         mp.setenv("TRAINCTL_CONFIG_DIR", str(root / "config"))
         mp.setenv("TRAINCTL_RUNS_DIR", str(root / "runs"))
+        mp.setenv("TRAINCTL_DATA_DIR", str(root / "data"))
         mp.setenv("YOLO_OFFLINE", "1")
         mp.setenv("YOLO_CONFIG_DIR", str(root / "yolo"))
         mp.delenv("GITHUB_ACTIONS", raising=False)
@@ -115,6 +123,7 @@ def _run_scenario(root: Path) -> dict:
         "epoch1": saved,
         "good": good,
         "start1": start1,
+        "data_dir": root / "data",
     }
 
 
@@ -153,6 +162,49 @@ def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_s
     assert of(events, "state")[-1].state == "FINISHED"
     assert [c.epoch for c in of(events, "checkpoint") if c.ok and c.kind == "epoch"][-1] == EPOCHS
     assert inspect_checkpoint(good).epoch == EPOCHS - 1
+
+
+@pytest.mark.timeout(480)  # the module's scenario runs first when this test runs alone
+def test_the_preset_history_keeps_the_hang_and_presets_stats_shows_it(recovered):
+    """The run's hours on A, its hang with the measured cost, and B's clean hours are in the
+    preset history; the projection gave A's what-if that risk; checkpoint_every "auto" decided
+    from the measured save pause; `presets stats` says it."""
+    data_dir, events = recovered["data_dir"], recovered["result"].events
+    records, problems = PresetHistory(data_dir / "preset-history").read("recovery-test")
+    assert problems == []
+    by = {r.key.preset: r for r in records}
+    a, b = by["A"], by["B"]
+    starts, restart = of(events, "start"), of(events, "restart")[0]
+    last_a = [e for e in of(events, "progress") if e.ts < restart.ts][-1]
+    assert a.incidents == {"hang": 1}  # diagnosis "stopped": a hang of no named kind
+    # to its last batch, which the stall's idle_s dates (the journal's progress is throttled)
+    ran = last_a.ts - starts[0].ts
+    assert ran - 15.0 <= a.hours * 3600 <= restart.ts - starts[0].ts, (a.hours * 3600, ran)
+    assert a.batches >= 10 and b.batches >= 10 and b.hours > 0  # (B may stall on a loaded box)
+    assert a.costed == 1, a  # B got back past the batch A stopped at
+    assert {"detection", "restart", "startup", "redone"} <= set(a.cost_s)
+    assert a.cost_s["detection"] >= 6.0  # the stall timeout
+    assert a.key.machine.startswith(socket.gethostname()) and a.key.content != b.key.content
+    risky = [w for p in of(events, "projection") for w in p.what_if if w["preset"] == "A" and w.get("risk")]
+    assert risky and risky[-1]["risk"]["incidents"] == 1 and risky[-1]["risk"]["cost_measured"], risky[-1:]
+    # checkpoint_every = "auto": decided once epoch 1's save pause was measured, again after the hang
+    auto = [e for e in of(events, "info") if e.key == "checkpoint.auto"]
+    first_save = next(c for c in of(events, "checkpoint") if c.ok)
+    assert auto and auto[0].ts >= first_save.ts and "s save × " in auto[0].text, auto
+    every = json.loads((recovered["result"].run_dir / "checkpoint-every.json").read_text())["every_s"]
+    assert 30.0 <= every <= 1800.0 and f"{every:.0f} s" in auto[-1].text
+    env = {**os.environ, "TRAINCTL_DATA_DIR": str(data_dir)}
+    out = subprocess.run(
+        [sys.executable, "-m", "trainctl", "presets", "stats", "recovery-test"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    line_a = next(line for line in out.splitlines() if line.startswith("A "))
+    assert "1 (1 hang)" in line_a and "≈ " in line_a, out
+    assert any(line.startswith("B ") for line in out.splitlines()), out
 
 
 def make_agent(run_dir: Path) -> Agent:

@@ -46,11 +46,21 @@ def test_a_hang_is_counted_with_its_measured_cost() -> None:
     t = _usage(_hang_then_resume()).tallies(now=209.0)
     a, b = t[("A", "h-A")], t[("B", "h-B")]
     assert a.incidents == {"deadlock": 1}
-    assert a.seconds == pytest.approx(160.0)  # start to the stall; the rest is the incident's cost
+    assert a.seconds == pytest.approx(100.0)  # start to its last batch; the rest is the incident's cost
     assert a.batches == 50
     assert a.costed == 1
     assert a.cost_s == pytest.approx({"detection": 60.0, "restart": 10.0, "startup": 20.0, "redone": 9.0})
     assert b.incidents == {} and b.seconds == pytest.approx(39.0) and b.batches == 20
+
+
+def test_a_stall_that_ends_by_itself_is_none_and_repeated_stalls_are_one() -> None:
+    evs: list[E.Event] = [E.Start(0.0, 1, 10, "A"), _progress(1.0, 1, 1), _progress(2.0, 1, 2)]
+    evs += [E.Stall(9.0, "train", 7.0, "spin"), _progress(10.0, 1, 3)]  # a slow batch, no restart
+    evs += [E.Stall(20.0, "train", 10.0, "unknown"), E.Stall(30.0, "train", 20.0, "deadlock")]
+    evs += [E.Exit(31.0, -15, "SIGTERM"), E.Restart(32.0, 2, "the trainer stalled", "A", None)]
+    a = _usage(evs).tallies(40.0)[("A", "h-A")]
+    assert a.incidents == {"deadlock": 1}
+    assert a.seconds == pytest.approx(10.0)  # to the last batch
 
 
 def test_an_incident_not_paid_back_is_counted_but_not_costed() -> None:
@@ -78,10 +88,10 @@ def test_an_exit_with_an_error_then_a_restart_is_an_incident(exit_, warning, kin
 def test_a_user_restart_or_stop_is_no_incident() -> None:
     evs: list[E.Event] = [E.Start(0.0, 1, 10, "A"), _progress(10.0, 1, 1)]
     restarted = [*evs, E.Exit(50.0, -15, "SIGTERM"), E.Restart(51.0, 2, USER_RESTART_REASON, "A", None)]
-    stopped = [*evs, E.Exit(50.0, -15, "SIGTERM"), E.State(51.0, "stopped", "user")]
+    stopped = [*evs, E.Exit(50.0, -15, "SIGTERM"), E.State(51.0, "STOPPED", "user")]
     assert _usage(restarted).tallies(60.0)[("A", "h-A")].incidents == {}
     assert _usage(stopped).tallies(60.0)[("A", "h-A")].incidents == {}
-    failed = [*evs, E.Exit(50.0, 1), E.State(51.0, "failed", "restart budget spent")]
+    failed = [*evs, E.Exit(50.0, 1), E.State(51.0, "FAILED", "restart budget spent")]
     assert _usage(failed).tallies(60.0)[("A", "h-A")].incidents == {"crash": 1}
 
 
@@ -177,3 +187,36 @@ def test_the_file_is_plain_json(tmp_path: Path) -> None:
     h.write_run("r", [_record(incidents={"spin": 1})], 5.0)
     data = json.loads((tmp_path / "r.json").read_text())
     assert data["records"][0]["incidents"] == {"spin": 1} and data["version"] == 1
+
+
+def test_presets_stats_shows_words_and_the_estimate(capsys) -> None:
+    from trainctl.cli.main import main
+    from trainctl.config import list_presets, load_preset
+    from trainctl.store.preset_history import preset_content
+
+    current = {p.stem: preset_content(load_preset(p)) for p in list_presets()}
+    PresetHistory().write_run(
+        "r1",
+        [
+            _record(
+                hours=9.0,
+                incidents={"deadlock": 2, "spin": 1},
+                cost_s={"detection": 120.0},
+                costed=3,
+                content=current["A"],
+            ),
+            _record(hours=30.0, preset="B", content=current["B"]),
+            _record(hours=2.0, incidents={"crash": 1}, content="an-old-one"),
+        ],
+        1.0,
+    )
+    assert main(["presets", "stats", "yolo"]) == 0
+    out = capsys.readouterr().out
+    lines = out.splitlines()
+    assert lines[0] == "job yolo on box (H100)"
+    a = next(line for line in lines if line.startswith("A "))
+    assert "9 h" in a and "3 (2 deadlock, 1 spin)" in a and "≈ 40 s" in a and "0.35 (0.11–0.7)" in a
+    assert any(line.startswith("A (an earlier version)") and "(default)" in line for line in lines)
+    assert any(line.startswith("B ") and "62 h" in line for line in lines)
+    assert main(["presets", "stats", "other"]) == 0
+    assert "no preset history for job 'other' yet" in capsys.readouterr().out

@@ -99,3 +99,15 @@ def test_the_deadline_warning_uses_the_risky_eta() -> None:
     assert safe.at_risk(t) is None
     w = risky.at_risk(t)
     assert w is not None and w.id == "deadline.at_risk"
+
+
+def test_the_dashboard_panel_says_the_risk_wide_and_narrow() -> None:
+    from trainctl.tui.widgets.projection_panel import projection_text
+
+    pj = _projector()
+    pj.risks = {"A": estimate(9.0, 3, 120.0), "B": estimate(2.0, 4, 1200.0)}
+    t = _run(pj)
+    p = pj.project(t)
+    wide = projection_text(p, t).plain
+    assert "3 incidents in 9 h (≈ 40 s each)" in wide and "4 incidents in 2 h (≈ 5 m each)" in wide
+    assert "B (~declared) (4 in 2 h): ETA " in projection_text(p, t, wide=False).plain

@@ -15,6 +15,7 @@ from typing import Any
 
 from trainctl.agent.bus import EventBus
 from trainctl.agent.ladder import LadderKeeper
+from trainctl.agent.checkpoint_auto import CheckpointAuto
 from trainctl.agent.preset_feed import PresetFeed
 from trainctl.agent.requests import Requests
 from trainctl.config import ConfigError, load_preset
@@ -105,6 +106,8 @@ class RunContext:
         self.ladder = LadderKeeper(self) if spec.ladder else None  # the job's ladder (agent/ladder.py)
         if self.ladder is not None:
             self.bus.on_journaled.append(self.ladder)
+        if spec.checkpoint_auto:  # after the feed: the risk it decides on is this event's
+            self.bus.on_journaled.append(CheckpointAuto(self))
 
     # ------------------------------------------------------------------ the configuration
     @property

@@ -279,6 +279,7 @@ def _spec(
         checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
         ladder=list(job.ladder.rungs) if job and job.ladder else [],
         ladder_stable_s=job.ladder.stable_s if job and job.ladder else None,
+        checkpoint_auto=bool(job and job.checkpoint_auto),
         slurm=(dict(job.slurm or {}) if job else {})
         if getattr(args, "slurm", False) or (job is not None and job.slurm is not None)
         else None,

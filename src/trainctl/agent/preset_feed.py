@@ -1,14 +1,13 @@
 """Feeds the preset history during the run: every journaled event goes to a
 :class:`~trainctl.core.preset_usage.PresetUsage`, and this run's file in the history is
-rewritten at most every :data:`WRITE_EVERY_S` and at once on an incident, a restart and the
-run's end (so a run killed with -9 keeps what it had up to its last write).  After each
+rewritten at most every :data:`WRITE_EVERY_S` and at once on an incident, its cost known, a
+restart and the run's end (so a run killed with -9 keeps what it had up to its last write).  After each
 write the projector gets each preset's risk (the other runs' records of this job, machine
 and preset content, plus this run's) in :attr:`~trainctl.core.projection.Projector.risks`:
 this module is the one writer of that attribute."""
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Protocol
@@ -18,12 +17,11 @@ from trainctl.core import events as E
 from trainctl.core.preset_risk import Risk
 from trainctl.core.preset_usage import PresetUsage
 from trainctl.core.projection import Projector
-from trainctl.store.preset_history import PresetHistory, Record, RecordKey, content_hash
+from trainctl.store.preset_history import PresetHistory, Record, RecordKey, preset_content
 from trainctl.system.machine import machine_id
 
 WRITE_EVERY_S = 30.0  # the most often this run's history file is rewritten
 _AT_ONCE = ("stall", "restart", "exit", "state")
-_NOT_SETTINGS = ("name", "path", "description", "expected_rate")
 
 
 class FeedContext(Protocol):
@@ -94,14 +92,15 @@ class PresetFeed:
                 p = self.ctx.load_preset(preset)
             except ConfigError:
                 p = None
-            settings = {k: v for k, v in dataclasses.asdict(p).items() if k not in _NOT_SETTINGS} if p else {}
-            self._contents[preset] = content_hash(settings) if p else ""
+            self._contents[preset] = preset_content(p)
         return self._contents[preset]
 
     def __call__(self, ev: E.Event) -> None:
+        paying_back = self.usage.paying_back
         self.usage.on_event(ev)
+        paid = paying_back and not self.usage.paying_back  # an incident's cost is now known
         due = self._written is None or ev.ts - self._written >= WRITE_EVERY_S
-        if ev.type in _AT_ONCE or (due and ev.type in ("progress", "start")):
+        if ev.type in _AT_ONCE or paid or (due and ev.type in ("progress", "start")):
             self.write(ev.ts)
 
     # ------------------------------------------------------------------ records

@@ -145,9 +145,10 @@ def _add_view_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
 
 def _add_tool_commands(sub: Subparsers, codes: dict[str, Any]) -> None:
     """`presets`, `scan`, `ctl`, `alerts`."""
-    pr = sub.add_parser("presets", help="list, show, validate or edit presets")
-    pr.add_argument("action", choices=("list", "show", "validate", "edit"))
-    pr.add_argument("names", nargs="*")
+    pr = sub.add_parser("presets", help="list, show, validate or edit presets; stats [JOB]: their history")
+    pr.add_argument("action", choices=("list", "show", "validate", "edit", "stats"))
+    pr.add_argument("names", nargs="*", help="presets; for stats, a job name")
+    pr.add_argument("--json", action="store_true", help="stats as JSON")
     sc = sub.add_parser("scan", help="postmortem of a saved training log (exit 1: a fatal finding)", **codes)
     sc.add_argument("logfile")
     sc.add_argument("--json", action="store_true")

@@ -1,4 +1,5 @@
-"""`trainctl presets list|show|validate|edit`: the presets, and $EDITOR on one."""
+"""`trainctl presets list|show|validate|edit|stats`: the presets, $EDITOR on one, and
+what the preset history says of them."""
 
 from __future__ import annotations
 
@@ -20,6 +21,10 @@ def cmd_presets(args) -> int:
     if args.action == "list":
         print(_presets_table(list_presets()))
         return 0
+    if args.action == "stats":
+        if len(args.names) > 1:
+            raise UsageError("presets stats takes at most one job name")
+        return cmd_presets_stats(args.names[0] if args.names else None, args.json)
     if not args.names and args.action != "validate":
         raise UsageError(f"presets {args.action} needs a preset name or path")
     status = 0
@@ -108,3 +113,94 @@ def _editor_argv() -> list[str]:
     if not argv:
         raise UsageError("$VISUAL/$EDITOR is blank: set it to an editor command")
     return argv
+
+
+def cmd_presets_stats(job: str | None, as_json: bool) -> int:
+    """`trainctl presets stats [JOB]`: what the preset history holds, per job and machine,
+    each preset with its incidents and the estimate of its rate (src/trainctl/core/preset_risk.py)."""
+    import json
+
+    from trainctl.store.preset_history import PresetHistory
+
+    history = PresetHistory()
+    records, problems = history.read(job)
+    for text in problems:
+        note(text)
+    if as_json:
+        print(json.dumps([_stats_json(r) for r in records], indent=1))
+        return 0
+    if not records:
+        what = f"for job {job!r} " if job else ""
+        print(f"no preset history {what}yet ({history.dir}): every run records its presets as it goes")
+        return 0
+    print("\n\n".join(_stats_tables(records)))
+    return 0
+
+
+def _current_contents() -> dict[str, str]:
+    """Preset name -> the content hash of the preset by that name now (to mark older records)."""
+    from trainctl.config import ConfigError, list_presets, load_preset
+    from trainctl.store.preset_history import preset_content
+
+    out = {}
+    for path in list_presets():
+        try:
+            out[path.stem] = preset_content(load_preset(path))
+        except ConfigError:
+            continue
+    return out
+
+
+def _stats_tables(records) -> list[str]:
+    from trainctl.core.projection_text import hours_phrase, humanize_duration
+
+    current = _current_contents()
+    groups: dict[tuple[str, str], list] = {}
+    for r in records:
+        groups.setdefault((r.key.job, r.key.machine), []).append(r)
+    tables = []
+    for (job, machine), rows in groups.items():
+        table = [("PRESET", "RUNS", "HOURS", "BATCHES", "INCIDENTS", "EACH", "PER HOUR (90 %)", "ONE IN")]
+        for r in rows:
+            risk = r.risk()
+            name = r.key.preset or "(none)"
+            if r.key.preset in current and current[r.key.preset] != r.key.content:
+                name += " (an earlier version)"
+            kinds = ", ".join(f"{n} {k}" for k, n in sorted(r.incidents.items()) if n)
+            each = "-" if not r.incident_count else "≈ " + humanize_duration(risk.mean_cost_s)
+            if r.incident_count and not risk.cost_measured:
+                each += " (default)"
+            table.append(
+                (
+                    name,
+                    str(r.runs),
+                    hours_phrase(r.hours),
+                    f"{r.batches:,}",
+                    f"{r.incident_count}" + (f" ({kinds})" if kinds else ""),
+                    each,
+                    f"{_rate(risk.rate_per_h)} ({_rate(risk.rate_low_per_h)}–{_rate(risk.rate_high_per_h)})",
+                    hours_phrase(risk.mean_time_between_h),
+                )
+            )
+        widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in table]
+        tables.append(f"job {job} on {machine}\n" + "\n".join(lines))
+    return tables
+
+
+def _rate(x: float) -> str:
+    """Incidents per hour, two significant figures, never in e-notation."""
+    return "<0.001" if x < 0.001 else f"{x:.2g}" if x >= 0.01 else f"{x:.3f}"
+
+
+def _stats_json(r) -> dict:
+    risk = r.risk()
+    return {
+        **r.as_dict(),
+        "runs": r.runs,
+        "rate_per_h": risk.rate_per_h,
+        "rate_low_per_h": risk.rate_low_per_h,
+        "rate_high_per_h": risk.rate_high_per_h,
+        "mean_cost_s": risk.mean_cost_s,
+        "cost_measured": risk.cost_measured,
+    }

@@ -83,6 +83,7 @@ class Job:
     progress: dict[str, Any] | None = None
     checkpoint_every: float = 600.0  # seconds between mid-epoch saves (0: off); ultralytics, or
     #                                   a command whose Ultralytics script an integration runs
+    checkpoint_auto: bool = False  # checkpoint_every = "auto": Young's interval, re-decided in the run
     instrument: bool = True  # kind command: zero-code integrations in a Python command
     # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
     alerts: dict[str, tuple[str, ...]] | None = None

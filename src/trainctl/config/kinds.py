@@ -56,19 +56,29 @@ def _ultralytics(
             None,
             'required for kind = "ultralytics": a section with model = "..." and data = "..."',
         )
-    every = (
-        _checkpoint_every(p, data["checkpoint_every"]) if "checkpoint_every" in data else CHECKPOINT_EVERY_S
-    )
     return {
         "settings": _ultralytics_table(p, table, job_dir) if table is not None else {},
-        "checkpoint_every": CHECKPOINT_EVERY_S if every is None else every,
+        "checkpoint_every": CHECKPOINT_EVERY_S,
+        **_checkpoint_fields(p, data),
     }
+
+
+def _checkpoint_fields(p: Problems, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``checkpoint_every`` as Job fields: the seconds, and ``checkpoint_auto`` for "auto"
+    (Young's interval, decided during the run by src/trainctl/agent/checkpoint_auto.py; it
+    starts at the default)."""
+    if "checkpoint_every" not in data:
+        return {}
+    if data["checkpoint_every"] == "auto":
+        return {"checkpoint_every": CHECKPOINT_EVERY_S, "checkpoint_auto": True}
+    every = _checkpoint_every(p, data["checkpoint_every"])
+    return {"checkpoint_every": CHECKPOINT_EVERY_S if every is None else every}
 
 
 def _checkpoint_every(p: Problems, value: Any) -> float | None:
     """``checkpoint_every``: seconds between mid-epoch saves, a number or "90s" / "10m" /
-    "1h"; 0 turns them off."""
-    allowed = 'seconds (a number >= 0, 0 = off) or a string such as "15s", "10m", "1h"'
+    "1h"; 0 turns them off ("auto": :func:`_checkpoint_fields`)."""
+    allowed = 'seconds (a number >= 0, 0 = off), a string such as "15s", "10m", "1h", or "auto"'
     seconds: float | None = None
     if type(value) in (int, float):
         seconds = float(value)
@@ -134,9 +144,7 @@ def _command(
     out: dict[str, Any] = {"command": command, "resume_args": resume_args}
     if "instrument" in data:  # false: no zero-code integration in a Python command
         out["instrument"] = p.bool_(None, "instrument", data["instrument"]) is not False
-    if "checkpoint_every" in data:  # an integration's mid-epoch saves (Ultralytics)
-        every = _checkpoint_every(p, data["checkpoint_every"])
-        out["checkpoint_every"] = CHECKPOINT_EVERY_S if every is None else every
+    out.update(_checkpoint_fields(p, data))  # an integration's mid-epoch saves (Ultralytics)
     return out
 
 

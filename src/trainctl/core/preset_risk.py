@@ -18,7 +18,7 @@ against the data: after 9 hours with 3 hangs the mean is 0.35/h (the data alone:
 after 30 clean hours it is 0.016/h, one incident in ~62 h.
 
 What a prior must not do is move a projection by surprise: the projection adds an incident
-cost only for a preset that has had an incident (see :mod:`trainctl.core.projection`), so a
+cost only for a preset that has had an incident (see :mod:`trainctl.core.projection_whatif`), so a
 run without any history projects exactly as it did before the history existed.
 """
 
@@ -58,12 +58,6 @@ class Risk:
     def mean_time_between_h(self) -> float:
         """Expected hours between two incidents (the inverse of the mean rate)."""
         return 1.0 / self.rate_per_h
-
-    @property
-    def loss_fraction(self) -> float:
-        """The expected share of wall time lost to incidents (0 .. <1): ``loss_s_per_h`` over
-        an hour, capped below 1 so a projection stays finite."""
-        return min(self.loss_s_per_h / 3600.0, 0.95)
 
 
 def estimate(hours: float, incidents: int, cost_s_total: float = 0.0) -> Risk:

@@ -3,15 +3,18 @@ incidents by kind with their measured cost.  Pure: time comes with the events.  
 :mod:`trainctl.agent.preset_feed` feeds it and keeps the result in the preset history
 (:mod:`trainctl.store.preset_history`).
 
-An *incident* is what forces a restart: a stall (its kind the diagnosis: deadlock, spin, or
-hang when undiagnosed), or an exit with an error (crash; oom when the trainer or the kernel
-said out of memory; nan when the loss had gone NaN).  A user's stop or restart and a Slurm
-suspension are none.  Hours run are an attempt's time from its start to its first incident
-or exit; what follows (killing, restarting) is the incident's cost.
+An *incident* is what forces a restart: a stall (its kind the last diagnosis of the episode:
+deadlock, spin, or hang for any other) or an exit with an error (crash; oom when the trainer
+or the kernel said out of memory; nan when the loss had gone NaN), followed by an automatic
+restart or the run's failure.  A stall that ends by itself (the next batch comes), a user's
+stop or restart and a Slurm suspension are none.  Hours run are an attempt's time from its
+start to its exit, less an incident's detection and kill (from the last batch before it):
+those are the incident's cost.
 
 The cost of one incident, measured from the events' timestamps:
 
-* detection: the last batch before it until the stall was declared (or the crash seen);
+* detection: the stall's silence (its ``idle_s``: the last batch until it was declared), or
+  the last batch until the crash was seen;
 * restart: from then until the next attempt started (kill, backoff, launch);
 * startup: that attempt's start until its first batch;
 * redone: its first batch until it got back past the batch the incident stopped at.
@@ -23,7 +26,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from trainctl.core.events import Event, Exit, Progress, Restart, Stall, Start, State, Warning
-from trainctl.core.recovery import USER_RESTART_REASON
+from trainctl.core.recovery import FINAL_STATES, USER_RESTART_REASON, RunState
 
 KINDS = ("deadlock", "spin", "hang", "crash", "oom", "nan")
 PARTS = ("detection", "restart", "startup", "redone")
@@ -43,6 +46,15 @@ class Tally:
 
     def copy(self) -> Tally:
         return Tally(self.seconds, self.batches, dict(self.incidents), dict(self.cost_s), self.costed)
+
+
+@dataclass
+class _Suspected:
+    kind: str
+    key: tuple[str, str]
+    since: float  # the last batch before it (or its attempt's start)
+    declared: float  # the stall event (or the exit)
+    exit_ts: float | None = None  # when the trainer exited
 
 
 @dataclass
@@ -68,10 +80,9 @@ class PresetUsage:
         self._last_ts: float | None = None  # its last batch
         self._g: int | None = None  # its last global batch
         self._high_water = 0
-        self._pending: tuple[str, float] | None = None  # an exit with an error: kind, when
+        self._suspected: _Suspected | None = None  # a stall or failed exit, until a restart follows
         self._signs: set[str] = set()  # oom / nan warnings seen in this attempt
         self._open: _Incident | None = None  # an incident whose cost is still being measured
-        self._struck = False  # the running attempt had its incident (its exit is no other)
 
     # ------------------------------------------------------------------ events
     def on_event(self, ev: Event) -> None:
@@ -80,36 +91,34 @@ class PresetUsage:
                 self._on_start(ev)
             case Progress():
                 self._on_progress(ev)
-            case Stall():
-                self._incident(_STALL_KINDS.get(ev.diagnosis, "hang"), ev.ts)
+            case Stall():  # silent since idle_s: the detector's own measure of the last batch
+                self._suspect(_STALL_KINDS.get(ev.diagnosis, "hang"), ev.ts, ev.ts - ev.idle_s)
             case Warning():
-                if ev.id in ("kernel.oom_kill",) or "oom" in ev.id or "out_of_memory" in ev.id:
+                if ev.id == "kernel.oom_kill" or "out_of_memory" in ev.id or ev.id.endswith(".oom"):
                     self._signs.add("oom")
                 elif ev.id == "loss.nan":
                     self._signs.add("nan")
             case Exit():
                 self._close_hours(ev.ts)
-                if not self._struck and (ev.returncode not in (0, None) or ev.signal):
-                    self._pending = (self._crash_kind(ev), ev.ts)
+                if self._suspected is None and (ev.returncode not in (0, None) or ev.signal):
+                    self._suspect(self._crash_kind(ev), ev.ts)
+                if self._suspected is not None:
+                    self._suspected.exit_ts = ev.ts
             case Restart():
-                if (
-                    self._pending is not None
-                    and ev.reason != USER_RESTART_REASON
-                    and "suspend" not in ev.reason
-                ):
-                    self._incident(*self._pending)
-                self._pending = None
+                if ev.reason != USER_RESTART_REASON and "suspend" not in ev.reason:
+                    self._incident()
+                self._suspected = None
             case State():
-                if ev.state == "failed" and self._pending is not None:
-                    self._incident(*self._pending)
-                if ev.state in ("failed", "stopped", "finished", "done"):
-                    self._pending = None
+                if ev.state == RunState.FAILED:
+                    self._incident()
+                if ev.state in FINAL_STATES:
+                    self._suspected = None
 
     def _on_start(self, ev: Start) -> None:
         self._close_hours(ev.ts)
         self._key = (ev.preset or "", self.content_of(ev.preset))
         self._since, self._last_ts, self._g = ev.ts, None, None
-        self._pending, self._signs, self._struck = None, set(), False
+        self._suspected, self._signs = None, set()
         if self._open is not None and self._open.start_ts is None:
             self._open.parts["restart"] = max(0.0, ev.ts - self._open.at)
             self._open.start_ts = ev.ts
@@ -121,6 +130,8 @@ class PresetUsage:
         tally = self._tally(self._key)
         if self._g is not None and g > self._g:
             tally.batches += g - self._g
+            if self._suspected is not None and self._suspected.exit_ts is None:
+                self._suspected = None  # the stall ended by itself: no restart, no incident
         elif self._g is None:
             tally.batches += 1
         self._g, self._last_ts = g, ev.ts
@@ -143,18 +154,35 @@ class PresetUsage:
             return "nan"
         return "crash"
 
-    def _incident(self, kind: str, ts: float) -> None:
+    def _suspect(self, kind: str, ts: float, silent_since: float | None = None) -> None:
+        """A stall or an exit with an error: an incident once a restart (or the run's
+        failure) follows; the first stall of an episode dates it, the last one names it."""
         if self._key is None:
+            return
+        if self._suspected is not None:
+            self._suspected.kind = kind
+            return
+        since = silent_since if silent_since is not None else self._last_ts
+        since = since if since is not None else self._since
+        if self._since is not None:
+            since = max(since if since is not None else ts, self._since)
+        self._suspected = _Suspected(kind, self._key, since if since is not None else ts, ts)
+
+    def _incident(self) -> None:
+        """The suspected incident forced a restart: count it, open its cost, and take its
+        detection and kill out of the hours run."""
+        sus, self._suspected = self._suspected, None
+        if sus is None:
             return
         if self._open is not None:  # a new incident before the last one was paid back
             self._close_incident(self._open, measured=False)
-        since = self._last_ts if self._last_ts is not None else self._since
-        self._close_hours(ts)
-        tally = self._tally(self._key)
-        tally.incidents[kind] = tally.incidents.get(kind, 0) + 1
-        detection = max(0.0, ts - since) if since is not None else 0.0
-        self._open = _Incident(self._key, ts, self._high_water, {"detection": detection})
-        self._pending, self._struck = None, True
+        tally = self._tally(sus.key)
+        tally.incidents[sus.kind] = tally.incidents.get(sus.kind, 0) + 1
+        end = sus.exit_ts if sus.exit_ts is not None else sus.declared
+        tally.seconds = max(0.0, tally.seconds - max(0.0, end - sus.since))
+        self._open = _Incident(
+            sus.key, sus.declared, self._high_water, {"detection": sus.declared - sus.since}
+        )
 
     def _close_incident(self, inc: _Incident, measured: bool = True) -> None:
         """Add a paid-back incident's cost; one cut short (another incident, the run's end)
@@ -174,6 +202,11 @@ class PresetUsage:
 
     def _tally(self, key: tuple[str, str]) -> Tally:
         return self._tallies.setdefault(key, Tally())
+
+    @property
+    def paying_back(self) -> bool:
+        """An incident's cost is still being measured (its work not yet redone)."""
+        return self._open is not None
 
     def tallies(self, now: float) -> dict[tuple[str, str], Tally]:
         """(preset, content) -> a copy of its tally, the running attempt counted up to ``now``."""

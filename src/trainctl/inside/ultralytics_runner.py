@@ -448,7 +448,7 @@ def supervise_model(
         requests.install()
         sink.emit(E.Info(time.time(), "save on request", key="runner.save_on_request"))
     if "," not in str(kwargs.get("device", "")):  # multi-GPU (DDP) keeps Ultralytics' own trainer
-        cfg = ut.MidEpochConfig(sink, checkpoints, every, requests)
+        cfg = ut.MidEpochConfig(sink, checkpoints, every, requests, follow=ut.follower(run_dir, every))
         kwargs["trainer"] = ut.trainer_class(trainer or model._smart_load("trainer"), cfg, version)
 
 

@@ -45,6 +45,7 @@ import torch
 from torch.utils.data import RandomSampler
 
 from trainctl.core import events as E
+from trainctl.inside.checkpoint_every import follower  # noqa: F401 - the runner reaches it here
 from trainctl.store.checkpoint import MID_PREFIX, TRAINCTL_KEY, fsync_dir, inspect_checkpoint, mid_epoch_checkpoints
 
 SUPPORTED = ("8.4.",)          # Ultralytics versions whose training loop MidEpochTrainer copies
@@ -156,6 +157,10 @@ class MidEpochConfig:
     requests: SaveRequests | None = None
     clock: Callable[[], float] = time.time
     saves: list[float] = field(default_factory=list)   # seconds each save paused training
+    follow: Callable[[], float] | None = None   # checkpoint_every = "auto": the agent's interval
+
+    def every(self) -> float:
+        return self.follow() if self.follow is not None else self.every_s
 
 
 def _rng_state() -> dict[str, Any]:
@@ -354,7 +359,7 @@ class MidEpochTrainer(EpochStartTrainer):
             self._tc_save(request["kind"], request)
             if request["kind"] == "planned" and request["hold"]:
                 self._tc_hold()   # the agent kills us now: take no batch it would redo
-        elif self.trainctl.every_s > 0 and time.monotonic() - self._tc_last_save >= self.trainctl.every_s:
+        elif (every := self.trainctl.every()) > 0 and time.monotonic() - self._tc_last_save >= every:
             self._tc_save("periodic")
 
     def _tc_fetch(self, loader: Any, start: int, nb: int) -> Iterator[tuple[int, Any]]:

@@ -12,6 +12,7 @@ next write of that run starts a fresh record.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
@@ -21,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from trainctl.config.preset import Preset
 from trainctl.core.preset_risk import Risk, estimate
 from trainctl.core.preset_usage import Tally
 from trainctl.store.paths import data_dir, write_private
@@ -38,6 +40,17 @@ def content_hash(settings: dict[str, Any]) -> str:
     """A short hash of what a preset sets (canonical JSON): an edited preset is a new record."""
     text = json.dumps(settings, sort_keys=True, default=str, separators=(",", ":"))
     return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
+_NOT_SETTINGS = ("name", "path", "description", "expected_rate")
+
+
+def preset_content(preset: Preset | None) -> str:
+    """The content hash of what ``preset`` sets (not its name, file, description or declared
+    rate); "" without a preset."""
+    if preset is None:
+        return ""
+    return content_hash({k: v for k, v in dataclasses.asdict(preset).items() if k not in _NOT_SETTINGS})
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ class RunSpec:
     remote: bool = False  # started on this box by `trainctl run --host`
     instrument: bool = True  # a Python command gets the zero-code integrations
     checkpoint_every: float | None = None  # kind=command, an integration's mid-epoch saves (s)
+    checkpoint_auto: bool = False  # checkpoint_every = "auto" (src/trainctl/agent/checkpoint_auto.py)
     slurm: dict | None = None  # the job's [slurm] (`trainctl run --slurm`)
     ladder: list[str] = field(default_factory=list)  # the job's ladder: rungs, fastest first
     ladder_stable_s: float | None = None  # its [ladder] stable (None: the policy's default)

@@ -16,6 +16,7 @@ from trainctl.core.projection_text import (
     format_projection,
     format_what_if,
     format_when,
+    hours_phrase,
     rate_phrase,
     signed_duration,
 )
@@ -49,6 +50,9 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
     for w in p.what_if:
         buffer = f" {signed_duration(w['buffer_s'])}" if w.get("buffer_s") is not None else ""
         guess = {"declared": " (declared)", "scaled": " (~declared)"}.get(w.get("source") or "", "")
+        risk = w.get("risk") or {}
+        if risk.get("incidents"):
+            guess += f" ({risk['incidents']} in {hours_phrase(float(risk.get('hours', 0.0)))})"
         lines.append(f"{w.get('preset', '?')}{guess}: ETA {format_when(w.get('eta'), now)}{buffer}")
     return lines
 
