@@ -268,6 +268,7 @@ def _spec(
         setup=args.setup or "",
         remote=args.via_ssh,
         instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
+        spare=not getattr(args, "no_spare", False) and (job.spare if job else True),
         checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
         slurm=(dict(job.slurm or {}) if job else {})
         if getattr(args, "slurm", False) or (job is not None and job.slurm is not None)
