@@ -4,6 +4,9 @@ fallback preset's ``[env]`` differs), and the spare off (``--no-spare``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from pathlib import Path
 
@@ -142,3 +145,17 @@ def test_no_spare_means_no_spare_process_ever(tmp_path):
     assert seen == []
     assert [e.attempt for e in res.events if e.type == "start"] == [1, 2]  # it did restart
     assert not [e for e in res.events if isinstance(e, E.Info) and e.key.startswith("spare.")]
+
+
+@pytest.mark.timeout(90)
+def test_a_spare_does_not_outlive_its_agent_killed_with_sigkill(tmp_path):
+    args = ["run", "--json", "--", PYTHON, "-u", str(STEADY), "--epochs", "1", "--batches", "4000"]
+    with start_trainctl(args) as tc:
+        parked = tc.wait_event(lambda e: e.type == "info" and e.key == "spare.parked", 60, "the parked spare")
+        spare = psutil.Process(int(parked.text.split("(pid ")[1].split(")")[0]))
+        assert spare in spares_of(tc.run_dir)
+        agent = json.loads((tc.run_dir / "agent.json").read_text())["pid"]
+        os.kill(agent, signal.SIGKILL)
+        wait_until(lambda: not spares_of(tc.run_dir), 15, what="the spare gone with its agent")
+        # the trainer itself goes on (held): a new agent adopts it; here it is just ended
+        assert any(p.pid != spare.pid for p in tc.tree(scan_env=True))

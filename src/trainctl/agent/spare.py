@@ -150,6 +150,8 @@ class Spare:
             return [], "the command does not run a Python script"
         if not self.held.alive():
             return [], "the spare had ended"
+        if not self.held.holder_alive():  # nobody would keep its output and its exit
+            return [], "the spare's holder had ended"
         if not same_interpreter(found[0], self.interpreter, env.get("PATH")):
             return [], "the command runs another interpreter"
         if os.path.realpath(cwd) != os.path.realpath(self.cwd):
