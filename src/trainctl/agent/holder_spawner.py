@@ -134,11 +134,11 @@ class HeldSpawner:
         return {self.spare.held.pid} if self.spare is not None else set()
 
     def on_journaled(self, ev: E.Event) -> None:
-        """The run over (a final state journaled): the parked spare told to end (EOF)."""
+        """The run over (a final state journaled): the parked spare ended."""
         if isinstance(ev, E.State) and ev.state in FINAL_STATES:
             self.use_spare = False
             if self.spare is not None:
-                self.spare.close()
+                self.spare.end()
 
     def adopt(self, attempt: int, log_path: Path):
         """The trainer of ``attempt`` as a handle, read on from the saved offsets: alive

@@ -19,6 +19,7 @@ import contextlib
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -180,9 +181,18 @@ class Spare:
             self._fd = -1
         _ready_path(self.fifo).unlink(missing_ok=True)
 
-    async def discard(self, wait_s: float = 5.0) -> None:
-        """Ended: told by EOF, killed (with its tree) if it has not gone within ``wait_s``."""
+    def end(self) -> None:
+        """Closed and killed at once, importing or parked: never released, it holds nothing of
+        the user's (its process group: the holder started it in a session of its own)."""
         self.close()
+        if self.held.alive():
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(self.held.pid, signal.SIGKILL)
+
+    async def discard(self, wait_s: float = 5.0) -> None:
+        """Ended (:meth:`end`), its holder gone within ``wait_s`` (else its tree killed), its
+        files removed."""
+        self.end()
         try:
             await asyncio.wait_for(self.held.wait(), wait_s)
         except (TimeoutError, HolderLost, OSError):
