@@ -12,6 +12,7 @@ and their offsets kept with the others."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import time
@@ -24,7 +25,7 @@ from trainctl.agent.spawner import Trainer, TreeOps, split_lines
 from trainctl.core import events as E
 from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.torchrun import Layout, layout, rank_files
-from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_status
+from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_status, spare_fifo
 from trainctl.holder.main import status_path
 from trainctl.store.paths import read_private, write_private
 
@@ -67,6 +68,8 @@ class HeldSpawner:
         held = await self._on_spare(argv, env, cwd, attempt)
         try:
             if held is None:
+                with contextlib.suppress(FileNotFoundError):  # a spare of an agent that died
+                    os.unlink(spare_fifo(self.run_dir, attempt))
                 held = await HeldTrainer.start(
                     argv, env, cwd, self.run_dir, attempt, lock_fd=self.lock_fd(), log=log_path
                 )

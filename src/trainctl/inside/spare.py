@@ -115,7 +115,10 @@ def release(req: dict) -> None:
 
 def main() -> None:
     fifo, modules = os.environ.pop("TRAINCTL_SPARE_FIFO"), os.environ.pop("TRAINCTL_SPARE_IMPORTS")
-    req = park(fifo, [m for m in modules.split(",") if m])
+    try:
+        req = park(fifo, [m for m in modules.split(",") if m])
+    except Exception:  # noqa: BLE001 - its FIFO gone (the run directory deleted...): quietly, no
+        req = None  # traceback in the attempt's output; the restart starts cold
     if req is None:
         sys.exit(0)
     release(req)
