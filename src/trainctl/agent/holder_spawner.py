@@ -96,6 +96,10 @@ class HeldSpawner:
             if why != "stale":
                 self.note(describe_start(attempt, differences, why, 0.0), "spare.cold")
             return None
+        if not await spare.wait_ready():  # still importing: waiting is still no slower than cold
+            await spare.discard()
+            self.note(describe_start(attempt, [], "the spare never got ready", 0.0), "spare.cold")
+            return None
         ready = spare.ready() or {}
         try:
             spare.release(argv, env, cwd)

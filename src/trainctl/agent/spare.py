@@ -135,6 +135,16 @@ class Spare:
         except (OSError, ValueError):
             return None
 
+    async def wait_ready(self, limit_s: float = 300.0) -> bool:
+        """Whether the spare got ready (its FIFO open, its imports done) within ``limit_s``:
+        only then may it be released (a request written before would be lost)."""
+        deadline = time.monotonic() + limit_s
+        while self.ready() is None:
+            if not self.held.alive() or time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
+        return True
+
     def memory(self) -> tuple[int, int] | None:
         """(RSS, PSS) of the parked spare in bytes; None once it is gone."""
         try:

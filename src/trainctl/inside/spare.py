@@ -25,6 +25,9 @@ LAUNCH = "import runpy, sys; sys.argv[:1] = ['" + MARK + "']; runpy.run_path({pa
 def park(fifo: str, modules: list[str]) -> dict | None:
     """Import ``modules``, write ``<fifo>.ready``, wait for the release; the request, or None
     when the FIFO reached EOF (the agent is gone)."""
+    # opened first: once it says it is ready, a request written and closed at once stays here
+    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # never blocks: a writer gone is EOF
+    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     t0 = time.monotonic()
     saved = _quiet()  # while parked, nothing reaches the attempt's output (train.log)
     for name in modules:
@@ -39,8 +42,6 @@ def park(fifo: str, modules: list[str]) -> dict | None:
     with open(tmp, "w") as f:
         json.dump(ready, f)
     os.replace(tmp, f"{fifo}.ready")
-    fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # never blocks: a writer gone is EOF
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
     data = b""
     try:
         while not data.endswith(b"\n"):
