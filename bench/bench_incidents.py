@@ -15,7 +15,8 @@ capped at ``--cap`` s: a tool that has not restarted by then "did not detect" it
 Times: the trainer's own stamped lines (``--stamp``; for Ultralytics the batch stamps of
 bench/ultralytics_faults), trainctl's journal, the launchers' log lines as they arrive.
 NVRx (the optional ``bench`` extra) runs the loop with ``--nvrx-heartbeat``; when
-ft_launcher does not import, its column says so.
+ft_launcher does not import, its column says so.  trainctl restarts on its warm spare; the
+rows "... cold" are the same runs with ``--no-spare``.
 
 The Ultralytics run (trainctl only): YOLOv8n from YAML on a synthetic data set, CPU,
 imgsz 64, preset A (2 spawned DataLoader workers) with fallback B; the faults come from
@@ -57,6 +58,7 @@ NVRX = [
     "false",
 ]
 YOLO = "trainctl (Ultralytics)"
+COLD = " cold"  # a trainctl tool's name + COLD: the same run with --no-spare (no warm spare)
 YOLO_TRAIN, YOLO_BATCH, YOLO_HANG_AT, YOLO_EVERY = 80, 4, 12, "3s"  # 20 batches an epoch
 YOLO_NBS = 8  # an optimizer step every 2 batches (Ultralytics' default nbs 64: every 16)
 YOLO_STALL_S = 10  # batches of 1-5 s on the 2 shared cores: 4 s saw false stalls
@@ -179,6 +181,7 @@ def yolo_job(root: Path) -> Path:
 def measure(tool: str, fault: str, cap: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-incidents-"))
     ckpts, run_dir = tmp / "ckpts", tmp / "run"
+    named, tool, cold = tool, tool.removesuffix(COLD), tool.endswith(COLD)
     env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
     if tool == YOLO:
         py = sys.executable
@@ -211,6 +214,8 @@ def measure(tool: str, fault: str, cap: float) -> dict:
         env.pop("OMP_NUM_THREADS")  # the preset sets it
     else:
         argv = command(tool, ckpts, FAULTS[fault], run_dir)
+    if cold:  # the same run without the warm spare
+        argv.insert(argv.index("--json") + 1, "--no-spare")
     lines: list[tuple[float, str]] = []
     load0 = os.getloadavg()[0]
     t0 = time.time()
@@ -266,7 +271,7 @@ def measure(tool: str, fault: str, cap: float) -> dict:
     if tool in ("trainctl", YOLO):  # the trainer's own lines are in train.log, the events on stdout
         text = _trainctl_lines(run_dir, tmp / "stamps.txt" if tool == YOLO else run_dir / "train.log")
     row = _figures(tool, fault, sorted(text, key=lambda x: x[0]), left, capped, run_dir)
-    row["load"] = (load0, os.getloadavg()[0])
+    row["load"], row["tool"] = (load0, os.getloadavg()[0]), named
     if fault == PLANNED and row["detect"] is not None:
         row["detect"] = "asked"  # nothing to detect: `trainctl ctl restart`
     if left_what:
@@ -452,7 +457,7 @@ def table(rows: list[dict]) -> str:
         load = "{:.1f}→{:.1f}".format(*r["load"]) if r.get("load") else "—"
         out.append(
             f"| {r['fault']} | {name} | {detect} | {fmt(r['recover'])} | {fmt(r.get('startup'))} | "
-            f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool']]} | {load} | "
+            f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool'].removesuffix(COLD)]} | {load} | "
             f"{r['note'] if r['detect'] is not None else ''} |"
         )
     return "\n".join(out)
@@ -463,7 +468,7 @@ def main() -> int:
     p.add_argument("--cap", type=float, default=60.0, help="seconds per fault and tool (the loop)")
     p.add_argument("--yolo-cap", type=float, default=240.0, help="seconds per fault (Ultralytics)")
     p.add_argument("--faults", default=",".join(FAULTS))
-    p.add_argument("--tools", default=f"trainctl,torchrun,nvrx,{YOLO}")
+    p.add_argument("--tools", default=f"trainctl,trainctl{COLD},torchrun,nvrx,{YOLO},{YOLO}{COLD}")
     args = p.parse_args()
     tools = args.tools.split(",")
     missing = nvrx_missing() if "nvrx" in tools else None
@@ -484,7 +489,7 @@ def main() -> int:
                     "startup": None,
                 }
             else:
-                row = measure(tool, fault, args.yolo_cap if tool == YOLO else args.cap)
+                row = measure(tool, fault, args.yolo_cap if tool.startswith(YOLO) else args.cap)
             print(row, flush=True)
             rows.append(row)
     print(table(rows))

@@ -621,6 +621,12 @@ JOB_MISTAKES = {
         "instrument",
         ["true or false"],
     ),
+    "spare not a boolean": (
+        'kind = "command"\ncommand = ["true"]\nspare = "off"\n',
+        3,
+        "spare",
+        ["true or false"],
+    ),
     "unknown job key": (
         'kind = "command"\ncommand = ["true"]\nretries = 2\n',
         3,
@@ -660,6 +666,12 @@ JOB_MISTAKES = {
         ["required"],
     ),
 }
+
+
+def test_spare_is_on_unless_the_job_says_false(tmp_path):
+    on = load_job(write(tmp_path / "a.toml", 'kind = "command"\ncommand = ["true"]\n'))
+    off = load_job(write(tmp_path / "b.toml", 'kind = "command"\ncommand = ["true"]\nspare = false\n'))
+    assert (on.spare, off.spare) == (True, False)
 
 
 def test_progress_table_is_read_into_the_job(tmp_path):

@@ -12,15 +12,20 @@ and their offsets kept with the others."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from trainctl.agent.spare import Spare, describe_start, parked_line
 from trainctl.agent.spawner import Trainer, TreeOps, split_lines
+from trainctl.core import events as E
+from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.torchrun import Layout, layout, rank_files
-from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_status
+from trainctl.holder.handle import FileTail, HeldTrainer, HolderLost, read_status, spare_fifo
 from trainctl.holder.main import status_path
 from trainctl.store.paths import read_private, write_private
 
@@ -31,10 +36,23 @@ def side_path(run_dir: Path, attempt: int) -> Path:
     return Path(run_dir) / f"side-{attempt}.jsonl"
 
 
+def held_spawner(ctx, lock_fd) -> HeldSpawner:
+    """The run's spawner: a warm spare unless the run says no (``--no-spare``, ``spare =
+    false``), journaling through ``ctx``, ending its spare with the run."""
+    spawner = HeldSpawner(ctx.files.dir, lock_fd, spare=ctx.spec.spare, note=ctx.info)
+    ctx.bus.on_journaled.append(spawner.on_journaled)
+    return spawner
+
+
 class HeldSpawner:
-    def __init__(self, run_dir: Path, lock_fd=lambda: None) -> None:
+    def __init__(self, run_dir: Path, lock_fd=lambda: None, spare: bool = False, note=None) -> None:
         self.run_dir = Path(run_dir)
         self.lock_fd = lock_fd  # () -> the job lock's fd for the holder to keep, or None
+        self.use_spare = spare  # a warm spare for the next attempt (trainctl.agent.spare)
+        self.spare: Spare | None = None
+        self._warming: asyncio.Task | None = None
+        self._saying: asyncio.Future | None = None  # journals the parked spare's memory
+        self.note: Callable[[str, str], None] = note or (lambda text, key: None)  # a journal line
 
     async def spawn(self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path):
         attempt = int(env.get("TRAINCTL_ATTEMPT") or 0)
@@ -47,13 +65,87 @@ class HeldSpawner:
             log_offset = os.stat(log_path).st_size
         except FileNotFoundError:
             log_offset = 0
+        held = await self._on_spare(argv, env, cwd, attempt)
         try:
-            held = await HeldTrainer.start(
-                argv, env, cwd, self.run_dir, attempt, lock_fd=self.lock_fd(), log=log_path
-            )
+            if held is None:
+                with contextlib.suppress(FileNotFoundError):  # a spare of an agent that died
+                    os.unlink(spare_fifo(self.run_dir, attempt))
+                held = await HeldTrainer.start(
+                    argv, env, cwd, self.run_dir, attempt, lock_fd=self.lock_fd(), log=log_path
+                )
         except TimeoutError as e:
             raise OSError(str(e)) from e
-        return HeldHandle(held, log_path, log_offset, side, 0, layout(argv))
+        if self.use_spare:
+            self._warming = asyncio.ensure_future(self._warm(argv, env, cwd, log_path, attempt + 1))
+        handle = HeldHandle(held, log_path, log_offset, side, 0, layout(argv))
+        handle.keep_pids = self.spare_pids
+        return handle
+
+    async def _on_spare(self, argv: list[str], env: dict[str, str], cwd: str, attempt: int):
+        """The parked spare released to run this attempt (its holder's trainer), or None: the
+        attempt starts cold (the spare discarded, the journal says why)."""
+        if self._warming is not None:
+            await asyncio.wait([self._warming])  # one starting now: it is taken or discarded
+            self._warming = None
+        spare, self.spare = self.spare, None
+        if spare is None:
+            return None
+        differences, why = spare.fit(argv, env, cwd) if spare.attempt == attempt else ([], "stale")
+        if differences or why is not None:
+            await spare.discard()
+            if why != "stale":
+                self.note(describe_start(attempt, differences, why, 0.0), "spare.cold")
+            return None
+        if not await spare.wait_ready():  # still importing: waiting is still no slower than cold
+            await spare.discard()
+            self.note(describe_start(attempt, [], "the spare never got ready", 0.0), "spare.cold")
+            return None
+        ready = spare.ready() or {}
+        try:
+            spare.release(argv, env, cwd)
+        except OSError as e:
+            await spare.discard()
+            self.note(
+                describe_start(attempt, [], f"the spare could not be released ({e})", 0.0), "spare.cold"
+            )
+            return None
+        saved = f", {float(ready['import_s']):.1f} s of imports saved" if ready.get("import_s") else ""
+        self.note(describe_start(attempt, [], None, time.monotonic() - spare.started) + saved, "spare.used")
+        return spare.held
+
+    async def _warm(
+        self, argv: list[str], env: dict[str, str], cwd: str, log_path: Path, attempt: int
+    ) -> None:
+        """A spare for ``attempt`` started; once parked, its memory journaled."""
+        env = dict(
+            env, TRAINCTL_ATTEMPT=str(attempt), TRAINCTL_EVENTS_PATH=str(side_path(self.run_dir, attempt))
+        )
+        try:
+            self.spare = await Spare.start(self.run_dir, attempt, argv, env, cwd, log_path, self.lock_fd())
+        except OSError as e:
+            self.note(f"no warm spare for attempt {attempt}: {e}", "spare.failed")
+            return
+        if self.spare is not None:
+            self._saying = asyncio.ensure_future(self._say_parked(self.spare))
+
+    async def _say_parked(self, spare: Spare, wait_s: float = 600.0) -> None:
+        deadline = time.monotonic() + wait_s
+        while self.spare is spare and time.monotonic() < deadline:
+            if (line := parked_line(spare)) is not None:
+                self.note(line, "spare.parked")
+                return
+            await asyncio.sleep(1.0)
+
+    def spare_pids(self) -> set[int]:
+        """The parked spare's process (never swept with an attempt that ended)."""
+        return {self.spare.held.pid} if self.spare is not None else set()
+
+    def on_journaled(self, ev: E.Event) -> None:
+        """The run over (a final state journaled): the parked spare ended."""
+        if isinstance(ev, E.State) and ev.state in FINAL_STATES:
+            self.use_spare = False
+            if self.spare is not None:
+                self.spare.end()
 
     def adopt(self, attempt: int, log_path: Path):
         """The trainer of ``attempt`` as a handle, read on from the saved offsets: alive

@@ -276,6 +276,7 @@ def _spec(
         setup=args.setup or "",
         remote=args.via_ssh,
         instrument=not getattr(args, "no_instrument", False) and (job.instrument if job else True),
+        spare=not getattr(args, "no_spare", False) and (job.spare if job else True),
         checkpoint_every=job.checkpoint_every if job and job.kind == "command" else None,
         ladder=list(job.ladder.rungs) if job and job.ladder else [],
         ladder_stable_s=job.ladder.stable_s if job and job.ladder else None,

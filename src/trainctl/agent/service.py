@@ -19,7 +19,7 @@ from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
 from trainctl.agent.context import RunConfig, RunContext
 from trainctl.agent.handlers import CommandHandlers
-from trainctl.agent.holder_spawner import HeldSpawner
+from trainctl.agent.holder_spawner import held_spawner
 from trainctl.agent.plug import AgentPlug
 from trainctl.agent.server import ClientServer
 from trainctl.agent.snapshots import SnapshotKeeper
@@ -78,7 +78,7 @@ class Agent:
         self.lock = JobLock(spec.job_name)
         if spawner is None and os.environ.get("TRAINCTL_SPAWNER") == "pipe":
             spawner = PipeSpawner()  # for side-by-side benches only: the trainer dies with the agent
-        self.spawner = spawner or HeldSpawner(ctx.files.dir, self._lock_fd)
+        self.spawner = spawner or held_spawner(ctx, self._lock_fd)
         self.plug = plug or AgentPlug()
         self.loop = AttemptLoop(ctx, self.spawner, self.report, self.give_up, self.plug)
         self.loop.before_start = self._say_remade

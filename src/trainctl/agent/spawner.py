@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import fcntl
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -125,6 +125,7 @@ class TreeOps:
     orphan = False
     save_on_request = False
     exit_unknown: str | None = None
+    keep_pids: Callable[[], set[int]] = staticmethod(set)  # processes of the run never swept
 
     def rank_output(self) -> AsyncIterator[tuple[int, str, bytes]] | None:
         return None
@@ -198,7 +199,10 @@ class TreeOps:
         and any process whose environment names this run directory (a daemon that escaped
         the tree: double fork + setsid)."""
         loop = asyncio.get_running_loop()
-        escaped = await loop.run_in_executor(None, run_dir_processes, self.run_dir)
+        keep = self.keep_pids()
+        escaped = [
+            p for p in await loop.run_in_executor(None, run_dir_processes, self.run_dir) if p.pid not in keep
+        ]
         self.seen.update({p.pid: p for p in escaped})
         return await self.kill(2.0)
 

@@ -103,6 +103,11 @@ def _run_options(p: argparse.ArgumentParser) -> None:
         help="no zero-code integration (Ultralytics, Transformers, Lightning) in a Python "
         "command: console parsing only (a job's instrument = false)",
     )
+    p.add_argument(
+        "--no-spare",
+        action="store_true",
+        help="no warm spare: a restart starts the trainer's interpreter cold (a job's spare = false)",
+    )
 
 
 def _where_options(p: argparse.ArgumentParser) -> None:

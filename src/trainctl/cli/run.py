@@ -47,6 +47,8 @@ def _forwarded_options(args) -> list[str]:
         out.append("--no-auto-recover")
     if getattr(args, "no_instrument", False):
         out.append("--no-instrument")
+    if getattr(args, "no_spare", False):
+        out.append("--no-spare")
     out.append("--via-ssh")  # the box's agent says so in its advice
     return out
 

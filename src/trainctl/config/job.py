@@ -37,6 +37,7 @@ _SHARED_KEYS = (
     "run_dir",
     "max_restarts",
     "ladder",
+    "spare",
 )
 _SHARED_SECTIONS = ("stall", "host", "progress", "alerts", "slurm")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
@@ -85,6 +86,7 @@ class Job:
     #                                   a command whose Ultralytics script an integration runs
     checkpoint_auto: bool = False  # checkpoint_every = "auto": Young's interval, re-decided in the run
     instrument: bool = True  # kind command: zero-code integrations in a Python command
+    spare: bool = True  # a warm spare interpreter for the next attempt (a Python trainer)
     # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
     alerts: dict[str, tuple[str, ...]] | None = None
     # [slurm]: partition, time, nodes, gpus, gres, cpus, mem, warn, options, setup (config/slurm.py)
@@ -236,6 +238,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
         run_dir = (job_dir / Path(data["run_dir"]).expanduser()).resolve()
 
     max_restarts = p.int_(None, "max_restarts", data["max_restarts"], 0) if "max_restarts" in data else 3
+    spare = p.bool_(None, "spare", data["spare"]) is not False if "spare" in data else True
     stall = _job_stall(p, t) if (t := tables.get("stall")) is not None else {}
     host = _job_host(p, t) if (t := tables.get("host")) is not None else None
     progress = _job_progress(p, t) if (t := tables.get("progress")) is not None else None
@@ -259,6 +262,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
         currency=currency or "$",
         run_dir=run_dir,
         max_restarts=3 if max_restarts is None else max_restarts,
+        spare=spare,
         stall=stall,
         host=host,
         description=description or "",

@@ -66,12 +66,20 @@ def _same_process(pid: int | None, start: float | None) -> psutil.Process | None
         return None
 
 
+def spare_fifo(run_dir: Path | str, attempt: int) -> Path:
+    """Where the warm spare parked for ``attempt`` waits to be released (trainctl.agent.spare):
+    while it exists, ``trainer-<attempt>.json`` is the spare's, not an attempt's."""
+    return Path(run_dir) / f"spare-{attempt}.fifo"
+
+
 def last_status(run_dir: Path | str) -> dict | None:
-    """The status file of the run's last attempt (the highest ``trainer-<N>.json``), or None."""
+    """The status file of the run's last attempt (the highest ``trainer-<N>.json``, a parked
+    spare's aside), or None."""
     attempts = [
         int(n)
         for p in Path(run_dir).glob("trainer-*.json")
         if (n := p.name[len("trainer-") : -len(".json")]).isdigit()
+        and not spare_fifo(run_dir, int(n)).exists()
     ]
     return read_status(_status_path(str(run_dir), max(attempts))) if attempts else None
 

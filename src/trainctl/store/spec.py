@@ -40,6 +40,7 @@ class RunSpec:
     setup: str = ""  # shell lines run before the trainer ([host] setup)
     remote: bool = False  # started on this box by `trainctl run --host`
     instrument: bool = True  # a Python command gets the zero-code integrations
+    spare: bool = True  # a warm spare interpreter for the next attempt (agent/spare.py)
     checkpoint_every: float | None = None  # kind=command, an integration's mid-epoch saves (s)
     checkpoint_auto: bool = False  # checkpoint_every = "auto" (src/trainctl/agent/checkpoint_auto.py)
     slurm: dict | None = None  # the job's [slurm] (`trainctl run --slurm`)

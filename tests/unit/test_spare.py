@@ -1,0 +1,135 @@
+"""The warm spare's pure rules (which environment decides, which commands run on one, how the
+journal says it) and the parked process itself with a light import (no torch): released by a
+real FIFO, or ended by its EOF."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from trainctl.agent.spare import describe_start, env_differences, imports_for, launch_code, script_of
+from trainctl.inside.spare import final_env
+
+BASE = {"PATH": "/usr/bin", "OMP_NUM_THREADS": "2", "TRAINCTL_ATTEMPT": "2", "HOME": "/h"}
+
+
+def test_the_same_environment_matches_whatever_the_attempt_facts_say():
+    wanted = dict(BASE, TRAINCTL_ATTEMPT="3", TRAINCTL_PRESET="B", TRAINCTL_EVENTS_PATH="/r/side-3.jsonl")
+    assert env_differences(BASE, wanted) == []
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"OMP_NUM_THREADS": "1"},
+        {"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True"},
+        {"PYTORCH_HIP_ALLOC_CONF": "garbage_collection_threshold:0.8"},
+        {"MIOPEN_USER_DB_PATH": "/tmp/db"},
+        {"HIP_VISIBLE_DEVICES": "1"},
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        {"MY_PRESET_VAR": "x"},  # a preset's [env]: any name counts
+    ],
+)
+def test_a_difference_before_import_torch_does_not_match_and_is_named(change):
+    assert env_differences(BASE, dict(BASE, **change)) == sorted(change)
+    gone = dict(BASE)
+    gone.pop("OMP_NUM_THREADS")
+    assert env_differences(BASE, gone) == ["OMP_NUM_THREADS"]
+
+
+@pytest.mark.parametrize(
+    "argv,expected",
+    [
+        (["python", "train.py", "--x", "1"], ("python", ("path", "train.py", ["--x", "1"]))),
+        (["/v/bin/python3", "-u", "t.py"], ("/v/bin/python3", ("path", "t.py", []))),
+        (["python", "-m", "pkg.mod", "a"], ("python", ("module", "pkg.mod", ["a"]))),
+        (["python", "-X", "dev", "t.py"], None),  # options a spare cannot take: cold
+        (["python", "-c", "print(1)"], None),
+        (["torchrun", "--nproc-per-node", "2", "t.py"], None),
+        (["bash", "t.sh"], None),
+        (["python"], None),
+    ],
+)
+def test_only_a_python_script_or_module_runs_on_a_spare(argv, expected):
+    assert script_of(argv) == expected
+
+
+def test_the_runner_spare_imports_ultralytics_too():
+    assert imports_for(("module", "trainctl.inside.ultralytics_runner", [])) == ["torch", "ultralytics"]
+    assert imports_for(("path", "train.py", [])) == ["torch"]
+
+
+def test_the_journal_says_how_an_attempt_started():
+    assert describe_start(2, [], None, 12.34) == "attempt 2 started on the warm spare (parked 12.3 s)"
+    assert describe_start(3, ["OMP_NUM_THREADS", "X"], None, 0) == (
+        "attempt 3 started cold: the spare's environment differs in OMP_NUM_THREADS, X"
+    )
+    assert describe_start(2, [], "the spare had ended", 0) == "attempt 2 started cold: the spare had ended"
+
+
+def test_the_released_environment_keeps_what_the_bootstrap_took_out():
+    launch = {"PYTHONPATH": "/boot:/user", "TRAINCTL_INSTRUMENT": "{}", "TRAINCTL_ATTEMPT": "2", "A": "1"}
+    current = {"PYTHONPATH": "/user", "TRAINCTL_ATTEMPT": "2", "A": "1", "SPARE_ONLY": "x"}
+    wanted = dict(launch, TRAINCTL_ATTEMPT="3")
+    assert final_env(current, launch, wanted) == {"PYTHONPATH": "/user", "TRAINCTL_ATTEMPT": "3", "A": "1"}
+
+
+def _park(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]:
+    fifo = tmp_path / "spare.fifo"
+    os.mkfifo(fifo)
+    fd = os.open(fifo, os.O_RDWR)
+    env = dict(os.environ, TRAINCTL_SPARE_FIFO=str(fifo), TRAINCTL_SPARE_IMPORTS="json,no_such_module_here")
+    proc = subprocess.Popen(
+        [sys.executable, "-c", launch_code()], env=env, cwd=tmp_path, stdout=subprocess.PIPE
+    )
+    return proc, fifo, fd
+
+
+def test_a_parked_spare_runs_the_script_as_main_with_its_argv_cwd_and_env(tmp_path):
+    work = tmp_path / "work"
+    work.mkdir()
+    script = work / "train.py"
+    script.write_text(
+        "import os, sys\n"
+        "print(__name__, sys.argv, os.getcwd(), os.environ.get('WANTED'), sys.path[0], flush=True)\n"
+        "sys.exit(3)\n"
+    )
+    proc, fifo, fd = _park(tmp_path)
+    deadline = time.monotonic() + 30
+    while not (fifo.parent / "spare.fifo.ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the spare never said it was ready"
+        time.sleep(0.05)
+    ready = json.loads((fifo.parent / "spare.fifo.ready").read_text())
+    assert ready["pid"] == proc.pid and ready["modules"] == ["json", "no_such_module_here"]
+    assert ready["cuda_initialized"] is False
+    env = dict(os.environ, WANTED="yes")
+    request = {"run": ["path", "train.py", ["--a", "1"]], "env": env, "launch_env": {}, "cwd": str(work)}
+    os.write(fd, (json.dumps(request) + "\n").encode())
+    os.close(fd)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 3
+    assert out.decode().split() == ["__main__", "['train.py',", "'--a',", "'1']", str(work), "yes", str(work)]
+
+
+def test_a_parked_spare_ends_when_its_fifo_closes(tmp_path):
+    proc, _fifo, fd = _park(tmp_path)
+    os.close(fd)
+    assert proc.wait(timeout=30) == 0
+    assert proc.stdout is not None and proc.stdout.read() == b""
+
+
+def test_a_parked_spares_status_file_is_no_attempts(tmp_path):
+    from trainctl.holder.handle import last_status, spare_fifo
+
+    for n in (1, 2):
+        (tmp_path / f"trainer-{n}.json").write_text(json.dumps({"attempt": n}))
+    os.mkfifo(spare_fifo(tmp_path, 2))
+    assert last_status(tmp_path)["attempt"] == 1
+    spare_fifo(tmp_path, 2).unlink()  # released: the attempt's own
+    assert last_status(tmp_path)["attempt"] == 2
