@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.agent.bus import EventBus
-from trainctl.agent.ladder import LadderKeeper
 from trainctl.agent.checkpoint_auto import CheckpointAuto
+from trainctl.agent.ladder import LadderKeeper
 from trainctl.agent.preset_feed import PresetFeed
 from trainctl.agent.requests import Requests
 from trainctl.config import ConfigError, load_preset
