@@ -365,7 +365,7 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
     assert [(r.attempt, r.preset, r.delay_s) for r in restarts] == [
         (2, "B", 0.0),
         (3, "A", 0.0),
-        (4, "B", 1.0),
+        (4, "B", 0.0),  # the first automatic restart of the incident: no back-off
     ]
     assert [r.reason for r in restarts[:2]] == ["restart requested by the user"] * 2
     assert "stalled; falling back from A to B" in restarts[2].reason
