@@ -178,7 +178,7 @@ class FakeTrainer:
             elif kind == "silence":
                 await asyncio.sleep(arg)
 
-    async def kill(self, grace: float) -> KillReport:
+    async def kill(self, grace: float, workers_at_once: bool = False) -> KillReport:
         self.spawner.note("kill", self.pid, grace)
         self._driver.cancel()
         for task in self._answering:

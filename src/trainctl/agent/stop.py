@@ -163,7 +163,8 @@ class Stopper:
                 await asyncio.sleep(0.1)
         if ctx.sm.state != RunState.STOPPING:
             ctx.set_state(RunState.STOPPING, why)
-        report = await trainer.kill(ctx.spec.kill_grace_s)
+        # a stalled trainer's workers hold nothing to save: the grace is for its main process
+        report = await trainer.kill(ctx.spec.kill_grace_s, workers_at_once=self.intake.stalled)
         detail = f"killed {len(report.pids)} processes in {report.seconds:.1f}s"
         if report.forced:
             detail += f" ({len(report.forced)} needed SIGKILL)"
