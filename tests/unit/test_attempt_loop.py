@@ -91,8 +91,9 @@ def test_a_stall_is_diagnosed_killed_and_restarted_under_the_fallback(tmp_path):
     good = [("start", {"pid": 102}), *batches(1, 21, 30), ("exit", {"returncode": 0})]
     code, events, spawner, _ = run_agent(tmp_path, [hang, good])
     assert code == 0
-    stall = of(events, "stall")[0]
-    assert stall.diagnosis == "deadlock" and stall.phase == "train"
+    stall = of(events, "stall")[0]  # said at detection, its verdict after
+    assert stall.diagnosis == "diagnosing" and stall.phase == "train"
+    assert of(events, "stall_diagnosis")[0].diagnosis == "deadlock"
     restart = of(events, "restart")[0]
     assert restart.preset == "B" and restart.attempt == 2
     assert [s.preset for s in of(events, "start")] == ["A", "B"]
@@ -198,7 +199,7 @@ def test_a_failed_diagnosis_never_holds_up_recovery(tmp_path):
     good = [("start", {"pid": 802}), *batches(1, 5, 6), ("exit", {"returncode": 0})]
     code, events, _, _ = run_agent(tmp_path, [hang, good])
     assert code == 0
-    assert of(events, "stall")[0].diagnosis == "unknown"
+    assert of(events, "stall_diagnosis")[0].diagnosis == "unknown"
     assert of(events, "error")[0].where == "diagnose"
     assert of(events, "restart")[0].preset == "B"
 
