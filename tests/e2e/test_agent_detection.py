@@ -88,16 +88,17 @@ def test_worker_deadlock_in_epoch_2_is_a_deadlock_and_waits_for_the_user():
         events = tc.events()
         last = _last_progress_before(events, stall)
         assert (last.epoch, last.batch) == (2, 4), last
-        assert stall.phase == "train" and stall.diagnosis == "deadlock", stall
-        assert stall.cpu_percent is not None and stall.cpu_percent < 10, stall
+        verdict = tc.wait_event("stall_diagnosis", 60)  # the stall at detection, its verdict after
+        assert stall.phase == "train" and verdict.diagnosis == "deadlock", (stall, verdict)
+        assert verdict.cpu_percent is not None and verdict.cpu_percent < 10, stall
         # Latency: the stall event comes at most 5 s after the threshold was crossed
         # (the detector polls every 0.25 s; the rest is the diagnosis with py-spy).
         late = stall.ts - last.ts - timeout
         assert 0 < late < 5, f"stall event {late:.2f}s after the threshold"
         assert stall.idle_s >= timeout and stall.threshold_s == timeout
-        stack = _main_thread_stack(stall.stacks, start.pid)
+        stack = _main_thread_stack(verdict.stacks, start.pid)
         assert "_get_data" in stack or "_try_get_data" in stack, stack
-        assert "DataLoader" in stall.detail, stall.detail
+        assert "DataLoader" in verdict.detail, verdict.detail
         # STALLED, and the run is left alone: no kill, the trainer still there.
         states = [e.state for e in events if e.type == "state"]
         assert states[-1] == "STALLED", states
@@ -121,7 +122,8 @@ def test_miopen_warning_then_spin_before_the_first_batch(tmp_path):
         events = tc.events()
         warnings = [e for e in events if e.type == "warning"]
         assert any("miopen" in w.id for w in warnings), warnings
-        assert stall.phase == "startup" and stall.diagnosis == "spin", stall
+        verdict = tc.wait_event("stall_diagnosis", 60)
+        assert stall.phase == "startup" and verdict.diagnosis == "spin", (stall, verdict)
         assert not [e for e in events if e.type == "progress"]
         tc.signal(signal.SIGINT)
         r = tc.wait(30)
@@ -152,8 +154,9 @@ def test_a_trainer_stopped_with_sigstop_is_stopped():
         tc.wait_event(lambda e: e.type == "progress" and (e.batch or 0) >= 10, 30, "progress")
         os.kill(start.pid, signal.SIGSTOP)
         stall = tc.wait_event("stall", 30)
-        assert stall.diagnosis == "stopped", stall
-        assert f"kill -CONT {start.pid}" in stall.detail, stall.detail
+        verdict = tc.wait_event("stall_diagnosis", 60)
+        assert verdict.diagnosis == "stopped", (stall, verdict)
+        assert f"kill -CONT {start.pid}" in verdict.detail, verdict.detail
         tc.signal(signal.SIGINT)  # the agent must still kill a stopped tree (SIGCONT)
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()
@@ -221,8 +224,9 @@ def test_a_multiprocessing_worker_killed_with_sigkill_is_a_dead_worker():
         (worker,) = psutil.Process(start.pid).children()
         worker.send_signal(signal.SIGKILL)
         stall = tc.wait_event("stall", 30)
-        assert stall.diagnosis == "dead_worker", stall
-        assert str(worker.pid) in stall.detail, stall.detail
+        verdict = tc.wait_event("stall_diagnosis", 60)
+        assert verdict.diagnosis == "dead_worker", (stall, verdict)
+        assert str(worker.pid) in verdict.detail, verdict.detail
         tc.signal(signal.SIGINT)
         r = tc.wait(30)
     assert r.returncode == 130, r.describe()

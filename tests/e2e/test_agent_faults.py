@@ -221,8 +221,8 @@ def test_recovery_happens_when_the_stacks_cannot_be_written(tmp_path):
     ) as tc:
         r = tc.wait(60)
     assert r.returncode == 0, r.describe()
-    stall = r.of_type("stall")[0]
-    assert stall.stacks is None and "could not be written" in stall.detail, stall
+    verdict = r.of_type("stall_diagnosis")[0]
+    assert verdict.stacks is None and "could not be written" in verdict.detail, verdict
     assert len(r.of_type("start")) == 2 and r.events[-1].state == "FINISHED"
 
 

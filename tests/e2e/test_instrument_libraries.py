@@ -119,7 +119,8 @@ def check_common(events: list[E.Event], integration: str) -> tuple[list[E.Event]
         assert keys[-1] == f"instrument.attached.{integration}", keys
         assert of(part, "info", "runner.save_on_request")
     [stall] = of(one, "stall")
-    assert stall.phase == "train" and stall.diagnosis == "deadlock", stall
+    [verdict] = of(one, "stall_diagnosis")
+    assert stall.phase == "train" and verdict.diagnosis == "deadlock", (stall, verdict)
     [restart] = of(one, "restart")
     assert restart.preset == "B" and restart.resume_from, restart
     # B's workers = 0 replaced the script's num_workers=2, and said so.

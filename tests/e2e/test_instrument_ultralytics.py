@@ -96,7 +96,8 @@ def test_a_plain_yolo_script_deadlocks_under_A_and_resumes_under_B_with_no_worke
         attached
     )
     stall = next(e for e in of(events, "stall") if e.ts > stopped_at)
-    assert stall.diagnosis == "stopped" and stall.phase == "train", stall
+    verdict = next(e for e in of(events, "stall_diagnosis") if e.ts > stopped_at)
+    assert verdict.diagnosis == "stopped" and stall.phase == "train", (stall, verdict)
     rescue = [c for c in of(events, "checkpoint") if c.kind == "rescue" and c.ok and c.ts > stall.ts]
     assert rescue and rescue[0].epoch == 2 and rescue[0].batch, of(events, "checkpoint")
     restart = of(events, "restart")[0]

@@ -139,7 +139,7 @@ def test_worker_deadlock_under_A_restarts_under_B_from_the_checkpoint(tmp_path):
     events = res.events
     one, two = attempt(events, 1), attempt(events, 2)
     stall = first(one, "stall")
-    assert stall.phase == "train" and stall.diagnosis == "deadlock", stall
+    assert stall.phase == "train" and first(one, "stall_diagnosis").diagnosis == "deadlock", stall
     restart = first(one, "restart")
     assert (restart.attempt, restart.preset, restart.resume_from) == (2, "B", str(ckpt))
     assert "falling back from A to B" in restart.reason
@@ -377,8 +377,9 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
         progress_after(tc, s3, epoch_above=furthest)  # attempt 3 makes new progress
         assert ctl(tc.run_dir, "auto_recover", "--off") == {"auto_recover": False}
         os.kill(s3.pid, signal.SIGSTOP)
-        stall = tc.wait_event(lambda e: e.type == "stall" and e.ts > s3.ts, 30, "the stall")
-        assert stall.diagnosis == "stopped"
+        tc.wait_event(lambda e: e.type == "stall" and e.ts > s3.ts, 30, "the stall")
+        verdict = tc.wait_event(lambda e: e.type == "stall_diagnosis" and e.ts > s3.ts, 30, "the verdict")
+        assert verdict.diagnosis == "stopped"
         time.sleep(2.5)
         three = attempt(tc.events(), 3)
         assert not of(three, "restart") and not of(three, "exit"), [e.type for e in three]
@@ -395,7 +396,7 @@ def test_user_commands_fallback_switch_preset_and_auto_recover(tmp_path):
     assert [(r.attempt, r.preset, r.delay_s) for r in restarts] == [
         (2, "B", 0.0),
         (3, "A", 0.0),
-        (4, "B", 1.0),
+        (4, "B", 0.0),  # the first automatic restart of the incident: no back-off
     ]
     assert [r.reason for r in restarts[:2]] == ["restart requested by the user"] * 2
     assert "stalled; falling back from A to B" in restarts[2].reason

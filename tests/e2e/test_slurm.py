@@ -105,7 +105,8 @@ def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tm
     starts = res.of_type("start")
     assert len(starts) == 2 and starts[0].slurm_job == starts[1].slurm_job == read_jobs(res.run_dir)[0]
     stall = res.of_type("stall")
-    assert stall and stall[0].diagnosis == "deadlock", stall
+    verdict = res.of_type("stall_diagnosis")  # the stall goes out at detection, its verdict after
+    assert stall and verdict[0].diagnosis == "deadlock", (stall, verdict)
     rescue = [c for c in res.of_type("checkpoint") if c.kind == "rescue"]
     assert rescue and res.of_type("restart")[0].resume_from == rescue[0].path
     assert of_type(res.events, "state")[-1].state == "FINISHED"

@@ -73,9 +73,10 @@ def test_deadlock_before_the_first_batch_is_caught_within_the_startup_idle_windo
     )
     assert r.returncode == 1, r.describe()
     stall = r.of_type("stall")[0]
-    assert stall.phase == "startup" and stall.diagnosis == "deadlock", stall
+    verdict = r.of_type("stall_diagnosis")[0]  # the stall at detection, its verdict after
+    assert stall.phase == "startup" and verdict.diagnosis == "deadlock", (stall, verdict)
     assert stall.threshold_s == 10.0 and "deadlock before the first batch" in stall.detail
-    assert stall.stacks, stall  # the stacks were taken
+    assert verdict.stacks, verdict  # the stacks were taken
     late = stall.ts - _hang_at(r)
     print(f"start-up deadlock caught {late:.1f}s after it began (window 10 s + diagnosis)")
     assert 10.0 < late < 10.0 + 6.0, late

@@ -15,9 +15,11 @@ from __future__ import annotations
 import asyncio
 import math
 import selectors
+from types import SimpleNamespace
 
 from trainctl.core import events as E
 from trainctl.system.diagnose import Diagnosis
+from trainctl.system.probes import ProcSample
 from trainctl.system.process import KillReport
 
 
@@ -95,6 +97,8 @@ class FakeTrainer:
         self.log_error: str | None = None
         self.diagnosis = "deadlock"
         self.fail_diagnose = False
+        self.diagnose_s = 0.0  # how long its diagnosis takes (py-spy of every process)
+        self.sampler = SimpleNamespace(last=())  # the watch's last tree sample (its main)
         self.fail_output = False
         self.answers: list | None = None
         self._answering: list[asyncio.Task] = []
@@ -124,6 +128,12 @@ class FakeTrainer:
                 self.diagnosis = arg
             elif kind == "fail_diagnose":
                 self.fail_diagnose = True
+            elif kind == "diagnose_s":
+                self.diagnose_s = arg
+            elif kind == "main":  # (status, cpu_percent) of its main process in the last sample
+                self.sampler.last = (
+                    ProcSample(self.pid, 1, "main", "python", arg[0], arg[1], None, 1, None),
+                )
             elif kind == "fail_output":
                 self.fail_output = True
         await asyncio.Future()  # a history that ends without an exit hangs
@@ -156,6 +166,8 @@ class FakeTrainer:
         self.spawner.note("diagnose", self.pid, tag)
         if self.fail_diagnose:
             raise PermissionError(13, "Permission denied", str(stacks_dir))
+        await asyncio.sleep(self.diagnose_s)
+        self.spawner.note("diagnosed", self.pid, tag)
         if snapshot:  # as the real diagnose(): a snapshot is not a verdict
             return Diagnosis(
                 self.diagnosis, 0.0, None, "a snapshot of 1 running process, not a stall verdict."
@@ -178,7 +190,7 @@ class FakeTrainer:
             elif kind == "silence":
                 await asyncio.sleep(arg)
 
-    async def kill(self, grace: float) -> KillReport:
+    async def kill(self, grace: float, workers_at_once: bool = False) -> KillReport:
         self.spawner.note("kill", self.pid, grace)
         self._driver.cancel()
         for task in self._answering:

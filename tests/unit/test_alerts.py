@@ -199,3 +199,15 @@ def test_the_sink_posts_to_a_real_receiver_and_a_silent_one_costs_the_bus_nothin
         # the silent receiver timed out: journaled once, redacted
         assert len(warnings) == 1 and warnings[0].id == "trainctl.alert_failed"
         assert "never-answers" not in warnings[0].text and "127.0.0.1" in warnings[0].text
+
+
+def test_a_stall_said_at_detection_takes_its_verdict_into_the_same_message():
+    p = policy()
+    p.feed(E.Progress(995.0, 2, 10, 311, 500), 995.0)
+    p.feed(E.Stall(1000.0, "train", 30.0, E.DIAGNOSING, None, None, 30.0, "no progress for 30s"), 1000.0)
+    p.feed(E.StallDiagnosis(1002.0, "train", "deadlock", 0.0, None, "DataLoader worker"), 1002.0)
+    p.feed(E.Restart(1004.0, 2, "the trainer stalled; falling back from A to B", "B", None, 0.0), 1004.0)
+    [a] = p.due(1004.5)
+    assert "deadlock" in a.title, a.title  # the head follows the verdict
+    assert "after 30 s without progress: no progress for 30s" in a.body and "diagnosing" not in a.body
+    assert "diagnosis: deadlock, DataLoader worker" in a.body, a.body

@@ -131,3 +131,26 @@ def test_kill_tree_leaves_the_trainer_to_its_own_reaper(argv, grace, code):
         return [await _kill_an_asyncio_child(argv, grace) for _ in range(20)]
 
     assert asyncio.run(main()) == [code] * 20
+
+
+def test_workers_killed_at_once_do_not_wait_for_the_grace():
+    """Issue 30: a deadlocked trainer's workers hold nothing to save: SIGKILL at once, the
+    grace only for the rest.  A worker that ignores SIGTERM ends well before the grace."""
+    parent = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, time; subprocess.Popen({STUBBORN!r}); time.sleep(60)"],
+        start_new_session=True,
+    )
+    try:
+        root = psutil.Process(parent.pid)
+        end = time.monotonic() + 20
+        while not root.children() and time.monotonic() < end:
+            time.sleep(0.05)
+        (worker,) = root.children()
+        report = kill_tree(root, parent.pid, grace=30.0, at_once=(worker,))
+        assert report.survivors == () and worker.pid in report.forced and report.seconds < 15, report
+        with contextlib.suppress(psutil.NoSuchProcess):
+            assert worker.status() == psutil.STATUS_ZOMBIE  # dead, not yet reaped by its new parent
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()

@@ -11,7 +11,7 @@ import signal
 import pytest
 
 from tests.unit.test_attempt_loop import batches, of, run_agent, until_state
-from trainctl.agent.stop import can_answer
+from trainctl.agent.stop import can_answer, can_answer_now
 from trainctl.core import events as E
 from trainctl.inside.report import SAVE_ON_REQUEST_KEY
 from trainctl.system.diagnose import Diagnosis
@@ -110,7 +110,7 @@ def test_planned_restarts_save_first_and_resume_from_that_save(tmp_path, command
     assert spawner.trainers[1].argv[-2:] == ["--resume", str(ckpt)]
 
 
-def _main(status: str, cpu: float) -> ProcSample:
+def _main(status: str, cpu: float | None) -> ProcSample:
     return ProcSample(7, 1, "main", "python", status, cpu, None, 1, None)
 
 
@@ -167,3 +167,59 @@ def test_the_projection_says_where_the_last_checkpoint_is_and_counts_batches_red
     batch(75.0, 1, 61)  # resumed at the periodic save: 10 batches redone
     assert proj.project(76.0).redone == (10,)
     assert "batches redone per restart: 10" in format_projection(proj.project(76.0), 76.0)
+
+
+@pytest.mark.parametrize(
+    "main, answers",
+    [
+        (_main("sleeping", 0.0), True),  # idle: a deadlock, ask at once
+        (_main("stopped", 0.0), False),
+        (_main("disk-sleep", 0.0), False),
+        (_main("running", 100.0), None),  # busy: only its stacks tell a native spin
+        (_main("sleeping", None), None),  # no CPU figure yet
+        (None, None),  # never sampled
+    ],
+)
+def test_whether_to_ask_for_a_save_before_the_diagnosis(main, answers):
+    assert can_answer_now(main)[0] is answers
+
+
+def _stall_then(tmp_path, main: tuple[str, float]):
+    """A deadlock whose diagnosis takes 3 s; the trainer answers a rescue save in 1 s."""
+    ckpt = tmp_path / "rescue.bin"
+    ckpt.write_bytes(b"state")
+    hang = [
+        ("start", {"pid": 301}),
+        DECLARE,
+        ("diagnose_s", 3.0),
+        ("main", main),
+        ("answers", answer(ckpt, 1, 5, "rescue")),
+        *batches(1, 1, 5),
+        ("hang", {}),
+    ]
+    good = [("start", {"pid": 302}), *batches(1, 6, 7), ("exit", {"returncode": 0})]
+    code, events, spawner, _ = run_agent(tmp_path, [hang, good])
+    assert code == 0
+    return events, spawner
+
+
+def test_the_stall_goes_out_at_once_and_the_save_is_taken_while_the_stacks_are_read(tmp_path):
+    events, spawner = _stall_then(tmp_path, ("sleeping", 0.0))
+    stall, verdict = of(events, "stall")[0], of(events, "stall_diagnosis")[0]
+    assert stall.diagnosis == "diagnosing" and verdict.diagnosis == "deadlock"
+    (signalled,), (diagnosed,), (kill,) = (
+        spawner.when("signal"),
+        spawner.when("diagnosed"),
+        spawner.when("kill"),
+    )
+    saved = [t for t, k, _p, a in spawner.log if k == "side" and isinstance(a, E.Checkpoint)][0]
+    # asked after the diagnosis's CPU window, saved before the stacks were all read
+    assert stall.ts + 1.0 <= signalled <= stall.ts + 1.3 and saved < diagnosed, (stall.ts, signalled, saved)
+    assert stall.ts + 3.0 <= verdict.ts <= stall.ts + 3.3 and kill >= verdict.ts  # the kill waits for both
+
+
+def test_a_busy_main_process_is_asked_only_after_its_verdict(tmp_path):
+    events, spawner = _stall_then(tmp_path, ("running", 100.0))
+    (signalled,), (diagnosed,) = spawner.when("signal"), spawner.when("diagnosed")
+    assert signalled >= diagnosed  # a native spin would get no request (test_who_can_answer_...)
+    assert of(events, "checkpoint")[0].kind == "rescue"

@@ -11,13 +11,23 @@ from trainctl.core.recovery import (
 )
 
 
-def test_stall_falls_back_to_the_fallback_preset_and_backs_off():
-    pol = RecoveryPolicy("A", "B", max_restarts=3, backoff_base=1.0)
-    d = pol.decide(Outcome("stall", made_progress=True, preset="A"))
-    assert (d.action, d.preset, d.delay_s) == ("restart", "B", 1.0)
+def test_stall_falls_back_at_once_then_backs_off_on_repeated_failures():
+    pol = RecoveryPolicy("A", "B", max_restarts=5, backoff_base=1.0)
+    d = pol.decide(Outcome("stall", made_progress=True, preset="A"), 100.0)
+    assert (d.action, d.preset, d.delay_s) == ("restart", "B", 0.0)  # an incident's first restart
     assert "falling back from A to B" in d.reason
-    d2 = pol.decide(Outcome("crash", made_progress=True, returncode=1, preset="B"))
-    assert (d2.action, d2.preset, d2.delay_s) == ("restart", "B", 2.0)
+    d2 = pol.decide(Outcome("crash", made_progress=True, returncode=1, preset="B"), 130.0)
+    assert (d2.action, d2.preset, d2.delay_s) == ("restart", "B", 1.0)
+    d3 = pol.decide(Outcome("crash", made_progress=True, returncode=1, preset="B"), 160.0)
+    assert d3.delay_s == 2.0
+
+
+def test_a_restart_that_held_ends_the_incident_and_its_back_off():
+    pol = RecoveryPolicy("A", None, max_restarts=9, backoff_base=1.0, calm_s=600.0)
+    assert [pol.decide(Outcome("stall", True), t).delay_s for t in (0.0, 10.0, 20.0)] == [0.0, 1.0, 2.0]
+    assert pol.decide(Outcome("stall", True), 20.0 + 599.9).delay_s == 4.0  # not calm long enough
+    assert pol.decide(Outcome("crash", True, 1), 619.9 + 600.0).delay_s == 0.0  # a new incident
+    assert pol.decide(Outcome("crash", True, 1), 1230.0).delay_s == 1.0
 
 
 def test_without_fallback_restarts_with_the_same_preset():

@@ -135,7 +135,7 @@ class AttemptLoop:
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.SUSPEND)
                 elif asked.stop_requested.is_set() and outcome.kind in (OutcomeKind.CRASH, OutcomeKind.STALL):
                     outcome = dataclasses.replace(outcome, kind=OutcomeKind.USER_STOP)
-            decision = ctx.decide(outcome)
+            decision = ctx.decide(outcome, ctx.clock())
             if decision.action == "finish":
                 ctx.set_state(RunState.FINISHED, decision.reason)
                 return exit_code(RunState.FINISHED)

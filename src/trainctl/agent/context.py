@@ -147,10 +147,10 @@ class RunContext:
     def last_projection(self) -> float:
         return self._last_projection
 
-    def decide(self, outcome: Outcome) -> Decision:
+    def decide(self, outcome: Outcome, now: float) -> Decision:
         """What follows an attempt: the recovery policy's decision, its restart on the
         ladder's rung when the job has a ladder."""
-        decision = self.policy.decide(outcome)
+        decision = self.policy.decide(outcome, now)
         return decision if self.ladder is None else self.ladder.after(outcome, decision)
 
     # ------------------------------------------------------------------ presets

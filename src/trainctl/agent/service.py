@@ -316,7 +316,7 @@ class Agent:
             ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
             return exit_code(was.state)
         ctx.facts.restore(was.attempt, was.preset, was.last_checkpoint, was.furthest)
-        ctx.policy.auto_restarts = ctx.policy.used = was.auto_restarts
+        ctx.policy.auto_restarts = ctx.policy.used = ctx.policy.incident_restarts = was.auto_restarts
         if lead is not None:  # a node of a Slurm job: its run is the lead's, which goes on
             ctx.info(
                 f"this node's part ended {was.state} in an earlier Slurm job, but the run goes "

@@ -47,7 +47,7 @@ class Trainer(Protocol):
     async def wait(self) -> int: ...
     async def sample(self) -> tuple: ...
     async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False) -> Any: ...
-    async def kill(self, grace: float) -> KillReport: ...
+    async def kill(self, grace: float, workers_at_once: bool = False) -> KillReport: ...
     async def sweep(self) -> KillReport: ...
     def signal_main(self, sig: int) -> bool: ...
 
@@ -186,12 +186,14 @@ class TreeOps:
         with Signaller() as sender:
             return sender.send(self.root, sig)
 
-    async def kill(self, grace: float) -> KillReport:
-        """The whole tree; the trainer itself is left to its one reaper."""
+    async def kill(self, grace: float, workers_at_once: bool = False) -> KillReport:
+        """The whole tree; the trainer itself is left to its one reaper.  ``workers_at_once``
+        (a stall): its DataLoader workers hold nothing to save and get SIGKILL first."""
         loop = asyncio.get_running_loop()
         extra = tuple(p for p in self.seen.values() if p.pid != self.pid)
+        workers = tuple(self.sampler.worker_pids()) if workers_at_once else ()
         return await loop.run_in_executor(
-            None, lambda: kill_tree(self.root, self.pid, grace=grace, extra_roots=extra)
+            None, lambda: kill_tree(self.root, self.pid, grace=grace, extra_roots=extra, at_once=workers)
         )
 
     async def sweep(self) -> KillReport:

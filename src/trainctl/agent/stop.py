@@ -16,13 +16,17 @@ from trainctl.agent.context import RunContext
 from trainctl.agent.intake import Intake
 from trainctl.agent.spawner import Trainer
 from trainctl.core import events as E
+from trainctl.core import gpu_release
 from trainctl.core.recovery import RunState
 from trainctl.core.torchrun import rendezvous_wait
 from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
 from trainctl.store.paths import make_private_dir
 from trainctl.system.diagnose import BUSY_CPU, Diagnosis, main_thread_frames
+from trainctl.system.probes import ProcSample
 
-GPU_RELEASE_S = 30.0
+#: The diagnosis measures the tree's CPU over its first second (diagnose's ``sample_s``):
+#: a rescue save asked within it would read as a spin.
+CPU_WINDOW_S = 1.0
 
 
 class Stopper:
@@ -54,13 +58,17 @@ class Stopper:
             return Diagnosis("unknown", None, None, f"the diagnosis failed: {e!r}")
 
     async def on_stall(self, verdict) -> None:
-        """A stall: say so, diagnose it, then end the attempt (when auto-recovery is on)."""
+        """A stall: say so at once, then read the stacks while the rescue save is asked and
+        taken; the verdict follows as its own event; then end the attempt (when
+        auto-recovery is on)."""
         ctx = self.ctx
         trainer = ctx.facts.trainer
         if trainer is None:
             return
+        stalled = f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}"
         if verdict.still and rendezvous_wait(ctx.spec.command):
-            # several nodes: this node's ranks all still may be waiting for another node's
+            # several nodes: this node's ranks all still may be waiting for another node's;
+            # only the stacks tell, so they come before the stall is said
             diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
             if diag.rank_pids and not diag.ranks:  # every rank waits in a collective
                 ctx.info(
@@ -71,38 +79,77 @@ class Stopper:
                 )
                 self.intake.stalled = False
                 return
-            ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
+            ctx.set_state(RunState.STALLED, stalled)
+            self.emit_stall(verdict, diag)
+            await self.rescue(trainer, diag)
         else:
-            ctx.set_state(RunState.STALLED, f"no batch for {verdict.idle_s:.0f}s in {verdict.phase}")
-            diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
-        ranks = tuple(diag.ranks) or tuple(verdict.ranks)  # the stacks know the culprit best
+            ctx.set_state(RunState.STALLED, stalled)
+            self.emit_stall(verdict, None)
+            diagnosing = asyncio.create_task(self.diagnose(trainer, f"{ctx.facts.attempt}"))
+            answers, why = can_answer_now(main_sample(trainer))
+            if answers is None:  # busy: only the stacks tell whether it spins in native code
+                await asyncio.wait({diagnosing})
+                await self.rescue(trainer, diagnosing.result())
+            elif answers:  # the save after the diagnosis's CPU window: a save is busy, not a spin
+                await asyncio.sleep(CPU_WINDOW_S)
+                await asyncio.gather(diagnosing, self.rescue(trainer, None))
+            else:
+                await self.rescue(trainer, None, why)
+            diag = await diagnosing
+            ranks = tuple(diag.ranks) or tuple(verdict.ranks)
+            self.intake.stuck_ranks = ranks
+            ctx.emit(
+                E.StallDiagnosis(
+                    ctx.clock(),
+                    verdict.phase,
+                    diag.diagnosis,
+                    diag.cpu_percent,
+                    diag.stacks,
+                    f"{diag.detail} ({verdict.reason})",
+                    ranks,
+                    round(diag.elapsed_s, 1),
+                )
+            )
+        if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
+            ctx.requests.recover()
+
+    def emit_stall(self, verdict, diag: Diagnosis | None) -> None:
+        """The Stall event: with its diagnosis when it is known already, else DIAGNOSING."""
+        ctx = self.ctx
+        ranks = (tuple(diag.ranks) if diag else ()) or tuple(verdict.ranks)
         self.intake.stuck_ranks = ranks
         ctx.emit(
             E.Stall(
                 ctx.clock(),
                 verdict.phase,
                 round(verdict.idle_s, 1),
-                diag.diagnosis,
-                diag.cpu_percent,
-                diag.stacks,
+                diag.diagnosis if diag else E.DIAGNOSING,
+                diag.cpu_percent if diag else None,
+                diag.stacks if diag else None,
                 verdict.threshold_s,
-                f"{diag.detail} ({verdict.reason})",
+                f"{diag.detail} ({verdict.reason})" if diag else verdict.reason,
                 ranks,
             )
         )
+
+    async def rescue(self, trainer: Trainer, diag: Diagnosis | None, why_not: str = "") -> None:
+        """The rescue save of a stalled trainer, unless the diagnosis (or ``why_not``) says
+        its main thread cannot answer."""
+        ctx = self.ctx
         if not (ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled):
             return
-        if self.intake.save_on_request:
+        if not self.intake.save_on_request:
+            return
+        if diag is not None and not why_not:
             answers, why = can_answer(diag)
-            if answers:
-                await self.request_save(trainer, "rescue")
-            else:
-                ctx.info(
-                    f"no rescue save: {why}; the restart goes on from the last checkpoint",
-                    "save_request_skipped",
-                )
-        if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
-            ctx.requests.recover()
+            why_not = "" if answers else why
+        if why_not:
+            ctx.info(
+                f"no rescue save: {why_not}; the restart goes on from the last checkpoint",
+                "save_request_skipped",
+            )
+            return
+        await self.request_save(trainer, "rescue")
 
     async def request_save(self, trainer: Trainer, kind: str) -> bool:
         """Ask a trainer that declared save-on-request to save now ("rescue" on a stall,
@@ -163,7 +210,8 @@ class Stopper:
                 await asyncio.sleep(0.1)
         if ctx.sm.state != RunState.STOPPING:
             ctx.set_state(RunState.STOPPING, why)
-        report = await trainer.kill(ctx.spec.kill_grace_s)
+        # a stalled trainer's workers hold nothing to save: the grace is for its main process
+        report = await trainer.kill(ctx.spec.kill_grace_s, workers_at_once=self.intake.stalled)
         detail = f"killed {len(report.pids)} processes in {report.seconds:.1f}s"
         if report.forced:
             detail += f" ({len(report.forced)} needed SIGKILL)"
@@ -181,7 +229,9 @@ class Stopper:
         if report.survivors:
             self.ctx.info(f"processes still alive after kill: {list(report.survivors)}", "kill")
 
-    async def wait_gpu_released(self, pids: tuple[int, ...], limit_s: float = GPU_RELEASE_S) -> None:
+    async def wait_gpu_released(self, pids: tuple[int, ...], limit_s: float = gpu_release.LIMIT_S) -> None:
+        """On a GPU box, until the killed processes' device memory is released (under
+        512 MB), polled every 2 s, at most ``limit_s``; journaled.  No GPU: no wait."""
         ctx = self.ctx
         probe = ctx.facts.gpu_probe
         try:
@@ -189,17 +239,16 @@ class Stopper:
                 return
             loop = asyncio.get_running_loop()
             t0 = ctx.clock()
-            held: list[int] = []
-            while ctx.clock() - t0 < limit_s:
+            while True:
                 sample = await loop.run_in_executor(None, probe.sample)
-                held = [p for p, _mem in sample.processes if p in pids] if sample else []
-                if not held:
-                    ctx.info(f"GPU memory released after {ctx.clock() - t0:.1f}s", "gpu_release")
-                    return
-                await asyncio.sleep(0.5)
-            ctx.info(
-                f"GPU memory still held by {held} after {limit_s:.0f}s; restarting anyway", "gpu_release"
-            )
+                held = gpu_release.held_bytes(sample.processes if sample else (), pids)
+                go, why = gpu_release.may_start(held, ctx.clock() - t0, limit_s)
+                if go:
+                    break
+                await asyncio.sleep(gpu_release.POLL_S)
+            waited = ctx.clock() - t0
+            if waited > 0 or why != "released":
+                ctx.info(f"waited {waited:.0f} s for GPU memory ({why})", "gpu_release")
         except Exception as e:  # noqa: BLE001 - a GPU probe's failure must not hold up the restart
             self.report_error("gpu_release", e)
 
@@ -230,6 +279,29 @@ def can_answer(diag: Diagnosis) -> tuple[bool, str]:
         frame = _main_innermost(diag.stacks, main.pid)
         if frame and not _PY_FRAME.search(frame):
             return False, f"the main thread spins in native code ({frame[:80]})"
+    return True, ""
+
+
+def main_sample(trainer: Trainer) -> ProcSample | None:
+    """The main process in the trainer's last tree sample (the watch's tick), if any."""
+    sampler = getattr(trainer, "sampler", None)
+    last = getattr(sampler, "last", None) or ()
+    return next((s for s in last if s.role == "main"), None)
+
+
+def can_answer_now(main: ProcSample | None) -> tuple[bool | None, str]:
+    """Before the diagnosis: (False, why) when the main process surely cannot answer a save
+    request (stopped, in uninterruptible I/O); (True, "") when it idles (a deadlock: ask at
+    once, the stacks are read meanwhile); (None, "") when it is busy or unknown: only its
+    stacks tell a native spin, so the diagnosis decides."""
+    if main is None:
+        return None, ""
+    if main.status in (psutil.STATUS_STOPPED, psutil.STATUS_TRACING_STOP):
+        return False, "the main process is stopped (SIGSTOP)"
+    if main.status == psutil.STATUS_DISK_SLEEP:
+        return False, "the main process is in uninterruptible I/O"
+    if main.cpu_percent is None or main.cpu_percent > BUSY_CPU:
+        return None, ""
     return True, ""
 
 

@@ -112,12 +112,18 @@ class AlertPolicy:
         elif isinstance(ev, E.Stall):
             self._close(now)
             where = self._where(ev.phase)
-            why = _cut(ev.diagnosis + (f", {ev.detail}" if ev.detail else ""))
+            known = ev.diagnosis != E.DIAGNOSING  # else its verdict follows (StallDiagnosis)
+            why = _cut((ev.diagnosis + ", " if known else "") + ev.detail if ev.detail else ev.diagnosis)
             self._open(
                 ev.ts,
-                f"stalled ({ev.diagnosis})",
+                f"stalled ({ev.diagnosis})" if known else "stalled",
                 f"stalled {where} after {ev.idle_s:.0f} s without progress: {why}",
                 "stall",
+            )
+        elif isinstance(ev, E.StallDiagnosis) and self.open is not None and "stall" in self.open.kinds:
+            self.open.head = f"stalled ({ev.diagnosis})"
+            self._add(
+                ev.ts, f"diagnosis: {_cut(ev.diagnosis + (f', {ev.detail}' if ev.detail else ''))}", "", ""
             )
         elif isinstance(ev, E.Exit):
             if self.open is None and ev.returncode not in (0, None) or (self.open is None and ev.signal):

@@ -22,6 +22,8 @@ from trainctl.core.recovery import RunState
 PHASES = ("startup", "train", "val", "save", "finished")
 SEVERITIES = ("info", "warning", "error", "fatal")
 DIAGNOSES = ("deadlock", "spin", "stopped", "dead_worker", "io_wait", "unknown")
+#: A Stall's diagnosis while the stacks are still being read: its StallDiagnosis follows.
+DIAGNOSING = "diagnosing"
 STATES = tuple(s.value for s in RunState)
 
 
@@ -103,6 +105,21 @@ class Stall(Event):
     threshold_s: float | None = None
     detail: str = ""
     ranks: tuple[int, ...] = ()  # torchrun: the culprit ranks (absent in older journals)
+
+
+@dataclass(frozen=True)
+class StallDiagnosis(Event):
+    """The verdict on the stall just announced (whose diagnosis was DIAGNOSING): what the
+    stacks and the process tree say, read while the rescue save was asked."""
+
+    type: ClassVar[str] = "stall_diagnosis"
+    phase: str
+    diagnosis: str  # one of DIAGNOSES
+    cpu_percent: float | None = None
+    stacks: str | None = None
+    detail: str = ""
+    ranks: tuple[int, ...] = ()
+    elapsed_s: float = 0.0  # how long the diagnosis took
 
 
 @dataclass(frozen=True)
@@ -249,6 +266,7 @@ EVENT_TYPES: dict[str, type[Event]] = {
         Progress,
         Warning,
         Stall,
+        StallDiagnosis,
         Restart,
         LadderMove,
         Exit,

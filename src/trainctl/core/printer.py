@@ -64,6 +64,13 @@ def _format(ev: E.Event) -> str | None:
                 f"{t} STALL  {ev.diagnosis}{ranks} in {ev.phase}: no batch for {ev.idle_s:.0f}s "
                 f"(threshold {ev.threshold_s or 0:.0f}s){stacks}\n         {ev.detail}"
             )
+        case E.StallDiagnosis():
+            stacks = f", stacks: {ev.stacks}" if ev.stacks else ""
+            ranks = f" (rank {', '.join(map(str, ev.ranks))})" if ev.ranks else ""
+            return (
+                f"{t} DIAG   {ev.diagnosis}{ranks} in {ev.phase} (read in {ev.elapsed_s:.1f}s){stacks}"
+                f"\n         {ev.detail}"
+            )
         case E.Restart():
             frm = f" from {ev.resume_from}" if ev.resume_from else ""
             return (

@@ -134,9 +134,14 @@ class Decision:
 
 class RecoveryPolicy:
     """Restart on a stall or crash — with the fallback preset when there is one (A → B) —
-    within a restart budget, with exponential backoff, and a no-progress guard: an
-    automatic restart whose attempt made no new batch costs double, and
-    `no_progress_limit` of those in a row end the run as FAILED."""
+    within a restart budget, and a no-progress guard: an automatic restart whose attempt
+    made no new batch costs double, and `no_progress_limit` of those in a row end the run
+    as FAILED.
+
+    The first restart of an incident goes at once; the doubling back-off (`backoff_base`,
+    then × `backoff_factor`, at most `backoff_max`) is for the failures that follow it.  An
+    incident ends when an attempt runs `calm_s` after its restart without failing (the
+    time is an argument of `decide`; without it every failure belongs to one incident)."""
 
     def __init__(
         self,
@@ -149,6 +154,7 @@ class RecoveryPolicy:
         backoff_max: float = 300.0,
         no_progress_limit: int = 2,
         auto_recover: bool = True,
+        calm_s: float = 600.0,
     ):
         self.preset = preset
         self.fallback = fallback
@@ -158,14 +164,23 @@ class RecoveryPolicy:
         self.backoff_max = backoff_max
         self.no_progress_limit = no_progress_limit
         self.auto_recover = auto_recover
+        self.calm_s = calm_s
         self.used = 0  # budget spent (no-progress restarts count double)
-        self.auto_restarts = 0  # automatic restarts so far (drives the backoff)
+        self.auto_restarts = 0  # automatic restarts so far
+        self.incident_restarts = 0  # automatic restarts of this incident (drive the back-off)
+        self.last_restart_at: float | None = None
         self.no_progress_streak = 0
 
-    def _next_delay(self) -> float:
-        return min(self.backoff_max, self.backoff_base * self.backoff_factor**self.auto_restarts)
+    def _next_delay(self, now: float | None) -> float:
+        """No back-off for an incident's first restart; then base, base × factor, ..."""
+        if now is not None and self.last_restart_at is not None and now - self.last_restart_at >= self.calm_s:
+            self.incident_restarts = 0  # the last restart held: this failure starts a new incident
+        if self.incident_restarts == 0:
+            return 0.0
+        return min(self.backoff_max, self.backoff_base * self.backoff_factor ** (self.incident_restarts - 1))
 
-    def decide(self, outcome: Outcome) -> Decision:
+    def decide(self, outcome: Outcome, now: float | None = None) -> Decision:
+        """What follows the attempt that ended with ``outcome`` at time ``now``."""
         current = outcome.preset or self.preset
         if outcome.kind == "finished":
             return Decision("finish", "the trainer finished", current)
@@ -214,8 +229,10 @@ class RecoveryPolicy:
                 current,
             )
         target = self.fallback or current
-        delay = self._next_delay()
+        delay = self._next_delay(now)
         self.auto_restarts += 1
+        self.incident_restarts += 1
+        self.last_restart_at = now
         reason = f"the trainer {what}"
         if target != current:
             reason += f"; falling back from {current} to {target}"

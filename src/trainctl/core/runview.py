@@ -19,7 +19,7 @@ once, before any widget shows it (:func:`trainctl.core.sanitize.sanitize`).
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, cast
 
 from trainctl.core import events as ev
@@ -224,10 +224,27 @@ class RunView:
     def _on_stall(self, e: ev.Stall) -> None:
         self.stall = e
         self.stuck_ranks = tuple(e.ranks)
-        advice = "; ".join(part for part in (e.detail, f"stacks: {e.stacks}" if e.stacks else "") if part)
         text = f"no batch for {e.idle_s:.0f} s in {e.phase}: {e.diagnosis}"
-        self.note(f"stall.{e.diagnosis}", "error", text, advice, e.ts)
+        if e.diagnosis != ev.DIAGNOSING:  # an older journal's stall, its verdict in it
+            self._note_verdict(e, text)
         self._incident(e.ts, "stall", sanitize(text))
+
+    def _on_stall_diagnosis(self, e: ev.StallDiagnosis) -> None:
+        """The verdict on the stall announced at detection: the stall now carries it."""
+        if self.stall is None:
+            return
+        self.stall = replace(
+            self.stall, diagnosis=e.diagnosis, cpu_percent=e.cpu_percent, stacks=e.stacks, detail=e.detail
+        )
+        if e.ranks:
+            self.stall = replace(self.stall, ranks=tuple(e.ranks))
+            self.stuck_ranks = tuple(e.ranks)
+        s = self.stall
+        self._note_verdict(s, f"no batch for {s.idle_s:.0f} s in {s.phase}: {s.diagnosis}")
+
+    def _note_verdict(self, e: ev.Stall, text: str) -> None:
+        advice = "; ".join(part for part in (e.detail, f"stacks: {e.stacks}" if e.stacks else "") if part)
+        self.note(f"stall.{e.diagnosis}", "error", text, advice, e.ts)
 
     def _on_restart(self, e: ev.Restart) -> None:
         label = sanitize(f"#{e.attempt} {e.preset or ''}".strip())
@@ -276,6 +293,7 @@ class RunView:
         "progress": _on_progress,
         "warning": _on_warning,
         "stall": _on_stall,
+        "stall_diagnosis": _on_stall_diagnosis,
         "restart": _on_restart,
         "exit": _on_exit,
         "projection": _on_projection,

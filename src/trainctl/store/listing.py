@@ -126,7 +126,7 @@ class JournalFold:
         elif isinstance(ev, E.Projection):
             out["eta"], out["buffer_s"] = ev.eta, ev.buffer_s
             out["eta_declared"] = getattr(ev, "rate_source", "") == "declared"  # not measured yet
-        elif isinstance(ev, E.Stall):
+        elif isinstance(ev, (E.Stall, E.StallDiagnosis)):  # the stall, then its verdict
             out["incident"] = {"ts": ev.ts, "text": f"stall in {ev.phase}: {ev.diagnosis}"}
         elif isinstance(ev, E.Restart) and ev.reason != USER_RESTART_REASON:  # a key press is none
             out["incident"] = {"ts": ev.ts, "text": f"restart: {ev.reason}"}

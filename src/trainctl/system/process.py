@@ -230,6 +230,7 @@ def kill_tree(
     grace: float = 10.0,
     extra_roots: tuple[Root, ...] = (),
     reaped_elsewhere: tuple[int, ...] = (),
+    at_once: tuple[Root, ...] = (),
 ) -> KillReport:
     """SIGTERM the process group (and SIGCONT it so stopped members can act on it), wait up
     to `grace`, then SIGKILL the group and every descendant seen — including those that
@@ -240,7 +241,10 @@ def kill_tree(
     when they were captured earlier; a bare pid counts only while it is our descendant) and
     signalled through a :class:`Signaller`; the group only while its leader (``pgid``'s
     process) is the captured one.  Reaping: ``pid`` itself and ``reaped_elsewhere`` are
-    never ``waitpid``-ed (asyncio reaps the trainer); our other zombie children are."""
+    never ``waitpid``-ed (asyncio reaps the trainer); our other zombie children are.
+
+    ``at_once``: processes that hold nothing to save (a deadlocked trainer's DataLoader
+    workers), SIGKILLed first: the grace is for the others."""
     t0 = time.monotonic()
     root = _capture(pid)
     root_pid = pid.pid if isinstance(pid, psutil.Process) else pid
@@ -263,6 +267,11 @@ def kill_tree(
                 sig.send(p, signum)
 
         collect()
+        first = [p for p in map(_capture, at_once) if p is not None]
+        if first:
+            for p in first:
+                procs.setdefault(p)
+            send(signal.SIGKILL, first)
         send(signal.SIGTERM)
         send(signal.SIGCONT)
         deadline = time.monotonic() + grace
@@ -272,9 +281,10 @@ def kill_tree(
             if not any(_alive(p) for p in procs):
                 break
             time.sleep(0.05)
-        forced = [p for p in procs if _alive(p)]
-        if forced:
-            send(signal.SIGKILL, forced)
+        late = [p for p in procs if _alive(p) and p not in first]
+        if late:
+            send(signal.SIGKILL, late)
+        forced = first + late
         end = time.monotonic() + 5.0
         while time.monotonic() < end:
             _reap(procs, skip)

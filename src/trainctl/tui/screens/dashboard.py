@@ -30,7 +30,7 @@ from textual.screen import Screen
 from textual.widgets import Footer, Input
 from textual.worker import Worker, WorkerState
 
-from trainctl.core.events import Event, Stall, State
+from trainctl.core.events import DIAGNOSING, Event, Stall, State
 from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.runview import RANGES
 from trainctl.core.sanitize import sanitize
@@ -290,7 +290,8 @@ class DashboardScreen(DashboardKeys, DashboardPanels, Screen[None]):
             if ev.ts < self._alerts_since:
                 continue
             if isinstance(ev, Stall):
-                text = f"{ev.diagnosis} in {ev.phase} after {ev.idle_s:.0f} s without progress"
+                what = "no batch" if ev.diagnosis == DIAGNOSING else ev.diagnosis
+                text = f"{what} in {ev.phase} after {ev.idle_s:.0f} s without progress"
                 title, severity = "Stalled", "warning"
             elif isinstance(ev, State) and ev.state == "FAILED":
                 text, title, severity = ev.reason or "the run failed", "Failed", "error"
