@@ -220,3 +220,14 @@ def test_presets_stats_shows_words_and_the_estimate(capsys) -> None:
     assert any(line.startswith("B ") and "62 h" in line for line in lines)
     assert main(["presets", "stats", "other"]) == 0
     assert "no preset history for job 'other' yet" in capsys.readouterr().out
+
+
+def test_a_stall_said_at_detection_takes_its_kind_from_the_later_verdict() -> None:
+    evs = _hang_then_resume()
+    i = next(n for n, e in enumerate(evs) if isinstance(e, E.Stall))
+    evs[i : i + 1] = [
+        E.Stall(160.0, "train", 60.0, E.DIAGNOSING),
+        E.StallDiagnosis(162.0, "train", "deadlock", elapsed_s=2.0),
+    ]
+    a = _usage(evs).tallies(now=209.0)[("A", "h-A")]
+    assert a.incidents == {"deadlock": 1}

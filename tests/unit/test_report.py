@@ -132,3 +132,22 @@ def test_the_command_writes_the_file_and_prints_its_path(tmp_path):
         timeout=60,
     )
     assert bad.returncode == 2 and "trainctl:" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_a_stall_said_at_detection_shows_its_later_verdict(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "spec.json").write_text(json.dumps({"job_name": "loop"}))
+    j = Journal(run / "events.jsonl")
+    t = 1.76e9
+    for e in [
+        E.Start(t, 1, 10, "A"),
+        E.Progress(t + 1, 1, 2, 1, 20, {"loss": 1.0}),
+        E.Stall(t + 6, "train", 5.0, E.DIAGNOSING),
+        E.StallDiagnosis(t + 8, "train", "deadlock", detail="a worker in futex_wait"),
+        E.Exit(t + 9, -9, "SIGKILL"),
+    ]:
+        j.append(e)
+    j.close()
+    (stall,) = [i for i in collect(run).incidents if i.kind == "stall"]
+    assert stall.text == "no batch for 5 s in train: deadlock; a worker in futex_wait"

@@ -156,7 +156,7 @@ class LadderKeeper:
                 self.startups.append(ev.ts - self.started)
                 self.policy.switch_cost_s = statistics.median(self.startups)
                 self.started = None
-        elif isinstance(ev, E.Stall):
+        elif isinstance(ev, (E.Stall, E.StallDiagnosis)):  # the stall at detection, then its verdict
             self.diagnosis = f"a {ev.diagnosis}" if ev.diagnosis in ("deadlock", "spin") else "a stall"
         elif isinstance(ev, E.Projection) and not ev.finished:
             self.projection = ev

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from trainctl.core.events import Event, Exit, Progress, Restart, Stall, Start, State, Warning
+from trainctl.core.events import Event, Exit, Progress, Restart, Stall, StallDiagnosis, Start, State, Warning
 from trainctl.core.recovery import FINAL_STATES, USER_RESTART_REASON, RunState
 
 KINDS = ("deadlock", "spin", "hang", "crash", "oom", "nan")
@@ -93,6 +93,9 @@ class PresetUsage:
                 self._on_progress(ev)
             case Stall():  # silent since idle_s: the detector's own measure of the last batch
                 self._suspect(_STALL_KINDS.get(ev.diagnosis, "hang"), ev.ts, ev.ts - ev.idle_s)
+            case StallDiagnosis():  # the verdict on the stall said at detection names it
+                if self._suspected is not None and ev.diagnosis in _STALL_KINDS:
+                    self._suspected.kind = _STALL_KINDS[ev.diagnosis]
             case Warning():
                 if ev.id == "kernel.oom_kill" or "out_of_memory" in ev.id or ev.id.endswith(".oom"):
                     self._signs.add("oom")

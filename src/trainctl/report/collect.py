@@ -28,7 +28,7 @@ from trainctl.store.snapshot import load_view
 CHART_POINTS = 600  # points per drawn line
 TABLE_KEEP = 200  # rows kept per table (the newest); the count of the others is said
 _PROGRESS = b'"type":"progress"'
-_WANTED = frozenset({"start", "restart", "stall", "exit", "state", "checkpoint", "projection"})
+_WANTED = frozenset({"start", "restart", "stall", "stall_diagnosis", "exit", "state", "checkpoint", "projection"})
 
 
 @dataclass
@@ -141,6 +141,8 @@ class _Pass:
             )
         elif isinstance(e, E.Stall) or (isinstance(e, E.State) and e.state == "STALLED"):
             self._hang(e)
+        elif isinstance(e, E.StallDiagnosis):
+            self._verdict(e)
         elif isinstance(e, E.Exit) and (e.returncode not in (0, None) or e.signal):
             if not self.hang_seen:  # a kill after a stall is the stall's
                 text = e.exception or f"exit {e.returncode} {e.signal or ''}".strip()
@@ -171,6 +173,13 @@ class _Pass:
         self.hang_seen = True
         text = _stall_text(e) if isinstance(e, E.Stall) else e.reason  # type: ignore[attr-defined]
         self._incident(Incident(e.ts, "stall", self.attempt, text, self.last_batch))
+
+    def _verdict(self, e: E.StallDiagnosis) -> None:
+        """The verdict on the stall said at detection: it names that stall's incident."""
+        last = self.out.incidents[-1] if self.out.incidents else None
+        if last is not None and last.kind == "stall" and last.attempt == self.attempt:
+            head = last.text.split(f": {E.DIAGNOSING}")[0]
+            last.text = f"{head}: {e.diagnosis}; {e.detail}" if e.detail else f"{head}: {e.diagnosis}"
 
     def _incident(self, inc: Incident) -> None:
         self.out.incidents.append(inc)
