@@ -28,7 +28,9 @@ from trainctl.store.snapshot import load_view
 CHART_POINTS = 600  # points per drawn line
 TABLE_KEEP = 200  # rows kept per table (the newest); the count of the others is said
 _PROGRESS = b'"type":"progress"'
-_WANTED = frozenset({"start", "restart", "stall", "stall_diagnosis", "exit", "state", "checkpoint", "projection"})
+_WANTED = frozenset(
+    {"start", "restart", "stall", "stall_diagnosis", "exit", "state", "checkpoint", "projection"}
+)
 
 
 @dataclass
