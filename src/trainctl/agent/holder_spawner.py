@@ -51,6 +51,7 @@ class HeldSpawner:
         self.use_spare = spare  # a warm spare for the next attempt (trainctl.agent.spare)
         self.spare: Spare | None = None
         self._warming: asyncio.Task | None = None
+        self._to_warm: tuple | None = None  # the spare to warm at the running attempt's first batch
         self._saying: asyncio.Future | None = None  # journals the parked spare's memory
         self.note: Callable[[str, str], None] = note or (lambda text, key: None)  # a journal line
 
@@ -75,8 +76,9 @@ class HeldSpawner:
                 )
         except TimeoutError as e:
             raise OSError(str(e)) from e
-        if self.use_spare:
-            self._warming = asyncio.ensure_future(self._warm(argv, env, cwd, log_path, attempt + 1))
+        # The next attempt's spare is warmed once this one trains (its first batch): its
+        # imports never compete with this attempt's own start-up for the cores.
+        self._to_warm = (argv, env, cwd, log_path, attempt + 1) if self.use_spare else None
         handle = HeldHandle(held, log_path, log_offset, side, 0, layout(argv))
         handle.keep_pids = self.spare_pids
         return handle
@@ -89,6 +91,11 @@ class HeldSpawner:
             self._warming = None
         spare, self.spare = self.spare, None
         if spare is None:
+            if self.use_spare and self._to_warm is not None and attempt > 1:
+                self.note(
+                    f"attempt {attempt} started cold: no warm spare (attempt {attempt - 1} never reached its first batch)",
+                    "spare.cold",
+                )
             return None
         differences, why = spare.fit(argv, env, cwd) if spare.attempt == attempt else ([], "stale")
         if differences or why is not None:
@@ -141,9 +148,14 @@ class HeldSpawner:
         return {self.spare.held.pid} if self.spare is not None else set()
 
     def on_journaled(self, ev: E.Event) -> None:
-        """The run over (a final state journaled): the parked spare ended."""
-        if isinstance(ev, E.State) and ev.state in FINAL_STATES:
+        """The attempt's first batch: its successor's spare warmed.  The run over (a final
+        state journaled): the parked spare ended."""
+        if isinstance(ev, E.Progress) and self._to_warm is not None and self.use_spare:
+            args, self._to_warm = self._to_warm, None
+            self._warming = asyncio.ensure_future(self._warm(*args))
+        elif isinstance(ev, E.State) and ev.state in FINAL_STATES:
             self.use_spare = False
+            self._to_warm = None
             if self.spare is not None:
                 self.spare.end()
 
