@@ -162,11 +162,15 @@ class FakeTrainer:
     async def sample(self) -> tuple:
         return ()
 
-    async def diagnose(self, stacks_dir, tag, gpu, snapshot=False):
+    async def diagnose(self, stacks_dir, tag, gpu, snapshot=False, on_sampled=None):
         self.spawner.note("diagnose", self.pid, tag)
         if self.fail_diagnose:
             raise PermissionError(13, "Permission denied", str(stacks_dir))
-        await asyncio.sleep(self.diagnose_s)
+        window = min(1.0, self.diagnose_s)  # the real one's CPU window, then the stacks
+        await asyncio.sleep(window)
+        if on_sampled is not None:
+            on_sampled()
+        await asyncio.sleep(self.diagnose_s - window)
         self.spawner.note("diagnosed", self.pid, tag)
         if snapshot:  # as the real diagnose(): a snapshot is not a verdict
             return Diagnosis(

@@ -46,7 +46,9 @@ class Trainer(Protocol):
     def side_lines(self) -> AsyncIterator[bytes]: ...
     async def wait(self) -> int: ...
     async def sample(self) -> tuple: ...
-    async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False) -> Any: ...
+    async def diagnose(
+        self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False, on_sampled: Any = None
+    ) -> Any: ...
     async def kill(self, grace: float, workers_at_once: bool = False) -> KillReport: ...
     async def sweep(self) -> KillReport: ...
     def signal_main(self, sig: int) -> bool: ...
@@ -158,7 +160,9 @@ class TreeOps:
                     pass
         return samples
 
-    async def diagnose(self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False):
+    async def diagnose(
+        self, stacks_dir: Path, tag: str, gpu: Any, snapshot: bool = False, on_sampled: Any = None
+    ):
         from trainctl.system.diagnose import diagnose
 
         loop = asyncio.get_running_loop()
@@ -173,6 +177,7 @@ class TreeOps:
                 tag=tag,
                 known_workers=known,
                 snapshot=snapshot,
+                on_sampled=on_sampled,
             ),
         )
 

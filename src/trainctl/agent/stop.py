@@ -27,6 +27,9 @@ from trainctl.system.probes import ProcSample
 #: The diagnosis measures the tree's CPU over its first second (diagnose's ``sample_s``):
 #: a rescue save asked within it would read as a spin.
 CPU_WINDOW_S = 1.0
+#: The save is asked when the diagnosis says its window is over (its ``on_sampled``), at the
+#: latest this long after the window (a diagnosis slow to start on loaded cores).
+SAMPLED_LATE_S = 2.0
 
 
 class Stopper:
@@ -36,7 +39,9 @@ class Stopper:
         self.report_error = report_error  # (where, exception) -> None: an `error` event
         self.requests = 0  # save requests sent (their ids)
 
-    async def diagnose(self, trainer: Trainer, tag: str, snapshot: bool = False) -> Diagnosis:
+    async def diagnose(
+        self, trainer: Trainer, tag: str, snapshot: bool = False, on_sampled=None
+    ) -> Diagnosis:
         ctx = self.ctx
         try:
             make_private_dir(ctx.files.stacks)
@@ -51,7 +56,7 @@ class Stopper:
                 else None
             )
             return await trainer.diagnose(
-                ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot
+                ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot, on_sampled=on_sampled
             )
         except Exception as e:  # noqa: BLE001 - never in the way of recovery
             self.report_error("diagnose", e)
@@ -85,13 +90,24 @@ class Stopper:
         else:
             ctx.set_state(RunState.STALLED, stalled)
             self.emit_stall(verdict, None)
-            diagnosing = asyncio.create_task(self.diagnose(trainer, f"{ctx.facts.attempt}"))
+            loop, sampled = asyncio.get_running_loop(), asyncio.Event()
+            diagnosing = asyncio.create_task(
+                self.diagnose(
+                    trainer, f"{ctx.facts.attempt}", on_sampled=lambda: loop.call_soon_threadsafe(sampled.set)
+                )
+            )
             answers, why = can_answer_now(main_sample(trainer))
             if answers is None:  # busy: only the stacks tell whether it spins in native code
                 await asyncio.wait({diagnosing})
                 await self.rescue(trainer, diagnosing.result())
-            elif answers:  # the save after the diagnosis's CPU window: a save is busy, not a spin
-                await asyncio.sleep(CPU_WINDOW_S)
+            elif answers:  # the save once the diagnosis's CPU window is over: busy, not a spin
+                window = asyncio.ensure_future(sampled.wait())
+                await asyncio.wait(
+                    {window, diagnosing},
+                    timeout=CPU_WINDOW_S + SAMPLED_LATE_S,
+                    return_when=asyncio.FIRST_COMPLETED,
+                )
+                window.cancel()
                 await asyncio.gather(diagnosing, self.rescue(trainer, None))
             else:
                 await self.rescue(trainer, None, why)

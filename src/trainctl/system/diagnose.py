@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,6 +93,7 @@ def diagnose(
     native: bool = True,
     pyspy_timeout: float = PYSPY_TIMEOUT_S,
     snapshot: bool = False,
+    on_sampled: Callable[[], object] | None = None,
 ) -> Diagnosis:
     """Classify the stall of the trainer ``pid`` (see the module doc) and dump its stacks.
 
@@ -99,7 +101,9 @@ def diagnose(
     existed before); ``known_workers``: worker pids seen recently (the last tick's, not
     every pid ever seen: DataLoader workers are replaced every epoch).  ``snapshot``: asked
     for on a run that is not stalled: the dump is a snapshot, named and headed so, and its
-    classification is not a verdict.  A dump that cannot be written (stacks/ unwritable,
+    classification is not a verdict.  ``on_sampled``: called (in this thread) once the CPU
+    sampling is over, before the stacks are read (a rescue save asked then does not read as
+    a spin); its failure is ignored.  A dump that cannot be written (stacks/ unwritable,
     disk full) leaves ``stacks`` None and says why in ``detail``: never an exception."""
     t0 = time.monotonic()
     sampler = sampler or TreeSampler()
@@ -109,6 +113,11 @@ def diagnose(
         return Diagnosis("unknown", None, None, f"the trainer (pid {pid}) is gone", (), time.monotonic() - t0)
     runnable = _runnable_fraction([x.pid for x in first if x.status not in DEAD], t0 + sample_s)
     second = sampler.sample(pid) or first
+    if on_sampled is not None:
+        try:
+            on_sampled()
+        except Exception:  # noqa: BLE001 - the caller's hook never costs the diagnosis
+            pass
     rank_pids = find_ranks(second)
     if rank_pids:  # the ranks' own stacks first: they name the culprit
         second = tuple(sorted(second, key=lambda s: (s.role != "main", s.pid not in rank_pids)))
