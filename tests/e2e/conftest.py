@@ -79,6 +79,17 @@ def of_type(events: Iterable[E.Event], *types: str) -> list[E.Event]:
     return [e for e in events if e.type in types]
 
 
+def verdicts(events: Iterable[E.Event]) -> list[E.Event]:
+    """Each stall's verdict: its stall_diagnosis event (the stall goes out at detection and
+    its verdict after), or the stall itself where it carries one (several nodes' ranks are
+    diagnosed before the stall is said)."""
+    return [
+        e
+        for e in events
+        if e.type == "stall_diagnosis" or (e.type == "stall" and e.diagnosis != E.DIAGNOSING)
+    ]
+
+
 def read_journal(run_dir: Path | str | None) -> list[E.Event]:
     """The journal of a run directory (empty when there is none yet)."""
     if run_dir is None:

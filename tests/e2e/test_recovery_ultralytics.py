@@ -22,7 +22,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.conftest import start_trainctl
+from tests.e2e.conftest import start_trainctl, verdicts
 from trainctl.agent import Agent
 from trainctl.config.demo import make_dataset
 from trainctl.store.checkpoint import GOOD_NAME, inspect_checkpoint
@@ -136,7 +136,8 @@ def test_stopped_workers_under_A_resume_under_B_inside_the_epoch_from_a_rescue_s
     assert len(recovered["workers"]) == 2, "preset A should have 2 spawned DataLoader workers"
     events = res.events
     stall = next(e for e in of(events, "stall") if e.ts > recovered["stopped_at"])
-    assert stall.diagnosis == "stopped" and stall.phase == "train", stall
+    verdict = next(e for e in verdicts(events) if e.ts >= stall.ts)  # said at detection, judged after
+    assert verdict.diagnosis == "stopped" and stall.phase == "train", (stall, verdict)
     rescue = [c for c in of(events, "checkpoint") if c.kind == "rescue" and c.ok and c.ts > stall.ts]
     assert rescue and rescue[0].epoch == 2 and rescue[0].batch, of(events, "checkpoint")
     restart = of(events, "restart")[0]

@@ -12,7 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, wait_until
+from tests.e2e.conftest import PYTHON, ROOT, of_type, read_journal, run_trainctl, verdicts, wait_until
 from tests.e2e.test_slurm import slurm_up  # noqa: F401  (autouse: Slurm up, our jobs cancelled after)
 from tests.helpers.slurm import wait_queue_empty
 from trainctl.hosts.slurm.queue import read_jobs
@@ -123,8 +123,9 @@ def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slur
     stall = of_type(other, "stall")
     # the rendezvous numbers the ranks, anew at each restart: node 2's before its stall
     (its_rank,) = {p.rank for p in of_type(other, "progress") if stall and p.seq < stall[0].seq}
-    assert stall and stall[0].ranks == (its_rank,), stall
-    assert f"Culprit: rank {its_rank} waits for a DataLoader batch" in stall[0].detail, stall
+    verdict = verdicts(other)
+    assert stall and verdict and verdict[0].ranks == (its_rank,), verdict
+    assert f"Culprit: rank {its_rank} waits for a DataLoader batch" in verdict[0].detail, verdict
     ckpt = str(tmp_path / "ckpts" / "periodic.pt")
     for evs in (res.events, other):
         starts = of_type(evs, "start")
