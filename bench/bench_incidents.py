@@ -182,7 +182,9 @@ def measure(tool: str, fault: str, cap: float) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-incidents-"))
     ckpts, run_dir = tmp / "ckpts", tmp / "run"
     named, tool, cold = tool, tool.removesuffix(COLD), tool.endswith(COLD)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    # TRAINCTL_SPARE_AFTER=0: the spare warmed at the first batch (a run's default is after 30 s
+    # of training; the fault here comes 2 s in)
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TRAINCTL_SPARE_AFTER="0")
     if tool == YOLO:
         py = sys.executable
         argv = [

@@ -4,6 +4,7 @@ real FIFO, or ended by its EOF."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainctl.agent.spare import describe_start, env_differences, imports_for, launch_code, script_of
+from trainctl.core import events as E
 from trainctl.inside.spare import final_env
 
 BASE = {"PATH": "/usr/bin", "OMP_NUM_THREADS": "2", "TRAINCTL_ATTEMPT": "2", "HOME": "/h"}
@@ -134,3 +136,24 @@ def test_a_parked_spares_status_file_is_no_attempts(tmp_path):
     assert last_status(tmp_path)["attempt"] == 1
     spare_fifo(tmp_path, 2).unlink()  # released: the attempt's own
     assert last_status(tmp_path)["attempt"] == 2
+
+
+async def test_the_spare_is_warmed_once_the_attempt_has_trained_spare_after_s(tmp_path, monkeypatch):
+    from trainctl.agent.holder_spawner import HeldSpawner
+
+    monkeypatch.setenv("TRAINCTL_SPARE_AFTER", "30")
+    spawner = HeldSpawner(tmp_path, spare=True)
+    warmed: list[int] = []
+
+    async def warm(argv, env, cwd, log_path, attempt):
+        warmed.append(attempt)
+
+    monkeypatch.setattr(spawner, "_warm", warm)
+    spawner._to_warm = (["python", "t.py"], {}, str(tmp_path), tmp_path / "train.log", 2)
+    spawner.on_journaled(E.Progress(100.0, 1, 1, 1, 10))
+    spawner.on_journaled(E.Progress(129.9, 1, 1, 2, 10))
+    await asyncio.sleep(0)
+    assert warmed == []  # 29.9 s of training: not yet
+    spawner.on_journaled(E.Progress(130.0, 1, 1, 3, 10))
+    await asyncio.sleep(0)
+    assert warmed == [2]

@@ -36,6 +36,19 @@ def side_path(run_dir: Path, attempt: int) -> Path:
     return Path(run_dir) / f"side-{attempt}.jsonl"
 
 
+#: The next attempt's spare is warmed once the running one has trained this long (from its
+#: first batch): a short run never pays for one, and its imports never compete with a start-up
+#: for the cores.  TRAINCTL_SPARE_AFTER (seconds) sets it (tests and benches: 0).
+SPARE_AFTER_S = 30.0
+
+
+def spare_after_s() -> float:
+    try:
+        return max(0.0, float(os.environ.get("TRAINCTL_SPARE_AFTER", SPARE_AFTER_S)))
+    except ValueError:
+        return SPARE_AFTER_S
+
+
 def held_spawner(ctx, lock_fd) -> HeldSpawner:
     """The run's spawner: a warm spare unless the run says no (``--no-spare``, ``spare =
     false``), journaling through ``ctx``, ending its spare with the run."""
@@ -51,7 +64,9 @@ class HeldSpawner:
         self.use_spare = spare  # a warm spare for the next attempt (trainctl.agent.spare)
         self.spare: Spare | None = None
         self._warming: asyncio.Task | None = None
-        self._to_warm: tuple | None = None  # the spare to warm at the running attempt's first batch
+        self._to_warm: tuple | None = None  # the spare to warm once the running attempt trains
+        self._trains_since: float | None = None  # the running attempt's first batch
+        self.spare_after_s = spare_after_s()
         self._saying: asyncio.Future | None = None  # journals the parked spare's memory
         self.note: Callable[[str, str], None] = note or (lambda text, key: None)  # a journal line
 
@@ -79,6 +94,7 @@ class HeldSpawner:
         # The next attempt's spare is warmed once this one trains (its first batch): its
         # imports never compete with this attempt's own start-up for the cores.
         self._to_warm = (argv, env, cwd, log_path, attempt + 1) if self.use_spare else None
+        self._trains_since = None
         handle = HeldHandle(held, log_path, log_offset, side, 0, layout(argv))
         handle.keep_pids = self.spare_pids
         return handle
@@ -93,7 +109,7 @@ class HeldSpawner:
         if spare is None:
             if self.use_spare and self._to_warm is not None and attempt > 1:
                 self.note(
-                    f"attempt {attempt} started cold: no warm spare (attempt {attempt - 1} never reached its first batch)",
+                    f"attempt {attempt} started cold: no warm spare (attempt {attempt - 1} trained less than {self.spare_after_s:.0f} s)",
                     "spare.cold",
                 )
             return None
@@ -151,8 +167,11 @@ class HeldSpawner:
         """The attempt's first batch: its successor's spare warmed.  The run over (a final
         state journaled): the parked spare ended."""
         if isinstance(ev, E.Progress) and self._to_warm is not None and self.use_spare:
-            args, self._to_warm = self._to_warm, None
-            self._warming = asyncio.ensure_future(self._warm(*args))
+            if self._trains_since is None:
+                self._trains_since = ev.ts
+            if ev.ts - self._trains_since >= self.spare_after_s:
+                args, self._to_warm = self._to_warm, None
+                self._warming = asyncio.ensure_future(self._warm(*args))
         elif isinstance(ev, E.State) and ev.state in FINAL_STATES:
             self.use_spare = False
             self._to_warm = None
