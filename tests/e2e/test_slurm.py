@@ -585,7 +585,9 @@ def test_a_node_failure_requeues_and_the_run_goes_on_from_its_last_good_checkpoi
     runs = attempts((res.run_dir / "train.log").read_text())
     assert runs[1][0][1] == saved[-1].batch, (runs, saved[-1])  # from the last good one
     redone = redone_at_boundaries(res.run_dir)
-    assert len(redone) == 1 and 0 <= redone[0] <= 25 + 20, redone
+    # -1: the dead node's holder was killed before it copied the last printed batch to
+    # train.log (the trainer prints a batch before saving it), not a batch skipped
+    assert len(redone) == 1 and -1 <= redone[0] <= 25 + 20, redone
     assert [e.seq for e in res.events] == list(range(len(res.events)))
     print(f"node {node} failed; batches redone: {redone}")
 

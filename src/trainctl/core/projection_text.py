@@ -139,11 +139,14 @@ def rate_phrase(
 
 
 def risk_phrase(risk: dict[str, Any] | None) -> str:
-    """'3 incidents in 9 h (≈ 40 s each)', '0 incidents in 30 h'; '' with no record.  A cost
-    that was not measured says it is the default."""
+    """'3 incidents in 9 h (≈ 40 s each)', '0 incidents in 30 h'; '' with no record, or with
+    none in under an hour (a clean short record says nothing yet).  A cost that was not
+    measured says it is the default."""
     if not risk:
         return ""
     n = int(risk.get("incidents", 0))
+    if n == 0 and float(risk.get("hours", 0.0)) < 1:
+        return ""
     text = f"{n} incident{'s' if n != 1 else ''} in {hours_phrase(float(risk.get('hours', 0.0)))}"
     if n:
         each = humanize_duration(float(risk.get("mean_cost_s", 0.0)))
