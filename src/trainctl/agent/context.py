@@ -108,6 +108,12 @@ class RunContext:
             self.bus.on_journaled.append(self.ladder)
         if spec.checkpoint_auto:  # after the feed: the risk it decides on is this event's
             self.bus.on_journaled.append(CheckpointAuto(self))
+        self.bus.on_journaled.append(self._project_on)
+
+    def _project_on(self, ev: E.Event) -> None:
+        """The journaled events the projector learns from (its rates, losses and restarts)."""
+        if ev.type in ("start", "phase", "restart", "stall", "exit", "checkpoint"):
+            self.projector.on_event(ev)
 
     # ------------------------------------------------------------------ the configuration
     @property

@@ -89,7 +89,6 @@ class Agent:
         self.server = ClientServer(
             ctx.files.sock, ctx.journal, self.hello, self.commands, snapshot=self.snapshots.current
         )
-        ctx.bus.on_journaled.append(self._project_on)
         ctx.bus.on_journaled.append(self.snapshots)
         ctx.bus.sinks.append(self.server)
         if printer is not None:
@@ -113,10 +112,6 @@ class Agent:
 
     def emit(self, ev: E.Event) -> E.Event:
         return self.ctx.emit(ev)
-
-    def _project_on(self, ev: E.Event) -> None:
-        if ev.type in ("start", "phase", "restart", "stall", "exit", "checkpoint"):
-            self.ctx.projector.on_event(ev)
 
     def hello(self) -> dict:
         ctx, spec = self.ctx, self.spec
