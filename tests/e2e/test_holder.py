@@ -135,6 +135,49 @@ async def test_the_lock_fd_stays_with_the_holder_not_the_trainer(tmp_path, track
         os.close(probe)
 
 
+# ---------------------------------------------------------------- the exit, from the trainer
+@pytest.mark.parametrize("code", [0, 3])
+async def test_a_holder_killed_as_its_trainer_exits_leaves_the_exit_readable(tmp_path, track, code):
+    """The holder stopped, the trainer exits (a zombie its holder never reaps), the holder
+    killed: the exit is read from the trainer (its pidfd), never taken for a lost holder."""
+    go = tmp_path / "go"
+    trainer = py(f"""
+        import os, sys, time
+        while not os.path.exists({str(go)!r}):
+            time.sleep(0.02)
+        sys.exit({code})
+        """)
+    ht = await HeldTrainer.start(trainer, None, None, tmp_path, 1)
+    track(ht.holder_pid, ht.pid)
+    os.kill(ht.holder_pid, signal.SIGSTOP)  # it cannot reap the trainer now
+    go.touch()
+    await until(lambda: gone(ht.pid, psutil.Process(ht.pid).create_time()), 10, "the trainer's exit")
+    os.kill(ht.holder_pid, signal.SIGKILL)
+    assert await asyncio.wait_for(ht.wait(), 30) == code
+    st = read_status(tmp_path / "trainer-1.json")
+    assert st is not None and st["returncode"] == code and st["exit_from"] == "trainer"
+
+
+def test_the_exit_status_of_a_zombie_and_of_a_reaped_process():
+    from trainctl.holder.exit_status import exit_code, open_pidfd
+
+    proc = subprocess.Popen([PY, "-c", "import os; os._exit(5)"])
+    start = psutil.Process(proc.pid).create_time()
+    fd = open_pidfd(proc.pid, start)
+    assert fd is not None
+    try:
+        deadline = time.monotonic() + 10
+        while psutil.Process(proc.pid).status() != psutil.STATUS_ZOMBIE:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        assert exit_code(fd, proc.pid, start) == 5  # a zombie: /proc/PID/stat
+        assert proc.wait(5) == 5
+        assert exit_code(fd, proc.pid, start) == 5  # reaped: what the kernel kept
+    finally:
+        os.close(fd)
+    assert open_pidfd(proc.pid, start) is None  # gone: nothing to pin
+
+
 # ---------------------------------------------------------------- the trainer outlives its agent
 AGENT = """
 import asyncio, json, sys

@@ -24,6 +24,8 @@ from pathlib import Path
 
 import psutil
 
+from trainctl.holder.exit_status import exit_code, open_pidfd
+from trainctl.holder.main import fit_status
 from trainctl.holder.main import status_path as _status_path
 
 START_TIMEOUT_S = 10.0
@@ -111,6 +113,8 @@ class HeldTrainer:
         self.holder_pid: int = status["holder_pid"]
         self._pid_start, self._holder_start = status.get("pid_start"), status.get("holder_start")
         self._proc = proc  # the holder, when it is our child
+        # the trainer's exit read from the trainer where its holder dies unrecorded
+        self._exit_fd = open_pidfd(self.pid, self._pid_start)
 
     @classmethod
     async def start(
@@ -215,25 +219,60 @@ class HeldTrainer:
 
     async def wait(self) -> int:
         """The trainer's returncode (negative: killed by that signal), once its holder has
-        recorded it and exited. HolderLost if the holder died without recording it."""
-        if self._proc is not None:
-            await self._proc.wait()
-        else:
-            await self._wait_holder_gone()
-        st = self.status()
-        rc = st.get("returncode")
-        if st.get("exit_unknown"):  # an adopted trainer (not the holder's child) has ended
-            raise HolderLost(
-                f"trainer {self.pid} ended; its exit status is unknown (its first "
-                "holder was killed: no process left that could read it)"
-            )
-        if rc is None:
-            while self.alive():  # orphaned by the holder's death: wait it out, unreaped
+        recorded it and exited; where the holder died without recording it (killed, or an
+        adopting holder that is not the trainer's parent), read from the trainer itself
+        (:mod:`trainctl.holder.exit_status`) and written into the status file.  HolderLost
+        when no one can tell."""
+        try:
+            if self._proc is not None:
+                await self._proc.wait()
+            else:
+                await self._wait_holder_gone()
+            st = self.status()
+            rc = st.get("returncode")
+            if rc is not None and not st.get("exit_unknown"):
+                return rc
+            while self.alive():  # orphaned by the holder's death: wait it out
                 await asyncio.sleep(POLL_S)
+            rc = exit_code(self._exit_fd, self.pid, self._pid_start)
+            if rc is not None:
+                self._record_exit(st, rc)
+                return rc
+            if st.get("exit_unknown"):  # an adopted trainer (not the holder's child) has ended
+                raise HolderLost(
+                    f"trainer {self.pid} ended; its exit status is unknown (its first "
+                    "holder was killed: no process left that could read it)"
+                )
             raise HolderLost(
                 f"the holder {self.holder_pid} of trainer {self.pid} died without recording its exit"
             )
-        return rc
+        finally:
+            self.close()
+
+    def _record_exit(self, st: dict, rc: int) -> None:
+        """The exit read from the trainer, in the status file its dead holder left (nobody
+        else writes it now): every later reader sees the attempt ended, and how."""
+        st = dict(st, returncode=rc, ended=st.get("ended") or time.time(), exit_from="trainer")
+        st.pop("exit_unknown", None)
+        try:
+            fd = os.open(self.status_path, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            return
+        try:
+            os.pwrite(fd, fit_status(st), 0)
+        except (OSError, ValueError):
+            pass
+        finally:
+            os.close(fd)
+
+    def close(self) -> None:
+        """The trainer's pidfd closed (after :meth:`wait`, or when it is dropped)."""
+        fd, self._exit_fd = getattr(self, "_exit_fd", None), None
+        if fd is not None:
+            os.close(fd)
+
+    def __del__(self) -> None:
+        self.close()
 
     async def _wait_holder_gone(self) -> None:
         fd = None

@@ -23,8 +23,9 @@ file): a holder killed (kill -9, the OOM killer) then never kills its trainer by
 next line; it blocks once the pipe (1 MiB) is full, until a new holder drains it.
 ``--adopt`` starts such a new holder for the trainer named in the status file (an adopting
 agent does): it opens the trainer's read end through /proc, relays it to train.log as
-before and watches the trainer through a pidfd.  Not its parent, it cannot read its exit
-status: the status file then says ``"exit_unknown": true``.
+before and watches the trainer through a pidfd.  Not its parent, it reads the trainer's exit
+status through that pidfd (:mod:`trainctl.holder.exit_status`: the kernel keeps it, Linux
+6.15+); where the kernel cannot tell, the status file says ``"exit_unknown": true``.
 
 ``--alert-file F`` (the run's 0600 alerts.json): the holder watches the run's agent
 (:mod:`trainctl.holder.agentwatch`) and sends the "unsupervised" alert when it is gone.
@@ -47,6 +48,7 @@ import time
 import psutil
 
 from trainctl.holder.agentwatch import AgentWatch
+from trainctl.holder.exit_status import exit_code
 
 STATUS_SIZE = 4096  # the status file is preallocated to this size, then only pwritten
 LAST_LINE_MAX = 512
@@ -327,7 +329,16 @@ class Holder:
         adopted trainer: seen gone through its pidfd, its exit status unknown)."""
         if self.pidfd is not None and not self.reaped and select.select([self.pidfd], [], [], 0)[0]:
             self.reaped = True
-            self.st.update(exit_unknown=True, ended=time.time())
+            assert self.pid is not None  # adopted: its pid is known
+            rc = None
+            for _ in range(20):  # a zombie reaped by another as we read: the kernel keeps it
+                if (rc := exit_code(self.pidfd, self.pid, self.st.get("pid_start"))) is not None:
+                    break
+                time.sleep(0.01)
+            if rc is None:
+                self.st.update(exit_unknown=True, ended=time.time())
+            else:
+                self.st.update(returncode=rc, ended=time.time(), exit_from="trainer")
             self.write_status()
         while True:
             try:
