@@ -291,3 +291,68 @@ def test_the_journal_survives_enospc(tmp_path):
     assert [e.text for e in seen if e.type == "info"] == ["before", "lost 0", "lost 1", "lost 2", "after"]
     assert any(e.type == "warning" and e.id == "trainctl.journal_failed" for e in seen)
     assert sys.platform.startswith("linux")
+
+
+GATED = """
+import os, sys, time
+print("epoch=1/1 batch=1/2 loss=1.0", flush=True)
+while not os.path.exists(sys.argv[1]):
+    time.sleep(0.02)
+print("epoch=1/1 batch=2/2 loss=0.5", flush=True)
+"""
+
+
+@pytest.mark.timeout(90)
+def test_a_holder_killed_as_its_trainer_exits_0_finishes_the_run_once(tmp_path):
+    """The holder stopped (it cannot reap), the trainer exits 0, the holder killed: the exit
+    is read from the trainer, the run FINISHED, the attempt never run again."""
+    script, go = tmp_path / "gated.py", tmp_path / "go"
+    script.write_text(GATED)
+    with start_trainctl(["run", "--json", "--", PYTHON, "-u", str(script), str(go)]) as tc:
+        tc.wait_event("progress", 60, "the first batch")
+        status = json.loads((tc.run_dir / "trainer-1.json").read_text())
+        trainer = psutil.Process(status["pid"])
+        os.kill(status["holder_pid"], signal.SIGSTOP)
+        go.touch()
+        wait_until(
+            lambda: not trainer.is_running() or trainer.status() == psutil.STATUS_ZOMBIE,
+            20,
+            what="the trainer's exit",
+        )
+        os.kill(status["holder_pid"], signal.SIGKILL)
+        r = tc.wait(60)
+    assert r.returncode == 0, r.describe()
+    assert [e.attempt for e in r.of_type("start")] == [1]
+    assert [e.returncode for e in r.of_type("exit")] == [0]
+    assert r.events[-1].state == "FINISHED"
+
+
+def helpers_of(agent: psutil.Process) -> list[psutil.Process]:
+    """What the agent started for itself: its descendants outside the trainers' holders."""
+    out = []
+    for p in agent.children():
+        try:
+            if "trainctl.holder.main" not in " ".join(p.cmdline()):
+                out += [p, *p.children(recursive=True)]
+        except psutil.Error:
+            continue
+    return out
+
+
+@pytest.mark.timeout(90)
+def test_no_helper_outlives_an_agent_killed_with_sigkill(tmp_path):
+    script = write_counter(tmp_path)
+    with start_trainctl(["run", "--json", "--", PYTHON, str(script), "4000", "0.05"]) as tc:
+        tc.wait_event("progress", 60, "the first batch")
+        agent = psutil.Process(agent_pid(tc.run_dir))
+        wait_until(
+            lambda: any(p.name() == "dmesg" for p in helpers_of(agent)), 30, what="the kernel-log reader"
+        )
+        helpers = helpers_of(agent)
+        agent.kill()
+        time.sleep(2.0)
+        left = [
+            f"{p.pid} {p.name()}" for p in helpers if p.is_running() and p.status() != psutil.STATUS_ZOMBIE
+        ]
+        assert left == []
+        assert trainers(script)  # the trainer lives on, by design

@@ -23,6 +23,7 @@ from collections.abc import Callable
 from trainctl.alerts.policy import Alert, AlertPolicy
 from trainctl.alerts.settings import redact, redact_text
 from trainctl.core import events as E
+from trainctl.system.process import ends_with_us
 
 SEND_TIMEOUT_S = 20.0  # one message, all its services; the helper is killed past it
 CLOSE_WAIT_S = 25.0  # at the agent's end: the last message, at most this long
@@ -43,6 +44,7 @@ def send_with_helper(urls: list[str], title: str, body: str, timeout: float = SE
             timeout=timeout,
             env=env,
             start_new_session=True,
+            preexec_fn=ends_with_us(),  # never outlives the agent (killed -9)
         )
     except subprocess.TimeoutExpired as e:  # what it said before it was killed still counts
         done = _results(e.stdout)

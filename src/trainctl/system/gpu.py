@@ -18,6 +18,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from trainctl.system.process import ends_with_us
+
 
 @dataclass(frozen=True)
 class GpuSample:
@@ -353,7 +355,12 @@ class RocmSmiProbe:
 
     def _subprocess(self, argv: Sequence[str]) -> str:
         r = subprocess.run(
-            list(argv), capture_output=True, text=True, timeout=self.timeout, stdin=subprocess.DEVNULL
+            list(argv),
+            capture_output=True,
+            text=True,
+            timeout=self.timeout,
+            stdin=subprocess.DEVNULL,
+            preexec_fn=ends_with_us(),
         )
         return r.stdout
 

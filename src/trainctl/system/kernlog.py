@@ -22,6 +22,8 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from trainctl.system.process import ends_with_us
+
 # stderr text of a follower that runs but can never show kernel lines
 _UNREADABLE_MARKERS = (
     "Operation not permitted",
@@ -143,6 +145,7 @@ class KernelLogFollower:
                     errors="replace",
                     stdin=subprocess.DEVNULL,
                     timeout=_SNAPSHOT_TIMEOUT_S,
+                    preexec_fn=ends_with_us(),
                 )
             except (OSError, subprocess.TimeoutExpired) as e:
                 return f"{' '.join(cmd.snapshot)}: {e}"
@@ -167,6 +170,7 @@ class KernelLogFollower:
                         errors="replace",
                         bufsize=1,
                         start_new_session=True,
+                        preexec_fn=ends_with_us(),  # never outlives the agent (killed -9)
                     )
                 except OSError as e:
                     return f"{name}: {e.strerror or e}"

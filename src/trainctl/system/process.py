@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import ctypes
 import errno
+import functools
 import os
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import psutil
@@ -27,14 +29,25 @@ def become_subreaper() -> bool:
 PR_SET_PDEATHSIG = 1
 
 
-def die_with_parent(sig: int = signal.SIGTERM) -> None:
+def die_with_parent(sig: int = signal.SIGTERM, parent: int | None = None) -> None:
     """For a child, between fork and exec (``preexec_fn``): the kernel sends it ``sig`` when
     the parent dies, even by SIGKILL, so a helper never outlives the process that serves it.
-    Linux only; elsewhere nothing."""
+    ``parent``: the pid it was forked from; gone already (the child has another parent
+    now), ``sig`` at once.  Linux only; elsewhere nothing."""
     try:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, int(sig), 0, 0, 0)
     except (OSError, AttributeError):
-        pass
+        return
+    if parent is not None and os.getppid() != parent:
+        os.kill(os.getpid(), sig)
+
+
+def ends_with_us() -> Callable[[], None]:
+    """The ``preexec_fn`` of a helper this process starts for itself (the kernel-log reader,
+    py-spy, a GPU or Slurm query, the alert sender): SIGKILL when this process dies, so
+    none is left behind by an agent killed with -9.  The kernel sends it when the *thread*
+    that started the helper ends: start it from a thread that waits for it."""
+    return functools.partial(die_with_parent, signal.SIGKILL, os.getpid())
 
 
 def descendants(pid: int) -> list[psutil.Process]:

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 
 from trainctl.system.probes import ProcSample
+from trainctl.system.process import ends_with_us
 
 PYSPY_TIMEOUT_S = 10.0
 MAX_DUMPS = 16
@@ -71,7 +72,12 @@ def _dump_one(exe: str, s: ProcSample, native: bool, timeout: float) -> Dump:
         argv = [exe, "dump", "--pid", str(s.pid), *extra]
         try:
             r = subprocess.run(
-                argv, capture_output=True, text=True, timeout=timeout, stdin=subprocess.DEVNULL
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                stdin=subprocess.DEVNULL,
+                preexec_fn=ends_with_us(),
             )
         except subprocess.TimeoutExpired:
             errors.append(f"{' '.join(argv[1:])}: timed out after {timeout:.0f}s")

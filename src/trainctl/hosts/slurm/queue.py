@@ -21,6 +21,7 @@ from typing import Any
 
 from trainctl.config.slurm import slurm_time_s
 from trainctl.store.paths import read_private, write_private
+from trainctl.system.process import ends_with_us
 
 BATCH_SCRIPT = "slurm-job.sh"
 AGENT_SCRIPT = "slurm-agent.sh"  # a node's agent, kept going (keeper_script)
@@ -96,7 +97,13 @@ def configured() -> bool:
 def _run(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
     try:
         return subprocess.run(
-            argv, capture_output=True, text=True, timeout=timeout, env=_env(), stdin=subprocess.DEVNULL
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=_env(),
+            stdin=subprocess.DEVNULL,
+            preexec_fn=ends_with_us(),
         )
     except FileNotFoundError:
         raise SlurmUnreachable(
