@@ -14,9 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from trainctl.agent.spare import describe_start, env_differences, imports_for, launch_code, script_of
+from trainctl.agent.spare import (
+    SpareCommand,
+    describe_start,
+    env_differences,
+    imports_for,
+    launch_argv,
+    launch_env,
+    script_of,
+)
 from trainctl.core import events as E
-from trainctl.inside.spare import final_env
+from trainctl.inside.spare import BadRequest, decode_request, encode_request, final_env
 
 BASE = {"PATH": "/usr/bin", "OMP_NUM_THREADS": "2", "TRAINCTL_ATTEMPT": "2", "HOME": "/h"}
 
@@ -48,10 +56,13 @@ def test_a_difference_before_import_torch_does_not_match_and_is_named(change):
 @pytest.mark.parametrize(
     "argv,expected",
     [
-        (["python", "train.py", "--x", "1"], ("python", ("path", "train.py", ["--x", "1"]))),
-        (["/v/bin/python3", "-u", "t.py"], ("/v/bin/python3", ("path", "t.py", []))),
-        (["python", "-m", "pkg.mod", "a"], ("python", ("module", "pkg.mod", ["a"]))),
+        (["python", "train.py", "--x", "1"], SpareCommand("python", (), ("path", "train.py", ["--x", "1"]))),
+        (["/v/bin/python3", "-u", "t.py"], SpareCommand("/v/bin/python3", ("-u",), ("path", "t.py", []))),
+        (["python", "-m", "pkg.mod", "a"], SpareCommand("python", (), ("module", "pkg.mod", ["a"]))),
+        (["python", "-I", "-u", "t.py"], SpareCommand("python", ("-I", "-u"), ("path", "t.py", []))),
+        (["python", "-Es", "-P", "-m", "m"], SpareCommand("python", ("-Es", "-P"), ("module", "m", []))),
         (["python", "-X", "dev", "t.py"], None),  # options a spare cannot take: cold
+        (["python", "-O", "t.py"], None),
         (["python", "-c", "print(1)"], None),
         (["torchrun", "--nproc-per-node", "2", "t.py"], None),
         (["bash", "t.sh"], None),
@@ -83,15 +94,34 @@ def test_the_released_environment_keeps_what_the_bootstrap_took_out():
     assert final_env(current, launch, wanted) == {"PYTHONPATH": "/user", "TRAINCTL_ATTEMPT": "3", "A": "1"}
 
 
-def _park(tmp_path: Path) -> tuple[subprocess.Popen, Path, int]:
-    fifo = tmp_path / "spare.fifo"
+def _park(
+    cwd: Path, argv: list[str], imports: str, env: dict | None = None
+) -> tuple[subprocess.Popen, Path, int]:
+    """A spare for ``argv`` parked in ``cwd`` as the agent starts one (its flags, its
+    environment), importing ``imports``: (process, FIFO, the FIFO's writer fd)."""
+    command = script_of(argv)
+    assert command is not None
+    fifo = cwd.parent / f"spare-{time.monotonic_ns()}.fifo"
     os.mkfifo(fifo)
     fd = os.open(fifo, os.O_RDWR)
-    env = dict(os.environ, TRAINCTL_SPARE_FIFO=str(fifo), TRAINCTL_SPARE_IMPORTS="json,no_such_module_here")
-    proc = subprocess.Popen(
-        [sys.executable, "-c", launch_code()], env=env, cwd=tmp_path, stdout=subprocess.PIPE
+    launch = dict(
+        launch_env(command, os.environ if env is None else env, fifo), TRAINCTL_SPARE_IMPORTS=imports
     )
+    proc = subprocess.Popen(launch_argv(command), env=launch, cwd=cwd, stdout=subprocess.PIPE)
+    deadline = time.monotonic() + 30
+    while not Path(f"{fifo}.ready").exists():
+        assert proc.poll() is None and time.monotonic() < deadline, "the spare never said it was ready"
+        time.sleep(0.02)
     return proc, fifo, fd
+
+
+def _release(proc: subprocess.Popen, fd: int, argv: list[str], cwd: Path, env: dict) -> str:
+    command = script_of(argv)
+    assert command is not None
+    os.write(fd, encode_request(command.run, env, {}, str(cwd)))
+    os.close(fd)
+    out, _ = proc.communicate(timeout=30)
+    return out.decode()
 
 
 def test_a_parked_spare_runs_the_script_as_main_with_its_argv_cwd_and_env(tmp_path):
@@ -100,31 +130,73 @@ def test_a_parked_spare_runs_the_script_as_main_with_its_argv_cwd_and_env(tmp_pa
     script = work / "train.py"
     script.write_text(
         "import os, sys\n"
-        "print(__name__, sys.argv, os.getcwd(), os.environ.get('WANTED'), sys.path[0], flush=True)\n"
+        "print(__name__, sys.argv, os.getcwd(), os.environ.get('WANTED'), sys.path[0], __file__, flush=True)\n"
         "sys.exit(3)\n"
     )
-    proc, fifo, fd = _park(tmp_path)
-    deadline = time.monotonic() + 30
-    while not (fifo.parent / "spare.fifo.ready").exists():
-        assert proc.poll() is None and time.monotonic() < deadline, "the spare never said it was ready"
-        time.sleep(0.05)
-    ready = json.loads((fifo.parent / "spare.fifo.ready").read_text())
+    argv = [sys.executable, "train.py", "--a", "1"]
+    proc, fifo, fd = _park(work, argv, "json,no_such_module_here")
+    ready = json.loads(Path(f"{fifo}.ready").read_text())
     assert ready["pid"] == proc.pid and ready["modules"] == ["json", "no_such_module_here"]
     assert ready["cuda_initialized"] is False
-    env = dict(os.environ, WANTED="yes")
-    request = {"run": ["path", "train.py", ["--a", "1"]], "env": env, "launch_env": {}, "cwd": str(work)}
-    os.write(fd, (json.dumps(request) + "\n").encode())
-    os.close(fd)
-    out, _ = proc.communicate(timeout=30)
+    out = _release(proc, fd, argv, work, dict(os.environ, WANTED="yes"))
     assert proc.returncode == 3
-    assert out.decode().split() == ["__main__", "['train.py',", "'--a',", "'1']", str(work), "yes", str(work)]
+    assert out.split() == [
+        "__main__",
+        "['train.py',",
+        "'--a',",
+        "'1']",
+        str(work),
+        "yes",
+        str(work),
+        str(script),
+    ]
 
 
 def test_a_parked_spare_ends_when_its_fifo_closes(tmp_path):
-    proc, _fifo, fd = _park(tmp_path)
+    (tmp_path / "w").mkdir()
+    proc, _fifo, fd = _park(tmp_path / "w", [sys.executable, "t.py"], "json")
     os.close(fd)
     assert proc.wait(timeout=30) == 0
     assert proc.stdout is not None and proc.stdout.read() == b""
+
+
+def test_a_spare_told_something_it_cannot_run_says_so_and_never_exits_0(tmp_path):
+    (tmp_path / "w").mkdir()
+    proc, _fifo, fd = _park(tmp_path / "w", [sys.executable, "t.py"], "")
+    os.write(fd, b"7\nnot one")
+    os.close(fd)
+    assert proc.wait(timeout=30) == 2
+
+
+def test_the_release_request_carries_any_argv_and_environment():
+    env = {"A": "line\nbreak", "B": "x=y", "C": "", "D": "caf\u00e9 \udcff"}
+    data = encode_request(("path", "t.py", ["--a", "", "b c"]), env, {"L": "1"}, "/w")
+    head, _, payload = data.partition(b"\n")
+    assert int(head) == len(payload)
+    assert decode_request(payload) == {
+        "run": ["path", "t.py", ["--a", "", "b c"]],
+        "env": env,
+        "launch_env": {"L": "1"},
+        "cwd": "/w",
+    }
+    for bad in (b"", b"path\0t.py", b"path\0t.py\0/w\x009\0", b"run\0t\0/w\x000\x000\x000\0"):
+        with pytest.raises(BadRequest):
+            decode_request(bad)
+
+
+def test_the_spares_own_code_imports_only_what_is_built_in_or_frozen():
+    """Nothing of its own is looked up on sys.path: nothing planted in the cwd or the script's
+    folder runs in it (json, fcntl... would)."""
+    import _imp
+    import ast
+
+    import trainctl.inside.spare as inside
+
+    tree = ast.parse(Path(inside.__file__).read_text())
+    names = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+    names |= {n.module.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+    assert names == {"os", "sys", "time", "runpy"}
+    assert [m for m in names if m not in sys.builtin_module_names and not _imp.is_frozen(m)] == []
 
 
 def test_a_parked_spares_status_file_is_no_attempts(tmp_path):

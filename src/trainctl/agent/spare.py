@@ -9,7 +9,11 @@ Python start-up variables, a preset's ``[env]`` are read before or by ``import t
 spare is warmed with the environment of the attempt that just started (so for the same preset);
 the check is made at the release, so a fallback preset with another ``[env]`` starts cold and
 the journal says which variable differed.  Only ``python SCRIPT ...`` and ``python -m MODULE
-...`` commands (``-u`` allowed) run on a spare.
+...`` commands run on a spare, with the interpreter flags that change no more than where
+imports come from and how output is buffered (``-u``, ``-I``, ``-E``, ``-s``, ``-P``): the spare
+is started with the same flags, and resolves every import from where a cold start of the same
+command would (:mod:`trainctl.inside.spare`); a command whose flags or script folder differ
+from the spare's starts cold.
 """
 
 from __future__ import annotations
@@ -21,7 +25,9 @@ import os
 import re
 import signal
 import time
+import zipfile
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -30,12 +36,12 @@ from trainctl.agent.zero_code import is_python
 from trainctl.holder.handle import HeldTrainer, HolderLost, spare_fifo
 from trainctl.holder.main import status_path
 from trainctl.inside import spare as inside_spare
-from trainctl.inside.spare import LAUNCH
+from trainctl.inside.spare import LAUNCH, RUN_ENV, cold_path0, encode_request
 from trainctl.system.process import kill_tree
 
 PER_ATTEMPT = "TRAINCTL_"  # trainctl's facts of the attempt (number, preset name, paths): read
 #                           after the release, never by ``import torch``
-_PYTHON_FLAGS = re.compile(r"-u")
+_PYTHON_FLAGS = re.compile(r"-[uIEsP]+")  # the flags a spare takes: carried to it as they are
 
 
 def env_differences(spare: Mapping[str, str], wanted: Mapping[str, str]) -> list[str]:
@@ -49,18 +55,46 @@ def env_differences(spare: Mapping[str, str], wanted: Mapping[str, str]) -> list
     )
 
 
-def script_of(argv: Sequence[str]) -> tuple[str, tuple[str, str, list[str]]] | None:
-    """(interpreter, ("path"|"module", target, args)) of a command a spare can run, else None."""
+@dataclass(frozen=True)
+class SpareCommand:
+    """A command a spare can run: its interpreter, the interpreter's flags, and what it runs:
+    ("path", script, args) or ("module", name, args)."""
+
+    interpreter: str
+    flags: tuple[str, ...]
+    run: tuple[str, str, list[str]]
+
+    def path0(self, cwd: str) -> str:
+        """What a cold start of it in ``cwd`` puts first on sys.path (without safe-path)."""
+        return cold_path0(self.run[0], self.run[1], cwd)
+
+
+def script_of(argv: Sequence[str]) -> SpareCommand | None:
+    """The command as a spare would run it, or None: not a Python script or module, or an
+    interpreter option a spare cannot take (``-X``, ``-W``, ``-O``, ``-c`` ...)."""
     if len(argv) < 2 or not is_python(argv[0]):
         return None
     rest = list(argv[1:])
+    flags: list[str] = []
     while rest and _PYTHON_FLAGS.fullmatch(rest[0]):
-        rest = rest[1:]
+        flags.append(rest.pop(0))
     if len(rest) >= 2 and rest[0] == "-m":
-        return argv[0], ("module", rest[1], rest[2:])
+        return SpareCommand(argv[0], tuple(flags), ("module", rest[1], rest[2:]))
     if rest and not rest[0].startswith("-"):
-        return argv[0], ("path", rest[0], rest[1:])
+        return SpareCommand(argv[0], tuple(flags), ("path", rest[0], rest[1:]))
     return None
+
+
+def _plain_script(command: SpareCommand, cwd: str) -> bool:
+    """A module, or a script that is a plain file (a folder or zip archive with a
+    ``__main__.py`` is put on sys.path itself: never run on a spare)."""
+    if command.run[0] == "module":
+        return True
+    path = os.path.join(cwd, command.run[1])
+    try:
+        return os.path.isfile(path) and not zipfile.is_zipfile(path)
+    except OSError:
+        return False
 
 
 # What every PyTorch trainer imports before its first batch, torch aside: the first optimizer
@@ -101,11 +135,18 @@ class Spare:
     agent holds the FIFO's only writer: closing it, or dying, ends the spare."""
 
     def __init__(
-        self, held: HeldTrainer, attempt: int, fifo: Path, fd: int, launch: dict, command: list
+        self,
+        held: HeldTrainer,
+        attempt: int,
+        fifo: Path,
+        fd: int,
+        launch: dict,
+        command: SpareCommand,
+        cwd: str,
     ) -> None:
         self.held, self.attempt, self.fifo, self._fd = held, attempt, fifo, fd
         self.launch_env = launch
-        self.interpreter, self.cwd = command[0], command[1]
+        self.command, self.cwd = command, cwd
         self.started = time.monotonic()
 
     @classmethod
@@ -115,24 +156,29 @@ class Spare:
         """A spare for ``attempt`` warmed with ``env`` (None: the command cannot run on one).
         OSError when it cannot be started."""
         found = script_of(argv)
-        if found is None:
+        if found is None or not _plain_script(found, cwd):
             return None
-        interpreter, run = found
         fifo = spare_fifo(run_dir, attempt)
         for old in (fifo, _ready_path(fifo)):
             old.unlink(missing_ok=True)
         os.mkfifo(fifo, 0o600)
         fd = os.open(fifo, os.O_RDWR | os.O_CLOEXEC)  # the only writer, held until the release
-        launch = dict(env, TRAINCTL_SPARE_FIFO=str(fifo), TRAINCTL_SPARE_IMPORTS=",".join(imports_for(run)))
+        launch = launch_env(found, env, fifo)
         try:
             held = await HeldTrainer.start(
-                [interpreter, "-c", launch_code()], launch, cwd, run_dir, attempt, lock_fd, log=log
+                launch_argv(found),
+                launch,
+                cwd,
+                run_dir,
+                attempt,
+                lock_fd,
+                log=log,
             )
         except (OSError, TimeoutError):
             os.close(fd)
             fifo.unlink(missing_ok=True)
             raise
-        return cls(held, attempt, fifo, fd, launch, [interpreter, cwd])
+        return cls(held, attempt, fifo, fd, launch, found, cwd)
 
     def ready(self) -> dict | None:
         """What the spare said once its imports were done (pid, import_s, cuda_initialized)."""
@@ -170,18 +216,23 @@ class Spare:
             return [], "the spare had ended"
         if not self.held.holder_alive():  # nobody would keep its output and its exit
             return [], "the spare's holder had ended"
-        if not same_interpreter(found[0], self.interpreter, env.get("PATH")):
+        if not same_interpreter(found.interpreter, self.command.interpreter, env.get("PATH")):
             return [], "the command runs another interpreter"
         if os.path.realpath(cwd) != os.path.realpath(self.cwd):
             return [], "the command runs in another directory"
+        if found.flags != self.command.flags:
+            return [], "the command gives the interpreter other flags"
+        if found.run[0] != self.command.run[0] or found.path0(cwd) != self.command.path0(self.cwd):
+            return [], "the command runs a script from another folder"
+        if not _plain_script(found, cwd):
+            return [], "the command runs a folder or an archive"
         return env_differences(self.launch_env, env), None
 
     def release(self, argv: list[str], env: dict[str, str], cwd: str) -> None:
         """Let the spare run the attempt (OSError: it could not be told)."""
         found = script_of(argv)
         assert found is not None
-        request = {"run": found[1], "env": env, "launch_env": self.launch_env, "cwd": cwd}
-        data = (json.dumps(request) + "\n").encode()
+        data = encode_request(found.run, env, self.launch_env, cwd)
         try:
             view = memoryview(data)
             while view:
@@ -224,6 +275,23 @@ class Spare:
 def launch_code() -> str:
     """The ``python -c`` program that runs :mod:`trainctl.inside.spare` by its path."""
     return LAUNCH.format(path=os.path.realpath(inside_spare.__file__))
+
+
+def launch_argv(command: SpareCommand) -> list[str]:
+    """The spare's own command: the attempt's interpreter with the attempt's flags."""
+    return [command.interpreter, *command.flags, "-c", launch_code()]
+
+
+def launch_env(command: SpareCommand, env: Mapping[str, str], fifo: Path) -> dict[str, str]:
+    """The attempt's environment and what the spare reads at its start: its FIFO, what it
+    imports, and what it will run (where its imports come from)."""
+    kind, target, _ = command.run
+    return dict(
+        env,
+        TRAINCTL_SPARE_FIFO=str(fifo),
+        TRAINCTL_SPARE_IMPORTS=",".join(imports_for(command.run)),
+        **{RUN_ENV: f"{kind}:{target}"},
+    )
 
 
 def _ready_path(fifo: Path) -> Path:

@@ -1,25 +1,139 @@
 """The warm spare, inside its own process: the next attempt's interpreter, started ahead of
 need.  It imports the heavy modules (torch; ultralytics for the Ultralytics runner), says it is
-ready, then blocks on one read of its FIFO (no CPU while parked).  The agent writes one JSON
-line there at the restart: the attempt's argv (a script or ``-m module``), cwd and
-environment; the spare takes them and runs the script with :mod:`runpy` as ``__main__``.
-EOF on the FIFO (the agent closed it, or died) ends the spare: it never outlives its agent.
+ready, then blocks on one read of its FIFO (no CPU while parked).  The agent writes one request
+there at the restart (:func:`encode_request`: the attempt's argv, a script or ``-m module``,
+cwd and environment); the spare takes them and runs the script with :mod:`runpy` as
+``__main__``.  EOF on the FIFO (the agent closed it, or died) ends the spare: it never outlives
+its agent.
+
+Imports resolve as in a cold start of the same command (``python [flags] train.py``): the
+spare is started with the command's own interpreter flags (``-I``, ``-E``, ``-s``, ``-P``,
+``-u``), and before its first import it takes off ``sys.path`` the cwd that ``python -c`` put
+first and puts there what the cold start would: the script's folder (symlinks resolved), the
+cwd for ``-m``, nothing under ``-I``/``-P``/``PYTHONSAFEPATH`` (:func:`cold_path0`).  Its own
+code imports only modules built in or frozen into the interpreter (``sys``, ``time``, ``os``;
+``runpy`` at the release, after the path is the attempt's), so nothing planted in the cwd or the
+script's folder runs in it unless the cold start would run it too.
 
 Run by path, stdlib only (``python -c`` with :data:`LAUNCH`), so that nothing of trainctl is
 needed on the trainer's sys.path; the agent side is :mod:`trainctl.agent.spare`.
 """
 
-from __future__ import annotations
-
-import fcntl
-import json
 import os
-import runpy
 import sys
 import time
 
 MARK = "trainctl-warm-spare"  # in the spare's command line: how the agent's sweep knows one
-LAUNCH = "import runpy, sys; sys.argv[:1] = ['" + MARK + "']; runpy.run_path({path!r}, run_name='__spare__')"
+# compiled and run by path: no import at all, so nothing is looked up on sys.path yet
+LAUNCH = (
+    "import sys; sys.argv[:1] = ['" + MARK + "']; p = {path!r}; "
+    "exec(compile(open(p, 'rb').read(), p, 'exec'), {{'__name__': '__spare__', '__file__': p}})"
+)
+RUN_ENV = "TRAINCTL_SPARE_RUN"  # "path:<script>" or "module:<name>", set by the agent
+
+
+def cold_path0(kind: str, target: str, cwd: str) -> str:
+    """What ``python SCRIPT`` (``kind`` "path") or ``python -m MODULE`` ("module") run in
+    ``cwd`` puts first on ``sys.path`` (unless safe-path is on): the script's real folder, or
+    the cwd (``os.getcwd()``: symlinks resolved)."""
+    if kind == "module":
+        return os.path.realpath(cwd)
+    return os.path.dirname(os.path.realpath(os.path.join(cwd, target)))
+
+
+def as_a_cold_start(kind: str, target: str) -> None:
+    """``sys.path[0]`` made what a cold start of the attempt would have: ``python -c`` put
+    ``''`` (the cwd) there, unless safe-path is on (``-P``, ``-I``, ``PYTHONSAFEPATH``), and
+    then the cold start puts nothing there either."""
+    if getattr(sys.flags, "safe_path", False) or sys.flags.isolated:
+        return
+    if sys.path and sys.path[0] == "":
+        del sys.path[0]
+    sys.path.insert(0, cold_path0(kind, target, os.getcwd()))
+
+
+# ---------------------------------------------------------------- the release request
+# b"<length>\n" then NUL-terminated fields: kind, target, cwd, then three counted lists (args,
+# the attempt's env as KEY=VALUE, the spare's launch env).  No NUL can be in argv or the
+# environment, and no json module is needed to read it (json could be planted).
+
+
+def encode_request(
+    run: tuple[str, str, list[str]], env: dict[str, str], launch_env: dict[str, str], cwd: str
+) -> bytes:
+    kind, target, args = run
+    fields = [kind, target, cwd, str(len(args)), *args]
+    for mapping in (env, launch_env):
+        fields += [str(len(mapping)), *(f"{k}={v}" for k, v in mapping.items())]
+    payload = b"".join(os.fsencode(f) + b"\0" for f in fields)
+    return b"%d\n" % len(payload) + payload
+
+
+class BadRequest(ValueError):
+    """What reached the FIFO is no release request."""
+
+
+def decode_request(payload: bytes) -> dict:
+    """The request :func:`encode_request` made (:class:`BadRequest`: not one)."""
+    fields = [os.fsdecode(f) for f in payload.split(b"\0")]
+    try:
+        if fields[-1:] != [""]:
+            raise ValueError("cut short")
+        kind, target, cwd, *rest = fields[:-1]
+        lists: list[list[str]] = []
+        for _ in range(3):
+            n = int(rest[0])
+            if n < 0 or len(rest) < 1 + n:
+                raise ValueError("cut short")
+            lists.append(rest[1 : 1 + n])
+            rest = rest[1 + n :]
+        if rest or kind not in ("path", "module") or not all("=" in kv for kv in lists[1] + lists[2]):
+            raise ValueError("not a release request")
+    except (ValueError, IndexError) as e:
+        raise BadRequest(f"unreadable release request ({e})") from None
+    args, env, launch = lists
+    return {
+        "run": [kind, target, args],
+        "env": dict(kv.split("=", 1) for kv in env),
+        "launch_env": dict(kv.split("=", 1) for kv in launch),
+        "cwd": cwd,
+    }
+
+
+def _read_request(fd: int) -> dict | None:
+    """The request read from the FIFO; None at EOF before its end (the agent is gone, or
+    died while writing it: nothing was released)."""
+    data = b""
+    while True:
+        head, sep, rest = data.partition(b"\n")
+        if sep:
+            if not head.isdigit():
+                raise BadRequest("unreadable release request (no length)")
+            if len(rest) >= int(head):
+                return decode_request(rest[: int(head)])
+        elif len(data) > 32:
+            raise BadRequest("unreadable release request (no length)")
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:  # no writer had it open yet
+            return None
+        if not chunk:
+            return None
+        data += chunk
+
+
+def _ready_json(ready: dict) -> str:
+    """``ready`` as JSON (names of modules, numbers, a bool: nothing to escape)."""
+    parts = []
+    for key, value in ready.items():
+        if isinstance(value, bool):
+            text = "true" if value else "false"
+        elif isinstance(value, list):
+            text = "[" + ", ".join('"' + str(v) + '"' for v in value) + "]"
+        else:
+            text = repr(value)
+        parts.append(f'"{key}": {text}')
+    return "{" + ", ".join(parts) + "}"
 
 
 def park(fifo: str, modules: list[str]) -> dict | None:
@@ -27,7 +141,7 @@ def park(fifo: str, modules: list[str]) -> dict | None:
     when the FIFO reached EOF (the agent is gone)."""
     # opened first: once it says it is ready, a request written and closed at once stays here
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)  # never blocks: a writer gone is EOF
-    fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)
+    os.set_blocking(fd, True)
     t0 = time.monotonic()
     saved = _quiet()  # while parked, nothing reaches the attempt's output (train.log)
     for name in modules:
@@ -40,21 +154,12 @@ def park(fifo: str, modules: list[str]) -> dict | None:
     ready["cuda_initialized"] = _cuda_initialized()
     tmp = f"{fifo}.ready.tmp"
     with open(tmp, "w") as f:
-        json.dump(ready, f)
+        f.write(_ready_json(ready))
     os.replace(tmp, f"{fifo}.ready")
-    data = b""
     try:
-        while not data.endswith(b"\n"):
-            try:
-                chunk = os.read(fd, 1 << 16)
-            except BlockingIOError:  # no writer had it open yet
-                return None
-            if not chunk:
-                return None
-            data += chunk
+        return _read_request(fd)
     finally:
         os.close(fd)
-    return json.loads(data)
 
 
 def _quiet() -> tuple[int, int]:
@@ -98,26 +203,55 @@ def final_env(current: dict[str, str], launch: dict[str, str], wanted: dict[str,
 
 
 def release(req: dict) -> None:
-    """Become the attempt: its environment, cwd, argv and sys.path, then its script."""
+    """Become the attempt: its environment, cwd and argv (its sys.path is already the cold
+    start's), then its script."""
     env = final_env(dict(os.environ), req["launch_env"], req["env"])
     os.environ.clear()
     os.environ.update(env)
     os.chdir(req["cwd"])
     kind, target, args = req["run"]
+    scope = sys.modules["__main__"].__dict__  # what LAUNCH left there goes
+    scope.clear()
+    scope["__builtins__"] = sys.modules["builtins"]
     if kind == "module":
+        import runpy  # frozen in CPython 3.11+; else found where the cold start finds it
+
         sys.argv = [target, *args]  # runpy puts the module's file there
-        sys.path[0] = os.getcwd()
-        runpy.run_module(target, run_name="__main__", alter_sys=True)
+        runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]  # what python -m calls
     else:
-        sys.argv = [target, *args]
-        sys.path[0] = os.path.dirname(os.path.realpath(target))
-        runpy.run_path(target, run_name="__main__")
+        run_script(target, args)
+
+
+def run_script(target: str, args: list[str]) -> None:
+    """``target`` run as ``python SCRIPT`` runs it: in the ``__main__`` module, with its
+    globals, ``__file__`` and loader as CPython gives them; no module imported for it."""
+    path = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)
+    loader = sys.modules["_frozen_importlib_external"].SourceFileLoader("__main__", path)
+    scope = sys.modules["__main__"].__dict__
+    scope.update(
+        __name__="__main__",
+        __doc__=None,
+        __package__=None,
+        __spec__=None,
+        __loader__=loader,
+        __file__=path,
+        __cached__=None,
+    )
+    sys.argv = [target, *args]
+    with open(path, "rb") as f:
+        code = compile(f.read(), path, "exec")
+    exec(code, scope)
 
 
 def main() -> None:
     fifo, modules = os.environ.pop("TRAINCTL_SPARE_FIFO"), os.environ.pop("TRAINCTL_SPARE_IMPORTS")
+    kind, _, target = os.environ.pop(RUN_ENV).partition(":")
+    as_a_cold_start(kind, target)  # before the first import
     try:
         req = park(fifo, [m for m in modules.split(",") if m])
+    except BadRequest as e:  # released, but with nothing it can run: never an exit 0
+        print(f"trainctl: the warm spare cannot run the attempt: {e}", file=sys.stderr, flush=True)
+        sys.exit(2)
     except Exception:  # noqa: BLE001 - its FIFO gone (the run directory deleted...): quietly, no
         req = None  # traceback in the attempt's output; the restart starts cold
     if req is None:
