@@ -24,7 +24,8 @@ from pathlib import Path
 
 import psutil
 
-from trainctl.agent.spare import launch_code
+from trainctl.agent.spare import launch_argv, launch_env, script_of
+from trainctl.inside.spare import encode_request
 
 SCRIPT = "import time, {imports}\nprint(time.time(), flush=True)\n"
 
@@ -34,8 +35,10 @@ def parked(tmp: Path, imports: str) -> tuple[subprocess.Popen, int, dict]:
     fifo = tmp / f"spare-{time.monotonic_ns()}.fifo"
     os.mkfifo(fifo)
     fd = os.open(fifo, os.O_RDWR)
-    env = dict(os.environ, TRAINCTL_SPARE_FIFO=str(fifo), TRAINCTL_SPARE_IMPORTS=imports)
-    proc = subprocess.Popen([sys.executable, "-c", launch_code()], env=env, cwd=tmp, stdout=subprocess.PIPE)
+    command = script_of([sys.executable, str(tmp / "script.py")])
+    assert command is not None
+    env = dict(launch_env(command, os.environ, fifo), TRAINCTL_SPARE_IMPORTS=imports)
+    proc = subprocess.Popen(launch_argv(command), env=env, cwd=tmp, stdout=subprocess.PIPE)
     ready = Path(f"{fifo}.ready")
     while not ready.exists():
         if proc.poll() is not None:
@@ -47,14 +50,9 @@ def parked(tmp: Path, imports: str) -> tuple[subprocess.Popen, int, dict]:
 def released_s(tmp: Path, imports: str, park_s: float = 0.5) -> float:
     proc, fd, _ = parked(tmp, imports)
     time.sleep(park_s)
-    req = {
-        "run": ["path", str(tmp / "script.py"), []],
-        "env": dict(os.environ),
-        "launch_env": {},
-        "cwd": str(tmp),
-    }
+    req = encode_request(("path", str(tmp / "script.py"), []), dict(os.environ), {}, str(tmp))
     t0 = time.time()
-    os.write(fd, (json.dumps(req) + "\n").encode())
+    os.write(fd, req)
     os.close(fd)
     out, _ = proc.communicate(timeout=120)
     return float(out.split()[0]) - t0

@@ -229,3 +229,91 @@ async def test_the_spare_is_warmed_once_the_attempt_has_trained_spare_after_s(tm
     spawner.on_journaled(E.Progress(130.0, 1, 1, 3, 10))
     await asyncio.sleep(0)
     assert warmed == [2]
+
+
+# ---------------------------------------------------------------- imports as in a cold start
+OWN = ["json", "fcntl", "runpy", "os"]  # what a spare imported of its own before issue 38
+WARMED = ["torch", "torch._dynamo", "torch.utils.data", "ultralytics"]  # what it warms
+REPORT = """
+import sys
+for name in sys.argv[1].split(","):
+    try:
+        __import__(name)
+        print(name, getattr(sys.modules[name], "__file__", None) or "(no file)")
+    except Exception as e:
+        print(name, "failed:", type(e).__name__)
+"""
+
+
+def _package(where: Path, name: str, body: str) -> None:
+    """Module ``name`` in ``where``: a file, or for a dotted name its packages."""
+    *parents, leaf = name.split(".")
+    d = where
+    for part in parents:
+        d = d / part
+        d.mkdir(exist_ok=True)
+        if not (d / "__init__.py").exists():
+            (d / "__init__.py").write_text(body)
+    if parents or leaf == "torch":
+        (d / leaf).mkdir(exist_ok=True)
+        (d / leaf / "__init__.py").write_text(body)
+    else:
+        (d / f"{leaf}.py").write_text(body)
+
+
+@pytest.mark.parametrize(
+    "kind, flags, plant, names",
+    [
+        ("path", [], "cwd", OWN + WARMED),  # `python -c` put the cwd first: a planted torch ran
+        ("path", [], "script", OWN + WARMED),  # the script's folder is first in a cold start too
+        ("link", [], "script", OWN + WARMED),  # a symlinked script: its real folder
+        ("path", ["-P"], "script", OWN + WARMED),
+        ("path", ["-E", "-u"], "cwd", OWN),  # -E / -I: PYTHONPATH (the stand-ins) ignored, so
+        ("path", ["-E"], "script", OWN),  # the real torch would be imported: stdlib names only
+        ("path", ["-I"], "script", OWN),
+        ("module", [], "cwd", OWN + WARMED),  # -m: the cwd first
+    ],
+)
+def test_a_spare_imports_the_same_files_as_a_cold_start(tmp_path, kind, flags, plant, names):
+    """A module named like each import the spare makes, planted in the cwd or the script's
+    folder: the released spare's script and a cold start of the same command import the same
+    files, and the same planted ones ran.  torch and ultralytics are stand-in packages on
+    PYTHONPATH (the real ones' imports would take seconds; where they come from is the test)."""
+    cwd, scripts, site, marks = (tmp_path / d for d in ("cwd", "scripts", "site", "marks"))
+    for d in (cwd, scripts, site):
+        d.mkdir()
+    (scripts / "report.py").write_text(REPORT)
+    (cwd / "report_mod.py").write_text(REPORT)
+    (cwd / "linked").symlink_to(scripts)
+    for name in WARMED:
+        _package(site, name, "")
+    said = f"open({str(marks)!r}, 'a').write(__name__ + ' ' + __file__ + '\\n')\n"
+    for name in names:
+        _package(cwd if plant == "cwd" else scripts, name, said)
+    target = {
+        "path": [str(scripts / "report.py")],
+        "link": ["linked/report.py"],
+        "module": ["-m", "report_mod"],
+    }
+    argv = [sys.executable, *flags, *target[kind], ",".join(names)]
+    env = dict(os.environ, PYTHONPATH=str(site))
+    env.pop("PYTHONSAFEPATH", None)
+
+    cold = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=60)
+    cold_marks = sorted(marks.read_text().splitlines()) if marks.exists() else []
+    marks.unlink(missing_ok=True)
+    proc, _fifo, fd = _park(cwd, argv, ",".join(n for n in WARMED if n in names), env)
+    warm = _release(proc, fd, argv, cwd, env)
+    warm_marks = sorted(marks.read_text().splitlines()) if marks.exists() else []
+
+    assert cold.returncode == 0 and proc.returncode == 0, cold.stderr
+    assert warm.splitlines() == cold.stdout.splitlines()
+    assert warm_marks == cold_marks
+    on_cold_path = {"cwd": kind == "module", "script": not ({"-P", "-I"} & set(flags))}[plant]
+    planted_ran = {line.split()[0] for line in cold_marks}
+    frozen = {"os", "runpy"}  # frozen in the interpreter: never looked up on sys.path
+    assert planted_ran == (
+        {n for n in names if n not in frozen} | ({"torch.utils"} if "torch" in names else set())
+        if on_cold_path
+        else set()
+    )
