@@ -38,7 +38,12 @@ def parked(tmp: Path, imports: str) -> tuple[subprocess.Popen, int, dict]:
     command = script_of([sys.executable, str(tmp / "script.py")])
     assert command is not None
     env = dict(launch_env(command, os.environ, fifo), TRAINCTL_SPARE_IMPORTS=imports)
-    proc = subprocess.Popen(launch_argv(command), env=env, cwd=tmp, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(
+        launch_argv(command, [sys.executable, str(tmp / "script.py")]),
+        env=env,
+        cwd=tmp,
+        stdout=subprocess.PIPE,
+    )
     ready = Path(f"{fifo}.ready")
     while not ready.exists():
         if proc.poll() is not None:
@@ -50,7 +55,8 @@ def parked(tmp: Path, imports: str) -> tuple[subprocess.Popen, int, dict]:
 def released_s(tmp: Path, imports: str, park_s: float = 0.5) -> float:
     proc, fd, _ = parked(tmp, imports)
     time.sleep(park_s)
-    req = encode_request(("path", str(tmp / "script.py"), []), dict(os.environ), {}, str(tmp))
+    argv = [sys.executable, str(tmp / "script.py")]
+    req = encode_request(("path", argv[1], []), argv, dict(os.environ), {}, str(tmp))
     t0 = time.time()
     os.write(fd, req)
     os.close(fd)

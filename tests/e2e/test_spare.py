@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 from pathlib import Path
 
@@ -24,13 +25,14 @@ pytestmark = pytest.mark.e2e
 
 
 def spares_of(run_dir: Path) -> list[psutil.Process]:
-    """Live spare processes (parked or released) of this run."""
+    """Live spare processes (parked, or released: its command line the attempt's then, its
+    start-up environment still naming its FIFO) of this run."""
     out = []
     for p in psutil.process_iter(["cmdline"]):
         try:
-            if MARK in " ".join(p.info["cmdline"] or []) and p.environ().get("TRAINCTL_RUN_DIR") == str(
-                run_dir
-            ):
+            env = p.environ()
+            spare = MARK in " ".join(p.info["cmdline"] or []) or "TRAINCTL_SPARE_FIFO" in env
+            if spare and env.get("TRAINCTL_RUN_DIR") == str(run_dir):
                 if p.status() != psutil.STATUS_ZOMBIE:
                     out.append(p)
         except (psutil.Error, OSError):
@@ -164,3 +166,20 @@ def test_a_spare_does_not_outlive_its_agent_killed_with_sigkill(tmp_path):
         wait_until(lambda: not spares_of(tc.run_dir), 15, what="the spare gone with its agent")
         # the trainer itself goes on (held): a new agent adopts it; here it is just ended
         assert any(p.pid != spare.pid for p in tc.tree(scan_env=True))
+
+
+@pytest.mark.timeout(120)
+def test_a_restart_on_the_spare_shows_the_users_command_in_ps_and_pgrep(tmp_path):
+    argv = [PYTHON, "-u", str(STEADY), "--epochs", "1", "--batches", "4000", "--hang-at", "1:5"]
+    argv += ["--hang-kind", "main", "--hang-attempt", "1"]
+    with start_trainctl(["run", "--json", "--stall-timeout", "2", "--", *argv], env=WARM_AT_ONCE) as tc:
+        tc.wait_event(lambda e: e.type == "info" and e.key == "spare.used", 90, "the restart on the spare")
+        start2 = tc.wait_event(lambda e: e.type == "start" and e.attempt == 2, 10, "attempt 2")
+        found = subprocess.run(["pgrep", "-f", str(STEADY)], capture_output=True, text=True, timeout=10)
+        assert str(start2.pid) in found.stdout.split(), found
+        shown = Path(f"/proc/{start2.pid}/cmdline").read_bytes()  # then NULs: the room left over
+        assert shown.rstrip(b"\0").split(b"\0") == [os.fsencode(a) for a in argv]
+        ps = subprocess.run(
+            ["ps", "-ww", "-o", "args=", "-p", str(start2.pid)], capture_output=True, text=True
+        )
+        assert ps.stdout.strip() == " ".join(argv)

@@ -107,7 +107,7 @@ def _park(
     launch = dict(
         launch_env(command, os.environ if env is None else env, fifo), TRAINCTL_SPARE_IMPORTS=imports
     )
-    proc = subprocess.Popen(launch_argv(command), env=launch, cwd=cwd, stdout=subprocess.PIPE)
+    proc = subprocess.Popen(launch_argv(command, argv), env=launch, cwd=cwd, stdout=subprocess.PIPE)
     deadline = time.monotonic() + 30
     while not Path(f"{fifo}.ready").exists():
         assert proc.poll() is None and time.monotonic() < deadline, "the spare never said it was ready"
@@ -118,7 +118,7 @@ def _park(
 def _release(proc: subprocess.Popen, fd: int, argv: list[str], cwd: Path, env: dict) -> str:
     command = script_of(argv)
     assert command is not None
-    os.write(fd, encode_request(command.run, env, {}, str(cwd)))
+    os.write(fd, encode_request(command.run, argv, env, {}, str(cwd)))
     os.close(fd)
     out, _ = proc.communicate(timeout=30)
     return out.decode()
@@ -170,16 +170,17 @@ def test_a_spare_told_something_it_cannot_run_says_so_and_never_exits_0(tmp_path
 
 def test_the_release_request_carries_any_argv_and_environment():
     env = {"A": "line\nbreak", "B": "x=y", "C": "", "D": "caf\u00e9 \udcff"}
-    data = encode_request(("path", "t.py", ["--a", "", "b c"]), env, {"L": "1"}, "/w")
+    data = encode_request(("path", "t.py", ["--a", "", "b c"]), ["py", "t.py"], env, {"L": "1"}, "/w")
     head, _, payload = data.partition(b"\n")
     assert int(head) == len(payload)
     assert decode_request(payload) == {
         "run": ["path", "t.py", ["--a", "", "b c"]],
+        "argv": ["py", "t.py"],
         "env": env,
         "launch_env": {"L": "1"},
         "cwd": "/w",
     }
-    for bad in (b"", b"path\0t.py", b"path\0t.py\0/w\x009\0", b"run\0t\0/w\x000\x000\x000\0"):
+    for bad in (b"", b"path\0t.py", b"path\0t.py\0/w\x009\0", b"run\0t\0/w\x000\x000\x000\x000\0"):
         with pytest.raises(BadRequest):
             decode_request(bad)
 
@@ -317,3 +318,24 @@ def test_a_spare_imports_the_same_files_as_a_cold_start(tmp_path, kind, flags, p
         if on_cold_path
         else set()
     )
+
+
+def test_a_released_spare_shows_the_attempts_argv_as_its_command_line(tmp_path):
+    (tmp_path / "w").mkdir()
+    (tmp_path / "w" / "train.py").write_text(
+        "import os\nprint(open(f'/proc/{os.getpid()}/cmdline', 'rb').read().rstrip(b'\\0').split(b'\\0'))\n"
+    )
+    argv = [
+        sys.executable,
+        "-u",
+        "train.py",
+        "--epochs",
+        "2",
+        "--out",
+        "d" * 300,
+    ]  # longer than the spare's own
+    proc, _fifo, fd = _park(tmp_path / "w", argv, "")
+    spare = Path(f"/proc/{proc.pid}/cmdline").read_bytes()
+    assert b"trainctl-warm-spare" in spare and b"train.py" not in spare
+    out = _release(proc, fd, argv, tmp_path / "w", dict(os.environ))
+    assert out.strip() == repr([os.fsencode(a) for a in argv])

@@ -166,7 +166,7 @@ class Spare:
         launch = launch_env(found, env, fifo)
         try:
             held = await HeldTrainer.start(
-                launch_argv(found),
+                launch_argv(found, argv),
                 launch,
                 cwd,
                 run_dir,
@@ -232,7 +232,7 @@ class Spare:
         """Let the spare run the attempt (OSError: it could not be told)."""
         found = script_of(argv)
         assert found is not None
-        data = encode_request(found.run, env, self.launch_env, cwd)
+        data = encode_request(found.run, list(argv), env, self.launch_env, cwd)
         try:
             view = memoryview(data)
             while view:
@@ -277,9 +277,17 @@ def launch_code() -> str:
     return LAUNCH.format(path=os.path.realpath(inside_spare.__file__))
 
 
-def launch_argv(command: SpareCommand) -> list[str]:
-    """The spare's own command: the attempt's interpreter with the attempt's flags."""
-    return [command.interpreter, *command.flags, "-c", launch_code()]
+ROOM_BYTES = 512  # bytes of command line beyond this attempt's, for the next one's resume arguments
+
+
+def launch_argv(command: SpareCommand, argv: Sequence[str]) -> list[str]:
+    """The spare's own command: the attempt's interpreter with the attempt's flags, then
+    blanks, so that its command line has room for the attempt's ``argv`` and
+    :data:`ROOM_BYTES` bytes more (once released, the spare shows the argv it runs there)."""
+    own = [command.interpreter, *command.flags, "-c", launch_code()]
+    need = sum(len(os.fsencode(a)) + 1 for a in argv) + ROOM_BYTES
+    have = sum(len(os.fsencode(a)) + 1 for a in own) + 1
+    return [*own, " " * max(0, need - have)]
 
 
 def launch_env(command: SpareCommand, env: Mapping[str, str], fifo: Path) -> dict[str, str]:

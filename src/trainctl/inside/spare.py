@@ -26,7 +26,7 @@ import time
 MARK = "trainctl-warm-spare"  # in the spare's command line: how the agent's sweep knows one
 # compiled and run by path: no import at all, so nothing is looked up on sys.path yet
 LAUNCH = (
-    "import sys; sys.argv[:1] = ['" + MARK + "']; p = {path!r}; "
+    "import sys; sys.argv[:] = ['" + MARK + "']; p = {path!r}; "
     "exec(compile(open(p, 'rb').read(), p, 'exec'), {{'__name__': '__spare__', '__file__': p}})"
 )
 RUN_ENV = "TRAINCTL_SPARE_RUN"  # "path:<script>" or "module:<name>", set by the agent
@@ -53,16 +53,20 @@ def as_a_cold_start(kind: str, target: str) -> None:
 
 
 # ---------------------------------------------------------------- the release request
-# b"<length>\n" then NUL-terminated fields: kind, target, cwd, then three counted lists (args,
-# the attempt's env as KEY=VALUE, the spare's launch env).  No NUL can be in argv or the
+# b"<length>\n" then NUL-terminated fields: kind, target, cwd, then four counted lists (args,
+# the attempt's whole argv, its env as KEY=VALUE, the spare's launch env).  No NUL can be in argv or the
 # environment, and no json module is needed to read it (json could be planted).
 
 
 def encode_request(
-    run: tuple[str, str, list[str]], env: dict[str, str], launch_env: dict[str, str], cwd: str
+    run: tuple[str, str, list[str]],
+    argv: list[str],
+    env: dict[str, str],
+    launch_env: dict[str, str],
+    cwd: str,
 ) -> bytes:
     kind, target, args = run
-    fields = [kind, target, cwd, str(len(args)), *args]
+    fields = [kind, target, cwd, str(len(args)), *args, str(len(argv)), *argv]
     for mapping in (env, launch_env):
         fields += [str(len(mapping)), *(f"{k}={v}" for k, v in mapping.items())]
     payload = b"".join(os.fsencode(f) + b"\0" for f in fields)
@@ -81,19 +85,20 @@ def decode_request(payload: bytes) -> dict:
             raise ValueError("cut short")
         kind, target, cwd, *rest = fields[:-1]
         lists: list[list[str]] = []
-        for _ in range(3):
+        for _ in range(4):
             n = int(rest[0])
             if n < 0 or len(rest) < 1 + n:
                 raise ValueError("cut short")
             lists.append(rest[1 : 1 + n])
             rest = rest[1 + n :]
-        if rest or kind not in ("path", "module") or not all("=" in kv for kv in lists[1] + lists[2]):
+        if rest or kind not in ("path", "module") or not all("=" in kv for kv in lists[2] + lists[3]):
             raise ValueError("not a release request")
     except (ValueError, IndexError) as e:
         raise BadRequest(f"unreadable release request ({e})") from None
-    args, env, launch = lists
+    args, argv, env, launch = lists
     return {
         "run": [kind, target, args],
+        "argv": argv,
         "env": dict(kv.split("=", 1) for kv in env),
         "launch_env": dict(kv.split("=", 1) for kv in launch),
         "cwd": cwd,
@@ -209,6 +214,7 @@ def release(req: dict) -> None:
     os.environ.clear()
     os.environ.update(env)
     os.chdir(req["cwd"])
+    retitle(req["argv"])
     kind, target, args = req["run"]
     scope = sys.modules["__main__"].__dict__  # what LAUNCH left there goes
     scope.clear()
@@ -220,6 +226,39 @@ def release(req: dict) -> None:
         runpy._run_module_as_main(target, alter_argv=True)  # type: ignore[attr-defined]  # what python -m calls
     else:
         run_script(target, args)
+
+
+PR_SET_MM, PR_SET_MM_ARG_END = 35, 9
+
+
+def retitle(argv: list[str]) -> None:
+    """The process's command line (``/proc/PID/cmdline``: ``ps``, ``pgrep -f``, htop,
+    nvidia-smi) made the attempt's ``argv`` in place of the spare's ``python -c ...``: written
+    over the argv area the kernel shows (its bounds from /proc/self/stat, written through
+    /proc/self/mem: no module needed, none imported), the rest NUL; what does not fit is cut
+    (the agent starts the spare with room to spare, :func:`trainctl.agent.spare.launch_argv`).
+    With CAP_SYS_RESOURCE and ctypes loaded already (torch loads it) the area is then ended
+    at the argv's end, so no empty arguments follow it.  Best effort: a failure leaves the
+    spare's own."""
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            stat = f.read()
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        start, end = int(fields[45]), int(fields[46])  # arg_start, arg_end (fields 48, 49)
+        data = b"".join(os.fsencode(a) + b"\0" for a in argv)
+        if len(data) > end - start:
+            data = data[: end - start - 1] + b"\0"
+        with open("/proc/self/mem", "r+b", buffering=0) as mem:
+            mem.seek(start)
+            mem.write(data + b"\0" * (end - start - len(data)))
+    except (OSError, ValueError, IndexError):
+        return
+    ctypes = sys.modules.get("ctypes")
+    if ctypes is not None and len(data) < end - start:
+        try:
+            ctypes.CDLL(None).prctl(PR_SET_MM, PR_SET_MM_ARG_END, ctypes.c_ulong(start + len(data)), 0, 0)
+        except (OSError, AttributeError):
+            pass
 
 
 def run_script(target: str, args: list[str]) -> None:
