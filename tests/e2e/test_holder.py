@@ -18,7 +18,12 @@ import time
 import psutil
 import pytest
 
+from tests.helpers import kernel_keeps_exit_status
 from trainctl.holder.handle import FileTail, HeldTrainer, JsonLinesTail, read_status
+
+NEEDS_PIDFD_EXIT = pytest.mark.skipif(
+    not kernel_keeps_exit_status(), reason="a reaped process's exit through its pidfd needs Linux 6.15+"
+)
 
 pytestmark = pytest.mark.e2e
 PY = sys.executable
@@ -136,6 +141,7 @@ async def test_the_lock_fd_stays_with_the_holder_not_the_trainer(tmp_path, track
 
 
 # ---------------------------------------------------------------- the exit, from the trainer
+@NEEDS_PIDFD_EXIT
 @pytest.mark.parametrize("code", [0, 3])
 async def test_a_holder_killed_as_its_trainer_exits_leaves_the_exit_readable(tmp_path, track, code):
     """The holder stopped, the trainer exits (a zombie its holder never reaps), the holder
@@ -158,6 +164,7 @@ async def test_a_holder_killed_as_its_trainer_exits_leaves_the_exit_readable(tmp
     assert st is not None and st["returncode"] == code and st["exit_from"] == "trainer"
 
 
+@NEEDS_PIDFD_EXIT
 def test_the_exit_status_of_a_zombie_and_of_a_reaped_process():
     from trainctl.holder.exit_status import exit_code, open_pidfd
 
