@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainctl.core.statefile import replace_with_symlink
 from trainctl.core.torchrun import is_torchrun
 from trainctl.core.usage import UsageError
 
@@ -433,10 +434,6 @@ def link_latest(run_dir: Path) -> None:
     link = latest_link()
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
-        tmp = link.with_name(f".latest.{os.getpid()}.tmp")  # runs may start at once
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        tmp.symlink_to(run_dir)
-        tmp.replace(link)
+        replace_with_symlink(link, run_dir)  # a random temporary name: runs may start at once
     except OSError:
         pass

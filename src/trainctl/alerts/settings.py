@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainctl.config import ALERT_KINDS
+from trainctl.core.statefile import write_atomic
 from trainctl.store.paths import config_dir, open_private
 
 ALERTS_TOML = "alerts.toml"
@@ -160,11 +161,7 @@ def run_alerts(job_alerts: dict | None, cli_refs: list[str], user: UserAlerts) -
 
 def write_private(path: Path, data: dict) -> None:
     """``data`` as JSON in a new 0600 file (replacing one there)."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data), durable=False)
 
 
 def write_run_alerts(run_dir: Path, urls: list[str], on: list[str], **about) -> Path:

@@ -13,11 +13,12 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainctl.core.statefile import write_atomic
 
 
 # ---------------------------------------------------------------------------- rate meter
@@ -165,14 +166,7 @@ class RateHistory:
         self._data = data
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".rates-", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, indent=1)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            write_atomic(self.path, json.dumps(data, indent=1), durable=False)
         except OSError:
             return False
         return True

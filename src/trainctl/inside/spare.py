@@ -16,6 +16,7 @@ import json
 import os
 import runpy
 import sys
+import tempfile
 import time
 
 MARK = "trainctl-warm-spare"  # in the spare's command line: how the agent's sweep knows one
@@ -38,8 +39,11 @@ def park(fifo: str, modules: list[str]) -> dict | None:
     _loud(saved)
     ready = {"pid": os.getpid(), "import_s": round(time.monotonic() - t0, 3), "modules": modules}
     ready["cuda_initialized"] = _cuda_initialized()
-    tmp = f"{fifo}.ready.tmp"
-    with open(tmp, "w") as f:
+    # stdlib only here (run by path): trainctl.core.statefile's way, a random temporary name
+    tfd, tmp = tempfile.mkstemp(
+        prefix=f".{os.path.basename(fifo)}.ready.", suffix=".tmp", dir=os.path.dirname(fifo)
+    )
+    with os.fdopen(tfd, "w") as f:
         json.dump(ready, f)
     os.replace(tmp, f"{fifo}.ready")
     data = b""

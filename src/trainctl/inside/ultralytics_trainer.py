@@ -31,7 +31,6 @@ import math
 import os
 import random
 import signal
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ import torch
 from torch.utils.data import RandomSampler
 
 from trainctl.core import events as E
+from trainctl.core.statefile import temp_beside
 from trainctl.inside.checkpoint_every import follower  # noqa: F401 - the runner reaches it here
 from trainctl.store.checkpoint import MID_PREFIX, TRAINCTL_KEY, fsync_dir, inspect_checkpoint, mid_epoch_checkpoints
 
@@ -291,8 +291,7 @@ class MidEpochTrainer(EpochStartTrainer):
         try:
             data = self._tc_checkpoint_bytes(kind)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-            tmp = Path(name)
+            fd, tmp = temp_beside(dest)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()

@@ -8,7 +8,6 @@ the rows as people read them (columns, attention) are here."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from pathlib import Path
@@ -17,7 +16,7 @@ from trainctl.core import events as E
 from trainctl.core.goodput import Goodput
 from trainctl.core.recovery import USER_RESTART_REASON
 from trainctl.store.journal import JournalReader, lines_from
-from trainctl.store.paths import make_private_dir, open_private, runs_dir
+from trainctl.store.paths import make_private_dir, runs_dir, write_private
 
 KNOWN = "known-runs"
 UNREADABLE = "UNREADABLE"
@@ -35,12 +34,7 @@ def register_run(run_dir: Path) -> None:
     try:
         make_private_dir(path.parent)  # others see no job name nor path of ours
         old = [p for p in _read_known(path) if p != line]
-        tmp = path.with_name(f".{KNOWN}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
-            f.write("\n".join([*old[-(MAX_KNOWN - 1) :], line]) + "\n")
-        tmp.replace(path)
+        write_private(path, "\n".join([*old[-(MAX_KNOWN - 1) :], line]) + "\n")
     except OSError:
         pass
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.core.runview import RunView
+from trainctl.core.statefile import write_atomic
 from trainctl.store.journal import JournalReader, lines_from
 from trainctl.store.paths import open_private
 
@@ -76,31 +77,7 @@ def write_snapshot(run_dir: Path | str, doc: dict[str, Any]) -> None:
     """Write ``doc`` as the run's snapshot, atomically (OSError when it cannot)."""
     path = snapshot_path(run_dir)
     data = json.dumps(doc, separators=(",", ":")).encode()
-    tmp = path.with_name(f".{SNAPSHOT_NAME}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    write_atomic(path, data)  # a random temporary name, fsync, rename, fsync of the folder
 
 
 def read_snapshot(run_dir: Path | str) -> Covered | None:
