@@ -71,7 +71,10 @@ def resolve_alerts(args, job, note: Note) -> tuple[list[str], list[str]]:
             "name it in alerts.toml instead (trainctl alerts test NAME)"
         )
     try:
-        return run_alerts(job.alerts if job else None, refs, load_user_alerts())
+        user = load_user_alerts()
+        for text in user.skipped:  # the user's file: its bad entries named, the rest used
+            note(text)
+        return run_alerts(job.alerts if job else None, refs, user)
     except AlertConfigError as e:
         raise UsageError(str(e)) from None
 

@@ -41,6 +41,24 @@ def trusted_uid(uid: int) -> bool:
     return uid == os.geteuid() or uid == 0
 
 
+def private_group(gid: int) -> bool:
+    """A group only this user is in: Debian's user private groups, whose umask 002 makes
+    group-writable home directories that let nobody else in (as OpenSSH's StrictModes
+    judges them).  The user's primary group, named as the user, with no other members."""
+    import grp
+    import pwd
+
+    try:
+        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
+    except KeyError:
+        return False
+    return (
+        gid == me.pw_gid
+        and group.gr_name == me.pw_name
+        and all(member == me.pw_name for member in group.gr_mem)
+    )
+
+
 # --------------------------------------------------------------------------- writing
 def fsync_dir(folder: Path | str) -> None:
     """Make a rename in ``folder`` durable (best effort)."""
@@ -149,24 +167,30 @@ def _check_stat(path: Path | str, st: os.stat_result, what: str) -> None:
         )
 
 
-def read_regular(path: Path | str, limit: int = DEFAULT_LIMIT) -> bytes:
+def read_regular(path: Path | str, limit: int = DEFAULT_LIMIT, named: bool = False) -> bytes:
     """The bytes of a state file: not a link, a regular file (a FIFO or a device is refused
     at once, never waited on), the user's or root's, not writable by group or others, at most
-    ``limit`` bytes.  FileNotFoundError when it is missing, :class:`UnsafePathError` (one
-    line naming the file) when it is not one to read; other OSErrors as they come."""
+    ``limit`` bytes.  ``named``: a file the user named (a job file, a preset): links are
+    followed and any owner is read, the rest holds.  FileNotFoundError when it is missing,
+    IsADirectoryError for a directory, :class:`UnsafePathError` (one line naming the file)
+    when it is not one to read; other OSErrors as they come."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if named else os.O_NOFOLLOW)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags)
     except OSError as e:
-        if os.path.islink(path):
+        if not named and os.path.islink(path):
             raise UnsafePathError(f"{path}: is a symbolic link; trainctl does not follow it") from None
-        if isinstance(e, FileNotFoundError):
+        if isinstance(e, (FileNotFoundError, IsADirectoryError)):
             raise
         raise UnsafePathError(f"{path}: cannot open it: {e.strerror or e}") from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(fd)
+        if stat.S_ISDIR(st.st_mode):
+            raise IsADirectoryError(f"{path}: is a directory")
         if not stat.S_ISREG(st.st_mode):
-            raise UnsafePathError(f"{path}: not a regular file")
-        _check_stat(path, st, "a file")
+            raise UnsafePathError(f"{path}: not a regular file (a FIFO, a device or a socket is never read)")
+        if not named:
+            _check_stat(path, st, "a file")
         if st.st_size > limit:
             raise UnsafePathError(f"{path}: {st.st_size} bytes, larger than the {limit} a state file may be")
         data = f.read(limit + 1)
@@ -182,9 +206,10 @@ def read_text(path: Path | str, limit: int = DEFAULT_LIMIT) -> str:
 
 def check_state_dir(path: Path | str) -> Path:
     """A folder state files are read from (the data or the config directory): when it
-    exists, a directory of the user's or root's that group and others cannot write (what
-    they put there is not trusted).  A missing one is fine (nothing is read from it).
-    Returns the path; :class:`UnsafePathError` otherwise."""
+    exists, a directory of the user's or root's that others cannot write (nor a group but the
+    user's own private one), unless sticky (nobody else can then replace what is ours in it),
+    as the run directory's parents are held to.  A missing one is fine (nothing is read from
+    it).  Returns the path; :class:`UnsafePathError` otherwise."""
     path = Path(path)
     try:
         st = os.stat(path)
@@ -194,7 +219,15 @@ def check_state_dir(path: Path | str) -> Path:
         raise UnsafePathError(f"{path}: {e.strerror or e}") from None
     if not stat.S_ISDIR(st.st_mode):
         raise UnsafePathError(f"{path}: not a directory")
-    _check_stat(path, st, "a directory")
+    if not trusted_uid(st.st_uid):
+        raise UnsafePathError(
+            f"{path}: a directory owned by uid {st.st_uid}, not by you (uid {os.geteuid()}) nor root"
+        )
+    shared = stat.S_IWOTH | (0 if private_group(st.st_gid) else stat.S_IWGRP)
+    if st.st_mode & shared and not st.st_mode & stat.S_ISVTX:
+        raise UnsafePathError(
+            f"{path}: a directory writable by group or others (mode {stat.S_IMODE(st.st_mode):o}); `chmod go-w {path}`"
+        )
     return path
 
 
@@ -228,4 +261,4 @@ def set_aside(path: Path | str, why: object, what: str) -> str:
             break
         where = f"moved to {aside}"
         break
-    return f"{what} {path} is unusable ({why}); {where}, going on with the defaults"
+    return f"{what} {path} is unreadable ({why}); {where}, going on without it"

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from trainctl.core.names import MAX_NAME, BadNameError, check_name  # noqa: F401  (re-exported)
-from trainctl.core.statefile import UnsafePathError, read_text, trusted_uid, write_atomic
+from trainctl.core.statefile import UnsafePathError, private_group, read_text, trusted_uid, write_atomic
 
 RUN_MARKERS = ("events.jsonl", "agent.json", "spec.json")
 """Files that make a directory a trainctl run (any one, owned by the user)."""
@@ -158,7 +158,7 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
     not writable by group or others.  Without O_CREAT the same check applies.  A symlink,
     another user's file or a shared-writable one raise :class:`UnsafePathError`.
     """
-    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO put there never blocks the open
     if flags & os.O_CREAT:
         try:
             return os.open(path, flags | os.O_EXCL, mode)
@@ -182,6 +182,7 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
             raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you nor root")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise UnsafePathError(f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+        os.set_blocking(fd, True)  # a regular file: as it was asked for
     except BaseException:
         os.close(fd)
         raise
@@ -256,31 +257,13 @@ def _check_parent_dir(path: Path, st: os.stat_result) -> None:
             f"{path}: owned by uid {st.st_uid}, not by you nor root: another "
             "user could change what is under it; use a directory of your own"
         )
-    shared = stat.S_IWOTH | (0 if _private_group(st.st_gid) else stat.S_IWGRP)
+    shared = stat.S_IWOTH | (0 if private_group(st.st_gid) else stat.S_IWGRP)
     if st.st_mode & shared and not st.st_mode & stat.S_ISVTX:
         raise UnsafePathError(
             f"{path}: writable by group or others (mode "
             f"{stat.S_IMODE(st.st_mode):o}): another user could swap what is "
             f"under it; `chmod go-w {path}`, or use a private directory"
         )
-
-
-def _private_group(gid: int) -> bool:
-    """A group only this user is in: Debian's user private groups, whose umask 002 makes
-    group-writable home directories that let nobody else in (as OpenSSH's StrictModes
-    judges them).  The user's primary group, named as the user, with no other members."""
-    import grp
-    import pwd
-
-    try:
-        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return (
-        gid == me.pw_gid
-        and group.gr_name == me.pw_name
-        and all(member == me.pw_name for member in group.gr_mem)
-    )
 
 
 def check_trusted_parents(path: Path | str) -> Path:
