@@ -15,7 +15,7 @@ from pathlib import Path
 from trainctl.core import events as E
 from trainctl.core.goodput import Goodput
 from trainctl.core.recovery import USER_RESTART_REASON
-from trainctl.store.journal import JournalReader, lines_from
+from trainctl.store.journal import JournalReader, raw_lines_from
 from trainctl.store.paths import make_private_dir, runs_dir, write_private
 
 KNOWN = "known-runs"
@@ -93,12 +93,11 @@ class JournalFold:
             if st.st_ino != self.ino or st.st_size < self.offset:
                 self._reset(st.st_ino)
             try:
-                for seq, line, end in lines_from(path, self.offset, self.seq):
+                for seq, raw, end in raw_lines_from(path, self.offset, self.seq):
                     self.offset, self.seq = end, seq + 1
-                    try:
-                        self._take(self.reader.decode_at(line, seq))
-                    except (ValueError, TypeError, KeyError):
-                        continue
+                    ev = self.reader.event(raw, seq)  # None: unreadable, counted
+                    if ev is not None:
+                        self._take(ev)
             except OSError:  # unreadable now (permissions, a stale NFS handle): what was read
                 pass
             return {**self.out, "goodput": self.goodput.totals()}

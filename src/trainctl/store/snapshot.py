@@ -25,7 +25,7 @@ from typing import Any
 
 from trainctl.core.runview import RunView
 from trainctl.core.statefile import write_atomic
-from trainctl.store.journal import JournalReader, lines_from
+from trainctl.store.journal import JournalReader, raw_lines_from
 from trainctl.store.paths import open_private
 
 SNAPSHOT_FORMAT = 1
@@ -122,18 +122,19 @@ def fold_tail(covered: Covered, journal: Path, upto_offset: int | None = None) -
     view, seq, offset = covered.view, covered.next_seq, covered.offset
     reader = JournalReader(view.progress)
     batch = []
-    for n, line, end in lines_from(journal, offset, seq):
+    for n, raw, end in raw_lines_from(journal, offset, seq):
         if upto_offset is not None and end > upto_offset:
             break
         seq, offset = n + 1, end
-        try:
-            batch.append(reader.decode_at(line, n))
-        except (ValueError, TypeError, KeyError):
+        ev = reader.event(raw, n)
+        if ev is None:
             continue
+        batch.append(ev)
         if len(batch) >= 4096:
             view.apply_all(batch)
             batch = []
     view.apply_all(batch)
+    view.unreadable += reader.unreadable
     covered.next_seq, covered.offset = seq, offset
     return covered
 
