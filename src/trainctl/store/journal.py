@@ -48,7 +48,7 @@ RESTATE_EVERY = 1000  # progress lines between two that restate k/E/B (a lost li
 MAX_LINE = 16 << 20
 """The longest journal line read (an event is ~100 bytes; a traceback a few KB): a longer one
 is unreadable, passed over without being held."""
-_SKIP_CHUNK = 1 << 20
+_SKIP_CHUNK = 4 << 20
 
 
 def raw_lines(f: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
@@ -57,6 +57,7 @@ def raw_lines(f: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
     chunks, never held whole).  A last line without its newline (being written, or torn)
     ends it, passed over in bounded memory whatever its size."""
     end = f.tell()
+    buf: bytearray | None = None
     while True:
         raw = f.readline(MAX_LINE + 1)
         if raw.endswith(b"\n"):
@@ -67,14 +68,18 @@ def raw_lines(f: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
             return
         n = len(raw)
         del raw
+        buf = buf or bytearray(_SKIP_CHUNK)  # one buffer, read into: no allocation per chunk
         while True:
-            chunk = f.readline(_SKIP_CHUNK)
-            if not chunk:  # a torn last line: not a line yet
+            got = f.readinto(buf)
+            if not got:  # a torn last line: not a line yet
                 return
-            n += len(chunk)
-            if chunk.endswith(b"\n"):
+            i = buf.find(b"\n", 0, got)
+            if i >= 0:
+                n += i + 1
                 break
+            n += got
         end += n
+        f.seek(end)
         yield None, end
 
 
