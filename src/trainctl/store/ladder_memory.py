@@ -16,11 +16,24 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from trainctl.core.statefile import UnsafePathError, check_state_dir, read_text, set_aside
+from trainctl.core.statefile import UnsafePathError, bounded, check_state_dir, read_text, set_aside
 from trainctl.store.paths import data_dir, write_private
 
 FILE_NAME = "ladder.json"
 MAX_FILE = 4 << 20  # a rung per job and machine: a few KB
+MAX_TS = 1e11  # a time (s since 1970) beyond the year 5000 is damage
+
+
+def _check_entry(key: str, entry: Any) -> None:
+    """ValueError naming ``key`` unless ``entry`` is one this module writes."""
+    if not (
+        isinstance(entry, dict)
+        and isinstance(entry.get("rungs"), list)
+        and all(isinstance(r, str) for r in entry["rungs"])
+        and isinstance(entry.get("rung"), str)
+    ):
+        raise ValueError(f"{key!r} is not a ladder entry")
+    bounded(entry.get("ts"), f"{key!r} ts", MAX_TS)
 
 
 class LadderMemory:
@@ -38,6 +51,8 @@ class LadderMemory:
             data = json.loads(read_text(self.path, MAX_FILE))
             if not isinstance(data, dict):
                 raise ValueError("not a JSON object")
+            for key, entry in data.items():
+                _check_entry(key, entry)
         except FileNotFoundError:
             return {}
         except (OSError, ValueError) as e:
