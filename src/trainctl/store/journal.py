@@ -25,11 +25,11 @@ number.
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
 
 from trainctl.core.events import (
     EPHEMERAL,
@@ -51,7 +51,7 @@ is unreadable, passed over without being held."""
 _SKIP_CHUNK = 4 << 20
 
 
-def raw_lines(f: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
+def raw_lines(f: io.BufferedIOBase) -> Iterator[tuple[bytes | None, int]]:
     """The complete lines of ``f`` (binary) from where it stands, each with its newline, and
     the offset after it; None for a line longer than :data:`MAX_LINE` (passed over in
     chunks, never held whole).  A last line without its newline (being written, or torn)
@@ -83,12 +83,9 @@ def raw_lines(f: BinaryIO) -> Iterator[tuple[bytes | None, int]]:
         yield None, end
 
 
-def _is_num(v: object) -> bool:
-    return type(v) in (int, float)
-
-
-def _is_count(v: object) -> bool:
-    return v is None or type(v) is int
+_NUMS = (int, float)
+_COUNTS = (int, type(None))  # a count, or none said
+_RATES = (int, float, type(None))
 
 
 class JournalCodec:
@@ -160,41 +157,35 @@ class JournalReader:
         return check(from_dict(d))
 
     def _compact(self, d: dict, seq: int) -> Progress:
+        get = d.get
+        ts, epoch, batch, rank, rate = d["ts"], get("e"), get("b"), get("n"), get("r")
         if not (
-            _is_num(d.get("ts"))
-            and _is_count(d.get("e"))
-            and _is_count(d.get("b"))
-            and _is_count(d.get("n"))
-            and (d.get("r") is None or _is_num(d.get("r")))
+            type(ts) in _NUMS
+            and type(epoch) in _COUNTS
+            and type(batch) in _COUNTS
+            and type(rank) in _COUNTS
+            and type(rate) in _RATES
         ):
             raise ValueError("a progress line with a field of the wrong type")
         if "k" in d:
-            names, epochs, batches = d["k"], d.get("E"), d.get("B")
-            if not (isinstance(names, list) and all(isinstance(k, str) for k in names)):
+            names, epochs, batches = d["k"], get("E"), get("B")
+            if not (isinstance(names, list) and all(type(k) is str for k in names)):
                 raise ValueError("a progress line whose loss names are not strings")
-            if not (_is_count(epochs) and _is_count(batches)):
+            if not (type(epochs) in _COUNTS and type(batches) in _COUNTS):
                 raise ValueError("a progress line whose epochs or batches are not counts")
             self.names, self.epochs, self.batches = tuple(names), epochs, batches
-        values = d.get("l") or []
-        if not isinstance(values, list):
+        values = get("l") or []
+        if type(values) is not list:
             raise ValueError("a progress line whose losses are not a list")
-        values = [float_or_special(v) for v in values]
-        if not all(_is_num(v) for v in values):
-            raise ValueError("a progress line whose losses are not numbers")
+        for i, v in enumerate(values):
+            if type(v) not in _NUMS:
+                values[i] = v = float_or_special(v)  # "nan", "inf", "-inf" as the codec writes them
+                if type(v) is not float:
+                    raise ValueError("a progress line whose losses are not numbers")
         losses = (
             dict(zip(self.names, values)) if len(values) == len(self.names) else {}
         )  # names lost with a torn line: none
-        return Progress(
-            d["ts"],
-            d.get("e"),
-            self.epochs,
-            d.get("b"),
-            self.batches,
-            losses,
-            rate=d.get("r"),
-            rank=d.get("n"),
-            seq=seq,
-        )
+        return Progress(ts, epoch, self.epochs, batch, self.batches, losses, rate=rate, rank=rank, seq=seq)
 
     def skip(self, line: str | bytes | None) -> None:
         """A line not wanted, read for what it restates (a compact line's names, epochs and
