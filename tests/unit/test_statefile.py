@@ -380,3 +380,21 @@ def test_a_bad_entry_of_alerts_toml_is_skipped_and_named_the_rest_used(tmp_path:
         [f"{path}: bell", f"{path}: [alert.bad]", f"{path}: [alert.worse]", f'{path}: default "gone"']
     )
     assert path.read_text().startswith("default")  # never changed nor moved
+
+
+def test_atomic_path_renames_what_was_written_and_removes_a_failed_write(tmp_path: Path) -> None:
+    dest = tmp_path / "last.ckpt"
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    (tmp_path / f".{dest.name}.{os.getpid()}.tmp").symlink_to(victim)  # Lightning's old name
+    with statefile.atomic_path(dest) as tmp:
+        assert tmp.parent == tmp_path and tmp.exists() and not tmp.is_symlink()
+        tmp.write_bytes(b"weights")
+    assert dest.read_bytes() == b"weights" and victim.read_text() == "precious"
+    with pytest.raises(RuntimeError), statefile.atomic_path(dest) as tmp:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("the save failed")
+    assert dest.read_bytes() == b"weights"
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        ["last.ckpt", "victim", f".{dest.name}.{os.getpid()}.tmp"]
+    )

@@ -88,20 +88,13 @@ def _new_file_mode() -> int:
     return 0o666 & ~umask
 
 
-def write_atomic(path: Path | str, data: str | bytes, mode: int | None = 0o600, durable: bool = True) -> None:
-    """Replace ``path`` whole with ``data``: a reader sees the old file or the new one, never
-    half, and the write never goes through a link at a guessable name.  ``mode`` whatever the
-    umask (None: what a new file gets, 0666 less the umask: a report the user shares);
-    ``durable``: the file and its folder are fsynced.  OSError when it cannot."""
-    path = Path(path)
+@contextlib.contextmanager
+def _replacing(path: Path, durable: bool) -> Iterator[tuple[int, Path]]:
+    """A temporary file beside ``path`` (its fd and path) renamed over ``path`` when the
+    block ends without an exception, removed otherwise; the folder fsynced (``durable``)."""
     fd, tmp = temp_beside(path)
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode("utf-8") if isinstance(data, str) else data)
-            f.flush()
-            if durable:
-                os.fsync(f.fileno())
-            os.fchmod(f.fileno(), _new_file_mode() if mode is None else mode)
+        yield fd, tmp
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
@@ -109,6 +102,19 @@ def write_atomic(path: Path | str, data: str | bytes, mode: int | None = 0o600, 
         raise
     if durable:
         fsync_dir(path.parent)
+
+
+def write_atomic(path: Path | str, data: str | bytes, mode: int | None = 0o600, durable: bool = True) -> None:
+    """Replace ``path`` whole with ``data``: a reader sees the old file or the new one, never
+    half, and the write never goes through a link at a guessable name.  ``mode`` whatever the
+    umask (None: what a new file gets, 0666 less the umask: a report the user shares);
+    ``durable``: the file and its folder are fsynced.  OSError when it cannot."""
+    with _replacing(Path(path), durable) as (fd, _tmp), os.fdopen(fd, "wb") as f:
+        f.write(data.encode("utf-8") if isinstance(data, str) else data)
+        f.flush()
+        if durable:
+            os.fsync(f.fileno())
+        os.fchmod(f.fileno(), _new_file_mode() if mode is None else mode)
 
 
 @contextlib.contextmanager
@@ -117,22 +123,13 @@ def atomic_path(path: Path | str, mode: int = 0o600, durable: bool = True) -> It
     ``save_checkpoint``): a fresh temporary file of a random name beside ``path``, already
     made (mkstemp), to write to; renamed over ``path`` when the block ends without an
     exception, removed otherwise."""
-    path = Path(path)
-    fd, tmp = temp_beside(path)
-    os.close(fd)
-    try:
+    with _replacing(Path(path), durable) as (fd, tmp):
+        os.close(fd)
         yield tmp
         if durable:
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
         os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
-    if durable:
-        fsync_dir(path.parent)
 
 
 def replace_with_symlink(link: Path | str, target: Path | str) -> None:
