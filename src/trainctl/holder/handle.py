@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from trainctl.core.statefile import read_regular
 from trainctl.holder.main import status_path as _status_path
 
 START_TIMEOUT_S = 10.0
@@ -40,8 +41,7 @@ def read_status(path: Path | str) -> dict | None:
     A read that races a rewrite is retried."""
     for _ in range(5):
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_regular(path, 1 << 20)  # never a FIFO waited on, never a link followed
         except OSError:
             return None
         if not data.strip():

@@ -65,7 +65,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from trainctl.core import events as E
-from trainctl.core.statefile import write_atomic
+from trainctl.core.statefile import read_text, write_atomic
 
 __all__ = [
     "report_phase",
@@ -216,7 +216,7 @@ def read_save_request(run_dir: str | os.PathLike[str] | None = None) -> dict | N
     if not run_dir:
         return None
     try:
-        data = json.loads((Path(run_dir) / SAVE_REQUEST_FILE).read_text())
+        data = json.loads(read_text(Path(run_dir) / SAVE_REQUEST_FILE, 1 << 16))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("kind") not in SAVE_KINDS:

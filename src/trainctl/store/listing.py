@@ -15,6 +15,7 @@ from pathlib import Path
 from trainctl.core import events as E
 from trainctl.core.goodput import Goodput
 from trainctl.core.recovery import USER_RESTART_REASON
+from trainctl.core.statefile import read_text
 from trainctl.store.journal import JournalReader, raw_lines_from
 from trainctl.store.paths import make_private_dir, runs_dir, write_private
 
@@ -41,7 +42,7 @@ def register_run(run_dir: Path) -> None:
 
 def _read_known(path: Path) -> list[str]:
     try:
-        return [ln for ln in path.read_text().splitlines() if ln.strip()]
+        return [ln for ln in read_text(path, 16 << 20).splitlines() if ln.strip()]
     except OSError:
         return []
 
