@@ -16,7 +16,6 @@ import json
 import os
 import runpy
 import sys
-import tempfile
 import time
 
 MARK = "trainctl-warm-spare"  # in the spare's command line: how the agent's sweep knows one
@@ -39,10 +38,10 @@ def park(fifo: str, modules: list[str]) -> dict | None:
     _loud(saved)
     ready = {"pid": os.getpid(), "import_s": round(time.monotonic() - t0, 3), "modules": modules}
     ready["cuda_initialized"] = _cuda_initialized()
-    # stdlib only here (run by path): trainctl.core.statefile's way, a random temporary name
-    tfd, tmp = tempfile.mkstemp(
-        prefix=f".{os.path.basename(fifo)}.ready.", suffix=".tmp", dir=os.path.dirname(fifo)
-    )
+    # run by path, importing only what it must: trainctl.core.statefile's way by hand, a
+    # temporary file of a random name made O_EXCL|O_NOFOLLOW (never a planted link)
+    tmp = f"{fifo}.ready.{os.urandom(8).hex()}.tmp"
+    tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     with os.fdopen(tfd, "w") as f:
         json.dump(ready, f)
     os.replace(tmp, f"{fifo}.ready")
