@@ -27,7 +27,7 @@ from trainctl.core.recovery import Decision, Outcome, RecoveryPolicy, RunState, 
 from trainctl.core.signatures import Catalog, WarningMatcher
 from trainctl.core.stall import SILENCE_FLOOR_S, STARTUP_IDLE_S, StallDetector
 from trainctl.store.journal import Journal
-from trainctl.store.paths import RunFiles, config_dir, write_private
+from trainctl.store.paths import RunFiles, config_dir, read_private, write_private
 from trainctl.store.spec import RunSpec
 
 
@@ -97,6 +97,7 @@ class RunContext:
             history=RateHistory(config_dir() / "rates.json"),
             job=spec.job_name,
         )
+        self._read_rate_history()
         self.load_detector_state()
         self.facts = RunFacts(spec.preset, gpu_probe=gpu_probe)
         self.requests = Requests()  # stop, suspend, restart: asked through it only
@@ -178,12 +179,23 @@ class RunContext:
         return rung_preset(name, lambda n: load_preset(self.preset_path(n)))  # A.w4: a workers rung
 
     # ------------------------------------------------------------------ detector memory
+    def _read_rate_history(self) -> None:
+        """Read the rate history once now, so that a damaged one is said (and set aside) at
+        the start of the run, not in the middle of a projection."""
+        history = self.projector.history
+        if history is None:
+            return
+        history.rate(self.spec.job_name, self.spec.preset or "")
+        for text in history.problems:
+            self.info(text, "rate_history")
+        history.problems.clear()
+
     def load_detector_state(self) -> None:
         path = self.files.dir / "detector.json"
         try:
-            self.detector.load_state_dict(json.loads(path.read_text()))
-        except (OSError, ValueError, TypeError, KeyError):
-            pass
+            self.detector.load_state_dict(json.loads(read_private(path, 1 << 20)))
+        except (OSError, ValueError, TypeError, KeyError, OverflowError):
+            pass  # derived (the thresholds learnt so far): a missing or damaged one is relearnt
 
     def save_detector_state(self) -> None:
         path = self.files.dir / "detector.json"

@@ -9,7 +9,7 @@ from trainctl.config import ConfigError, load_preset, preset_problems
 from trainctl.core import events as E
 from trainctl.core.commands import COMMANDS, CommandError, check_request
 from trainctl.core.recovery import FINAL_STATES, RunState
-from trainctl.store.paths import write_private
+from trainctl.store.paths import read_private, write_private
 
 
 class CommandHandlers:
@@ -128,7 +128,7 @@ class CommandHandlers:
         path = self.ctx.preset_path(self._check_preset_name(name))
         if not path.exists():
             raise ValueError(f"no preset named {path.stem!r} in {self.ctx.files.presets}")
-        return {"name": path.stem, "path": str(path), "text": path.read_text()}
+        return {"name": path.stem, "path": str(path), "text": read_private(path, 1 << 20)}
 
     async def cmd_write_preset(self, name: str = "", text: str = "") -> dict:
         ctx = self.ctx

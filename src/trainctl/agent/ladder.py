@@ -56,6 +56,14 @@ class LadderKeeper:
             return self.memory.rung(self.ctx.spec.job_name, self.ctx.spec.host, rungs)
         except OSError:
             return None
+        finally:
+            self._say_problems()
+
+    def _say_problems(self) -> None:
+        """What the memory met (a damaged file set aside, an untrusted data directory), once."""
+        for text in self.memory.problems:
+            self.ctx.info(text, "ladder_memory")
+        self.memory.problems.clear()
 
     # ------------------------------------------------------------------ journal
     def _journal(self, step: LadderStep) -> None:
@@ -78,6 +86,7 @@ class LadderKeeper:
             )
         except OSError as e:  # a full disk: the run goes on, the next one starts on its first rung
             self.ctx.info(f"cannot remember the ladder's rung in {self.memory.path}: {e}", "ladder_memory")
+        self._say_problems()
 
     # ------------------------------------------------------------------ the attempt loop's hooks
     def before_attempt(self, preset: str | None) -> None:

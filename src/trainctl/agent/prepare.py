@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainctl.core.statefile import replace_with_symlink
 from trainctl.core.torchrun import is_torchrun
 from trainctl.core.usage import UsageError
 
@@ -70,7 +71,10 @@ def resolve_alerts(args, job, note: Note) -> tuple[list[str], list[str]]:
             "name it in alerts.toml instead (trainctl alerts test NAME)"
         )
     try:
-        return run_alerts(job.alerts if job else None, refs, load_user_alerts())
+        user = load_user_alerts()
+        for text in user.skipped:  # the user's file: its bad entries named, the rest used
+            note(text)
+        return run_alerts(job.alerts if job else None, refs, user)
     except AlertConfigError as e:
         raise UsageError(str(e)) from None
 
@@ -433,10 +437,6 @@ def link_latest(run_dir: Path) -> None:
     link = latest_link()
     try:
         link.parent.mkdir(parents=True, exist_ok=True)
-        tmp = link.with_name(f".latest.{os.getpid()}.tmp")  # runs may start at once
-        if tmp.is_symlink() or tmp.exists():
-            tmp.unlink()
-        tmp.symlink_to(run_dir)
-        tmp.replace(link)
+        replace_with_symlink(link, run_dir)  # a random temporary name: runs may start at once
     except OSError:
         pass

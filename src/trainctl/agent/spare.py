@@ -37,6 +37,7 @@ from trainctl.holder.handle import HeldTrainer, HolderLost, spare_fifo
 from trainctl.holder.main import status_path
 from trainctl.inside import spare as inside_spare
 from trainctl.inside.spare import LAUNCH, RUN_ENV, cold_path0, encode_request
+from trainctl.store.paths import read_private
 from trainctl.system.process import kill_tree
 
 PER_ATTEMPT = "TRAINCTL_"  # trainctl's facts of the attempt (number, preset name, paths): read
@@ -183,7 +184,7 @@ class Spare:
     def ready(self) -> dict | None:
         """What the spare said once its imports were done (pid, import_s, cuda_initialized)."""
         try:
-            data = json.loads(_ready_path(self.fifo).read_text())
+            data = json.loads(read_private(_ready_path(self.fifo), 1 << 16))
             return data if isinstance(data, dict) else None
         except (OSError, ValueError):
             return None

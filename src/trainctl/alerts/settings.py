@@ -25,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from trainctl.config import ALERT_KINDS
+from trainctl.config.validation import show
+from trainctl.core.statefile import check_state_dir, write_atomic
 from trainctl.store.paths import config_dir, open_private
 
 ALERTS_TOML = "alerts.toml"
@@ -71,6 +73,7 @@ class UserAlerts:
     default: tuple[str, ...] = ()
     bell: bool = True
     path: Path | None = None
+    skipped: list[str] = field(default_factory=list)  # the bad entries, one line each (never moved)
 
 
 def user_alerts_path() -> Path:
@@ -78,10 +81,13 @@ def user_alerts_path() -> Path:
 
 
 def load_user_alerts(path: Path | None = None) -> UserAlerts:
-    """alerts.toml (none: no alerts, bell on).  AlertConfigError when it is unreadable,
-    malformed or readable by others (it holds tokens)."""
+    """alerts.toml (none: no alerts, bell on).  AlertConfigError when it cannot be used at
+    all: unreadable (a FIFO or a device is refused, never waited on), not TOML, readable by
+    others (it holds tokens), in a config directory others could write.  The user's file is
+    never moved nor changed: a bad entry is skipped and named in ``skipped``, the rest used."""
     path = path or user_alerts_path()
     try:
+        check_state_dir(path.parent)
         fd = open_private(path, os.O_RDONLY)
     except FileNotFoundError:
         return UserAlerts(path=path)
@@ -94,37 +100,46 @@ def load_user_alerts(path: Path | None = None) -> UserAlerts:
             data = tomllib.load(f)
         except tomllib.TOMLDecodeError as e:
             raise AlertConfigError(f"{path}: not valid TOML: {e}") from None
+    return _user_alerts(path, data)
+
+
+def _user_alerts(path: Path, data: dict) -> UserAlerts:
     out = UserAlerts(path=path)
-    unknown = set(data) - {"bell", "default", "alert"}
-    if unknown:
-        raise AlertConfigError(
-            f"{path}: unknown key {sorted(unknown)[0]!r}: allowed are bell, default and [alert.NAME] tables"
-        )
+    skip = out.skipped.append
+    for key in sorted(set(data) - {"bell", "default", "alert"}):
+        skip(f"{path}: unknown key {key!r} skipped: allowed are bell, default and [alert.NAME] tables")
     if "bell" in data:
-        if not isinstance(data["bell"], bool):
-            raise AlertConfigError(f"{path}: bell: must be true or false")
-        out.bell = data["bell"]
+        if isinstance(data["bell"], bool):
+            out.bell = data["bell"]
+        else:
+            skip(f"{path}: bell skipped: must be true or false")
     entries = data.get("alert", {})
     if not isinstance(entries, dict):
-        raise AlertConfigError(f"{path}: alert: write each entry as an [alert.NAME] table")
+        skip(f"{path}: alert skipped: write each entry as an [alert.NAME] table")
+        entries = {}
     for name, entry in entries.items():
         if not isinstance(entry, dict) or set(entry) - {"url", "urls"} or not entry:
-            raise AlertConfigError(f'{path}: [alert.{name}]: give url = "..." or urls = [...]')
-        urls = ([entry["url"]] if "url" in entry else []) + list(entry.get("urls", []))
+            skip(f'{path}: [alert.{name}] skipped: give url = "..." or urls = [...]')
+            continue
+        more = entry.get("urls", [])
+        urls = ([entry["url"]] if "url" in entry else []) + (more if isinstance(more, list) else [None])
         if not all(isinstance(u, str) and is_url(u) for u in urls):
-            raise AlertConfigError(
-                f"{path}: [alert.{name}]: every url must be a string SCHEME://... (apprise's syntax)"
+            skip(
+                f"{path}: [alert.{name}] skipped: every url must be a string SCHEME://... (apprise's syntax)"
             )
+            continue
         out.named[name] = tuple(urls)
     default = data.get("default", [])
     if isinstance(default, str):
         default = [default]
-    if not isinstance(default, list) or not all(isinstance(n, str) for n in default):
-        raise AlertConfigError(f"{path}: default: must be a list of alert names")
+    if not isinstance(default, list):
+        skip(f"{path}: default skipped: must be a list of alert names")
+        default = []
     for n in default:
-        if n not in out.named:
-            raise AlertConfigError(f"{path}: default: no [alert.{n}] in this file")
-    out.default = tuple(default)
+        if isinstance(n, str) and n in out.named:
+            out.default += (n,)
+        else:
+            skip(f"{path}: default {show(n)} skipped: no such [alert.NAME] usable in this file")
     return out
 
 
@@ -160,11 +175,7 @@ def run_alerts(job_alerts: dict | None, cli_refs: list[str], user: UserAlerts) -
 
 def write_private(path: Path, data: dict) -> None:
     """``data`` as JSON in a new 0600 file (replacing one there)."""
-    tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f)
-    os.replace(tmp, path)
+    write_atomic(path, json.dumps(data), durable=False)
 
 
 def write_run_alerts(run_dir: Path, urls: list[str], on: list[str], **about) -> Path:

@@ -14,6 +14,8 @@ def cmd_alerts(args) -> int:
 
     try:
         user = load_user_alerts()
+        for text in user.skipped:
+            note(text)
         refs = args.refs or sorted(user.named)
         if not refs:
             raise UsageError(

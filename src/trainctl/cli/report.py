@@ -63,12 +63,6 @@ def _remote(link, run_dir: str, md: bool) -> str:
 
 def _write(path: Path, text: str) -> None:
     """Atomically: a reader never sees half a report."""
-    import os
+    from trainctl.core.statefile import write_atomic
 
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
-        tmp.write_text(text, encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        tmp.unlink(missing_ok=True)
-        raise
+    write_atomic(path, text, mode=None)  # a temporary file of a random name: never a planted link

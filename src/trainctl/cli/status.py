@@ -63,6 +63,8 @@ def cmd_status(args) -> int:
             print(f"at      {describe_position(E.from_dict(status['progress']))}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
+    if unreadable := status.get("unreadable"):
+        print(f"journal {unreadable} unreadable line{'s' if unreadable != 1 else ''} skipped")
     for node in status.get("nodes", ()):
         print(
             f"node {node['node']}  {node.get('state') or '?'}   attempt {node.get('attempt') or '?'}"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import json
+import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -201,10 +202,13 @@ class AgentClient:
             while line := await self._reader.readline():
                 try:
                     msg = json.loads(line)
-                except ValueError:
+                except (ValueError, RecursionError):
+                    continue
+                if not isinstance(msg, dict):
                     continue
                 if msg.get("op") == "reply":
-                    fut = self._waiting.pop(msg.get("id"), None)
+                    rid = msg.get("id")
+                    fut = self._waiting.pop(rid, None) if isinstance(rid, int) else None
                     if fut is not None and not fut.done():
                         fut.set_result(msg)
                     continue
@@ -215,7 +219,7 @@ class AgentClient:
                         self._events.put_nowait(snap)
                     continue
                 try:
-                    ev = E.from_dict(msg)
+                    ev = E.check(E.from_dict(msg))  # a journal line of the wrong types: skipped
                 except (ValueError, TypeError, KeyError):
                     continue
                 if ev.seq is not None:
@@ -329,7 +333,21 @@ def offline_hello(run_dir: Path | str, covered: Covered | None = None) -> dict:
         hello["state"] = view.state
     if view.attempt is not None:
         hello.update(attempt=view.attempt, preset=view.preset)
+    if view.unreadable:
+        hello["unreadable"] = view.unreadable
+    if torn_tail(files.events):
+        hello["torn"] = True
     return hello
+
+
+def torn_tail(journal: Path) -> bool:
+    """Whether the journal ends in a line without its newline (its writer died mid-line)."""
+    try:
+        with open(journal, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            return size > 0 and f.seek(size - 1) >= 0 and f.read(1) != b"\n"
+    except OSError:
+        return False
 
 
 def offline_view(run_dir: Path | str) -> Covered:

@@ -38,6 +38,18 @@ async def _relay(client: AgentClient, emit: Callable[[E.Event], None], at: _Posi
     return None
 
 
+def agent_gone(hello: dict) -> str:
+    """Why a follow of a run with no agent ends (3): the line that says so."""
+    torn = "; its last line was cut short (the agent died while writing it)" if hello.get("torn") else ""
+    skipped = hello.get("unreadable") or 0
+    unreadable = f"; {skipped} unreadable line{'s' if skipped != 1 else ''} skipped" if skipped else ""
+    return (
+        f"no agent is running for {hello.get('run_dir', 'this run')} and its journal "
+        f"ends in state {hello.get('state')}{torn}{unreadable}: the agent was killed or crashed "
+        "(its output is agent.out in the run directory, or its tmux pane)"
+    )
+
+
 async def follow(
     client_factory: Callable[[], AgentClient],
     emit: Callable[[E.Event], None],
@@ -79,20 +91,14 @@ async def follow(
             ended = await _relay(client, emit, at)
             if ended is not None:
                 return ended
-            if hello.get("live") is False and between_agents is not None:
-                if await between_agents(hello):
-                    lost_since, delay = None, 0.5
-                    await asyncio.sleep(1.0)
-                    continue
-                return 3
+            if hello.get("live") is False and between_agents is not None and await between_agents(hello):
+                lost_since, delay = None, 0.5
+                await asyncio.sleep(1.0)
+                continue
             if hello.get("live") is False:
                 # The journal was all there is, and it does not end the run: nobody is
                 # supervising it any more (the agent was killed or crashed).
-                note(
-                    f"no agent is running for {hello.get('run_dir', 'this run')} and its journal "
-                    f"ends in state {hello.get('state')}: the agent was killed or crashed "
-                    "(its output is agent.out in the run directory, or its tmux pane)"
-                )
+                note(agent_gone(hello))
                 return 3
             note("connection to the agent lost; the run goes on — retrying")
         except AgentNotResponding as e:

@@ -17,6 +17,8 @@ import tempfile
 from importlib import resources
 from pathlib import Path
 
+from trainctl.core.statefile import write_atomic
+
 __all__ = [
     "CLASSES",
     "DEMO_EPOCHS",
@@ -180,10 +182,7 @@ def _write_if_changed(path: Path, text: str) -> None:
             return
     except OSError:
         pass
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    write_atomic(path, text, durable=False)
 
 
 def demo_length_text(epochs: int) -> str:

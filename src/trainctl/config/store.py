@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import difflib
 import os
-import tempfile
 from collections.abc import Mapping, Sequence
 from importlib import resources
 from pathlib import Path
@@ -19,6 +18,7 @@ from tomlkit.exceptions import TOMLKitError
 
 from trainctl.config.preset import Preset, preset_from_text
 from trainctl.config.validation import SAFE_NAME, ConfigError, read_text, show
+from trainctl.core.statefile import write_atomic
 
 
 def user_config_dir() -> Path:
@@ -115,17 +115,7 @@ def _atomic_write(path: Path, text: str) -> None:
         umask = os.umask(0)
         os.umask(umask)
         mode = 0o666 & ~umask
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, text, mode)
 
 
 def save_preset_text(path: str | os.PathLike[str], text: str) -> Preset:

@@ -21,6 +21,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from trainctl.core.statefile import UnsafePathError, read_regular
+
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
 _TOML_POS = re.compile(r"at line (\d+), column (\d+)")
 
@@ -239,13 +241,21 @@ def parse_toml(text: str, file: str) -> dict[str, Any]:
         raise ConfigError(file, "", f"invalid TOML: {exc}", line) from None
 
 
+MAX_CONFIG_FILE = 16 << 20  # a job file or a preset: a few KB
+
+
 def read_text(path: Path, file: str) -> str:
+    """A job file or a preset, as the user named it (links followed, any owner): a regular
+    file only (a FIFO or a device is refused at once, never waited on), at most
+    :data:`MAX_CONFIG_FILE` bytes; ConfigError saying why otherwise."""
     try:
-        return path.read_text(encoding="utf-8")
+        return read_regular(path, MAX_CONFIG_FILE, named=True).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(file, "", "no such file") from None
     except IsADirectoryError:
         raise ConfigError(file, "", "is a directory, not a TOML file") from None
+    except UnsafePathError as exc:
+        raise ConfigError(file, "", str(exc).removeprefix(f"{path}: ")) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(file, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -13,11 +13,12 @@ import json
 import math
 import os
 import statistics
-import tempfile
 from collections import deque
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trainctl.core.statefile import read_text, set_aside, write_atomic
 
 
 # ---------------------------------------------------------------------------- rate meter
@@ -116,22 +117,29 @@ class RateHistory:
 
     ``{"version": 1, "jobs": {job: {preset: [{"rate": r, "ts": t}, ...]}}}``; the last
     20 values per preset are kept and :meth:`rate` is the median of the last 5.  Writes
-    are atomic (temp file + rename); a corrupt or unreadable file counts as empty.
+    are atomic (:func:`~trainctl.core.statefile.write_atomic`); a file that is not one to
+    read (:func:`~trainctl.core.statefile.read_regular`) or does not parse is set aside
+    (``rates.json.corrupt``, named in :attr:`problems`) and counts as empty.
     """
 
     KEEP = 20
     RECENT = 5
+    MAX_FILE = 4 << 20
 
     def __init__(self, path: str | os.PathLike[str]):
         self.path = Path(path)
         self._data: dict[str, Any] | None = None
+        self.problems: list[str] = []  # a damaged file set aside: one line each, for the caller
 
     def _load(self) -> dict[str, Any]:
         try:
-            data = json.loads(self.path.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+            data = json.loads(read_text(self.path, self.MAX_FILE))
+            if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+                raise ValueError("not a rate history")
+        except FileNotFoundError:
             return {"version": 1, "jobs": {}}
-        if not isinstance(data, dict) or not isinstance(data.get("jobs"), dict):
+        except (OSError, ValueError) as e:  # a FIFO, a device, another user's, torn: set aside
+            self.problems.append(set_aside(self.path, e, "rate history"))
             return {"version": 1, "jobs": {}}
         return data
 
@@ -165,14 +173,7 @@ class RateHistory:
         self._data = data
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".rates-", suffix=".tmp", dir=self.path.parent)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as f:
-                    json.dump(data, f, indent=1)
-                os.replace(tmp, self.path)
-            except BaseException:
-                os.unlink(tmp)
-                raise
+            write_atomic(self.path, json.dumps(data, indent=1), durable=False)
         except OSError:
             return False
         return True

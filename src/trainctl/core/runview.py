@@ -93,6 +93,7 @@ class RunView:
         self.goodput = Goodput()  # the wall time by bucket (core/goodput.py)
         self.last_seq = -1
         self.events_seen = 0
+        self.unreadable = 0  # journal lines skipped by the one who folds: not a whole, well-typed event
         self.version = 0  # any change
         self.chart_version = 0  # losses or restarts changed
         self.warnings_version = 0  # warning rows changed
@@ -376,6 +377,7 @@ class RunView:
             "goodput": self.goodput.to_dict(),
             "last_seq": self.last_seq,
             "events_seen": self.events_seen,
+            "unreadable": self.unreadable,
         }
 
     def load_dict(self, d: dict[str, Any]) -> None:
@@ -466,6 +468,7 @@ class RunView:
         self.lead_rank = None if d.get("lead_rank") is None else int(d["lead_rank"])
         self.stuck_ranks = tuple(int(r) for r in d.get("stuck_ranks", ()))
         self.last_seq, self.events_seen = int(d["last_seq"]), int(d["events_seen"])
+        self.unreadable = int(d.get("unreadable", 0))
 
     def state_key(self) -> dict[str, Any]:
         """What two views must agree on to show the same (tests: snapshot + tail == replay)."""

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 
+from trainctl.core.statefile import read_regular
 from trainctl.holder.exit_status import exit_code, open_pidfd
 from trainctl.holder.main import fit_status
 from trainctl.holder.main import status_path as _status_path
@@ -42,8 +43,7 @@ def read_status(path: Path | str) -> dict | None:
     A read that races a rewrite is retried."""
     for _ in range(5):
         try:
-            with open(path, "rb") as f:
-                data = f.read()
+            data = read_regular(path, 1 << 20)  # never a FIFO waited on, never a link followed
         except OSError:
             return None
         if not data.strip():

@@ -28,7 +28,7 @@ def all_rows(
 
 def host_rows() -> list[dict]:
     """The runs of every other host: hosts.toml's boxes (over ssh; a row with ``error`` for
-    one that cannot be reached).  UsageError when hosts.toml is broken."""
+    one that cannot be reached, and for each entry of hosts.toml skipped)."""
     from trainctl.hosts.registry import hosts_elsewhere
 
     return [row for host in hosts_elsewhere() for row in host.runs()]

@@ -13,6 +13,7 @@ import shlex
 import time
 from pathlib import Path
 
+from trainctl.config.validation import show
 from trainctl.core.usage import UsageError
 from trainctl.hosts.base import Launched, LaunchRequest
 
@@ -47,23 +48,39 @@ def attach_hint(url: str) -> str:
     return f"trainctl attach {shlex.quote(url)}"
 
 
-def ls_hosts() -> list[str]:
-    """The ssh destinations of ``<config>/hosts.toml`` (``hosts = ["gpu-box", ...]``)."""
+HOSTS_FILE_MAX = 1 << 20
+
+
+def ls_hosts() -> tuple[list[str], list[str]]:
+    """The ssh destinations of ``<config>/hosts.toml`` (``hosts = ["gpu-box", ...]``), and
+    what was skipped, one line each naming the file and the entry.  The user's file: never
+    moved nor changed; a bad entry is skipped, the rest used; a file that cannot be read at
+    all (not a regular file of the user's, in a config directory others cannot write; too
+    big; not TOML) is one line and no host."""
     import tomllib
 
+    from trainctl.core.statefile import check_state_dir, read_text
     from trainctl.store.paths import config_dir
 
     path = config_dir() / "hosts.toml"
     try:
-        data = tomllib.loads(path.read_text())
+        check_state_dir(path.parent)
+        data = tomllib.loads(read_text(path, HOSTS_FILE_MAX))
     except FileNotFoundError:
-        return []
+        return [], []
     except (OSError, ValueError) as e:
-        raise UsageError(f"{path}: {e}") from None
+        return [], [f"{path}: not read: {e}"]
     hosts = data.get("hosts", [])
-    if not isinstance(hosts, list) or not all(isinstance(h, str) and h.strip() for h in hosts):
-        raise UsageError(f'{path}: hosts: must be a list of ssh destinations, e.g. hosts = ["gpu-box"]')
-    return hosts
+    if not isinstance(hosts, list):
+        return [], [f'{path}: hosts: must be a list of ssh destinations, e.g. hosts = ["gpu-box"]']
+    good: list[str] = []
+    skipped: list[str] = []
+    for i, h in enumerate(hosts):
+        if isinstance(h, str) and h.strip() and not h.startswith("-") and "\n" not in h:
+            good.append(h)
+        else:
+            skipped.append(f"{path}: hosts[{i}] = {show(h)} skipped: not an ssh destination")
+    return good, skipped
 
 
 def host_runs(destination: str) -> list[dict]:
@@ -328,6 +345,17 @@ def named(destination: str, trainctl_cmd: str | None = None) -> SshBox:
     return SshBox(destination, trainctl_cmd)
 
 
-def listed() -> list[SshBox]:
-    """The boxes `ls` asks: hosts.toml's (UsageError when it is broken)."""
-    return [SshBox(dest) for dest in ls_hosts()]
+class SkippedEntry:
+    """An entry of hosts.toml that is no destination: `ls` shows it as a row saying why."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:
+        return [{"where": "hosts.toml", "error": self.why, "started": None}]
+
+
+def listed() -> list[SshBox | SkippedEntry]:
+    """The boxes `ls` asks: hosts.toml's, and a row for each entry skipped."""
+    good, skipped = ls_hosts()
+    return [*(SshBox(dest) for dest in good), *(SkippedEntry(why) for why in skipped)]

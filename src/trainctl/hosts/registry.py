@@ -109,7 +109,7 @@ def hosts_here() -> list:
 
 
 def hosts_elsewhere() -> list:
-    """The other hosts `ls` asks (hosts.toml's boxes; UsageError when it is broken)."""
+    """The other hosts `ls` asks (hosts.toml's boxes, and a row for each entry skipped)."""
     return [h for kind in KINDS if not kind.here for h in kind.listed()]
 
 

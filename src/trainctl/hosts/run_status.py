@@ -92,6 +92,8 @@ def _from_run_dir(run_dir: Path, code: int, agent: str, host) -> tuple[dict, str
         status["progress"] = E.to_dict(view.progress)
     status["save_dir"] = view.save_dir
     status["goodput"] = view.goodput.totals()  # no agent: up to the journal's last event
+    if view.unreadable:
+        status["unreadable"] = view.unreadable  # journal lines skipped: not whole, well-typed events
     if view.ranks:
         from trainctl.agent.handlers import rank_status
 

@@ -356,7 +356,7 @@ class SshHost:
         atomically (temporary file, then rename)."""
         path = _remote_path(remote_path)
         script = (
-            'umask 077 && mkdir -p -- "$1" && t="$2.tmp.$$" && cat > "$t" && '
+            'umask 077 && mkdir -p -- "$1" && t=$(mktemp -- "$2.XXXXXXXXXX") && cat > "$t" && '
             'chmod "$3" -- "$t" && mv -f -- "$t" "$2"'
         )
         argv = ["sh", "-c", script, "sh", posixpath.dirname(path) or ".", path, f"{mode:o}"]

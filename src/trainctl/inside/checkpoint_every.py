@@ -6,13 +6,17 @@ the trainer's mid-epoch saves follow it (:class:`EveryFollower`, a stat at most 
 from __future__ import annotations
 
 import json
-import math
 import os
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
 
+from trainctl.core.statefile import bounded, read_text, set_aside
+
 EVERY_FILE = "checkpoint-every.json"
+MAX_FILE = 64 << 10  # {"every_s": ..., "preset": ...}
+MAX_EVERY_S = 366 * 86400.0  # a year: beyond is damage
 POLL_S = 2.0  # how often the trainer looks for a new interval
 
 
@@ -21,19 +25,21 @@ def every_file(run_dir: Path | str | None) -> Path | None:
 
 
 def read_every(path: Path) -> float | None:
-    """The interval in ``path``; None when it is absent or not a valid one."""
+    """The interval in ``path``; None when it is absent.  A file that is not one to read
+    (:func:`~trainctl.core.statefile.read_regular`: a FIFO or a device is refused, never
+    waited on) or holds no valid interval (finite, 0 to :data:`MAX_EVERY_S`) is set aside
+    (``checkpoint-every.json.corrupt``) with one line on stderr (the run's log): the job's
+    interval goes on."""
     try:
-        value = json.loads(path.read_text(encoding="utf-8")).get("every_s")
-    except (OSError, ValueError, AttributeError):
+        data = json.loads(read_text(path, MAX_FILE))
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        return bounded(data.get("every_s"), "every_s", MAX_EVERY_S)
+    except FileNotFoundError:
         return None
-    if (
-        isinstance(value, bool)
-        or not isinstance(value, (int, float))
-        or not math.isfinite(value)
-        or value < 0
-    ):
+    except (OSError, ValueError) as e:
+        print(f"trainctl: {set_aside(path, e, 'checkpoint interval')}", file=sys.stderr, flush=True)
         return None
-    return float(value)
 
 
 class EveryFollower:

@@ -30,6 +30,7 @@ from pathlib import Path
 from types import FrameType, ModuleType
 from typing import Any, cast
 
+from trainctl.core.statefile import atomic_path
 from trainctl.inside import ATTACHED_KEY, Refused, report
 from trainctl.inside.callback_support import (
     Throttle,
@@ -42,7 +43,6 @@ from trainctl.inside.callback_support import (
     warn_not_applied,
 )
 from trainctl.inside.save_requests import SaveRequests, hold, label
-from trainctl.store.checkpoint import fsync_dir
 
 SUPPORTED = ((2, 4), (3,))  # low <= version < high: tested with 2.4.0 and 2.6.6
 KEEP = 2  # our own saves kept in <run_dir>/checkpoints
@@ -391,26 +391,18 @@ class TrainctlCallback:
         run_dir = os.environ.get("TRAINCTL_RUN_DIR", "")
         folder = Path(run_dir) / "checkpoints" if run_dir else Path(trainer.default_root_dir) / "checkpoints"
         dest = folder / f"{PREFIX}{request['kind']}-e{trainer.current_epoch + 1}-b{self.done(trainer)}.ckpt"
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}.tmp")
         report.report_phase("save")
         t0 = time.perf_counter()
         self.own_save = True
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            trainer.save_checkpoint(tmp)
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, dest)
-            fsync_dir(folder)
+            with atomic_path(dest) as tmp:  # a random name beside it, fsynced, renamed
+                trainer.save_checkpoint(tmp)
             ok, detail = True, f"{(time.perf_counter() - t0) * 1000:.0f} ms"
         except Exception as e:  # noqa: BLE001 - a failed save is reported, training goes on
             ok, detail = False, f"save failed: {type(e).__name__}: {e}"
         finally:
             self.own_save = False
-            try:
-                os.unlink(tmp)
-            except OSError:
-                pass
         self.report_saved(trainer, dest, request, ok=ok, detail=detail)
         if ok:
             ours = sorted(folder.glob(f"{PREFIX}*.ckpt"), key=lambda p: p.stat().st_mtime, reverse=True)

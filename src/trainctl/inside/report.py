@@ -65,6 +65,7 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from trainctl.core import events as E
+from trainctl.core.statefile import read_text, write_atomic
 
 __all__ = [
     "report_phase",
@@ -203,11 +204,9 @@ def write_save_request(
     the agent stops the trainer once the save is reported (a planned restart): a trainer
     that can should take no further batch meanwhile (it would be redone)."""
     path = Path(run_dir) / SAVE_REQUEST_FILE
-    tmp = path.with_name(f".{SAVE_REQUEST_FILE}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    with os.fdopen(fd, "w") as f:
-        f.write(json.dumps({"id": int(rid), "kind": kind, "ts": float(ts), "hold": bool(hold)}))
-    os.replace(tmp, path)
+    write_atomic(
+        path, json.dumps({"id": int(rid), "kind": kind, "ts": float(ts), "hold": bool(hold)}), durable=False
+    )
     return path
 
 
@@ -217,7 +216,7 @@ def read_save_request(run_dir: str | os.PathLike[str] | None = None) -> dict | N
     if not run_dir:
         return None
     try:
-        data = json.loads((Path(run_dir) / SAVE_REQUEST_FILE).read_text())
+        data = json.loads(read_text(Path(run_dir) / SAVE_REQUEST_FILE, 1 << 16))
     except (OSError, ValueError):
         return None
     if not isinstance(data, dict) or data.get("kind") not in SAVE_KINDS:

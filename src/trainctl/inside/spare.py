@@ -157,8 +157,11 @@ def park(fifo: str, modules: list[str]) -> dict | None:
     _loud(saved)
     ready = {"pid": os.getpid(), "import_s": round(time.monotonic() - t0, 3), "modules": modules}
     ready["cuda_initialized"] = _cuda_initialized()
-    tmp = f"{fifo}.ready.tmp"
-    with open(tmp, "w") as f:
+    # run by path, importing only what it must: trainctl.core.statefile's way by hand, a
+    # temporary file of a random name made O_EXCL|O_NOFOLLOW (never a planted link)
+    tmp = f"{fifo}.ready.{os.urandom(8).hex()}.tmp"
+    tfd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    with os.fdopen(tfd, "w") as f:
         f.write(_ready_json(ready))
     os.replace(tmp, f"{fifo}.ready")
     try:

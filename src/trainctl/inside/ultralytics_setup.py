@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.config import Job, Preset
+from trainctl.core.statefile import atomic_path
 
 # ------------------------------------------------------------------ environment
 
@@ -52,9 +53,8 @@ def _provide_font(dest: Path) -> None:
         return
     try:
         dest.parent.mkdir(parents=True, exist_ok=True)
-        tmp = dest.with_name(f".{dest.name}.{os.getpid()}")
-        shutil.copyfile(font, tmp)
-        os.replace(tmp, dest)
+        with atomic_path(dest, 0o644, durable=False) as tmp:
+            shutil.copyfile(font, tmp)
     except OSError:
         pass
 

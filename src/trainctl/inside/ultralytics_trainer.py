@@ -31,7 +31,6 @@ import math
 import os
 import random
 import signal
-import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ import torch
 from torch.utils.data import RandomSampler
 
 from trainctl.core import events as E
+from trainctl.core.statefile import read_text, temp_beside
 from trainctl.inside.checkpoint_every import follower  # noqa: F401 - the runner reaches it here
 from trainctl.store.checkpoint import MID_PREFIX, TRAINCTL_KEY, fsync_dir, inspect_checkpoint, mid_epoch_checkpoints
 
@@ -98,7 +98,7 @@ class SaveRequests:
         """The request file: {"id", "kind", "ts"}; a missing or bad one reads as rescue."""
         out: dict[str, Any] = {"id": None, "kind": "rescue", "ts": None, "hold": False}
         try:
-            data = json.loads(self.path.read_text()) if self.path is not None else {}
+            data = json.loads(read_text(self.path, 1 << 16)) if self.path is not None else {}
         except (OSError, ValueError):
             data = {}
         if isinstance(data, dict):
@@ -291,8 +291,7 @@ class MidEpochTrainer(EpochStartTrainer):
         try:
             data = self._tc_checkpoint_bytes(kind)
             dest.parent.mkdir(parents=True, exist_ok=True)
-            fd, name = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
-            tmp = Path(name)
+            fd, tmp = temp_beside(dest)
             with os.fdopen(fd, "wb") as out:
                 out.write(data)
                 out.flush()

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import bisect
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -94,9 +95,10 @@ def _loss_lines(view) -> dict[str, tuple[list[float], list[float]]]:
 def _progress_ts(line: bytes) -> float | None:
     """A progress line's time, read without decoding the line (``{"ts":123.4,...``)."""
     try:
-        return float(line[6 : line.index(b",", 6)])
+        ts = float(line[6 : line.index(b",", 6)])
     except ValueError:
         return None
+    return ts if math.isfinite(ts) and ts >= 0 else None  # "1e999" reads as inf: no time
 
 
 class _Pass:
@@ -245,15 +247,18 @@ def collect(run_dir: Path | str, now: float | None = None) -> Report:
 def _read(journal: Path, upto: int, one: _Pass, out: Report) -> None:
     """The journal's lines up to byte ``upto`` (what the view covers), progress by its time
     only, the others decoded when the tables want them."""
-    from trainctl.store.journal import JournalReader
+    from trainctl.store.journal import JournalReader, raw_lines
 
-    reader, seq, done = JournalReader(), 0, 0
+    reader, seq = JournalReader(), 0
     with open(journal, "rb") as f:
-        for raw in f:
-            done += len(raw)
-            if done > upto or not raw.endswith(b"\n"):
+        for line, done in raw_lines(f):
+            if done > upto:
                 break
             seq += 1
+            if line is None:  # too long to read: unreadable
+                reader.unreadable += 1
+                continue
+            raw = line
             if out.started is None:
                 out.started = _progress_ts(raw) or None
             if _PROGRESS in raw:  # the bulk: its time read only when an incident waits for it
@@ -261,9 +266,8 @@ def _read(journal: Path, upto: int, one: _Pass, out: Report) -> None:
                 if one.open and (ts := _progress_ts(raw)) is not None:
                     one.progress(ts)
                 continue
-            try:
-                e = reader.decode_at(raw, seq - 1)
-            except (ValueError, TypeError, KeyError):
+            e = reader.event(raw, seq - 1)
+            if e is None:
                 continue
             out.last_ts = e.ts
             if e.type in _WANTED:

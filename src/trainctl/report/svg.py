@@ -47,6 +47,15 @@ def _ticks(lo: float, hi: float, n: int = 5) -> list[float]:
     return [first + i * step for i in range(int((hi - first) / step) + 1)]
 
 
+PLOT_MAX = 1e100
+"""The largest magnitude drawn: beyond it (±1e308, a diverged loss) a value is off the chart,
+as nan and inf are, so no span or tick of the axis overflows."""
+
+
+def _plottable(v: float) -> bool:
+    return math.isfinite(v) and abs(v) <= PLOT_MAX
+
+
 def _num(v: float) -> str:
     return f"{v:.3g}" if abs(v) < 1000 else f"{v:,.0f}"
 
@@ -62,8 +71,8 @@ def line_chart(
     """An SVG of ``lines`` (name -> (times, values)) over [t0, t1] (the x axis in hours from
     t0), the ``marks`` (time, kind, text) as vertical lines with their text as a tooltip, and
     ``hline`` (value, label) as a dashed horizontal line."""
-    values = [y for _, ys in lines.values() for y in ys if math.isfinite(y)]
-    if hline is not None:
+    values = [y for _, ys in lines.values() for y in ys if _plottable(y)]
+    if hline is not None and _plottable(hline[0]):
         values.append(hline[0])
     lo, hi = (min(values), max(values)) if values else (0.0, 1.0)
     if hi <= lo:
@@ -101,14 +110,14 @@ def line_chart(
                 f'<line class="mark" x1="{x:.1f}" x2="{x:.1f}" y1="{TOP}" y2="{TOP + h}" stroke="{color}" '
                 f'stroke-dasharray="3,2"><title>{esc(clock(t))} {esc(kind)}: {esc(text)}</title></line>'
             )
-    if hline is not None:
+    if hline is not None and _plottable(hline[0]):
         y = py(hline[0])
         out.append(
             f'<line x1="{LEFT}" x2="{LEFT + w}" y1="{y:.1f}" y2="{y:.1f}" stroke="#000" '
             f'stroke-dasharray="6,3"><title>{esc(hline[1])}</title></line>'
         )
     for i, (name, (ts, ys)) in enumerate(lines.items()):
-        pts = " ".join(f"{px(t):.1f},{py(y):.1f}" for t, y in zip(ts, ys) if math.isfinite(y))
+        pts = " ".join(f"{px(t):.1f},{py(y):.1f}" for t, y in zip(ts, ys) if _plottable(y))
         color = COLORS[i % len(COLORS)]
         out.append(
             f'<polyline class="series" fill="none" stroke="{color}" stroke-width="1.5" points="{pts}">'

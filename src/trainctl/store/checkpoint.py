@@ -19,13 +19,13 @@ from __future__ import annotations
 import os
 import pickletools
 import shutil
-import tempfile
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from trainctl.core.statefile import fsync_dir, temp_beside
 from trainctl.store.checkpoint_verify import Unloadable, read_torch_zip
 
 __all__ = [
@@ -310,8 +310,7 @@ def copy_and_verify(
     t0 = time.perf_counter()
     src, dst_dir = Path(src), Path(dst_dir)
     dst_dir.mkdir(mode=0o700, parents=True, exist_ok=True)  # the run's checkpoints: private
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=dst_dir)
-    tmp = Path(tmp_name)
+    fd, tmp = temp_beside(dst_dir / name)
     try:
         with os.fdopen(fd, "wb") as out, open(src, "rb") as inp:
             shutil.copyfileobj(inp, out, 1 << 20)
@@ -332,20 +331,6 @@ def copy_and_verify(
         )
     finally:
         tmp.unlink(missing_ok=True)
-
-
-def fsync_dir(path: Path) -> None:
-    """Make a rename in ``path`` durable (best effort)."""
-    try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    except OSError:
-        pass
-    finally:
-        os.close(fd)
 
 
 def keep_good_copy(src: str | os.PathLike[str], dst_dir: str | os.PathLike[str]) -> Path | None:

@@ -13,11 +13,19 @@ change, at an epoch's first line, and every :data:`RESTATE_EVERY` progress lines
 until restated (their seq is the line number).  Readers (:class:`JournalReader`) read both
 this and the full form of older journals; what clients get over the socket is always the
 full form (:func:`journal_lines`).
+
+Every reader goes through :func:`raw_lines` and :class:`JournalReader`: a line is read in
+bounded memory (at most :data:`MAX_LINE` bytes held; a longer one, or a torn last line of
+any size, is passed over in chunks, never held whole), and a line that is not one whole,
+well-typed event (a string where a number stands, a torn line ended by a later write) is
+skipped and counted (:attr:`JournalReader.unreadable`), never raised: a seq is still the line
+number.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
 import json
 import os
 from collections.abc import Iterator
@@ -27,6 +35,7 @@ from trainctl.core.events import (
     EPHEMERAL,
     Event,
     Progress,
+    check,
     decode_at,
     encode,
     float_or_special,
@@ -36,6 +45,47 @@ from trainctl.core.events import (
 from trainctl.store.paths import open_private
 
 RESTATE_EVERY = 1000  # progress lines between two that restate k/E/B (a lost line costs no more)
+MAX_LINE = 16 << 20
+"""The longest journal line read (an event is ~100 bytes; a traceback a few KB): a longer one
+is unreadable, passed over without being held."""
+_SKIP_CHUNK = 4 << 20
+
+
+def raw_lines(f: io.BufferedIOBase) -> Iterator[tuple[bytes | None, int]]:
+    """The complete lines of ``f`` (binary) from where it stands, each with its newline, and
+    the offset after it; None for a line longer than :data:`MAX_LINE` (passed over in
+    chunks, never held whole).  A last line without its newline (being written, or torn)
+    ends it, passed over in bounded memory whatever its size."""
+    end = f.tell()
+    buf: bytearray | None = None
+    while True:
+        raw = f.readline(MAX_LINE + 1)
+        if raw.endswith(b"\n"):
+            end += len(raw)
+            yield raw, end
+            continue
+        if len(raw) <= MAX_LINE:  # the end: nothing more, or a line not yet ended
+            return
+        n = len(raw)
+        del raw
+        buf = buf or bytearray(_SKIP_CHUNK)  # one buffer, read into: no allocation per chunk
+        while True:
+            got = f.readinto(buf)
+            if not got:  # a torn last line: not a line yet
+                return
+            i = buf.find(b"\n", 0, got)
+            if i >= 0:
+                n += i + 1
+                break
+            n += got
+        end += n
+        f.seek(end)
+        yield None, end
+
+
+_NUMS = (int, float)
+_COUNTS = (int, type(None))  # a count, or none said
+_RATES = (int, float, type(None))
 
 
 class JournalCodec:
@@ -77,50 +127,73 @@ class JournalReader:
         self.names: tuple = tuple(context.losses) if context is not None else ()
         self.epochs = context.epochs if context is not None else None
         self.batches = context.batches if context is not None else None
+        self.unreadable = 0  # lines skipped by :meth:`event`: not one whole, well-typed event
+
+    def event(self, line: str | bytes | None, seq: int) -> Event | None:
+        """The event of line ``seq``, or None (counted in :attr:`unreadable`) when it is not
+        one: undecodable, ill-typed, or too long to read (None, from :func:`raw_lines`)."""
+        if line is not None:
+            try:
+                return self.decode_at(line, seq)
+            except (ValueError, TypeError, KeyError, RecursionError):
+                pass
+        self.unreadable += 1
+        return None
 
     def decode_at(self, line: str | bytes, seq: int) -> Event:
+        """ValueError (or TypeError, KeyError) for a line that is not one whole event whose
+        fields have their types (:func:`~trainctl.core.events.check`)."""
         d = json.loads(line)
         if not isinstance(d, dict):
             raise ValueError("not a JSON object")
         if d.get("type") == "progress":
             if "l" in d or "e" in d:
                 return self._compact(d, seq)
-            ev = decode_at(line, seq)
+            ev = check(decode_at(line, seq))
             assert isinstance(ev, Progress)  # a "progress" line decodes to one or raises
             self.names, self.epochs, self.batches = tuple(ev.losses), ev.epochs, ev.batches
             return ev
         d["seq"] = seq
-        return from_dict(d)
+        return check(from_dict(d))
 
     def _compact(self, d: dict, seq: int) -> Progress:
+        get = d.get
+        ts, epoch, batch, rank, rate = d["ts"], get("e"), get("b"), get("n"), get("r")
+        if not (
+            type(ts) in _NUMS
+            and type(epoch) in _COUNTS
+            and type(batch) in _COUNTS
+            and type(rank) in _COUNTS
+            and type(rate) in _RATES
+        ):
+            raise ValueError("a progress line with a field of the wrong type")
         if "k" in d:
-            self.names = tuple(str(k) for k in d["k"])
-            self.epochs, self.batches = d.get("E"), d.get("B")
-        values = d.get("l") or []
+            names, epochs, batches = d["k"], get("E"), get("B")
+            if not (isinstance(names, list) and all(type(k) is str for k in names)):
+                raise ValueError("a progress line whose loss names are not strings")
+            if not (type(epochs) in _COUNTS and type(batches) in _COUNTS):
+                raise ValueError("a progress line whose epochs or batches are not counts")
+            self.names, self.epochs, self.batches = tuple(names), epochs, batches
+        values = get("l") or []
+        if type(values) is not list:
+            raise ValueError("a progress line whose losses are not a list")
+        for i, v in enumerate(values):
+            if type(v) not in _NUMS:
+                values[i] = v = float_or_special(v)  # "nan", "inf", "-inf" as the codec writes them
+                if type(v) is not float:
+                    raise ValueError("a progress line whose losses are not numbers")
         losses = (
-            {n: float_or_special(v) for n, v in zip(self.names, values)}
-            if len(values) == len(self.names)
-            else {}
+            dict(zip(self.names, values)) if len(values) == len(self.names) else {}
         )  # names lost with a torn line: none
-        return Progress(
-            d["ts"],
-            d.get("e"),
-            self.epochs,
-            d.get("b"),
-            self.batches,
-            losses,
-            rate=d.get("r"),
-            rank=d.get("n"),
-            seq=seq,
-        )
+        return Progress(ts, epoch, self.epochs, batch, self.batches, losses, rate=rate, rank=rank, seq=seq)
 
-    def skip(self, line: str) -> None:
+    def skip(self, line: str | bytes | None) -> None:
         """A line not wanted, read for what it restates (a compact line's names, epochs and
         batches come from a compact line before it: the writer restates them first)."""
-        if '"k":' in line:
+        if line is not None and ('"k":' in line if isinstance(line, str) else b'"k":' in line):
             try:
                 self.decode_at(line, 0)
-            except (ValueError, TypeError, KeyError):
+            except (ValueError, TypeError, KeyError, RecursionError):
                 pass
 
     def wire(self, line: str, seq: int) -> str:
@@ -129,6 +202,17 @@ class JournalReader:
             return encode(self.decode_at(line, seq)) + "\n"
         self.skip(line)
         return line
+
+    def wire_or_unreadable(self, raw: bytes | None, seq: int) -> str:
+        """:meth:`wire` of a line from :func:`raw_lines`; one that is not an event is sent as
+        it is (the client skips and counts it), one too long to read as an empty object."""
+        if raw is None:
+            return "{}\n"
+        line = raw.decode("utf-8", errors="replace")
+        try:
+            return self.wire(line, seq)
+        except (ValueError, TypeError, KeyError, RecursionError):
+            return line
 
 
 def count_lines(path: Path) -> int:
@@ -151,20 +235,17 @@ def iter_journal_lines(path: Path, since: int, upto: int | None = None) -> Itera
     """:func:`journal_lines`, one at a time (a replay of a long journal in bounded memory)."""
     reader = JournalReader()
     try:
-        f = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by the with below
+        f = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with f:
-        for seq, line in enumerate(f):
+        for seq, (raw, _end) in enumerate(raw_lines(f)):
             if upto is not None and seq >= upto:
                 break
             if seq < since:
-                reader.skip(line)
-            elif line.endswith("\n"):
-                try:
-                    yield reader.wire(line, seq)
-                except (ValueError, TypeError, KeyError):
-                    yield line  # undecodable: as it is (the client skips it)
+                reader.skip(raw)
+            else:
+                yield reader.wire_or_unreadable(raw, seq)
 
 
 def _count_fd_lines(fd: int) -> int:
@@ -264,46 +345,40 @@ class Journal:
 def read_events(path: Path, since: int = 0) -> Iterator[Event]:
     """Replay a journal from line `since`; a torn last line (agent killed mid-write) is skipped."""
     reader = JournalReader()
-    with open(path, encoding="utf-8", errors="replace") as f:
-        for seq, line in enumerate(f):
+    with open(path, "rb") as f:
+        for seq, (raw, _end) in enumerate(raw_lines(f)):
             if seq < since:
-                reader.skip(line)
+                reader.skip(raw)
                 continue
-            if not line.endswith("\n"):
-                break
-            try:
-                yield reader.decode_at(line, seq)
-            except (ValueError, TypeError, KeyError):
-                continue
+            ev = reader.event(raw, seq)
+            if ev is not None:
+                yield ev
 
 
 def wire_lines_from(path: Path, offset: int, seq: int, context: Progress | None) -> list[str]:
     """The lines from byte ``offset`` (line ``seq``; ``context``: the last progress before
     it) as clients get them (:func:`journal_lines`)."""
-    reader, out = JournalReader(context), []
-    for n, line, _end in lines_from(path, offset, seq):
-        try:
-            out.append(reader.wire(line, n))
-        except (ValueError, TypeError, KeyError):
-            out.append(line)
-    return out
+    reader = JournalReader(context)
+    return [reader.wire_or_unreadable(raw, n) for n, raw, _end in raw_lines_from(path, offset, seq)]
 
 
-def lines_from(path: Path, offset: int, seq: int, upto: int | None = None) -> Iterator[tuple[int, str, int]]:
+def raw_lines_from(
+    path: Path, offset: int, seq: int, upto: int | None = None
+) -> Iterator[tuple[int, bytes | None, int]]:
     """(seq, line, offset after it) for the journal's complete lines from byte ``offset``
     (where line ``seq`` begins) up to seq ``upto`` (exclusive): a snapshot's tail, without
-    reading what the snapshot covers.  A line being written (no newline yet) ends it."""
+    reading what the snapshot covers.  A line being written (no newline yet) ends it; a line
+    too long to read is None (:func:`raw_lines`)."""
     try:
         f = open(path, "rb")  # noqa: SIM115 - closed by the with below
     except FileNotFoundError:
         return
     with f:
         f.seek(offset)
-        for raw in f:
-            if (upto is not None and seq >= upto) or not raw.endswith(b"\n"):
+        for raw, end in raw_lines(f):
+            if upto is not None and seq >= upto:
                 return
-            offset += len(raw)
-            yield seq, raw.decode("utf-8", errors="replace"), offset
+            yield seq, raw, end
             seq += 1
 
 

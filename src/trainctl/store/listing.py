@@ -8,7 +8,6 @@ the rows as people read them (columns, attention) are here."""
 
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from pathlib import Path
@@ -16,8 +15,9 @@ from pathlib import Path
 from trainctl.core import events as E
 from trainctl.core.goodput import Goodput
 from trainctl.core.recovery import USER_RESTART_REASON
-from trainctl.store.journal import JournalReader, lines_from
-from trainctl.store.paths import make_private_dir, open_private, runs_dir
+from trainctl.core.statefile import read_text
+from trainctl.store.journal import JournalReader, raw_lines_from
+from trainctl.store.paths import make_private_dir, runs_dir, write_private
 
 KNOWN = "known-runs"
 UNREADABLE = "UNREADABLE"
@@ -35,19 +35,14 @@ def register_run(run_dir: Path) -> None:
     try:
         make_private_dir(path.parent)  # others see no job name nor path of ours
         old = [p for p in _read_known(path) if p != line]
-        tmp = path.with_name(f".{KNOWN}.{os.getpid()}.tmp")
-        with contextlib.suppress(FileNotFoundError):
-            tmp.unlink()
-        with os.fdopen(open_private(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL), "w") as f:
-            f.write("\n".join([*old[-(MAX_KNOWN - 1) :], line]) + "\n")
-        tmp.replace(path)
+        write_private(path, "\n".join([*old[-(MAX_KNOWN - 1) :], line]) + "\n")
     except OSError:
         pass
 
 
 def _read_known(path: Path) -> list[str]:
     try:
-        return [ln for ln in path.read_text().splitlines() if ln.strip()]
+        return [ln for ln in read_text(path, 16 << 20).splitlines() if ln.strip()]
     except OSError:
         return []
 
@@ -99,12 +94,11 @@ class JournalFold:
             if st.st_ino != self.ino or st.st_size < self.offset:
                 self._reset(st.st_ino)
             try:
-                for seq, line, end in lines_from(path, self.offset, self.seq):
+                for seq, raw, end in raw_lines_from(path, self.offset, self.seq):
                     self.offset, self.seq = end, seq + 1
-                    try:
-                        self._take(self.reader.decode_at(line, seq))
-                    except (ValueError, TypeError, KeyError):
-                        continue
+                    ev = self.reader.event(raw, seq)  # None: unreadable, counted
+                    if ev is not None:
+                        self._take(ev)
             except OSError:  # unreadable now (permissions, a stale NFS handle): what was read
                 pass
             return {**self.out, "goodput": self.goodput.totals()}

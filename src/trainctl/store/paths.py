@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-import contextlib
 import os
 import stat
 import time
 from pathlib import Path
 
 from trainctl.core.names import MAX_NAME, BadNameError, check_name  # noqa: F401  (re-exported)
+from trainctl.core.statefile import UnsafePathError, private_group, read_text, trusted_uid, write_atomic
 
 RUN_MARKERS = ("events.jsonl", "agent.json", "spec.json")
 """Files that make a directory a trainctl run (any one, owned by the user)."""
-
-
-class UnsafePathError(OSError):
-    """A run directory or a file in it is not safe to use; the message says why and what to do."""
 
 
 def _env_dir(var: str, default: Path) -> Path:
@@ -162,7 +158,7 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
     not writable by group or others.  Without O_CREAT the same check applies.  A symlink,
     another user's file or a shared-writable one raise :class:`UnsafePathError`.
     """
-    flags |= os.O_NOFOLLOW | os.O_CLOEXEC
+    flags |= os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK  # a FIFO put there never blocks the open
     if flags & os.O_CREAT:
         try:
             return os.open(path, flags | os.O_EXCL, mode)
@@ -186,6 +182,7 @@ def open_private(path: Path | str, flags: int, mode: int = 0o600) -> int:
             raise UnsafePathError(f"{path}: owned by uid {st.st_uid}, not by you nor root")
         if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
             raise UnsafePathError(f"{path}: writable by group or others (mode {stat.S_IMODE(st.st_mode):o})")
+        os.set_blocking(fd, True)  # a regular file: as it was asked for
     except BaseException:
         os.close(fd)
         raise
@@ -200,9 +197,7 @@ def _absolute(path: Path) -> Path:
     return path if path.is_absolute() else Path.cwd() / path
 
 
-def _trusted_uid(uid: int) -> bool:
-    """Files and directories trainctl acts on are the user's own, or root's."""
-    return uid == os.geteuid() or uid == 0
+_trusted_uid = trusted_uid
 
 
 def _walk(path: Path, create: bool) -> Path:
@@ -262,31 +257,13 @@ def _check_parent_dir(path: Path, st: os.stat_result) -> None:
             f"{path}: owned by uid {st.st_uid}, not by you nor root: another "
             "user could change what is under it; use a directory of your own"
         )
-    shared = stat.S_IWOTH | (0 if _private_group(st.st_gid) else stat.S_IWGRP)
+    shared = stat.S_IWOTH | (0 if private_group(st.st_gid) else stat.S_IWGRP)
     if st.st_mode & shared and not st.st_mode & stat.S_ISVTX:
         raise UnsafePathError(
             f"{path}: writable by group or others (mode "
             f"{stat.S_IMODE(st.st_mode):o}): another user could swap what is "
             f"under it; `chmod go-w {path}`, or use a private directory"
         )
-
-
-def _private_group(gid: int) -> bool:
-    """A group only this user is in: Debian's user private groups, whose umask 002 makes
-    group-writable home directories that let nobody else in (as OpenSSH's StrictModes
-    judges them).  The user's primary group, named as the user, with no other members."""
-    import grp
-    import pwd
-
-    try:
-        me, group = pwd.getpwuid(os.geteuid()), grp.getgrgid(gid)
-    except KeyError:
-        return False
-    return (
-        gid == me.pw_gid
-        and group.gr_name == me.pw_name
-        and all(member == me.pw_name for member in group.gr_mem)
-    )
 
 
 def check_trusted_parents(path: Path | str) -> Path:
@@ -328,22 +305,10 @@ def trusted_run_dir(path: Path | str) -> Path:
 
 
 def write_private(path: Path | str, data: str | bytes, mode: int = 0o600) -> None:
-    """Write a file of a run directory whole (a temporary file, then renamed over it): 0600
-    (``mode``) whatever the umask, never through a link."""
-    path = Path(path)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, mode)  # the umask cut it
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write a file of a run directory whole (:func:`~trainctl.core.statefile.write_atomic`:
+    a temporary file of a random name, then renamed over it): 0600 (``mode``) whatever the
+    umask, never through a link."""
+    write_atomic(path, data, mode, durable=False)
 
 
 def copy_private(src: Path | str, dst: Path | str) -> None:
@@ -353,14 +318,10 @@ def copy_private(src: Path | str, dst: Path | str) -> None:
 
 def read_private(path: Path | str, limit: int = 64 << 20) -> str:
     """The text of a file of a run directory that trainctl acts on: not a link, a regular
-    file of the user's (or root's), not writable by group or others (:func:`open_private`);
-    at most ``limit`` bytes.  OSError (UnsafePathError among them) otherwise."""
-    fd = open_private(path, os.O_RDONLY)
-    with os.fdopen(fd, "rb") as f:
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise UnsafePathError(f"{path}: larger than {limit >> 20} MB; not a file trainctl wrote")
-    return data.decode("utf-8", errors="replace")
+    file of the user's (or root's), not writable by group or others, never waited on (a FIFO);
+    at most ``limit`` bytes (:func:`~trainctl.core.statefile.read_regular`).  OSError
+    (UnsafePathError among them) otherwise."""
+    return read_text(path, limit)
 
 
 class RunFiles:

@@ -7,7 +7,11 @@ every run's file.  Two runs of the same job on one machine therefore never lose 
 other's hours (no file has two writers), and a run killed with -9 keeps what its last write
 held.  A file that does not parse (torn by a crashed disk, edited by hand) is moved aside to
 ``<run>.json.corrupt`` with a message saying so; every other run's figures are kept and the
-next write of that run starts a fresh record.
+next write of that run starts a fresh record.  Each file is read by
+:func:`~trainctl.core.statefile.read_regular` (a regular file of the user's, not shared-writable,
+at most :data:`MAX_FILE` bytes: a FIFO or a device is refused, never waited on) and every
+figure is range-checked (:data:`LIMITS`: finite, non-negative, bounded, so no sum of them
+overflows); a history directory another user could write is not read at all.
 """
 
 from __future__ import annotations
@@ -15,8 +19,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import math
-import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,9 +27,13 @@ from typing import Any
 from trainctl.config.preset import Preset
 from trainctl.core.preset_risk import Risk, estimate
 from trainctl.core.preset_usage import Tally
+from trainctl.core.statefile import UnsafePathError, bounded, check_state_dir, read_text, set_aside
 from trainctl.store.paths import data_dir, write_private
 
 VERSION = 1
+MAX_FILE = 4 << 20  # one run's records: a few KB
+LIMITS = {"hours": 1e6, "batches": 1e15, "costed": 1e12, "incidents": 1e12, "cost_s": 1e12}
+"""The largest figure each field may hold (a century of hours, ...): beyond is damage."""
 DIR_NAME = "preset-history"
 _SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
@@ -126,12 +132,12 @@ class Record:
             raise ValueError("a record is not an object")
         key = RecordKey(*(_text(d, k) for k in ("job", "machine", "preset", "content")))
         hours, batches, costed = (
-            _number(d.get("hours")),
-            _number(d.get("batches")),
-            _number(d.get("costed", 0)),
+            _number(d.get("hours"), "hours"),
+            _number(d.get("batches"), "batches"),
+            _number(d.get("costed", 0), "costed"),
         )
-        incidents = {str(k): int(_number(v)) for k, v in _mapping(d.get("incidents")).items()}
-        cost_s = {str(k): _number(v) for k, v in _mapping(d.get("cost_s")).items()}
+        incidents = {str(k): int(_number(v, "incidents")) for k, v in _mapping(d.get("incidents")).items()}
+        cost_s = {str(k): _number(v, "cost_s") for k, v in _mapping(d.get("cost_s")).items()}
         return cls(key, hours, int(batches), incidents, cost_s, int(costed))
 
 
@@ -149,10 +155,8 @@ def _text(d: dict[str, Any], key: str) -> str:
     return v
 
 
-def _number(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
-        raise ValueError(f"not a count: {v!r}")
-    return float(v)
+def _number(v: Any, name: str) -> float:
+    return bounded(v, name, LIMITS[name])
 
 
 def _mapping(v: Any) -> dict[str, Any]:
@@ -185,7 +189,7 @@ class PresetHistory:
 
     def read_run(self, path: Path) -> list[Record]:
         """One run's records; raises ValueError (or OSError) when the file does not parse."""
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json.loads(read_text(path, MAX_FILE))
         if (
             not isinstance(data, dict)
             or data.get("version") != VERSION
@@ -200,6 +204,11 @@ class PresetHistory:
         merged: dict[RecordKey, Record] = {}
         problems: list[str] = []
         skip = self.run_file(exclude_run) if exclude_run is not None else None
+        try:
+            for folder in (self.dir.parent, self.dir):  # the data directory, then its history
+                check_state_dir(folder)
+        except UnsafePathError as e:  # not ours to move: said, and nothing in it counted
+            return [], [f"preset history not read: {e}; its figures are not counted"]
         for path in sorted(self.dir.glob("*.json")) if self.dir.is_dir() else []:
             if path == skip:
                 continue
@@ -217,10 +226,4 @@ class PresetHistory:
 
     @staticmethod
     def _set_aside(path: Path, e: BaseException) -> str:
-        aside = path.with_name(path.name + ".corrupt")
-        try:
-            os.replace(path, aside)
-            where = f"moved to {aside}"
-        except OSError:
-            where = "left where it is"
-        return f"preset history {path} is unreadable ({e}); {where}, its figures are not counted"
+        return set_aside(path, e, "preset history")

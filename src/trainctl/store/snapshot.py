@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.core.runview import RunView
-from trainctl.store.journal import JournalReader, lines_from
+from trainctl.core.statefile import write_atomic
+from trainctl.store.journal import JournalReader, raw_lines_from
 from trainctl.store.paths import open_private
 
 SNAPSHOT_FORMAT = 1
@@ -76,31 +77,7 @@ def write_snapshot(run_dir: Path | str, doc: dict[str, Any]) -> None:
     """Write ``doc`` as the run's snapshot, atomically (OSError when it cannot)."""
     path = snapshot_path(run_dir)
     data = json.dumps(doc, separators=(",", ":")).encode()
-    tmp = path.with_name(f".{SNAPSHOT_NAME}.{os.getpid()}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view) :]
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            tmp.unlink()
-        except OSError:
-            pass
-        raise
-    try:
-        dfd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-        try:
-            os.fsync(dfd)
-        finally:
-            os.close(dfd)
-    except OSError:
-        pass
+    write_atomic(path, data)  # a random temporary name, fsync, rename, fsync of the folder
 
 
 def read_snapshot(run_dir: Path | str) -> Covered | None:
@@ -145,18 +122,19 @@ def fold_tail(covered: Covered, journal: Path, upto_offset: int | None = None) -
     view, seq, offset = covered.view, covered.next_seq, covered.offset
     reader = JournalReader(view.progress)
     batch = []
-    for n, line, end in lines_from(journal, offset, seq):
+    for n, raw, end in raw_lines_from(journal, offset, seq):
         if upto_offset is not None and end > upto_offset:
             break
         seq, offset = n + 1, end
-        try:
-            batch.append(reader.decode_at(line, n))
-        except (ValueError, TypeError, KeyError):
+        ev = reader.event(raw, n)
+        if ev is None:
             continue
+        batch.append(ev)
         if len(batch) >= 4096:
             view.apply_all(batch)
             batch = []
     view.apply_all(batch)
+    view.unreadable += reader.unreadable
     covered.next_seq, covered.offset = seq, offset
     return covered
 
