@@ -45,6 +45,7 @@ class CommandHandlers:
             "phase": self.intake.phase,
             "projection": E.to_dict(proj) if proj else None,
             "save_dir": self.intake.save_dir,
+            "env": list(self.ctx.facts.env_names),  # names only: never a value
         }
         if (goodput := self.goodput(self.ctx.clock())) is not None:
             out["goodput"] = goodput
