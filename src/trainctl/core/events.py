@@ -250,6 +250,12 @@ class Tick(Event):
     gpu: dict[str, Any] | None = None
     ladder: str | None = None  # where the run is on its ladder (agent/ladder.py describe)
 
+    @property
+    def workers(self) -> int:
+        """The DataLoader worker processes seen in the trainer's tree (measured: what is in
+        effect, whatever the preset asked)."""
+        return sum(1 for p in self.processes if p.get("role") == "worker")
+
 
 @dataclass(frozen=True)
 class Log(Event):
