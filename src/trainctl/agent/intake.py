@@ -130,6 +130,8 @@ class Intake:
                 self.on_warning(fed.warning)
             if fed.evidence:
                 self.ctx.detector.on_evidence(now, "log")
+            if not self.structured and not any(isinstance(ev, E.Progress) for ev in fed.events):
+                self.ctx.detector.on_other_line(now, rank)  # an evaluation's summary: a pause
             for ev in fed.events:
                 if isinstance(ev, E.Progress) and not self.structured:
                     self.on_progress(ev, console=True)
