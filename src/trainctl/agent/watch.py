@@ -41,6 +41,7 @@ class Watcher:
         intake.flush_logs_if_due()  # lines that came with the trainer's last write
         verdict = ctx.detector.check(now)
         if verdict is not None and not intake.stalled:
+            intake.say_unknown_format(now, at_stall=True)  # said before its stall
             intake.stalled = True
             self.stall_task = asyncio.create_task(self.on_stall(verdict))
         if now - self._last_tick >= TICK_S:
