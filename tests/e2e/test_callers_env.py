@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -104,4 +105,56 @@ def test_the_callers_env_reaches_the_trainer_through_a_tmux_server_of_another_en
             if f.is_file():
                 assert SECRET.encode() not in f.read_bytes(), f
     finally:
+        runs.kill()
+
+
+STEPS = (
+    "import time\n"
+    "for i in range(1, 121):\n    print(f'step {i}/120 loss=0.5', flush=True)\n    time.sleep(0.1)\n"
+)
+
+
+@pytest.mark.timeout(90)
+def test_an_agent_that_replaces_a_killed_one_runs_in_its_tmux_session_which_goes_at_the_end(tmp_path):
+    """Issue 40, item 7: `trainctl attach` adopts the run of a killed agent with a new agent
+    in the same tmux session (not detached outside it); the finished run leaves no session."""
+    runs = TmuxRuns(tmp_path)
+    attach = None
+    try:
+        script = tmp_path / "steps.py"
+        script.write_text(STEPS)
+        env = {**os.environ, **runs.env}
+        r = trainctl(env, "run", "--detach", "--name", "adopt7", "--", sys.executable, str(script))
+        assert r.returncode == 0, r
+        run_dir = next(d for d in runs.run_dirs() if d.name.startswith("adopt7-"))
+        wait_until(
+            lambda: any(e.type == "progress" for e in read_journal(run_dir)), 30, what="the first batch"
+        )
+        first = runs.agent_pid(run_dir)
+        assert first is not None
+        os.kill(first, signal.SIGKILL)
+        wait_until(lambda: not psutil.pid_exists(first) or psutil.Process(first).status() == "zombie", 10)
+        attach = subprocess.Popen(
+            [sys.executable, "-m", "trainctl", "attach", "--json", str(run_dir)],
+            env=env,
+            cwd=str(ROOT),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            start_new_session=True,
+        )
+        second = wait_until(
+            lambda: (p := runs.agent_pid(run_dir)) != first and p, 30, what="the adopting agent"
+        )
+        panes = runs.agents.pane_pids("trainctl-adopt7")
+        assert panes.get(second) is False, (second, panes)  # its pane's live command: in tmux
+        assert any(e.type == "info" and e.key == "adopt" for e in read_journal(run_dir))
+        _, err = attach.communicate(timeout=60)
+        assert attach.returncode == 0, err.decode()[-2000:]
+        assert [e.state for e in read_journal(run_dir) if e.type == "state"][-1] == "FINISHED"
+        wait_until(lambda: not runs.agents.session_exists("trainctl-adopt7"), 20, what="the session to go")
+    finally:
+        if attach is not None and attach.poll() is None:
+            attach.kill()
+            attach.wait()
         runs.kill()
