@@ -49,6 +49,10 @@ def _private_trainctl_dirs(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("YOLO_OFFLINE", "1")
     monkeypatch.setenv("YOLO_CONFIG_DIR", str(base / "yolo"))
     monkeypatch.delenv("GITHUB_ACTIONS", raising=False)
+    # The helper scripts (tests/helpers/scripts) apply the preset themselves from its
+    # TRAINCTL_* variables, their tests' own DataLoader settings on top; the tests of the
+    # override of a plain script's DataLoaders (src/trainctl/inside/plain_torch.py) unset it.
+    monkeypatch.setenv("TRAINCTL_LOADER_OVERRIDE", "off")
     # The demo cache is shared across tests (dataset generation is deterministic).
     monkeypatch.setenv(
         "TRAINCTL_CACHE_DIR", os.environ.get("TRAINCTL_TEST_CACHE", str(Path("/tmp") / "trainctl-test-cache"))

@@ -120,7 +120,25 @@ def test_no_progress_format_is_not_said_where_an_integration_attaches(tmp_path, 
         now[0] += 0.5
         taken.say_unknown_format(now[0])  # the watch loop, every 0.5 s
     _unknown_output(taken, now, 3)
+    assert _said(taken) == []  # a minute of output first
+    now[0] += 40.0
+    _unknown_output(taken, now, 3)
     assert _said(taken) == ([] if attaches else ["no_progress_format"])
+
+
+def test_no_progress_format_is_never_said_when_progress_is_read_a_second_later(tmp_path):
+    now = [1000.0]
+    ctx = context(tmp_path, lambda: now[0])
+    taken = Intake(ctx)
+    taken.begin(now[0])
+    _unknown_output(taken, now, 21)  # the format is unknown so far...
+    assert ctx.detector.watching_silence
+    now[0] += 1.0
+    taken.on_output(b"step 3/10 loss 2.31\n")  # ...and read a second later
+    for _ in range(200):
+        now[0] += 0.5
+        taken.say_unknown_format(now[0])
+    assert _said(taken) == []
 
 
 def test_a_refusal_on_the_side_channel_leaves_the_console_watched_for_silence(tmp_path):

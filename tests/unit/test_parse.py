@@ -524,6 +524,12 @@ def test_generic_counter_corpus(head, line):
         int(batch),
         None if batches == "-" else int(batches),
     ), (line, ev)
+    for pair in head[3:]:  # the losses it must read ("{}": none)
+        if pair == "{}":
+            assert ev.losses == {}, (line, ev.losses)
+            continue
+        name, _, value = pair.partition("=")
+        assert ev.losses.get(name) == float(value), (line, ev.losses)
 
 
 def test_the_issues_torchrun_line_reads_as_progress_with_its_rank_and_loss():

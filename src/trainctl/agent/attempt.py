@@ -266,6 +266,7 @@ class AttemptLoop:
                 OFF_KEY,
             )
         ctx.facts.instrumented = INSTRUMENT_ENV in env
+        ctx.facts.env_names = tuple(sorted(env))
         return with_setup(argv, ctx.spec.setup), env
 
     def say_instrument(self) -> None:
@@ -418,7 +419,13 @@ class AttemptLoop:
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
         ctx.emit(
             E.Start(
-                ctx.clock(), ctx.facts.attempt, trainer.pid, preset, tuple(argv), slurm_job=self.plug.job_id
+                ctx.clock(),
+                ctx.facts.attempt,
+                trainer.pid,
+                preset,
+                tuple(argv),
+                slurm_job=self.plug.job_id,
+                env=ctx.facts.env_names,
             )
         )
         self.say_instrument()

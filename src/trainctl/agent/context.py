@@ -50,6 +50,8 @@ class RunFacts:
     attempt: int = 0  # the attempt loop: the current attempt's number
     trainer: Any = None  # the attempt loop: the live trainer's handle (spawner.Trainer)
     instrumented: bool = False  # the attempt loop: this attempt's trainer got the zero-code bootstrap
+    env_names: tuple[str, ...] = ()  # the attempt loop: the names in this attempt's trainer's env
+    workers_seen: int | None = None  # the watch: DataLoader workers in the trainer's tree, last tick
     last_checkpoint: str | None = None  # the intake (a good checkpoint read); the loop: --resume-from
     furthest: tuple[int, int] = (0, 0)  # the intake: the furthest (epoch, batch) of the run
     gpu_probe: Any = None  # the service: found once, before the first attempt

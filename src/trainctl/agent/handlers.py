@@ -45,6 +45,8 @@ class CommandHandlers:
             "phase": self.intake.phase,
             "projection": E.to_dict(proj) if proj else None,
             "save_dir": self.intake.save_dir,
+            "env": list(self.ctx.facts.env_names),  # names only: never a value
+            "workers": self.ctx.facts.workers_seen,  # measured in the tree, not the preset's
         }
         if (goodput := self.goodput(self.ctx.clock())) is not None:
             out["goodput"] = goodput
@@ -60,8 +62,8 @@ class CommandHandlers:
         ctx = self.ctx
         if ctx.sm.state in FINAL_STATES:
             raise ValueError(f"the run is {ctx.sm.state.value}; start a new one with trainctl run")
-        if target is not None:
-            load_preset(ctx.preset_path(target))  # refuse a missing or invalid preset now
+        if target is not None:  # refuse a missing or invalid preset now, or one that cannot act
+            refuse_keys_without_effect(ctx, load_preset(ctx.preset_path(target)))
         if ctx.facts.trainer is None:
             ctx.requests.pick_next(target)
             return {"restart": "next attempt", "preset": target}
@@ -164,3 +166,16 @@ def rank_status(progress, stuck) -> dict[str, dict]:
         }
         for p in sorted(progress, key=lambda p: p.rank)
     }
+
+
+def refuse_keys_without_effect(ctx, preset) -> None:
+    """ValueError (the command's refusal) when a key of ``preset`` cannot act on this run."""
+    from trainctl.agent.launch import integration_of
+    from trainctl.agent.zero_code import python_command
+    from trainctl.config.preset import keys_without_effect
+
+    spec = ctx.spec
+    python = spec.instrument and spec.kind == "command" and python_command(spec.command, spec.cwd)
+    why = keys_without_effect(preset, spec.kind, python, integration_of(ctx.files))
+    if why:
+        raise ValueError("; ".join(why))

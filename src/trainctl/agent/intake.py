@@ -25,6 +25,7 @@ NONE_ATTACHED_TEXT = (
 )
 NO_FORMAT_TEXT = "no progress format recognised; watching output silence"
 BAD_SIDE_NAMED = 5  # side-channel events refused that are named each; then every 100th
+NO_FORMAT_AFTER_S = 60.0  # of output none of which was read, before "no progress format" is said
 SAY_FORMAT_AFTER_S = 2.0  # an instrumented run: time for the integration's "attached" to come
 
 
@@ -50,6 +51,7 @@ class Intake:
         self.last_log_flush = 0.0
         self.silence_said = False  # "no progress format recognised" said (once a run)
         self.silence_seen: float | None = None  # output with no format known, not said yet
+        self.output_since: float | None = None  # this attempt's first console output
         self.tail: deque[str] = deque(maxlen=OUTPUT_TAIL)  # this attempt's last lines
         self.seen_progress = False  # a batch came in this attempt (start-up errors: fatal before)
         self.integration: str | None = None  # the zero-code integration that attached
@@ -75,6 +77,7 @@ class Intake:
         self.last_checkpoint = None
         self.tail.clear()
         self.seen_progress = False
+        self.output_since = None
         self.integration = None
         self.integration_said = False
         self.rank_feeds = {}
@@ -130,6 +133,8 @@ class Intake:
                 self.on_warning(fed.warning)
             if fed.evidence:
                 self.ctx.detector.on_evidence(now, "log")
+            if not self.structured and not any(isinstance(ev, E.Progress) for ev in fed.events):
+                self.ctx.detector.on_other_line(now, rank)  # an evaluation's summary: a pause
             for ev in fed.events:
                 if isinstance(ev, E.Progress) and not self.structured:
                     self.on_progress(ev, console=True)
@@ -140,6 +145,8 @@ class Intake:
         """Output came: the detector learns its silences; an unknown format is said once."""
         ctx = self.ctx
         ctx.detector.on_output(now, lines, rank)
+        if self.output_since is None:
+            self.output_since = now
         if not ctx.detector.watching_silence:
             return
         if not self.silence_said and self.integration is None and self.silence_seen is None:
@@ -149,18 +156,23 @@ class Intake:
             self.stalled = False
             ctx.set_state(RunState.RUNNING, "output again")
 
-    def say_unknown_format(self, now: float) -> None:
+    def say_unknown_format(self, now: float, at_stall: bool = False) -> None:
         """ "No progress format recognised", once a run, only when no integration reports
         batches: in a zero-code run the integration's "attached" comes on the side channel,
         read at other moments than the console, so it is given ``SAY_FORMAT_AFTER_S`` to
-        come before the run is said to have none (never both)."""
+        come before the run is said to have none (never both); and only after
+        ``NO_FORMAT_AFTER_S`` of output none of which was read (a run whose progress is read a
+        second later never hears it), or at the stall its silence gives."""
         if self.silence_said or self.silence_seen is None:
             return
-        if self.integration is not None or self.structured:
+        if self.integration is not None or self.structured or not self.ctx.detector.watching_silence:
             self.silence_seen = None
             return
         if self.ctx.facts.instrumented and now - self.silence_seen < SAY_FORMAT_AFTER_S:
             return
+        since = self.output_since if self.output_since is not None else now
+        if not at_stall and now - since < NO_FORMAT_AFTER_S:
+            return  # a minute of output none of which was read, or its silence's stall
         self.silence_said = True
         self.silence_seen = None
         self.ctx.info(NO_FORMAT_TEXT, "no_progress_format")

@@ -184,7 +184,22 @@ def _inputs(args):
             job_dir,
             (preset.child_env() if preset else {}).get("PATH"),
         )
+    _refuse_keys_without_effect(args, job, job_dir, (preset, fallback))
     return job, job_dir, search, preset, fallback, deadline
+
+
+def _refuse_keys_without_effect(args, job, job_dir, presets) -> None:
+    """A preset key that cannot act on this job is refused now, with the reason."""
+    from trainctl.agent.zero_code import python_command
+    from trainctl.config.preset import keys_without_effect
+
+    kind = job.kind if job else ("torchrun" if is_torchrun(args.command_argv) else "command")
+    command = list(job.command) if job and job.kind != "ultralytics" else list(args.command_argv)
+    instrument = not getattr(args, "no_instrument", False) and (job.instrument if job else True)
+    python = instrument and kind == "command" and python_command(command, job_dir or ".")
+    for p in presets:
+        if p is not None and (why := keys_without_effect(p, kind, python)):
+            raise UsageError("; ".join(why))
 
 
 def _make_run_dir(run_dir_ref: str | None, name: str, made: list[Path]):

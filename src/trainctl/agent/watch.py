@@ -41,6 +41,7 @@ class Watcher:
         intake.flush_logs_if_due()  # lines that came with the trainer's last write
         verdict = ctx.detector.check(now)
         if verdict is not None and not intake.stalled:
+            intake.say_unknown_format(now, at_stall=True)  # said before its stall
             intake.stalled = True
             self.stall_task = asyncio.create_task(self.on_stall(verdict))
         if now - self._last_tick >= TICK_S:
@@ -98,18 +99,18 @@ class Watcher:
             if self.report is None:
                 raise
             self.report("probes", e)
-        ctx.emit(
-            E.Tick(
-                now,
-                self.intake.phase,
-                round(ctx.detector.idle(now), 1),
-                _round(ctx.detector.threshold(now)),
-                ctx.policy.auto_recover,
-                processes,
-                self._last_gpu,
-                ctx.ladder.describe() if ctx.ladder is not None else None,
-            )
+        tick = E.Tick(
+            now,
+            self.intake.phase,
+            round(ctx.detector.idle(now), 1),
+            _round(ctx.detector.threshold(now)),
+            ctx.policy.auto_recover,
+            processes,
+            self._last_gpu,
+            ctx.ladder.describe() if ctx.ladder is not None else None,
         )
+        ctx.facts.workers_seen = tick.workers if processes else None
+        ctx.emit(tick)
 
     def with_ranks(self, samples, ranks: dict[int, int | None] | None = None) -> tuple[dict, ...]:
         """The tick's process dicts, each rank process and its descendants (DataLoader

@@ -11,7 +11,7 @@ import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from trainctl.inside import BOOTSTRAP_DIR, INSTRUMENT_ENV, INTEGRATIONS
+from trainctl.inside import BOOTSTRAP_DIR, INSTRUMENT_ENV, INTEGRATIONS, LOADER_OVERRIDE_ENV
 
 FALLBACK = ("tomlkit",)
 """Pure-Python modules trainctl's trainer-side code imports: linked last on the trainer's
@@ -118,5 +118,8 @@ def instrument_env(
     out = dict(env)
     user = out.get("PYTHONPATH", "")
     out["PYTHONPATH"] = str(bootstrap) + (os.pathsep + user if user else "")
-    out[INSTRUMENT_ENV] = json.dumps(settings(lib, fallback))
+    watch = dict(INTEGRATIONS)
+    if out.get(LOADER_OVERRIDE_ENV, "").strip().lower() == "off":  # the script's own DataLoaders
+        watch = {k: v for k, v in watch.items() if v != "plain_torch"}
+    out[INSTRUMENT_ENV] = json.dumps(settings(lib, fallback, watch))
     return out

@@ -15,6 +15,8 @@ def cmd_agent(args) -> int:
     from trainctl.store.paths import RunFiles, trusted_run_dir
     from trainctl.store.spec import RunSpec
 
+    if getattr(args, "env_from", None):  # before anything reads a directory from the env
+        _take_callers_env(args.env_from)
     try:  # the agent runs what spec.json says: only from a directory of the user's own
         files = RunFiles(trusted_run_dir(args.run_dir))
         spec = RunSpec.load(files.spec)
@@ -35,6 +37,19 @@ def cmd_agent(args) -> int:
     if code in RUN_ENDED_CODES:
         _close_own_pane()
     return code
+
+
+def _take_callers_env(fifo: str) -> None:
+    """The environment of the shell that ran `trainctl run` (or the `attach` that started
+    this agent), handed over a FIFO: this agent's, and so its trainers'."""
+    from pathlib import Path
+
+    from trainctl.hosts import env_handover
+
+    try:
+        env_handover.take(env_handover.receive(Path(fifo)))
+    except (OSError, env_handover.HandoverError) as e:
+        raise UsageError(f"the caller's environment: {e}") from None
 
 
 RUN_ENDED_CODES = (0, 1, 130)

@@ -182,3 +182,4 @@ def _add_hidden_commands(sub: Subparsers) -> None:
     ag.add_argument("--json", action="store_true")
     ag.add_argument("--adopt", action="store_true", help="take over a run whose agent died")
     ag.add_argument("--slurm", action="store_true", help="the run's Slurm batch job")
+    ag.add_argument("--env-from", help="a FIFO the caller's environment comes through (tmux)")

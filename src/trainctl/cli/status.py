@@ -29,8 +29,10 @@ def cmd_status(args) -> int:
     from trainctl.core.projection_text import format_projection
 
     print(f"run     {status.get('run_dir', run_dir)} ({agent})")
+    workers = status.get("workers")  # counted in the trainer's tree: what is in effect
+    seen = "" if workers is None else f" ({workers} DataLoader worker{'' if workers == 1 else 's'} seen)"
     print(
-        f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}"
+        f"state   {status.get('state', '?')}   preset {status.get('preset') or '-'}{seen}"
         f"   attempt {status.get('attempt', '?')}"
     )
     if status.get("slurm"):

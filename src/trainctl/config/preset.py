@@ -27,6 +27,7 @@ _DATALOADER_KEYS = (
     "prefetch_factor",
     "multiprocessing_context",
     "sharing_strategy",
+    "pin_memory",
 )
 _THREADS_KEYS = ("omp_num_threads", "torch_num_threads")
 _PRESET_SECTIONS = ("dataloader", "threads", "train", "env")
@@ -43,6 +44,7 @@ class DataLoaderCfg:
     prefetch_factor: int | None = None
     multiprocessing_context: str | None = None
     sharing_strategy: str | None = None
+    pin_memory: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,7 @@ class Preset:
             "TRAINCTL_PREFETCH_FACTOR": dl.prefetch_factor,
             "TRAINCTL_MP_CONTEXT": dl.multiprocessing_context,
             "TRAINCTL_SHARING_STRATEGY": dl.sharing_strategy,
+            "TRAINCTL_PIN_MEMORY": dl.pin_memory,
             "TRAINCTL_TORCH_THREADS": th.torch_num_threads,
         }
         for name, value in exports.items():
@@ -102,6 +105,8 @@ class Preset:
         kwargs: dict[str, Any] = {}
         if dl.workers is not None:
             kwargs["num_workers"] = dl.workers
+        if dl.pin_memory is not None:
+            kwargs["pin_memory"] = dl.pin_memory
         if dl.workers:
             optional = {
                 "persistent_workers": dl.persistent_workers,
@@ -154,6 +159,7 @@ def _preset_dataloader(p: Problems, table: Mapping[str, Any]) -> DataLoaderCfg:
         prefetch_factor=opt("prefetch_factor", p.int_, 1),
         multiprocessing_context=opt("multiprocessing_context", p.choice, MP_CONTEXTS),
         sharing_strategy=opt("sharing_strategy", p.choice, SHARING_STRATEGIES),
+        pin_memory=opt("pin_memory", p.bool_),
     )
     if cfg.workers or ("workers" in table and cfg.workers is None):
         return cfg  # workers > 0, or a bad workers value already reported
@@ -247,3 +253,25 @@ def preset_from_text(text: str, file: str | os.PathLike[str], name: str | None =
     preset = _validate_preset(data, p, name or Path(file_s).stem, Path(file_s))
     p.raise_if_any()
     return preset
+
+
+def keys_without_effect(preset: Preset, kind: str, python: bool, integration: str | None = None) -> list[str]:
+    """Why keys of ``preset`` cannot act on a job (one line each; [] when all can): ``kind``
+    the job's, ``python`` whether its command is a Python script trainctl instruments,
+    ``integration`` the library integration that attached (None: not known yet).
+    ``[train]`` keys are trainer arguments: only Ultralytics takes them (its kind, or its
+    integration), and a plain script's ``compile = false`` (src/trainctl/inside/plain_torch.py)."""
+    if kind == "ultralytics" or integration == "ultralytics":
+        return []
+    out = []
+    for key in preset.train:
+        if key == "compile" and python and kind == "command":
+            continue
+        if key == "compile":
+            why = "turns torch.compile off only in a Python script trainctl instruments (not --no-instrument)"
+        elif integration is None and python:
+            continue  # an Ultralytics script may still attach
+        else:
+            why = "trainer arguments reach only Ultralytics; a command gets the preset's args"
+        out.append(f"preset {preset.name}: [train] {key}: {why}")
+    return out

@@ -42,6 +42,7 @@ class Start(Event):
     preset: str | None
     command: tuple[str, ...] = ()
     slurm_job: str | None = None  # the Slurm job this attempt runs in
+    env: tuple[str, ...] = ()  # the names (never the values) of the trainer's environment
 
 
 @dataclass(frozen=True)
@@ -249,6 +250,12 @@ class Tick(Event):
     gpu: dict[str, Any] | None = None
     ladder: str | None = None  # where the run is on its ladder (agent/ladder.py describe)
 
+    @property
+    def workers(self) -> int:
+        """The DataLoader worker processes seen in the trainer's tree (measured: what is in
+        effect, whatever the preset asked)."""
+        return sum(1 for p in self.processes if p.get("role") == "worker")
+
 
 @dataclass(frozen=True)
 class Log(Event):
@@ -321,7 +328,7 @@ def from_dict(d: dict[str, Any]) -> Event:
     kw = {k: v for k, v in d.items() if k in names}
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "what_if", "processes", "lines", "redone", "traceback", "ranks", "rungs"):
+    for k in ("command", "env", "what_if", "processes", "lines", "redone", "traceback", "ranks", "rungs"):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

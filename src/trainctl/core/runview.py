@@ -74,6 +74,7 @@ class RunView:
         self.state = "STARTING"
         self.state_reason = ""
         self.attempt: int | None = None
+        self.env: tuple[str, ...] = ()  # the names of the attempt's trainer's environment
         self.phase: str | None = None
         self.progress: ev.Progress | None = None
         self.epoch_started: float | None = None
@@ -142,6 +143,7 @@ class RunView:
     # ------------------------------------------------------------------ events
     def _on_start(self, e: ev.Start) -> None:
         self.attempt = e.attempt
+        self.env = e.env
         self.preset = e.preset or self.preset
         self.exit = None
         self.ranks, self.lead_rank, self.stuck_ranks = {}, None, ()
@@ -355,6 +357,7 @@ class RunView:
             "state": self.state,
             "state_reason": self.state_reason,
             "attempt": self.attempt,
+            "env": list(self.env),
             "phase": self.phase,
             "progress": event(self.progress),
             "epoch_started": self.epoch_started,
@@ -426,6 +429,7 @@ class RunView:
         self.preset = opt(d["preset"])
         self.state, self.state_reason = text(d["state"]), text(d["state_reason"])
         self.attempt = None if d["attempt"] is None else int(d["attempt"])
+        self.env = tuple(text(n) for n in d.get("env", ()))  # absent in older snapshots
         self.phase = opt(d["phase"])
         self.progress = event(d["progress"], ev.Progress)
         self.epoch_started, self.last_progress_ts = num(d["epoch_started"]), num(d["last_progress_ts"])

@@ -26,6 +26,15 @@ How long a silence may last depends on what the trainer is doing:
   generic script): the threshold is ``max(train, 3 × longest such gap seen)``, the
   first one gets the first-phase default below.  A fixed ``train_timeout`` replaces all
   of this learning (for a silent gap between epochs: ``max(train_timeout, val_timeout)``).
+* **pauses** in train: a gap that ended a stall verdict (the trainer went on by itself),
+  or one past ``factor`` × the slowest batch interval learned, never teaches the train
+  threshold (nor its "slowest ever"): after any number of pauses that healed, the next
+  hang is caught within the threshold that held before them.  A pause whose silence was
+  ended by a console line that is no batch (:meth:`~StallDetector.on_other_line`: an
+  evaluation's summary) is a phase of its own, learned like validation: once two came
+  N steps apart, the silence N steps after the last one may last
+  ``max(train, 3 × longest pause seen)``.  Two such gaps in a row are no pause: the batches
+  became that slow, and both are learned.
 * **val** and **save**: ``max(floor, 3 × longest duration of that phase seen)``; the first
   one (nothing learned) gets ``max(300 s, min(10 × train threshold, 1800 s))``.  A phase
   lasts until the first batch after it: Ultralytics' first batch after validation is
@@ -83,7 +92,7 @@ from typing import Literal, overload
 
 from trainctl.core.events import Progress
 from trainctl.core.stall_silence import SilenceWatch, SourceOutput
-from trainctl.core.stall_thresholds import Thresholds
+from trainctl.core.stall_thresholds import MIN_SAMPLES, Thresholds
 
 FLOOR_S = 30.0
 FACTOR = 5.0
@@ -129,7 +138,7 @@ class StallVerdict:
 class _Rank:
     """What one rank did last."""
 
-    __slots__ = ("last_t", "epoch", "batch", "batches", "n_in_epoch", "gen", "armed")
+    __slots__ = ("last_t", "epoch", "batch", "batches", "n_in_epoch", "gen", "armed", "other_t", "steps")
 
     def __init__(self, now: float, gen: int) -> None:
         self.last_t = now
@@ -139,6 +148,8 @@ class _Rank:
         self.n_in_epoch = 0  # progress events seen in this epoch (since the last phase)
         self.gen = gen  # phase generation at its last progress
         self.armed = True
+        self.other_t: float | None = None  # the first line since its last batch that is no batch
+        self.steps = 0  # batches in this attempt
 
 
 @overload
@@ -197,7 +208,8 @@ class StallDetector(SilenceWatch, Thresholds):
         self._train: deque[float] = deque(maxlen=TRAIN_WINDOW)
         self._train_peak = 0.0
         self._learned: dict[str, deque[float]] = {
-            k: deque(maxlen=PHASE_WINDOW) for k in ("warmup", "boundary", "val", "save", "startup", "silence")
+            k: deque(maxlen=PHASE_WINDOW)
+            for k in ("warmup", "boundary", "val", "save", "startup", "silence", "pause")
         }
         self.reset(0.0)
 
@@ -224,6 +236,15 @@ class StallDetector(SilenceWatch, Thresholds):
         self._io: int | None = None
         self._sampled = False  # the tree was sampled in this attempt
         self._idle_armed = True
+        self._pauses: list[int] = []  # the steps after which this attempt paused (an evaluation)
+        self._held_pause: float | None = None  # the last gap kept out of train as a pause
+
+    def on_other_line(self, now: float, source: int | None = None) -> None:
+        """A console line that is no batch (an evaluation's summary): after a silence in
+        train it tells a pause (a phase of its own) from a hang that healed by itself."""
+        rank = self._ranks.get(source)
+        if self._phase == "train" and rank is not None and rank.other_t is None:
+            rank.other_t = now
 
     def on_phase(self, phase: str, now: float) -> None:
         """The trainer entered ``phase`` (startup, train, val, save, finished)."""
@@ -428,7 +449,9 @@ class StallDetector(SilenceWatch, Thresholds):
             or (ev.batch is not None and rank.batch is not None and ev.batch < rank.batch)
         )
         rank.n_in_epoch = (1 if new_epoch else rank.n_in_epoch + 1) if count else 0
-        rank.last_t, rank.gen, rank.armed = now, self._gen, True
+        rank.last_t, rank.gen, rank.armed, rank.other_t = now, self._gen, True, None
+        if count:
+            rank.steps += 1
         rank.epoch, rank.batch, rank.batches = ev.epoch, ev.batch, ev.batches
         self._last_key = key
 
@@ -445,9 +468,45 @@ class StallDetector(SilenceWatch, Thresholds):
             self._learn("boundary", gap)
         elif rank.n_in_epoch <= self.warmup_batches:
             self._learn("warmup", gap)
+        elif not rank.armed or self._outlier(gap):
+            self._on_pause(rank, gap)
         else:
-            self._train.append(gap)
-            self._train_peak = max(self._train_peak, gap)
+            self._held_pause = None
+            self._learn_train(gap)
+
+    def _learn_train(self, gap: float) -> None:
+        self._train.append(gap)
+        self._train_peak = max(self._train_peak, gap)
+
+    def _outlier(self, gap: float) -> bool:
+        """A gap past ``factor`` × the slowest batch interval learned: a pause, no batch."""
+        if self.train_timeout is not None:
+            return gap > self.train_timeout
+        samples = self._train if len(self._train) >= MIN_SAMPLES else [*self._train, *self._learned["warmup"]]
+        return len(samples) >= MIN_SAMPLES and gap > self.factor * max(samples)
+
+    def _on_pause(self, rank: _Rank, gap: float) -> None:
+        """A gap that ended a stall verdict, or an outlier: kept out of the train threshold
+        (a hang that healed by itself must not blind the next one).  One ended by a line
+        that is no batch (a silent evaluation, then its summary) is learned as a pause, with
+        the step it came after.  Two in a row are no pause: the batches became that slow."""
+        if self._held_pause is not None:
+            self._learn_train(self._held_pause)
+            self._learn_train(gap)
+            self._held_pause = None
+            return
+        self._held_pause = gap
+        if rank.other_t is not None and self._outlier(rank.other_t - rank.last_t):
+            self._learn("pause", gap)
+            self._pauses = [*self._pauses[-(MIN_SAMPLES - 1) :], rank.steps]
+
+    def _pause_due(self, rank: _Rank) -> bool:
+        """The trainer is where it paused before: as many steps after the last pause as
+        between the two before it (an evaluation every N steps)."""
+        if len(self._pauses) < 2:
+            return False
+        period = self._pauses[-1] - self._pauses[-2]
+        return period > 0 and rank.steps == self._pauses[-1] + period
 
     def _mode_for(self, rank: _Rank | None) -> str:
         """train is split by what the next gap will be: warmup, boundary or steady train."""
@@ -459,6 +518,8 @@ class StallDetector(SilenceWatch, Thresholds):
             return "boundary"
         if rank.n_in_epoch <= self.warmup_batches:
             return "warmup"
+        if self._pause_due(rank):
+            return "pause"
         return "train"
 
     def _reason(self, mode: str, idle: float, limit: float, basis: str) -> str:
@@ -470,6 +531,7 @@ class StallDetector(SilenceWatch, Thresholds):
             "val": "validation silent",
             "save": "checkpoint save silent",
             "silence": "no output",
+            "pause": "no progress after the step where training pauses",
         }.get(mode, "no progress")
         return f"{what} for {idle:.0f}s in {self._phase} (threshold {limit:.0f}s: {basis})"
 

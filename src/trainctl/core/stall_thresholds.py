@@ -123,6 +123,10 @@ class Thresholds:
             if value > steady:
                 return value, f"{self.factor:g} × slowest warm-up interval ({max(warm):.3g}s)"
             return steady, basis
+        if mode == "pause":  # a silent evaluation every N steps (core/stall.py _pause_due)
+            if self.train_timeout is not None:
+                return self.train_timeout, "fixed train timeout"
+            return self._learned_phase("pause", "pause in training")
         if mode == "boundary":
             if self.train_timeout is not None:
                 return max(
@@ -140,7 +144,7 @@ class Thresholds:
             return self._first_phase_default(), f"first {label}: nothing learned yet"
         longest = max(seen)
         value = max(self.floor, self.phase_factor * longest)
-        if kind == "boundary":
+        if kind in ("boundary", "pause"):
             value = max(value, self._steady()[0])
         return value, f"{self.phase_factor:g} × longest {label} seen ({longest:.3g}s)"
 

@@ -21,6 +21,10 @@ _NUM = r"[-+]?(?:nan|inf(?:inity)?|\d+(?:\.\d*)?(?:[eE][-+]?\d+)?|\.\d+(?:[eE][-
 # same way: trying each one is quadratic) and gives an empty run.  The key is then the run
 # from its first letter on (:func:`_kv_key`).
 _KV_LOSS = re.compile(r"([\w./-]++)\s*+[:=]\s*+(?>(" + _NUM + r"))(?![\w.])|[\w./-]++", re.I)
+# name value: "loss 2.31", "train_loss 2.31 (2.40)": a name that is "loss" or ends in
+# "_loss" (or -, ., /), then spaces and a number.  A start only where no key character is
+# before it; the lazy run is tried once per start, so the whole search stays linear.
+_SPACED_LOSS = re.compile(r"(?<![\w./-])([\w./-]*?loss) ++(?>(" + _NUM + r"))(?![\w.])", re.I)
 _KEY_START = re.compile(r"[A-Za-z_]", re.I)
 _ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
@@ -72,11 +76,17 @@ def is_loss_key(key: str) -> bool:
 
 
 def kv_losses(line: str) -> dict[str, float]:
-    """The ``key=value`` / ``key: value`` pairs of ``line`` whose key names a loss."""
+    """The ``key=value`` / ``key: value`` pairs of ``line`` whose key names a loss, and the
+    ``loss 2.31`` ones (a name that is ``loss`` or ends in ``_loss``, a space, a number)."""
     losses = {}
     for run, v in _KV_LOSS.findall(line):
         if run:
             k = run if run[0] in _ASCII_KEY_START else _kv_key(run)
             if is_loss_key(k):
                 losses[k] = float(v)
+    if "loss " in line.lower():
+        for k, v in _SPACED_LOSS.findall(line):
+            k = _kv_key(k)
+            if k.lower() == "loss" or (len(k) > 4 and k[-5] in "_-./"):
+                losses.setdefault(k, float(v))
     return losses

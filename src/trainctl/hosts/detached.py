@@ -42,24 +42,38 @@ def agent_answers(run_dir: Path) -> bool:
 
 
 def start_detached_agent(
-    run_dir: Path, spec, use_tmux: bool, adopt: bool = False, say: Callable[[str], None] | None = None
+    run_dir: Path,
+    spec,
+    use_tmux: bool,
+    adopt: bool = False,
+    say: Callable[[str], None] | None = None,
+    tmux_socket: str | None = None,
 ) -> str:
     """Start `trainctl agent RUN_DIR` so it outlives this terminal: in a tmux session named
-    after the job when tmux is there, else as a detached process.  Returns where it runs, in
-    words, for the caller to say (an adopting agent's is said here, through ``say``: the
-    CLI's note, on stderr)."""
+    after the job when tmux is there (``tmux_socket``: that server's socket path, else
+    $TRAINCTL_TMUX_SOCKET's or the default one), else as a detached process.  It gets this
+    process's environment either way (tmux: handed over, src/trainctl/hosts/env_handover.py).
+    Returns where it runs, in words, for the caller to say (an adopting agent's is said here,
+    through ``say``: the CLI's note, on stderr)."""
     from trainctl.store.paths import RunFiles
 
     files = RunFiles(run_dir)
     argv = [sys.executable, "-m", "trainctl", "agent", str(run_dir)] + (["--adopt"] if adopt else [])
-    from trainctl.hosts import tmux
+    from trainctl.hosts import env_handover, tmux
 
     if use_tmux and tmux.tmux_available():
-        server = tmux.Tmux(os.environ.get("TRAINCTL_TMUX_SOCKET") or None)
+        server = tmux.Tmux(os.environ.get("TRAINCTL_TMUX_SOCKET") or None, socket_path=tmux_socket)
         session = tmux.session_name(spec.job_name)
+        fifo = env_handover.make_fifo(files.dir)  # the pane gets the server's env, not ours
         try:
-            server.start_session(session, argv, cwd=str(run_dir), env={"TRAINCTL_TMUX_SESSION": session})
+            server.start_session(
+                session,
+                [*argv, "--env-from", str(fifo)],
+                cwd=str(run_dir),
+                env={"TRAINCTL_TMUX_SESSION": session},
+            )
         except tmux.TmuxError as e:
+            fifo.unlink(missing_ok=True)
             raise UsageError(str(e)) from e
         where = (
             f"the agent runs in tmux session {session} (`{' '.join(server.attach_argv(session))}` shows it)"
@@ -67,6 +81,13 @@ def start_detached_agent(
 
         def gone() -> bool:  # remain-on-exit keeps a dead pane: look at its command
             return not server.session_alive(session)
+
+        try:
+            env_handover.send(fifo, os.environb, gone)
+        except env_handover.HandoverError as e:
+            fifo.unlink(missing_ok=True)
+            if not gone():  # one that ended says why below
+                raise UsageError(str(e)) from None
 
         def said() -> str:  # what its pane shows, then the dead session goes
             try:
@@ -152,8 +173,19 @@ def adopt_if_orphaned(run_dir: Path, say: Callable[[str], None]) -> bool:
     except (OSError, ValueError) as e:
         raise UsageError(f"cannot adopt the run: {e}") from None
     say(f"the agent of {run_dir} is gone while its run goes on: starting a new agent to adopt it")
-    start_detached_agent(run_dir, spec, use_tmux=False, adopt=True, say=say)
+    socket = _dead_agent_tmux(run_dir)  # the new one runs where the first ran
+    start_detached_agent(run_dir, spec, use_tmux=socket is not None, adopt=True, say=say, tmux_socket=socket)
     return True
+
+
+def _dead_agent_tmux(run_dir: Path) -> str | None:
+    """The tmux server's socket path the run's last agent ran in (its agent.json), when it
+    ran in tmux and that server is still there; else None."""
+    from trainctl.hosts.where import agent_info
+
+    info = agent_info(run_dir)
+    socket = info.get("tmux_socket") if info.get("tmux_session") else None
+    return socket if isinstance(socket, str) and socket and os.path.exists(socket) else None
 
 
 class Adopting:

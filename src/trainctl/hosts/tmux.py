@@ -106,14 +106,18 @@ class Tmux:
         runner: Runner | None = None,
         tmux: Sequence[str] = ("tmux",),
         where: str = "this machine",
+        socket_path: str | None = None,
     ) -> None:
         self.socket = socket
+        self.socket_path = socket_path  # `tmux -S`: a server known by its socket's path
         self.local = runner is None
         self.runner = runner or _local_run
         self.tmux = tuple(tmux)
         self.where = where
 
     def argv(self, *args: str) -> list[str]:
+        if self.socket_path:
+            return [*self.tmux, "-S", self.socket_path, *args]
         return [*self.tmux, *(("-L", self.socket) if self.socket else ()), *args]
 
     def _run(self, *args: str) -> subprocess.CompletedProcess[str]:

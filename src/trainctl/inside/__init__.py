@@ -24,8 +24,15 @@ INTEGRATIONS: dict[str, str] = {
     "transformers": "transformers",
     "lightning": "lightning",
     "pytorch_lightning": "lightning",
+    "torch": "plain_torch",
 }
-"""Top-level module the script imports -> the integration module (in this package)."""
+"""Top-level module the script imports -> the integration module (in this package).
+``plain_torch`` is no library integration (it reports no progress): it puts the preset on
+the script's DataLoaders and torch.compile, and says so under its own key
+(``ATTACHED_AS``), so an integration's rules (resume, format) never take it for one."""
+
+attached: set[str] = set()
+"""The integrations attached in this process (the bootstrap adds each)."""
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
@@ -33,6 +40,7 @@ INSTRUMENT_ENV = "TRAINCTL_INSTRUMENT"  # the bootstrap's settings (JSON); it po
 PRESET_FILE_ENV = "TRAINCTL_PRESET_FILE"  # the preset of this attempt, a TOML file
 RESUME_ENV = "TRAINCTL_RESUME_FROM"  # the checkpoint this attempt resumes from
 CHECKPOINT_EVERY_ENV = "TRAINCTL_CHECKPOINT_EVERY"  # seconds between mid-epoch saves (0: off)
+LOADER_OVERRIDE_ENV = "TRAINCTL_LOADER_OVERRIDE"  # "off": a plain script's DataLoaders are its own
 
 # Info keys on the side channel (the agent reads the integration's name from the first).
 ATTACHED_KEY = "instrument.attached"  # + "." + integration: "instrument.attached.ultralytics"

@@ -84,6 +84,7 @@ def preset_dataloader(session: TrainerSession) -> dict[str, Any]:
             "prefetch_factor",
             "multiprocessing_context",
             "sharing_strategy",
+            "pin_memory",
         )
         if getattr(dl, k) is not None
     }

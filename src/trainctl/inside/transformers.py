@@ -163,6 +163,7 @@ _FIELDS = {
     "workers": "dataloader_num_workers",
     "persistent_workers": "dataloader_persistent_workers",
     "prefetch_factor": "dataloader_prefetch_factor",
+    "pin_memory": "dataloader_pin_memory",
 }
 
 

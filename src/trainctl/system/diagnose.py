@@ -338,7 +338,8 @@ def _frozen(states1: dict[int, str], second: tuple[ProcSample, ...], tree: str) 
         who = ", ".join(f"{s.role} {s.pid}" for s in stopped)
         return "stopped", (
             f"{who} stopped (state T: SIGSTOP, Ctrl-Z or a debugger); "
-            f"`kill -CONT {stopped[0].pid}` resumes it. {tree}"
+            f"`kill -CONT {' '.join(str(s.pid) for s in stopped)}` resumes "
+            f"{'it' if len(stopped) == 1 else 'them'}. {tree}"
         )
     dstate = [
         s

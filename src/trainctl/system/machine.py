@@ -26,7 +26,14 @@ def where_i_run() -> dict:
         "slurm_job": os.environ.get("SLURM_JOB_ID", ""),
         "hostname": socket.gethostname(),
         "boot_id": boot_id(),
+        "tmux_socket": tmux_socket(),
     }
+
+
+def tmux_socket() -> str:
+    """The socket path of the tmux server this process runs in ($TMUX: path,pid,session),
+    else ""."""
+    return os.environ.get("TMUX", "").rpartition(",")[0].rpartition(",")[0]
 
 
 def machine_id(gpu_name: str | None = None) -> str:

@@ -48,6 +48,7 @@ FIELDS: tuple[Field, ...] = (
     Field("dataloader", "prefetch_factor", "int", "batches queued per worker"),
     Field("dataloader", "multiprocessing_context", "choice", "how workers start", MP_CONTEXTS),
     Field("dataloader", "sharing_strategy", "choice", "tensor sharing between processes", SHARING_STRATEGIES),
+    Field("dataloader", "pin_memory", "bool", "page-locked batches (faster copies to the GPU)"),
     Field("threads", "omp_num_threads", "int", "OMP_NUM_THREADS"),
     Field("threads", "torch_num_threads", "int", "torch.set_num_threads()"),
     Field("train", "", "table", "trainer arguments: key = TOML value, one a line"),

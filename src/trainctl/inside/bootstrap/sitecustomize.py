@@ -152,7 +152,9 @@ class ImportHook:
                 package.FAILED_KEY,
             )
             return
-        say(f"integration attached: {description}", f"{package.ATTACHED_KEY}.{integration}")
+        package.attached.add(integration)
+        key = getattr(code, "ATTACHED_AS", f"{package.ATTACHED_KEY}.{integration}")
+        say(f"integration attached: {description}", key)
 
     def make_importable(self):
         """trainctl's directory first (it holds ``trainctl`` alone: the agent's version wins

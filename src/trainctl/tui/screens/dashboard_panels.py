@@ -129,6 +129,9 @@ class DashboardPanels(_ScreenBase):
             self._connection,
             self.wide,
             self.attention,
+            m.tick.workers
+            if m.tick and m.tick.processes and self.connected and state in LIVE_STATES
+            else None,
         )
 
     def _push_clock(self) -> None:

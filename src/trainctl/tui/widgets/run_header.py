@@ -32,6 +32,7 @@ class HeaderInfo:
     connection: str = "connecting…"
     wide: bool = True  # narrow (80 columns): the job name first, shorter labels after it
     attention: int = 0  # other runs that need attention (src/trainctl/store/listing.py needs_attention)
+    workers: int | None = None  # DataLoader workers seen in the trainer's tree (the last tick)
 
 
 class RunHeader(Horizontal):
@@ -65,7 +66,12 @@ class RunHeader(Horizontal):
         else:  # the name, then room for the ellipsis of "@host"
             name = info.job or where or "trainctl"
             label.styles.min_width = min(len(name) + (3 if len(name) < len(job) else 2), 40)
-        self.query_one("#hdr-preset", Label).update(escape(f"preset {sanitize(info.preset or '?')}"))
+        seen = (  # measured: what is in effect (not shown narrow: the job's name comes first)
+            f" · {info.workers} worker{'' if info.workers == 1 else 's'}"
+            if info.workers is not None and info.wide
+            else ""
+        )
+        self.query_one("#hdr-preset", Label).update(escape(f"preset {sanitize(info.preset or '?')}{seen}"))
         state = self.query_one("#hdr-state", Label)
         state.update(escape(f" {STATE_LABELS.get(info.state, info.state)} "))
         state.remove_class(*STATE_CLASSES)
