@@ -371,7 +371,7 @@ def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note, t
     that execute code (the command loads it itself); a file in ``trusted`` passes."""
     from trainctl.agent.launch import reported_checkpoints
     from trainctl.store.checkpoint import inspect_checkpoint, pick_resume_checkpoint
-    from trainctl.store.checkpoint_gate import checkpoint_refusal, is_trusted, script_checkpoint_refusal
+    from trainctl.store.checkpoint_gate import is_trusted, script_checkpoint_refusal
     from trainctl.store.checkpoint_verify import checkpoint_dir_kinds, first_loadable, verify_path
     from trainctl.store.paths import RunFiles, UnsafePathError, trusted_run_dir
     from trainctl.store.spec import RunSpec
@@ -433,10 +433,9 @@ def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note, t
             + ("" if kind == "ultralytics" else ", nor a Hugging Face or DeepSpeed checkpoint")
         )
     if kind == "ultralytics":
-        refused = checkpoint_refusal(path, trusted)
-        if refused is not None:  # the runner would unpickle it: say so, not "does not load"
-            raise UsageError(f"--resume-from {ref}: {refused}")
         check = inspect_checkpoint(path, trusted=trusted)
+        if check.refused:  # the runner would unpickle it: the gate's own words
+            raise UsageError(f"--resume-from {ref}: {check.detail}")
         ok, detail = check.ok, check.detail
     else:
         verdict = verify_path(path)

@@ -72,6 +72,7 @@ class CheckpointCheck:
     batch: int | None = None
     samples: int | None = None
     kind: str = "epoch"
+    refused: bool = False  # the checkpoint gate refused it (``detail`` names the global)
 
     @property
     def mid_epoch(self) -> bool:
@@ -275,7 +276,7 @@ def inspect_checkpoint(
         return bad(str(exc))
     refused = checkpoint_refusal(path, trusted)
     if refused is not None:
-        return bad(refused)
+        return CheckpointCheck(path, False, refused, seconds=time.perf_counter() - t0, refused=True)
     if load:
         return _load_check(path, t0, trusted)
     try:
@@ -291,7 +292,7 @@ def _load_check(path: Path, t0: float, trusted: Trusted) -> CheckpointCheck:
     try:
         ckpt = load_checkpoint(path, trusted)
     except GateRefusal as exc:  # the file changed since the gate passed it
-        return CheckpointCheck(path, False, str(exc), seconds=time.perf_counter() - t0)
+        return CheckpointCheck(path, False, str(exc), seconds=time.perf_counter() - t0, refused=True)
     except Exception as exc:  # noqa: BLE001 - whatever torch.load raises means "not loadable"
         return CheckpointCheck(
             path, False, f"torch.load failed: {type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0

@@ -398,10 +398,14 @@ def script_checkpoint_refusal(path: str | os.PathLike[str]) -> str | None:
     path = Path(path)
     if path.is_dir():
         for member in sorted(p for p in path.rglob("*") if p.is_file() and p.suffix in _PICKLE_SUFFIXES):
-            why = script_checkpoint_refusal(member)
+            why = _code_refusal(member)
             if why is not None:
-                return why
+                return f"{member.relative_to(path)}: {why}"
         return None
+    return _code_refusal(path)
+
+
+def _code_refusal(path: Path) -> str | None:
     if path.suffix in (".safetensors", ".json"):
         return None
     try:
@@ -409,7 +413,7 @@ def script_checkpoint_refusal(path: str | os.PathLike[str]) -> str | None:
     except GateRefusal:
         return None
     why = _first_refused(pickles, _executes_code)
-    return None if why is None else f"{path}: {why}, which runs code when it is loaded: {_REFUSED}"
+    return None if why is None else f"{why}, which runs code when it is loaded: {_REFUSED}"
 
 
 _REFUSED = "refused (a file of your own: --trust-checkpoint PATH; see docs/security.md)"
