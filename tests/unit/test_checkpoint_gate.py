@@ -11,6 +11,7 @@ a control test unpickles each one for real and sees its marker written.
 from __future__ import annotations
 
 import argparse
+import functools
 import os
 import pickle
 import struct
@@ -126,6 +127,13 @@ def hostile_pickles(marker: Path) -> dict[str, tuple[bytes, str]]:
         "GLOBAL posix.system, protocol 2": (
             b"\x80\x02cposix\nsystem\nq\x00X" + struct.pack("<I", len(arg)) + arg + b"\x85R.",
             "posix.system",
+        ),
+        "__builtin__.exec, protocol 2's name": (
+            b"\x80\x02c__builtin__\nexec\nX"
+            + struct.pack("<I", len(f"import os; os.system({cmd!r})"))
+            + f"import os; os.system({cmd!r})".encode()
+            + b"\x85R.",
+            "__builtin__.exec",
         ),
         "builtins.eval via REDUCE": (
             b"\x80\x02cbuiltins\neval\n"
@@ -269,7 +277,8 @@ def test_control_each_hostile_file_does_run_when_unpickled(hostile, tmp_path):
 
 def test_an_unknown_class_is_refused_for_trainctl_but_passes_in_a_scripts_checkpoint(tmp_path):
     path = tmp_path / "own.pt"
-    torch.save({"epoch": 0, "args": argparse.Namespace(lr=0.1), "optimizer": {}}, path)
+    args = argparse.Namespace(lr=0.1, out=Path("runs/x"), act=functools.partial(max, 0))
+    torch.save({"epoch": 0, "args": args, "optimizer": {}}, path)
     why = checkpoint_refusal(path)
     assert why is not None and "imports argparse.Namespace" in why, why
     assert script_checkpoint_refusal(path) is None  # scripts save their arguments

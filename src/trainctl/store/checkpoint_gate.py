@@ -100,8 +100,10 @@ ALLOWED: frozenset[str] = frozenset(
     }
 )
 
-# Globals that execute code, import it, or reach the file system or the shell: refused
-# even in a script's own checkpoint.  A module here refuses every name in it (and in its
+# Globals that execute code, import it, or reach the shell, the network or files: refused
+# even in a script's own checkpoint (the kind of list picklescan keeps).  Modules whose
+# classes are plain values in scripts' checkpoints (pathlib's paths, functools.partial)
+# are not here.  A module here refuses every name in it (and in its
 # submodules); CODE_NAMES are single names of modules that are otherwise harmless.
 CODE_MODULES: frozenset[str] = frozenset(
     {
@@ -137,20 +139,12 @@ CODE_MODULES: frozenset[str] = frozenset(
         "_socket",
         "asyncio",
         "multiprocessing",
-        "threading",
-        "_thread",
         "signal",
-        "tempfile",
-        "glob",
-        "pathlib",
-        "io",
-        "_io",
         "mmap",
         "fcntl",
         "resource",
         "commands",
         "popen2",
-        "platform",
         "timeit",
         "trace",
         "cProfile",
@@ -158,7 +152,6 @@ CODE_MODULES: frozenset[str] = frozenset(
         "doctest",
         "inspect",
         "types",
-        "functools",
         "operator",
         "_operator",
         "urllib",
@@ -181,25 +174,24 @@ CODE_NAMES: frozenset[str] = frozenset(
         "builtins.delattr",
         "builtins.__import__",
         "builtins.open",
+        "io.open",
+        "io.open_code",
+        "_io.open",
+        "_io.open_code",
+        "_io.FileIO",
+        "io.FileIO",
+        "platform.popen",
+        "threading.Thread",
+        "_thread.start_new_thread",
         "builtins.input",
         "builtins.breakpoint",
         "builtins.globals",
         "builtins.locals",
         "builtins.vars",
         "builtins.__builtins__",
-        "__builtin__.eval",
-        "__builtin__.exec",
-        "__builtin__.execfile",
-        "__builtin__.compile",
-        "__builtin__.getattr",
-        "__builtin__.__import__",
-        "__builtin__.open",
-        "__builtin__.file",
-        "copyreg._reconstructor_with_eval",
         "torch.load",
         "torch.jit.load",
         "torch.hub.load",
-        "torch._C._jit_set_profiling_executor",
         "torch.serialization.load",
         "torch.utils.cpp_extension.load",
         "torch.utils.cpp_extension.load_inline",
@@ -272,11 +264,11 @@ def pickle_globals(data: Any, where: str = "pickle") -> PickleGlobals:
                 found.append(f"{module}.{qualname}")
                 _effect(op, stack)
             elif name == "STACK_GLOBAL":
-                qual = stack.pop() if stack else _UNNAMED
-                module = stack.pop() if stack else _UNNAMED
-                named = isinstance(module, str) and isinstance(qual, str)
+                top = stack.pop() if stack else _UNNAMED
+                under = stack.pop() if stack else _UNNAMED
+                named = isinstance(under, str) and isinstance(top, str)
                 found.append(
-                    f"{module}.{qual}" if named else "<a STACK_GLOBAL whose name is not a string literal>"
+                    f"{under}.{top}" if named else "<a STACK_GLOBAL whose name is not a string literal>"
                 )
                 stack.append(_UNNAMED)
             elif name in ("EXT1", "EXT2", "EXT4"):
@@ -285,10 +277,12 @@ def pickle_globals(data: Any, where: str = "pickle") -> PickleGlobals:
             elif name in _STRINGS:
                 stack.append(arg.decode("latin-1") if isinstance(arg, bytes) else arg)
             elif name in _MEMO_PUT:
+                assert arg is not None  # the memo opcodes always carry their index
                 memo[int(arg)] = stack[-1] if stack else _UNNAMED
             elif name == "MEMOIZE":
                 memo[len(memo)] = stack[-1] if stack else _UNNAMED
             elif name in _MEMO_GET:
+                assert arg is not None
                 stack.append(memo.get(int(arg), _UNNAMED))
             elif name == "STOP":
                 break
@@ -421,6 +415,8 @@ _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl", ".pickle"}
 
 
 def _executes_code(name: str) -> bool:
+    if name.startswith("__builtin__."):  # pickle protocol 2's name of builtins
+        name = "builtins." + name.removeprefix("__builtin__.")
     if name.startswith("<") or name in CODE_NAMES:
         return True
     module = name.rpartition(".")[0]
