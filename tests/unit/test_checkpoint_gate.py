@@ -31,6 +31,7 @@ from trainctl.store.checkpoint_gate import (
     checkpoint_refusal,
     file_globals,
     load_checkpoint,
+    python3_name,
     script_checkpoint_refusal,
 )
 from trainctl.store.checkpoint_verify import verify_path
@@ -100,7 +101,7 @@ def test_a_yolo11n_checkpoint_in_ultralytics_format_passes(tmp_path):
     assert checkpoint_refusal(path) is None
     check = inspect_checkpoint(path, load=True)  # weights_only=True, the model's classes allowed
     assert check.ok and "resumable (torch.load" in check.detail, check.detail
-    names = {n for p in file_globals(path) for n in p.names}
+    names = {python3_name(n) for p in file_globals(path) for n in p.names}
     assert "ultralytics.nn.modules.block.C3k2" in names and names <= ALLOWED
 
 
@@ -134,6 +135,10 @@ def hostile_pickles(marker: Path) -> dict[str, tuple[bytes, str]]:
             + f"import os; os.system({cmd!r})".encode()
             + b"\x85R.",
             "__builtin__.exec",
+        ),
+        "commands.getoutput: Python 2's name of subprocess.getoutput": (
+            b"\x80\x02ccommands\ngetoutput\nX" + struct.pack("<I", len(arg)) + arg + b"\x85R.",
+            "commands.getoutput",
         ),
         "builtins.eval via REDUCE": (
             b"\x80\x02cbuiltins\neval\n"

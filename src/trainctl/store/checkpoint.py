@@ -25,12 +25,12 @@ import pickletools
 import shutil
 import tempfile
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from trainctl.store.checkpoint_gate import GateRefusal, checkpoint_refusal, load_checkpoint
+from trainctl.store.checkpoint_gate import GateRefusal, Trusted, checkpoint_refusal, load_checkpoint
 from trainctl.store.checkpoint_verify import Unloadable, read_torch_zip
 
 __all__ = [
@@ -254,9 +254,6 @@ def _judge(
     return CheckpointCheck(
         path, True, f"epoch {epoch + 1}{total}, resumable ({how}, {took * 1000:.0f} ms)", epoch, epochs, took
     )
-
-
-Trusted = Collection[str | os.PathLike[str]]
 
 
 def inspect_checkpoint(

@@ -42,11 +42,13 @@ __all__ = [
     "CODE_NAMES",
     "GateRefusal",
     "PickleGlobals",
+    "Trusted",
     "checkpoint_refusal",
     "file_globals",
     "is_trusted",
     "load_checkpoint",
     "pickle_globals",
+    "python3_name",
     "script_checkpoint_refusal",
 ]
 
@@ -71,7 +73,7 @@ ALLOWED: frozenset[str] = frozenset(
         "torch.Size",
         "torch.uint32",  # numpy's RNG keys in trainctl's mid-epoch saves
         "collections.OrderedDict",
-        "__builtin__.set",  # pickle protocol 2's name of builtins.set
+        "builtins.set",  # written __builtin__.set by pickle protocol 2
         # torch.nn modules of YOLOv8 and YOLO11
         "torch.nn.modules.activation.SiLU",
         "torch.nn.modules.batchnorm.BatchNorm2d",
@@ -209,6 +211,9 @@ CODE_NAMES: frozenset[str] = frozenset(
     }
 )
 
+Trusted = Collection[str | os.PathLike[str]]
+"""The files the user trusts (``--trust-checkpoint``, the job's ``trust_checkpoints``)."""
+
 _ZIP_MAGIC = b"PK\x03\x04"
 _LEGACY_PICKLES = 5  # torch's legacy format: magic, protocol, sys info, the object, storage keys
 _STRINGS = {
@@ -232,7 +237,7 @@ class GateRefusal(Exception):
 
 
 class _Unnamed:
-    """A stack value the lister does not follow (only strings matter to it)."""
+    """A value the lister does not follow (only strings matter to it)."""
 
 
 _UNNAMED = _Unnamed()
@@ -252,64 +257,47 @@ class PickleGlobals:
 
 def pickle_globals(data: Any, where: str = "pickle") -> PickleGlobals:
     """The globals one pickle imports (``data``: bytes, or a file positioned at the
-    pickle's start, left just after its STOP).  Executes nothing, imports nothing."""
-    stack: list[Any] = []
+    pickle's start, left just after its STOP).  Executes nothing, imports nothing.
+
+    ``STACK_GLOBAL`` takes the two values on top of the stack: they are known only when
+    the two opcodes that pushed last are string literals or memo reads of one, with
+    nothing but memo writes after them (how pickle writes a global); ``recent`` holds
+    those pushes and any other opcode empties it, so a name is never guessed."""
     memo: dict[int, Any] = {}
+    recent: list[Any] = []  # the latest pushes, while nothing else touched the stack
     found: list[str] = []
     try:
         for op, arg, _pos in pickletools.genops(data):
             name = op.name
-            if name in ("GLOBAL", "INST"):
-                module, _, qualname = str(arg).partition(" ")
-                found.append(f"{module}.{qualname}")
-                _effect(op, stack)
+            if name in _STRINGS:
+                recent.append(arg.decode("latin-1") if isinstance(arg, bytes) else arg)
+            elif name in _MEMO_GET:
+                assert arg is not None  # the memo opcodes always carry their index
+                recent.append(memo.get(int(arg), _UNNAMED))
+            elif name in _MEMO_PUT or name == "MEMOIZE":
+                index = len(memo) if name == "MEMOIZE" else int(arg)  # type: ignore[arg-type]
+                memo[index] = recent[-1] if recent else _UNNAMED
             elif name == "STACK_GLOBAL":
-                top = stack.pop() if stack else _UNNAMED
-                under = stack.pop() if stack else _UNNAMED
+                under, top = ([_UNNAMED, _UNNAMED] + recent)[-2:]
                 named = isinstance(under, str) and isinstance(top, str)
                 found.append(
                     f"{under}.{top}" if named else "<a STACK_GLOBAL whose name is not a string literal>"
                 )
-                stack.append(_UNNAMED)
+                recent = []
+            elif name in ("GLOBAL", "INST"):
+                module, _, qualname = str(arg).partition(" ")
+                found.append(f"{module}.{qualname}")
+                recent = []
             elif name in ("EXT1", "EXT2", "EXT4"):
                 found.append(f"<extension code {arg} (copyreg's registry)>")
-                stack.append(_UNNAMED)
-            elif name in _STRINGS:
-                stack.append(arg.decode("latin-1") if isinstance(arg, bytes) else arg)
-            elif name in _MEMO_PUT:
-                assert arg is not None  # the memo opcodes always carry their index
-                memo[int(arg)] = stack[-1] if stack else _UNNAMED
-            elif name == "MEMOIZE":
-                memo[len(memo)] = stack[-1] if stack else _UNNAMED
-            elif name in _MEMO_GET:
-                assert arg is not None
-                stack.append(memo.get(int(arg), _UNNAMED))
+                recent = []
             elif name == "STOP":
                 break
-            else:
-                _effect(op, stack)
+            elif recent and name not in ("FRAME", "PROTO"):  # those two leave the stack alone
+                recent = []
     except Exception as exc:  # noqa: BLE001 - any malformed pickle is just "damaged"
         return PickleGlobals(where, tuple(found), f"{type(exc).__name__}: {exc}")
     return PickleGlobals(where, tuple(found))
-
-
-def _effect(op: pickletools.OpcodeInfo, stack: list[Any]) -> None:
-    """An opcode's stack effect, its results unnamed."""
-    before = op.stack_before
-    if pickletools.markobject in before:
-        cut = next((i for i in range(len(stack) - 1, -1, -1) if stack[i] is pickletools.markobject), 0)
-        del stack[cut:]
-        fixed = before.index(pickletools.markobject)
-    else:
-        fixed = len(before)
-    if fixed:
-        del stack[-fixed:]
-    if op.name == "MARK":
-        stack.append(pickletools.markobject)
-    elif op.name == "DUP" and stack:
-        stack.append(stack[-1])
-    else:
-        stack.extend(_UNNAMED for _ in op.stack_after)
 
 
 def file_globals(path: str | os.PathLike[str]) -> list[PickleGlobals]:
@@ -350,23 +338,35 @@ def _leading_pickles(f: Any) -> list[PickleGlobals]:
     return out
 
 
-def is_trusted(path: str | os.PathLike[str], trusted: Collection[str | os.PathLike[str]]) -> bool:
+def is_trusted(path: str | os.PathLike[str], trusted: Trusted) -> bool:
     """``path`` is one of the files the user trusts (compared resolved)."""
     real = os.path.realpath(path)
     return any(os.path.realpath(t) == real for t in trusted)
 
 
+def python3_name(name: str) -> str:
+    """The global an unpickler imports for ``name`` as written: pickle maps Python 2's
+    names (``__builtin__.exec``, ``cPickle.loads``, ``commands.getoutput``) to Python 3's
+    for protocols 0-2, so a name is judged as it will be imported."""
+    from _compat_pickle import IMPORT_MAPPING, NAME_MAPPING
+
+    module, _, qualname = name.rpartition(".")
+    if (module, qualname) in NAME_MAPPING:
+        module, qualname = NAME_MAPPING[(module, qualname)]
+    elif module in IMPORT_MAPPING:
+        module = IMPORT_MAPPING[module]
+    return f"{module}.{qualname}" if module else name
+
+
 def _first_refused(pickles: list[PickleGlobals], refuse: Callable[[str], bool]) -> str | None:
     for pickle in pickles:
         for name in pickle.names:
-            if refuse(name):
+            if refuse(python3_name(name)):
                 return f"its pickle ({pickle.where}) imports {name}"
     return None
 
 
-def checkpoint_refusal(
-    path: str | os.PathLike[str], trusted: Collection[str | os.PathLike[str]] = ()
-) -> str | None:
+def checkpoint_refusal(path: str | os.PathLike[str], trusted: Trusted = ()) -> str | None:
     """Why trainctl may not unpickle ``path``, one line naming the global (one not in
     ALLOWED) or the damage; None when it may."""
     if is_trusted(path, trusted):
@@ -415,8 +415,6 @@ _PICKLE_SUFFIXES = {".pt", ".pth", ".bin", ".ckpt", ".tar", ".pkl", ".pickle"}
 
 
 def _executes_code(name: str) -> bool:
-    if name.startswith("__builtin__."):  # pickle protocol 2's name of builtins
-        name = "builtins." + name.removeprefix("__builtin__.")
     if name.startswith("<") or name in CODE_NAMES:
         return True
     module = name.rpartition(".")[0]
@@ -427,7 +425,7 @@ def _executes_code(name: str) -> bool:
     return False
 
 
-def load_checkpoint(path: str | os.PathLike[str], trusted: Collection[str | os.PathLike[str]] = ()) -> Any:
+def load_checkpoint(path: str | os.PathLike[str], trusted: Trusted = ()) -> Any:
     """``torch.load`` a checkpoint that passed :func:`checkpoint_refusal` (on CPU):
     ``weights_only=True`` with its classes as safe globals where torch has them (>= 2.4),
     else the scan alone decided.  A trusted file is loaded in full.  Raises GateRefusal
@@ -439,7 +437,7 @@ def load_checkpoint(path: str | os.PathLike[str], trusted: Collection[str | os.P
         raise GateRefusal(why)
     if is_trusted(path, trusted) or not hasattr(torch.serialization, "safe_globals"):
         return torch.load(path, map_location="cpu", weights_only=False)
-    names = {name for pickle in file_globals(path) for name in pickle.names}
+    names = {python3_name(name) for pickle in file_globals(path) for name in pickle.names}
     # Classes and functions; a dtype (torch.uint32) is no class, and torch allows dtypes itself.
     objects = [obj for obj in map(_resolve, sorted(names)) if hasattr(obj, "__qualname__")]
     with torch.serialization.safe_globals(objects):
@@ -453,8 +451,6 @@ def _resolve(name: str) -> Any:
 
     assert name in ALLOWED, name
     parts = name.split(".")
-    if parts[0] == "__builtin__":  # pickle protocol 2's name (Python 2's) of builtins
-        parts[0] = "builtins"
     for cut in range(len(parts) - 1, 0, -1):
         try:
             obj: Any = importlib.import_module(".".join(parts[:cut]))
