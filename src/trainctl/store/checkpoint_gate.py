@@ -5,16 +5,18 @@ a checkpoint is judged by the globals its pickles import, listed from their opco
 :mod:`pickletools`: nothing in the file is executed, nothing is imported.  Every pickle
 torch would read is listed: each ``*.pkl`` member of a torch zip, the leading pickles of a
 legacy (non-zip) torch file, or a plain pickle.  A global is named by ``GLOBAL`` / ``INST``
-(``module name`` in the opcode) or ``STACK_GLOBAL`` (the two strings before it, followed
-through the memo); a name that is not a string literal, or an extension-registry code
-(``EXT1/2/4``), is refused as unnamed.
+(``module name`` in the opcode) or ``STACK_GLOBAL`` (the two strings pushed right before
+it, followed through the memo), and judged as the unpickler imports it (Python 2 names
+mapped); a name that is not a string literal, or an extension-registry code (``EXT1/2/4``),
+is refused as unnamed.
 
 Two rules:
 
 * :func:`checkpoint_refusal`, for a file trainctl itself (or its Ultralytics runner)
   unpickles: every global must be one of :data:`ALLOWED`, the exact ``module.qualname``
-  names seen in real checkpoints of the supported Ultralytics and torch versions (recorded
-  by ``tests/unit/test_checkpoint_gate.py``).  :func:`load_checkpoint` then loads it with
+  names seen in real checkpoints of the supported Ultralytics and torch versions (made
+  again and checked by tests/unit/test_checkpoint_gate.py and
+  tests/e2e/test_checkpoint_gate.py).  :func:`load_checkpoint` then loads it with
   ``weights_only=True`` and those classes as safe globals (torch >= 2.4; on older torch the
   scan alone decides).
 * :func:`script_checkpoint_refusal`, for a file the user's own script loads itself (a plain
