@@ -188,6 +188,8 @@ def test_the_pickle_scan_never_runs_the_pickle(tmp_path):
 
     path = tmp_path / "evil.pt"
     torch.save({"epoch": 0, "optimizer": Evil(), "train_args": {"epochs": 2}}, path)
-    assert verify_checkpoint(path)[0]  # the structure is fine; nothing was executed
+    ok, detail = verify_checkpoint(path)  # the structure is fine, but the gate names the callable
+    assert not ok and "imports shutil.copyfile" in detail, detail
+    assert not inspect_checkpoint(path, load=True).ok
     assert not marker.exists()
     assert scan_pickle(b"\x80\x02]q\x00.") is None  # a list, not a checkpoint dict

@@ -137,6 +137,8 @@ class UltralyticsRunner(RunnerKind):
             argv += ["--preset", str(files.presets / f"{preset_name}.toml")]
         if resume_from:
             argv += ["--resume", resume_from]
+        for path in spec.trusted_checkpoints:
+            argv += ["--trust-checkpoint", path]
         return argv
 
     def resume_checkpoint(self, spec, files, last_checkpoint, on_skip, on_unverified=None):
@@ -150,7 +152,7 @@ class UltralyticsRunner(RunnerKind):
             *reported_checkpoints(files, last_checkpoint, None),
             files.checkpoints / "last_good.pt",
         ]
-        chosen = pick_resume_checkpoint(candidates, on_skip=on_skip)
+        chosen = pick_resume_checkpoint(candidates, on_skip=on_skip, trusted=spec.trusted_checkpoints)
         return str(chosen) if chosen else None
 
 

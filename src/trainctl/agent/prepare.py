@@ -105,7 +105,11 @@ def prepare_run(args, note: Note) -> tuple[Path, RunSpec, bool]:
     resume_args = list(args.resume_arg or (job.resume_args if job else []))
     kind = job.kind if job else ("torchrun" if is_torchrun(args.command_argv) else "command")
     node_rank, command = node(args, job)
-    resume_from = resume_checkpoint(args.resume_from, kind, resume_args, note) if args.resume_from else None
+    trusted = [str(Path(t).expanduser().resolve()) for t in args.trust_checkpoint]
+    trusted += [str(t) for t in job.trust_checkpoints] if job else []
+    resume_from = (
+        resume_checkpoint(args.resume_from, kind, resume_args, note, trusted) if args.resume_from else None
+    )
     name = run_name(args, job)
     if node_rank is not None:  # one run per (job, node rank): its name, lock and tmux session
         name = f"{name}-node{node_rank}"
@@ -124,6 +128,7 @@ def prepare_run(args, note: Note) -> tuple[Path, RunSpec, bool]:
         spec = _spec(
             args, job, job_dir, name, kind, command, preset, fallback, resume_args, resume_from, deadline
         )
+        spec.trusted_checkpoints = trusted
         spec.save(files.spec)
         _write_alerts(args, job, files.dir, name, spec.host, note)
         return run_dir, spec, not run_dir_ref
@@ -376,13 +381,16 @@ def node(args, job) -> tuple[int | None, list[str]]:
     return (rank if nnodes > 1 else None), command
 
 
-def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note) -> str:
+def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note, trusted: list[str]) -> str:
     """The checkpoint `--resume-from` names: a file, a checkpoint directory (a command's:
     Hugging Face, DeepSpeed), or an earlier run directory's newest checkpoint that verifies
     (a truncated one is never chosen).  One of a format that cannot be checked is used,
-    saying so."""
+    saying so.  The checkpoint gate judges it first (store/checkpoint_gate.py): an
+    Ultralytics one by the allowlist (the runner unpickles it), a command's by the globals
+    that execute code (the command loads it itself); a file in ``trusted`` passes."""
     from trainctl.agent.launch import reported_checkpoints
     from trainctl.store.checkpoint import inspect_checkpoint, pick_resume_checkpoint
+    from trainctl.store.checkpoint_gate import is_trusted, script_checkpoint_refusal
     from trainctl.store.checkpoint_verify import checkpoint_dir_kinds, first_loadable, verify_path
     from trainctl.store.paths import RunFiles, UnsafePathError, trusted_run_dir
     from trainctl.store.spec import RunSpec
@@ -396,6 +404,9 @@ def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note) -
         )
 
     def unverified(verdict) -> str:
+        refused = None if is_trusted(verdict.path, trusted) else script_checkpoint_refusal(verdict.path)
+        if refused is not None:
+            raise UsageError(f"--resume-from {ref}: {refused}")
         if not verdict.ok:
             note(f"--resume-from {verdict.path}: {verdict.detail}; resuming from it anyway")
         return str(verdict.path)
@@ -409,9 +420,16 @@ def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note) -
         # The agent's rule (src/trainctl/agent/launch.py): the journal's checkpoints, newest first.
         newest_first = reported_checkpoints(files, None, None)
         if kind == "ultralytics":
-            good = pick_resume_checkpoint([files.checkpoints / "last_good.pt", *reversed(newest_first)])
+            passed: list[str] = []
+            good = pick_resume_checkpoint(
+                [files.checkpoints / "last_good.pt", *reversed(newest_first)],
+                trusted=trusted,
+                on_skip=lambda p, why: passed.append(f"\n  {p}: {why}"),
+            )
             if good is None:
-                raise UsageError(f"--resume-from {ref}: that run has no checkpoint that verifies")
+                raise UsageError(
+                    f"--resume-from {ref}: that run has no checkpoint that verifies{''.join(passed)}"
+                )
             return str(good)
         try:
             cwd = RunSpec.load(files.spec).cwd
@@ -434,7 +452,9 @@ def resume_checkpoint(ref: str, kind: str, resume_args: list[str], note: Note) -
             + ("" if kind == "ultralytics" else ", nor a Hugging Face or DeepSpeed checkpoint")
         )
     if kind == "ultralytics":
-        check = inspect_checkpoint(path)
+        check = inspect_checkpoint(path, trusted=trusted)
+        if check.refused:  # the runner would unpickle it: the gate's own words
+            raise UsageError(f"--resume-from {ref}: {check.detail}")
         ok, detail = check.ok, check.detail
     else:
         verdict = verify_path(path)

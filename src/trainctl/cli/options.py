@@ -86,6 +86,14 @@ def _recovery_options(p: argparse.ArgumentParser) -> None:
         help="start from this checkpoint, or from the last good checkpoint of this "
         "earlier run directory (a command resumes through its --resume-arg)",
     )
+    p.add_argument(
+        "--trust-checkpoint",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="unpickle this checkpoint file of your own even if the checkpoint gate refuses "
+        "it (a global not seen in real checkpoints; repeatable; see docs/security.md)",
+    )
 
 
 def _run_options(p: argparse.ArgumentParser) -> None:

@@ -43,6 +43,8 @@ def _forwarded_options(args) -> list[str]:
         out += ["--node-rank", str(args.node_rank)]
     for r in args.resume_arg or []:
         out += ["--resume-arg", r]
+    for t in args.trust_checkpoint or []:  # a path on the box, as --resume-from is
+        out += ["--trust-checkpoint", t]
     if args.no_auto_recover:
         out.append("--no-auto-recover")
     if getattr(args, "no_instrument", False):

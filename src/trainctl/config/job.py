@@ -38,6 +38,7 @@ _SHARED_KEYS = (
     "max_restarts",
     "ladder",
     "spare",
+    "trust_checkpoints",
 )
 _SHARED_SECTIONS = ("stall", "host", "progress", "alerts", "slurm")
 _STALL_KEYS = ("startup_timeout", "train_timeout", "val_timeout", "startup_idle", "silence_floor")
@@ -92,6 +93,8 @@ class Job:
     # [slurm]: partition, time, nodes, gpus, gres, cpus, mem, warn, options, setup (config/slurm.py)
     slurm: dict[str, Any] | None = None
     ladder: LadderCfg | None = None  # ``ladder`` / ``[ladder]`` (config/ladder.py)
+    # checkpoint files unpickled even where the checkpoint gate refuses them (resolved)
+    trust_checkpoints: tuple[Path, ...] = ()
 
     @property
     def ultralytics(self) -> dict[str, Any]:
@@ -239,6 +242,11 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
 
     max_restarts = p.int_(None, "max_restarts", data["max_restarts"], 0) if "max_restarts" in data else 3
     spare = p.bool_(None, "spare", data["spare"]) is not False if "spare" in data else True
+    trust = (
+        p.str_list(None, "trust_checkpoints", data["trust_checkpoints"])
+        if "trust_checkpoints" in data
+        else ()
+    )
     stall = _job_stall(p, t) if (t := tables.get("stall")) is not None else {}
     host = _job_host(p, t) if (t := tables.get("host")) is not None else None
     progress = _job_progress(p, t) if (t := tables.get("progress")) is not None else None
@@ -270,6 +278,7 @@ def _validate_job(data: Mapping[str, Any], p: Problems, path: Path) -> Job:
         alerts=alerts,
         slurm=slurm,
         ladder=ladder,
+        trust_checkpoints=tuple((job_dir / Path(t).expanduser()).resolve() for t in trust or ()),
         **by_kind,
     )
 

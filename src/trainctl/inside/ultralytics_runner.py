@@ -23,7 +23,7 @@ import stat
 import sys
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -340,6 +340,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--job", required=True, help='the job file (trainctl.toml, kind = "ultralytics")')
     ap.add_argument("--preset", help="preset name or path")
     ap.add_argument("--resume", metavar="CHECKPOINT", help="resume from this checkpoint")
+    ap.add_argument(
+        "--trust-checkpoint",
+        action="append",
+        default=[],
+        metavar="PATH",
+        help="unpickle this checkpoint even if the checkpoint gate refuses it (repeatable)",
+    )
     ap.add_argument("--run-dir", help="run directory (checkpoints/, yolo_config/, Ultralytics results)")
     ap.add_argument(
         "--checkpoint-every",
@@ -358,9 +365,12 @@ def _load_config(args: argparse.Namespace) -> tuple[Job, Preset | None]:
     return job, preset
 
 
-def resume_plan(sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True) -> int | None:
-    """None to go on resuming; an exit status when there is nothing to resume."""
-    check = inspect_checkpoint(ckpt, load=True)
+def resume_plan(
+    sink: EventSink, ckpt: Path, mid_epoch_ok: bool = True, trusted: Sequence[str] = ()
+) -> int | None:
+    """None to go on resuming; an exit status when there is nothing to resume (or the
+    checkpoint gate refuses it: Ultralytics would unpickle it in full)."""
+    check = inspect_checkpoint(ckpt, load=True, trusted=trusted)
     if check.complete:
         done = (
             f"epoch {check.epoch + 1} of {check.epochs}"
@@ -474,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     mid_ok = mid_epoch_supported(sink, __version__)
     if args.resume:
         ckpt = Path(args.resume).expanduser().absolute()
-        status = resume_plan(sink, ckpt, mid_ok)
+        status = resume_plan(sink, ckpt, mid_ok, args.trust_checkpoint)
         if status is not None:
             return status
         model = YOLO(str(ckpt))

@@ -12,6 +12,10 @@ Two depths of check:
   *without executing it* (a pickle opcode walk) for ``epoch``, ``optimizer`` and
   ``train_args.epochs``;
 * ``load=True`` (the runner, where torch is already imported) also ``torch.load``s it.
+
+Either way the checkpoint gate (checkpoint_gate.py) judges the file first: a pickle that
+imports anything not seen in real checkpoints is refused, naming it, and never loaded;
+only a file that passes it is called "resumable".
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from trainctl.core.statefile import fsync_dir, temp_beside
+from trainctl.store.checkpoint_gate import GateRefusal, Trusted, checkpoint_refusal, load_checkpoint
 from trainctl.store.checkpoint_verify import Unloadable, read_torch_zip
 
 __all__ = [
@@ -67,6 +72,7 @@ class CheckpointCheck:
     batch: int | None = None
     samples: int | None = None
     kind: str = "epoch"
+    refused: bool = False  # the checkpoint gate refused it (``detail`` names the global)
 
     @property
     def mid_epoch(self) -> bool:
@@ -250,8 +256,11 @@ def _judge(
     )
 
 
-def inspect_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> CheckpointCheck:
-    """Check ``path``: whole, readable and resumable.  Never raises for a bad file."""
+def inspect_checkpoint(
+    path: str | os.PathLike[str], *, load: bool = False, trusted: Trusted = ()
+) -> CheckpointCheck:
+    """Check ``path``: whole, passed by the checkpoint gate (``trusted``: the files the
+    user trusts), readable and resumable.  Never raises for a bad file."""
     path = Path(path)
     t0 = time.perf_counter()
 
@@ -262,8 +271,11 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> C
         raw = read_torch_zip(path)
     except Unloadable as exc:
         return bad(str(exc))
+    refused = checkpoint_refusal(path, trusted)
+    if refused is not None:
+        return CheckpointCheck(path, False, refused, seconds=time.perf_counter() - t0, refused=True)
     if load:
-        return _load_check(path, t0)
+        return _load_check(path, t0, trusted)
     try:
         top = scan_pickle(raw)
     except Exception as exc:  # noqa: BLE001 - any malformed pickle is just "bad"
@@ -273,11 +285,11 @@ def inspect_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> C
     return _judge(path, *_fields(top), "zip + pickle scan", t0)
 
 
-def _load_check(path: Path, t0: float) -> CheckpointCheck:
-    import torch
-
+def _load_check(path: Path, t0: float, trusted: Trusted) -> CheckpointCheck:
     try:
-        ckpt = torch.load(path, map_location="cpu", weights_only=False)
+        ckpt = load_checkpoint(path, trusted)
+    except GateRefusal as exc:  # the file changed since the gate passed it
+        return CheckpointCheck(path, False, str(exc), seconds=time.perf_counter() - t0, refused=True)
     except Exception as exc:  # noqa: BLE001 - whatever torch.load raises means "not loadable"
         return CheckpointCheck(
             path, False, f"torch.load failed: {type(exc).__name__}: {exc}", seconds=time.perf_counter() - t0
@@ -292,9 +304,11 @@ def _load_check(path: Path, t0: float) -> CheckpointCheck:
     return _judge(path, *_fields(ckpt), "torch.load", t0)
 
 
-def verify_checkpoint(path: str | os.PathLike[str], *, load: bool = False) -> tuple[bool, str]:
+def verify_checkpoint(
+    path: str | os.PathLike[str], *, load: bool = False, trusted: Trusted = ()
+) -> tuple[bool, str]:
     """``(ok, detail)``: ok means whole and resumable (``epoch >= 0`` with optimizer state)."""
-    check = inspect_checkpoint(path, load=load)
+    check = inspect_checkpoint(path, load=load, trusted=trusted)
     return check.ok, check.detail
 
 
@@ -359,6 +373,7 @@ def pick_resume_checkpoint(
     *,
     load: bool = False,
     on_skip: Callable[[Path, str], None] | None = None,
+    trusted: Trusted = (),
 ) -> Path | None:
     """The candidate that verifies and goes furthest, or None: by position (epoch, then
     samples done within it; an end-of-epoch checkpoint of epoch e counts as the start of
@@ -377,7 +392,7 @@ def pick_resume_checkpoint(
         if key in seen or not path.exists():
             continue
         seen.add(key)
-        check = inspect_checkpoint(path, load=load)
+        check = inspect_checkpoint(path, load=load, trusted=trusted)
         if check.ok:
             good.append((check.position, path.stat().st_mtime, path))
         elif on_skip is not None:
