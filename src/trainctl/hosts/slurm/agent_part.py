@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import signal
 import statistics
 import time
@@ -481,7 +480,7 @@ class SlurmPart(AgentPlug):
                 queued=(lambda: slurm.queued_after(self.job_id, name)) if self.job_id else None,
             )
         except slurm.SlurmUnreachable as e:
-            by_hand = shlex.join(slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn")))
+            by_hand = slurm.sbatch_by_hand(self.cfg, ctx.files.dir, name)
             ctx.set_state(
                 RunState.PENDING,
                 (
