@@ -116,6 +116,9 @@ def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tm
     assert not wait_queue_empty("trainctl-sl-hang", 15)
 
 
+# the hang guard above the run's own bound (290 s): three jobs of Slurm's 1-minute limits,
+# each waiting for the one before to end, took over 150 s beside two trainings
+@pytest.mark.timeout(320)
 def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slurm_up):
     """1-minute limit, ~67 s of batches: each job saves 30 s before its limit (the default
     warning for a 1-minute limit), so two jobs hold at most 60 s of batches and at least
