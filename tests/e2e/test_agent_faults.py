@@ -24,13 +24,19 @@ from tests.helpers.hangs import wait_until
 pytestmark = pytest.mark.e2e
 
 COUNTER = """
-import sys, time
+import os, sys, time
 n, every = int(sys.argv[1]), float(sys.argv[2])
 hang_at = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+hold = sys.argv[0] + ".hold"
+held = os.path.exists(hold)  # a test's event ends it: once the file is gone, its last batch
 for i in range(1, n + 1):
+    if held and not os.path.exists(hold):
+        i = n
     print(f"epoch=1/1 batch={i}/{n} loss={1.0 / i:.4f}", flush=True)
-    if i == hang_at and not __import__('os').environ.get('TRAINCTL_ATTEMPT') == '2':
+    if i == hang_at and not os.environ.get('TRAINCTL_ATTEMPT') == '2':
         time.sleep(3600)
+    if i == n:
+        break
     time.sleep(every)
 """
 
@@ -57,9 +63,14 @@ def agent_pid(run_dir: Path) -> int | None:
         return None
 
 
+BATCHES = 100_000  # never reached by the clock: the test's hold file ends the run
+
+
 @pytest.mark.timeout(150)
 def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
     script = write_counter(tmp_path)
+    hold = Path(f"{script}.hold")  # the trainer trains until the ten kills are done, however slow
+    hold.touch()
     run_dir = tmp_path / "run"
     rng = random.Random(1307)
     log = []
@@ -74,7 +85,7 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
             "--",
             PYTHON,
             str(script),
-            "450",
+            str(BATCHES),
             "0.1",
         ]
     )
@@ -107,6 +118,12 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
                     start_new_session=True,
                 )
             )
+        wait_until(  # the last attach's agent adopted it: its last batch now, supervised
+            lambda: len([e for e in of_type(read_journal(run_dir), "info") if e.key == "adopt"]) == 10,
+            60,
+            what="the tenth adoption",
+        )
+        hold.unlink()
         final = attaches[-1]
         out, err = final.communicate(timeout=90)
         assert final.returncode == 0, err.decode()[-2000:]
@@ -125,7 +142,7 @@ def test_kill_9_of_the_agent_ten_times_the_run_finishes_adopted(tmp_path):
     seqs = [e.seq for e in events]
     assert seqs == list(range(len(seqs))), "the journal goes on gapless"
     batches = [e.batch for e in of_type(events, "progress")]
-    assert batches[-1] == 450 and batches == sorted(batches), batches
+    assert batches[-1] == BATCHES and batches == sorted(batches), batches
     wait_until(lambda: not trainers(script), 10, what="the trainer to end")
 
 

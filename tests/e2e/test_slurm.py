@@ -116,6 +116,9 @@ def test_a_dataloader_hang_in_the_allocation_is_restarted_inside_the_same_job(tm
     assert not wait_queue_empty("trainctl-sl-hang", 15)
 
 
+# the hang guard above the run's own bound (290 s): three jobs of Slurm's 1-minute limits,
+# each waiting for the one before to end, took over 150 s beside two trainings
+@pytest.mark.timeout(320)
 def test_a_training_longer_than_its_time_limit_goes_on_across_jobs(tmp_path, slurm_up):
     """1-minute limit, ~67 s of batches: each job saves 30 s before its limit (the default
     warning for a 1-minute limit), so two jobs hold at most 60 s of batches and at least
@@ -508,27 +511,73 @@ def sinfo_state(node: str) -> str:
     ).stdout.upper()
 
 
-def kill_the_job_like_a_dead_node(job_id: str, run_dir: Path) -> int:
-    """Everything of the job at once, without a signal it could answer: its slurmstepd, the
-    agent (the batch shell), the trainer and its workers (frozen first, then SIGKILL)."""
-    import psutil
+WAITS_FOR_LOCK = "is still held by an earlier agent of this run"  # its output says
 
-    procs: dict[int, psutil.Process] = {}
-    for p in psutil.process_iter():
-        try:
-            if " ".join(p.cmdline()).startswith(f"slurmstepd: [{job_id}.") or p.environ().get(
-                "TRAINCTL_RUN_DIR"
-            ) == str(run_dir):
-                procs[p.pid] = p
-                procs.update({c.pid: c for c in p.children(recursive=True)})
-        except (psutil.Error, OSError):
-            continue
-    for sig in (signal.SIGSTOP, signal.SIGKILL):
-        for p in procs.values():
+
+def job_out(run_dir: Path, job_id: str) -> str:
+    """The job's own output (sbatch --output: its agents', each start of it appended)."""
+    try:
+        return (run_dir / f"slurm-{job_id}.out").read_text(errors="replace")
+    except FileNotFoundError:
+        return ""
+
+
+class DeadNode:
+    """The node dies under the job: everything of the job frozen at once, without a signal
+    it could answer (its slurmstepd, the agent as the batch shell, the trainer and its
+    workers); the slurmstepd killed (its slurmd sees the job gone), the others left frozen,
+    holding what they held (the run's locks, its journal open), as a node that stopped
+    answering does, until :meth:`kill`.  Killed on leaving the block in any case."""
+
+    def __init__(self, job_id: str, run_dir: Path) -> None:
+        self.job_id, self.run_dir = job_id, run_dir
+        self.procs: dict[int, object] = {}
+
+    def __enter__(self) -> DeadNode:
+        import psutil
+
+        for p in psutil.process_iter():
+            try:
+                if self._stepd(p) or p.environ().get("TRAINCTL_RUN_DIR") == str(self.run_dir):
+                    self.procs[p.pid] = p
+                    self.procs.update({c.pid: c for c in p.children(recursive=True)})
+            except (psutil.Error, OSError):
+                continue
+        self._signal(signal.SIGSTOP, self.procs.values())
+        stepds = [p for p in self.procs.values() if self._stepd(p)]
+        self._signal(signal.SIGKILL, stepds)
+        psutil.wait_procs(stepds, timeout=10)
+        return self
+
+    def _stepd(self, p) -> bool:
+        import psutil
+
+        with contextlib.suppress(psutil.Error, OSError):
+            return " ".join(p.cmdline()).startswith(f"slurmstepd: [{self.job_id}.")
+        return False
+
+    @staticmethod
+    def _signal(sig: int, procs) -> None:
+        import psutil
+
+        for p in procs:
             with contextlib.suppress(psutil.Error):
                 p.send_signal(sig)
-    psutil.wait_procs(list(procs.values()), timeout=10)
-    return len(procs)
+
+    def kill(self, only: str = "") -> None:
+        """Its processes whose command line has ``only`` (all by default) end at last."""
+        import psutil
+
+        procs = []
+        for p in self.procs.values():
+            with contextlib.suppress(psutil.Error, OSError):
+                if only in " ".join(p.cmdline()):
+                    procs.append(p)
+        self._signal(signal.SIGKILL, procs)
+        psutil.wait_procs(procs, timeout=10)
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
 
 
 def test_a_node_failure_requeues_and_the_run_goes_on_from_its_last_good_checkpoint(tmp_path, slurm_up):
@@ -560,13 +609,23 @@ def test_a_node_failure_requeues_and_the_run_goes_on_from_its_last_good_checkpoi
         job_id = read_jobs(tc.run_dir)[0]
         node = job_field(job_id, "NodeList")
         wait_node_only(node, job_id)
-        assert kill_the_job_like_a_dead_node(job_id, tc.run_dir) >= 3
-        scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=trainctl test: node failure")
-        try:
-            lift_requeue_hold(job_id, 40)
-        finally:  # its slurmd answers: Slurm returns it to service itself (ReturnToService=2)
-            if "DOWN" in sinfo_state(node):
-                scontrol("update", f"NodeName={node}", "State=RESUME")
+        with DeadNode(job_id, tc.run_dir) as dead:
+            assert len(dead.procs) >= 3
+            scontrol("update", f"NodeName={node}", "State=DOWN", "Reason=trainctl test: node failure")
+            try:
+                lift_requeue_hold(job_id, 40)
+            finally:  # its slurmd answers: Slurm returns it to service itself (ReturnToService=2)
+                if "DOWN" in sinfo_state(node):
+                    scontrol("update", f"NodeName={node}", "State=RESUME")
+            # the requeued job's agent starts while the dead node's processes hold the run:
+            # it waits for them (the agent's agent.lock, then the holder's job lock) to end
+            for held, ends in (("agent.lock", " agent "), ("job lock", "")):
+                wait_until(
+                    lambda held=held: f"its {held} {WAITS_FOR_LOCK}" in job_out(tc.run_dir, job_id),
+                    60,
+                    what=f"the new agent waiting for the {held}",
+                )
+                dead.kill(ends)
         tc.wait_event(
             lambda e: e.type == "progress" and e.seq > resumed_at(tc.events()),
             60,

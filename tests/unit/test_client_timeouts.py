@@ -17,6 +17,8 @@ import pytest
 from trainctl.client.connection import (
     AgentClient,
     AgentNotResponding,
+    AgentProcess,
+    AgentUnavailable,
     UnixTransport,
     agent_process,
     local_client,
@@ -148,14 +150,22 @@ class _NullWriter:
 
 
 def test_agent_process_names_the_pid_and_its_state_or_that_it_is_gone(tmp_path):
-    assert agent_process(tmp_path) == "no agent.json"
+    assert agent_process(tmp_path) == AgentProcess("no agent.json")
     info = tmp_path / "agent.json"
     info.write_text(json.dumps({"pid": os.getpid(), "started": time.time()}))
-    assert agent_process(tmp_path).startswith(f"pid {os.getpid()}, ")
+    here = agent_process(tmp_path)
+    assert here.text.startswith(f"pid {os.getpid()}, ") and not here.gone
     proc = subprocess.Popen([sys.executable, "-c", "pass"])
     proc.wait()
     info.write_text(json.dumps({"pid": proc.pid, "started": time.time()}))
-    assert agent_process(tmp_path) == f"pid {proc.pid} is gone"
+    assert agent_process(tmp_path) == AgentProcess(f"pid {proc.pid} is gone", gone=True)
     # The pid lives, but its process began long after the agent wrote agent.json: reused.
     info.write_text(json.dumps({"pid": os.getpid(), "started": 1.0}))
-    assert agent_process(tmp_path) == f"pid {os.getpid()} is gone; another process has its number"
+    assert agent_process(tmp_path) == AgentProcess(
+        f"pid {os.getpid()} is gone; another process has its number", gone=True
+    )
+    # no hello in time from an agent that is gone meanwhile: a lost connection, not a wedged agent
+    lost = UnixTransport(tmp_path / "agent.sock").not_responding("no hello within 3 s")
+    assert type(lost) is AgentUnavailable and "ended before it answered" in str(lost)
+    info.write_text(json.dumps({"pid": os.getpid(), "started": time.time()}))
+    assert isinstance(UnixTransport(tmp_path / "agent.sock").not_responding("x"), AgentNotResponding)

@@ -27,6 +27,9 @@ class AgentPlug:
     name = ""  # what its errors are reported as ("" : no plug)
     job_id: str | None = None  # the host's job this agent runs in, in each start event
     takes_over_begun = False  # a journal already begun is a run to go on with (a next job)
+    # how long an agent going on with a begun run waits for the run's locks, still held by
+    # the processes of an earlier agent of it (src/trainctl/agent/claim.py)
+    takeover_wait_s = 0.0
 
     def attach(self, ctx: RunContext, attempts: Attempts) -> None:
         """Once, when the agent has built its parts (before its event loop runs)."""

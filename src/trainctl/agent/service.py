@@ -17,6 +17,7 @@ from trainctl import __version__
 from trainctl.agent.adopt import where_the_run_was
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
+from trainctl.agent.claim import RunBusy, agent_lock, claim_run
 from trainctl.agent.context import RunConfig, RunContext
 from trainctl.agent.handlers import CommandHandlers
 from trainctl.agent.holder_spawner import held_spawner
@@ -176,18 +177,17 @@ class Agent:
         except OSError as e:  # UnsafePathError: not ours, or open to others
             print(f"trainctl: {e}", file=sys.stderr, flush=True)
             return 2
-        agent_lock = self._agent_lock = _agent_lock(ctx.files.dir)
-        if agent_lock is None:
-            print(f"trainctl: another agent supervises {ctx.files.dir}", file=sys.stderr, flush=True)
+        try:  # (blocking: nothing of this agent may run, nor write to the run, before it)
+            run_lock = self._agent_lock = claim_run(
+                ctx.files.dir,
+                self.lock,
+                adopt=self.adopt,
+                wait_s=self.plug.takeover_wait_s if begun and not self.adopt else 0.0,
+                say=lambda text: print(text, flush=True),
+            )
+        except RunBusy as e:
+            print(f"trainctl: {e}", file=sys.stderr, flush=True)
             return 2
-        try:
-            self.lock.acquire(ctx.files.dir)
-        except JobBusy as e:
-            # An adopting agent finds the lock with the holder of the trainer it adopts.
-            if not (self.adopt and e.run_dir == str(ctx.files.dir)):
-                print(f"trainctl: {e}", file=sys.stderr, flush=True)
-                os.close(agent_lock)
-                return 2
         if self.on_locked is not None:
             self.on_locked()
         self._kept = _small_files(ctx.files.dir)
@@ -227,7 +227,7 @@ class Agent:
                 await loop.run_in_executor(None, self.alerts.close)
             ctx.journal.close()
             self.lock.release()
-            os.close(agent_lock)
+            os.close(run_lock)
             for fd in self._more_locks:
                 os.close(fd)
 
@@ -275,7 +275,7 @@ class Agent:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
         self._write_info()
-        if (lock := _agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
+        if (lock := agent_lock(files.dir, wait_s=0)) is not None:  # one agent per directory, still
             self._more_locks.append(lock)
         return True
 
@@ -458,27 +458,6 @@ def _alert_sink(ctx: RunContext, on_warning):
         spec.job_name, spec.host, conf.get("attach") or f"trainctl attach {ctx.files.dir}", on
     )
     return AlertSink(conf["urls"], policy, on_warning=on_warning)
-
-
-def _agent_lock(run_dir: Path, wait_s: float = 1.0) -> int | None:
-    """One agent per run directory: an flock on agent.lock for the agent's life (the kernel
-    drops it when the agent dies, so an adopter can take it).  None when another holds it
-    (``wait_s`` blocks: only at the agent's start, before its loop serves anything)."""
-    import fcntl
-
-    fd = os.open(run_dir / "agent.lock", os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    # Clients probe this lock for an instant (is an agent there?): tried again for a while,
-    # so a probe at the wrong moment never turns an adopting agent away.
-    deadline = time.monotonic() + wait_s
-    while True:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return fd
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                return None
-            time.sleep(0.05)
 
 
 def _quiet_repeats(loop: asyncio.AbstractEventLoop, every_s: float = 60.0):

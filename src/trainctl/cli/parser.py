@@ -31,7 +31,8 @@ EXIT_CODES = """\
        fatal finding
   2    bad usage or configuration; `ctl`: the agent refused the command; `run --slurm`:
        sbatch refused the job, or slurmctld is unreachable (one line says which)
-  3    `attach --json/--headless`: the agent is gone and its journal does not end the run
+  3    `run`, `attach` `--json/--headless`: the agent is gone and its journal does not end
+       the run (a Slurm run: its job ended before its agent went on with it)
   4    `status`, `ctl`, `attach`: the agent does not answer within a few seconds
        ("agent not responding (pid N, stopped)": stopped or wedged)
   5    `run`, `agent`: the agent could not go on supervising (a part of it kept failing;

@@ -45,28 +45,35 @@ class AgentNotResponding(AgentUnavailable):
     exit_code = 4  # `trainctl status`, `ctl`, `attach --json`, `bridge`
 
 
-def agent_process(run_dir: Path | str) -> str:
-    """What <run_dir>/agent.json's pid is now: "pid N, stopped" (psutil's status), "pid N
-    is gone", or "no agent.json".  A pid whose process began after the agent wrote
-    agent.json is another process that got the number: gone too."""
+@dataclass(frozen=True)
+class AgentProcess:
+    """What <run_dir>/agent.json's pid is now."""
+
+    text: str  # "pid N, stopped" (psutil's status), "pid N is gone", "no agent.json"
+    gone: bool = False  # no such process now: ended (a zombie too), or its number reused
+
+
+def agent_process(run_dir: Path | str) -> AgentProcess:
+    """What <run_dir>/agent.json's pid is now.  A pid whose process began after the agent
+    wrote agent.json is another process that got the number: gone too."""
     try:
         info = json.loads(read_private(RunFiles(run_dir).info))
         pid = int(info["pid"])
     except (OSError, ValueError, KeyError, TypeError):
-        return "no agent.json"
+        return AgentProcess("no agent.json")
     try:
         proc = psutil.Process(pid)
         status = proc.status()
         started = info.get("started")
         if isinstance(started, (int, float)) and proc.create_time() > started + 2.0:
-            return f"pid {pid} is gone; another process has its number"
+            return AgentProcess(f"pid {pid} is gone; another process has its number", gone=True)
     except psutil.NoSuchProcess:
-        return f"pid {pid} is gone"
+        return AgentProcess(f"pid {pid} is gone", gone=True)
     except psutil.Error as e:
-        return f"pid {pid}, {type(e).__name__}"
+        return AgentProcess(f"pid {pid}, {type(e).__name__}")
     if status == psutil.STATUS_ZOMBIE:
-        return f"pid {pid} is gone (a zombie)"
-    return f"pid {pid}, {status}"
+        return AgentProcess(f"pid {pid} is gone (a zombie)", gone=True)
+    return AgentProcess(f"pid {pid}, {status}")
 
 
 SOCKET_REMADE_S = 5.0  # how long a client waits for a live agent's deleted socket to come back
@@ -101,11 +108,13 @@ class UnixTransport:
         self.sock_path = Path(sock_path)
         self.journal_fallback = journal_fallback
 
-    def not_responding(self, what: str) -> str:
-        return (
-            f"agent not responding ({agent_process(self.sock_path.parent)}): {what} from "
-            f"{self.sock_path.parent}"
-        )
+    def not_responding(self, what: str) -> AgentUnavailable:
+        """No hello in time: a stopped or wedged agent; or one that ended meanwhile (its
+        socket accepted before it died, a frozen node's killed at last): a lost connection."""
+        agent = agent_process(self.sock_path.parent)
+        if agent.gone:
+            return AgentUnavailable(f"the agent ({agent.text}) ended before it answered: {what}")
+        return AgentNotResponding(f"agent not responding ({agent.text}): {what} from {self.sock_path.parent}")
 
     async def open(self):
         loop = asyncio.get_running_loop()
@@ -151,13 +160,11 @@ class AgentClient:
         self.last_seq = -1
         self.hello_info: dict = {}
 
-    def _not_responding(self, what: str) -> AgentNotResponding:
+    def _not_responding(self, what: str) -> AgentUnavailable:
         describe = getattr(self.transport, "not_responding", None)
-        return AgentNotResponding(
-            describe(what)
-            if describe is not None
-            else f"agent not responding: {what} from {self.transport.describe()}"
-        )
+        if describe is not None:
+            return describe(what)
+        return AgentNotResponding(f"agent not responding: {what} from {self.transport.describe()}")
 
     async def connect(self, since: int = 0, snapshot: bool | str = False, tail: int | None = None) -> dict:
         """Open, say hello, read the agent's hello: all within ``hello_timeout``, else

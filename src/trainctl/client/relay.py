@@ -26,7 +26,7 @@ def relay(run_dir: str) -> int:
     sock = RunFiles(run_dir).sock
 
     def not_responding(what: str) -> int:
-        error = UnixTransport(sock).not_responding(what)
+        error = str(UnixTransport(sock).not_responding(what))
         print(f"trainctl bridge: {error}", file=sys.stderr)
         sys.stdout.buffer.write((json.dumps({"op": "hello", "ok": False, "error": error}) + "\n").encode())
         sys.stdout.buffer.flush()

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shlex
 import signal
 import statistics
 import time
@@ -39,6 +38,9 @@ WHY_TIMEOUT_S = 10.0
 INFO_RETRY_S, INFO_RETRIES = 15.0, 40  # the job's time limit asked again for 10 min
 NODE_WATCH_S = 2.0  # how often a node reads the other nodes' journals
 NODE_GRACE_S = 30.0  # a node still running this long after the lead FINISHED is stopped
+# a job started again after its node failed: how long the dead node's processes may still
+# hold the run's locks (frozen or ending; a lock on shared storage until the server's lease ends)
+TAKEOVER_WAIT_S = 120.0
 
 
 class SlurmPart(AgentPlug):
@@ -46,6 +48,7 @@ class SlurmPart(AgentPlug):
 
     name = "slurm"
     takes_over_begun = True  # a next job's agent goes on with the run an earlier job began
+    takeover_wait_s = TAKEOVER_WAIT_S  # a requeued job's node may have died holding them
 
     def __init__(self, node: slurm_nodes.NodePlace | None = None) -> None:
         self.node = node  # its place in a job of several nodes
@@ -477,7 +480,7 @@ class SlurmPart(AgentPlug):
                 queued=(lambda: slurm.queued_after(self.job_id, name)) if self.job_id else None,
             )
         except slurm.SlurmUnreachable as e:
-            by_hand = shlex.join(slurm.sbatch_argv(self.cfg, ctx.files.dir, name, self.cfg.get("warn")))
+            by_hand = slurm.sbatch_by_hand(self.cfg, ctx.files.dir, name)
             ctx.set_state(
                 RunState.PENDING,
                 (

@@ -7,6 +7,7 @@ of its jobs (BetweenJobs: PENDING with squeue's reason), each through the Slurm 
 from __future__ import annotations
 
 import asyncio
+import shlex
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,16 +85,41 @@ class BetweenJobs:
             return True
         if run_ended(self.run_dir):  # the agent's last events came after our look
             return True
+        self.say(self._ended_without_agent(job, info, hello.get("state")))
+        return False
+
+    def _ended_without_agent(self, job: str, info, last: str | None) -> str:
+        """The job that was to carry the run ended before its agent went on with it: nothing
+        supervises the run now, whatever its journal's last state; where to look, how to go on."""
+        from trainctl.hosts.here import self_command
+        from trainctl.hosts.slurm import queue as slurm
+
         state = info.state if info else "gone from the queue"
         ended = (
-            "cancelled outside trainctl (scancel by someone else?)"
+            "was cancelled outside trainctl (scancel by someone else?)"
             if state.startswith("CANCELLED")
             else f"ended ({state})"
         )
-        self.say(
-            f"Slurm job {job} {ended} before its agent went on with the run; the run is {hello.get('state')}"
+        run_dir = shlex.quote(str(self.run_dir))
+        return (
+            f"Slurm job {job} {ended} before its agent went on with the run: no agent supervises "
+            f"the run now (its journal's last state, {last}, is an earlier agent's); why: "
+            f"{slurm.job_output(self.run_dir, job)}; where the run was: `{self_command()} attach "
+            f"{run_dir}`{self._go_on()}"
         )
-        return False
+
+    def _go_on(self) -> str:
+        """How the user goes on with the run: its next job submitted by hand (from the run's spec)."""
+        from trainctl.hosts.slurm import queue as slurm
+        from trainctl.store.paths import RunFiles
+        from trainctl.store.spec import RunSpec
+
+        try:
+            spec = RunSpec.load(RunFiles(self.run_dir).spec)
+        except (OSError, ValueError):
+            return ""
+        by_hand = slurm.sbatch_by_hand(dict(spec.slurm or {}), self.run_dir, slurm.job_name(spec.job_name))
+        return f"; to go on with it: `{by_hand}`"
 
     def _say(self, text: str) -> None:
         if text != self.last:

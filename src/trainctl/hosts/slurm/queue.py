@@ -146,6 +146,20 @@ def job_name(run_job: str) -> str:
     return f"trainctl-{run_job}"
 
 
+JOB_OUTPUT = "slurm-%j.out"  # a job's own output in its run directory (sbatch --output)
+
+
+def job_output(run_dir: Path, job_id: str) -> Path:
+    """The job's own output: its agents' (each start of it appended), Slurm's own lines."""
+    return Path(run_dir) / JOB_OUTPUT.replace("%j", job_id)
+
+
+def sbatch_by_hand(cfg: dict[str, Any], run_dir: Path, job_name: str) -> str:
+    """The sbatch command that submits a run's next job by hand (no dependency): its agent
+    goes on with the run from its last good checkpoint, and joins slurm.json."""
+    return shlex.join(sbatch_argv(cfg, run_dir, job_name, cfg.get("warn")))
+
+
 def sbatch_argv(
     cfg: dict[str, Any], run_dir: Path, job_name: str, warn_s: int | None, dependency: str | None = None
 ) -> list[str]:
@@ -156,7 +170,7 @@ def sbatch_argv(
         "sbatch",
         "--parsable",
         f"--job-name={job_name}",
-        f"--output={run_dir}/slurm-%j.out",
+        f"--output={run_dir}/{JOB_OUTPUT}",
         "--open-mode=append",
         f"--chdir={run_dir}",
         "--requeue",
