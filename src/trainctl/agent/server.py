@@ -2,7 +2,9 @@
 and send commands.  Protocol: docs/internals.md.
 
 Nothing a client does can hold the agent: a client that never says hello is closed after
-HELLO_TIMEOUT_S; each client's backlog is bounded in bytes, and one that falls behind
+HELLO_TIMEOUT_S; a connection that would leave the agent fewer than FD_RESERVE free file
+descriptors (its own restarts, diagnoses and journal need them) is refused at once with a
+hello that says why; each client's backlog is bounded in bytes, and one that falls behind
 (stops reading) is dropped with a reason and catches up from the journal by seq when it
 comes back; requests are bounded in size and checked in type.
 """
@@ -14,6 +16,8 @@ import contextlib
 import itertools
 import json
 import os
+import resource
+import socket
 from collections import deque
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -28,6 +32,8 @@ CLIENT_BACKLOG_MAX = 8 << 20  # bytes waiting for one client
 SEND_TIMEOUT_S = 10.0  # a client that takes no bytes for this long is dropped
 REPLAY_CHUNK = 2000
 ACCEPT_BACKLOG = 1024  # clients connecting in one instant (the kernel caps it at somaxconn)
+FD_RESERVE = 24  # descriptors no client may take: a restart, a diagnosis, the journal need them
+ACCEPT_RETRY_S = 0.5  # after an accept failed for want of descriptors
 
 
 class _Client:
@@ -76,7 +82,10 @@ class ClientServer:
         self.command = command
         self.snapshot = snapshot
         self.clients: set[_Client] = set()
-        self._server: asyncio.base_events.Server | None = None
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task | None = None
+        self._tasks: set[asyncio.Task] = set()  # one per connection being served
+        self._connections = 0
         self._ino: int | None = None  # the socket file's, to see it deleted or replaced
 
     # the bus sink: every event to every client
@@ -91,33 +100,89 @@ class ClientServer:
         sock = self.sock_path
         if sock.exists() or sock.is_symlink():
             sock.unlink()
+        listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         old = os.umask(0o177)
         try:
-            self._server = await asyncio.start_unix_server(
-                self._serve, path=str(sock), limit=REQUEST_MAX, backlog=ACCEPT_BACKLOG
-            )
+            listener.bind(str(sock))
+        except OSError:
+            listener.close()
+            raise
         finally:
             os.umask(old)
         os.chmod(sock, 0o600)
+        listener.listen(ACCEPT_BACKLOG)
+        listener.setblocking(False)
         self._ino = os.stat(sock).st_ino
+        self._listener = listener
+        self._acceptor = asyncio.create_task(self._accept(listener))
+
+    async def _accept(self, listener: socket.socket) -> None:
+        """One connection at a time: each is served, or refused and closed before the next
+        is taken, so idle connections never use up the descriptors the agent's own work needs."""
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                conn, _ = await loop.sock_accept(listener)
+            except OSError:  # EMFILE/ENFILE: the descriptors are taken, by the agent's own work
+                await asyncio.sleep(ACCEPT_RETRY_S)
+                continue
+            if (why := self._no_room()) is not None:
+                _refuse(conn, why)
+                continue
+            self._connections += 1
+            task = asyncio.create_task(self._open(conn))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    def _no_room(self) -> str | None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        try:
+            in_use = len(os.listdir("/proc/self/fd"))
+        except OSError:
+            in_use = soft  # not even one descriptor to list them with
+        if soft != resource.RLIM_INFINITY and in_use + FD_RESERVE > soft:
+            return (
+                f"the agent has {in_use} of its {soft} file descriptors open and keeps {FD_RESERVE} "
+                f"for its own work; it serves {self._connections} connections: try again when one closes"
+            )
+        return None
+
+    async def _open(self, conn: socket.socket) -> None:
+        try:
+            try:
+                reader, writer = await asyncio.open_unix_connection(sock=conn, limit=REQUEST_MAX)
+            except OSError:
+                conn.close()
+                return
+            await self._serve(reader, writer)
+        finally:
+            self._connections -= 1
+
+    def _stop_listening(self) -> None:
+        if self._acceptor is not None:
+            self._acceptor.cancel()
+            self._acceptor = None
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
 
     async def keep_listening(self) -> bool:
         """The socket file deleted (or replaced) while the agent runs: listen on a new one
         (clients connected meanwhile stay).  True when it had to."""
-        if self._server is None:
+        if self._listener is None:
             return False
         try:
             if os.stat(self.sock_path).st_ino == self._ino:
                 return False
         except FileNotFoundError:
             pass
-        self._server.close()  # the old listener only: no client can reach it any more
+        self._stop_listening()  # the old listener only: no client can reach it any more
         await self.start()
         return True
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        if self._listener is not None:
+            self._stop_listening()
             await asyncio.sleep(0.2)  # let clients read the last events
             for client in list(self.clients):
                 client.drop("the agent has ended")
@@ -212,6 +277,14 @@ class ClientServer:
                         ).encode()
                     )
             writer.close()
+
+
+def _refuse(conn: socket.socket, why: str) -> None:
+    """A hello that says no (the client raises it as the agent not answering), then close."""
+    with contextlib.suppress(OSError):
+        conn.setblocking(False)
+        conn.send(_encode_line({"op": "hello", "ok": False, "live": True, "error": why}))
+    conn.close()
 
 
 def _chunk(lines) -> bytes:
