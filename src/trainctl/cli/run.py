@@ -43,6 +43,8 @@ def _forwarded_options(args) -> list[str]:
         out += ["--node-rank", str(args.node_rank)]
     for r in args.resume_arg or []:
         out += ["--resume-arg", r]
+    for glob in getattr(args, "checkpoints", None) or []:
+        out += ["--checkpoints", glob]
     if args.no_auto_recover:
         out.append("--no-auto-recover")
     if getattr(args, "no_instrument", False):

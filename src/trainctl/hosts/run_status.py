@@ -91,6 +91,8 @@ def _from_run_dir(run_dir: Path, code: int, agent: str, host) -> tuple[dict, str
     if view.progress is not None:
         status["progress"] = E.to_dict(view.progress)
     status["save_dir"] = view.save_dir
+    if view.resumed is not None:
+        status["resumed"] = view.resumed
     status["goodput"] = view.goodput.totals()  # no agent: up to the journal's last event
     if view.ranks:
         from trainctl.agent.handlers import rank_status
