@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from trainctl.core import events as E
+from trainctl.core.checkpoint_names import SCRIPT_KIND
 from trainctl.store.checkpoint_accept import accept_script_checkpoint
 from trainctl.store.checkpoint_copy import keep_copy
 from trainctl.store.journal import read_events
@@ -54,22 +55,27 @@ class Kept:
         }
 
 
+def _journaled(files: RunFiles) -> tuple[dict[str, str], set[str]]:
+    """(the copies earlier restarts kept that are still there -> the file each is of,
+    newest first; the checkpoints found on disk, written by the script)."""
+    copies: dict[str, str] = {}
+    written: set[str] = set()
+    try:
+        events = list(read_events(files.events))
+    except OSError:
+        return copies, written
+    for ev in reversed(events):
+        if isinstance(ev, E.Restart) and ev.resume_copy and ev.resume_source:
+            if os.path.exists(ev.resume_copy):
+                copies.setdefault(ev.resume_copy, ev.resume_source)
+        elif isinstance(ev, E.Checkpoint) and ev.kind == SCRIPT_KIND:
+            written.add(ev.path)
+    return copies, written
+
+
 def kept_copies(files: RunFiles) -> dict[str, str]:
     """The copies earlier restarts kept that are still there -> the file each is of, newest first."""
-    out: dict[str, str] = {}
-    try:
-        events = read_events(files.events)
-    except OSError:
-        return out
-    for ev in reversed(list(events)):
-        if (
-            isinstance(ev, E.Restart)
-            and ev.resume_copy
-            and ev.resume_source
-            and os.path.exists(ev.resume_copy)
-        ):
-            out.setdefault(ev.resume_copy, ev.resume_source)
-    return out
+    return _journaled(files)[0]
 
 
 def _same(a: Path, b: Path) -> bool:
@@ -103,7 +109,9 @@ def keep_for_restart(spec: RunSpec, files: RunFiles, chosen: str | None, attempt
     path = Path(chosen) if os.path.isabs(chosen) else Path(spec.cwd) / chosen
     placeholder = any("{checkpoint}" in a for a in spec.resume_args)
     age = _age(path)
-    earlier = kept_copies(files)
+    earlier, written = _journaled(files)
+    if str(path) not in written and not path.is_relative_to(files.dir):
+        return Kept(chosen)  # one the trainer reported (its own, or a rescue save): as it is
     if path.is_relative_to(files.dir):  # a copy an earlier restart kept (its file is gone or torn)
         source = earlier.get(str(path))
         note = f"resuming from the copy {path} of {source}: the script's own file is gone or no longer whole"

@@ -18,12 +18,11 @@ from pathlib import Path
 
 from trainctl.agent.context import RunContext
 from trainctl.core import events as E
-from trainctl.core.checkpoint_names import CheckpointNames, skipped_folder
+from trainctl.core.checkpoint_names import SCRIPT_KIND, CheckpointNames, skipped_folder
 from trainctl.store.checkpoint_accept import accept_script_checkpoint
 from trainctl.store.checkpoint_verify import Verdict
 from trainctl.system.inotify import TreeWatch
 
-SCRIPT_KIND = "script"  # the ``kind`` of a checkpoint event for a checkpoint found on disk
 SETTLE_S = 1.0  # a checkpoint is checked once nothing was written to it for this long
 INFO_KEY = "checkpoints.watch"
 Position = Callable[[], "E.Progress | None"]

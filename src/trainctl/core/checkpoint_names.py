@@ -9,6 +9,7 @@ import re
 from collections.abc import Sequence
 from fnmatch import fnmatchcase
 
+SCRIPT_KIND = "script"  # the ``kind`` of a checkpoint event for a checkpoint found on disk
 CHECKPOINT_SUFFIXES = (".pt", ".pth", ".pth.tar", ".ckpt", ".safetensors")
 CHECKPOINT_FOLDER = re.compile(r"(checkpoint|ckpt|step|global_step)[-_]?\d+")
 # Folders never looked into: tools' and environments' own (a venv's thousands of folders)

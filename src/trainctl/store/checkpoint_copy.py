@@ -40,6 +40,8 @@ def keep_copy(src: Path, dest: Path) -> str:
     """Copy the checkpoint file or folder ``src`` to ``dest`` (which must not exist);
     returns how: "reflink", "copy" or "reflink + copy" (a folder's files went both ways).
     An OSError leaves nothing at ``dest``."""
+    if os.path.lexists(dest):
+        raise FileExistsError(errno.EEXIST, "already there", str(dest))
     dest.parent.mkdir(parents=True, exist_ok=True)
     ways: set[bool] = set()
     if src.is_dir():
