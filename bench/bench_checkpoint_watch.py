@@ -46,8 +46,8 @@ def agent_cpu(proc: psutil.Process) -> float:
     total = 0.0
     for p in [proc, *proc.children(recursive=True)]:
         try:
-            if "time.sleep" in " ".join(p.cmdline()):
-                continue  # the trainer
+            if p.cmdline()[1:2] == ["-c"]:
+                continue  # the trainer (the agent's own argv holds its code too)
             t = p.cpu_times()
             total += t.user + t.system
         except psutil.Error:
@@ -59,8 +59,8 @@ def run(cwd: Path, seconds: float, run_dir: Path) -> dict:
     cmd = [sys.executable, "-m", "trainctl", "run", "--json", "--run-dir", str(run_dir), "--no-spare"]
     cmd += ["--", sys.executable, "-c", SLEEP.format(s=seconds)]
     proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    ps = psutil.Process(proc.pid)  # `run --json`: the agent itself
     time.sleep(5)  # started, the tree walked
-    ps = psutil.Process(json.loads((run_dir / "agent.json").read_text())["pid"])  # the agent: not our child
     c0, t0 = agent_cpu(ps), time.monotonic()
     time.sleep(seconds - 6)
     c1, t1 = agent_cpu(ps), time.monotonic()
