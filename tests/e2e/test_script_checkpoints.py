@@ -86,6 +86,8 @@ def test_a_script_saving_out_ckpt_pt_resumes_with_its_own_flag_and_keeps_its_che
     assert status["resumed"]["source"] == str(ckpt) and status["resumed"]["from"] == copy, status
     text = run_trainctl(["status", str(res.run_dir)], timeout=30).stdout
     assert f"resumed from the copy {copy} of {ckpt}" in text, text
+    md = run_trainctl(["report", str(res.run_dir), "--md", "--stdout"], timeout=60).stdout
+    assert f"resumed from the copy {copy} of {ckpt}" in md, md
 
 
 @pytest.mark.timeout(90)
