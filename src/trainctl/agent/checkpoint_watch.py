@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainctl.agent.context import RunContext
+from trainctl.agent.launch import INTEGRATION_RESUME, integration_of
 from trainctl.core import events as E
 from trainctl.core.checkpoint_names import SCRIPT_KIND, CheckpointNames, skipped_folder
 from trainctl.store.checkpoint_accept import accept_script_checkpoint
@@ -125,8 +126,8 @@ class CheckpointWatch:
 
     def _settled(self, path: str) -> None:
         self.timers.pop(path, None)
-        if path in self.reported:
-            return  # the trainer said it itself (an integration, the report API)
+        if path in self.reported or integration_of(self.ctx.files) in INTEGRATION_RESUME:
+            return  # the trainer said it itself (the report API), or a library's integration does
         task = asyncio.ensure_future(self._journal(path))
         task.add_done_callback(lambda t: t.cancelled() or t.exception())
 
