@@ -344,3 +344,24 @@ def test_the_cli_refuses_a_hostile_resume_file_with_exit_2(tmp_path):
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     assert f"imports {name}" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert not marker.exists()
+
+
+def test_a_checkpoint_a_script_wrote_itself_is_refused_when_its_pickle_runs_code(tmp_path):
+    """The watch, the copy before a restart and the command's resume rule accept a script's
+    own checkpoint through one place: a file whose pickle runs code is BAD there, its
+    global named, and never given to the script; the user's trust lets it through."""
+    from trainctl.store.checkpoint_accept import accept_script_checkpoint
+
+    hostile = hostile_files(tmp_path)  # its own: the control test above runs the shared ones
+    for path, name, marker in hostile:
+        verdict = accept_script_checkpoint(path)
+        assert not verdict.usable and f"imports {name}" in verdict.detail, (path.name, verdict)
+        assert not marker.exists()
+    folder = tmp_path / "checkpoint-3"
+    folder.mkdir()
+    (folder / "model.pt").write_bytes(hostile[1][0].read_bytes())
+    assert not accept_script_checkpoint(folder).usable
+    good = plain_loop_checkpoint(tmp_path / "good.pt", "Adam")
+    assert accept_script_checkpoint(good).usable
+    nested = next(p for p, _n, _m in hostile if p.name == "nested.pt")
+    assert accept_script_checkpoint(nested, trusted={os.path.realpath(nested)}).usable

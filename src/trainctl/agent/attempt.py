@@ -17,6 +17,8 @@ import shutil
 import signal
 from collections.abc import Callable
 
+from trainctl.agent.checkpoint_keep import INFO_KEY as KEPT_KEY
+from trainctl.agent.checkpoint_keep import Kept, keep_for_restart
 from trainctl.agent.context import RunContext
 from trainctl.agent.intake import Intake
 from trainctl.agent.launch import runner_for, trainer_env
@@ -147,11 +149,18 @@ class AttemptLoop:
                 await self.fail(decision.reason, outcome)
                 return exit_code(RunState.FAILED)
             preset = asked.take_next(decision.preset)
-            resume_from = await self.find_resume()
+            kept = await self.keep_resume(await self.find_resume())
+            resume_from = kept.resume_from
             ctx.set_state(RunState.BACKOFF, decision.reason)
             ctx.emit(
                 E.Restart(
-                    ctx.clock(), ctx.facts.attempt + 1, decision.reason, preset, resume_from, decision.delay_s
+                    ctx.clock(),
+                    ctx.facts.attempt + 1,
+                    decision.reason,
+                    preset,
+                    resume_from,
+                    decision.delay_s,
+                    **kept.restart_fields(ctx.projector.redone_since_checkpoint()),
                 )
             )
             if (code := await self.backoff(decision.delay_s, preset)) is not None:
@@ -251,6 +260,18 @@ class AttemptLoop:
         finally:
             for text, key in said:
                 self.ctx.info(text, key)
+
+    async def keep_resume(self, chosen: str | None) -> Kept:
+        """A command's restart: a copy of the checkpoint it resumes from (agent/checkpoint_keep.py)."""
+        ctx = self.ctx
+        if ctx.spec.kind not in ("command", "torchrun") or chosen is None:
+            return Kept(chosen)
+        kept = await asyncio.get_running_loop().run_in_executor(
+            None, keep_for_restart, ctx.spec, ctx.files, chosen, ctx.facts.attempt + 1
+        )
+        for text in kept.said:
+            ctx.info(text, KEPT_KEY)
+        return kept
 
     def command(self, preset_name: str | None, resume_from: str | None) -> tuple[list[str], dict[str, str]]:
         ctx = self.ctx

@@ -19,6 +19,7 @@ class CommandHandlers:
         self.intake = intake
         self.stopper = stopper
         self.goodput: Callable[[float], dict | None] = lambda now: None  # the snapshot keeper's
+        self.resumed: Callable[[], dict | None] = lambda: None  # likewise: the last restart's resume
         self.handlers = {name: getattr(self, f"cmd_{name}") for name in COMMANDS}
 
     async def __call__(self, name: object, args: object) -> dict:
@@ -50,6 +51,8 @@ class CommandHandlers:
         }
         if (goodput := self.goodput(self.ctx.clock())) is not None:
             out["goodput"] = goodput
+        if (resumed := self.resumed()) is not None:
+            out["resumed"] = resumed
         if self.intake.last_progress is not None:
             out["progress"] = E.to_dict(self.intake.last_progress)
         if self.ctx.ladder is not None:  # "rung A2 (2 of 3), stable 14 m, next step up after ..."

@@ -58,7 +58,9 @@ class RunnerKind:
 
 class CommandRunner(RunnerKind):
     """Any command (generic mode): the preset reaches it through env and ``args``; a restart
-    appends ``--resume-arg`` values ({checkpoint} replaced by the last good checkpoint).
+    from a good checkpoint (reported, or written by the script and found on disk:
+    agent/checkpoint_watch.py) appends ``--resume-arg`` values ({checkpoint} replaced by
+    it); with none, the restart starts over without them.
 
     A Python command gets the zero-code integrations (src/trainctl/inside/): the bootstrap on
     its PYTHONPATH.  Once an integration said it attached (journaled info
@@ -86,27 +88,36 @@ class CommandRunner(RunnerKind):
         argv = list(spec.command) + list(preset.args if preset else ())
         if spec.instrument and integration_of(files) in INTEGRATION_RESUME:
             return argv  # the integration resumes (TRAINCTL_RESUME_FROM), not resume_args
-        needs = any("{checkpoint}" in a for a in spec.resume_args)
-        resuming = attempt > 1 or resume_from is not None
-        # A fixed resume file that resume_checkpoint refused: start over, without it.
-        refused = not needs and resume_from is None and self._fixed_file(spec) is not None
-        if resuming and spec.resume_args and (resume_from or not needs) and not refused:
-            argv += [a.replace("{checkpoint}", resume_from or "") for a in spec.resume_args]
+        # Only with a good checkpoint (resume_checkpoint's): a resume flag before the first
+        # save, or naming a file that does not load, would make the restart crash.
+        if spec.resume_args and resume_from is not None:
+            argv += [a.replace("{checkpoint}", resume_from) for a in spec.resume_args]
         return argv
 
     def resume_checkpoint(self, spec, files, last_checkpoint, on_skip, on_unverified=None):
         """Without a {checkpoint} placeholder, a resume argument that names a file is what
-        the command resumes from; else the checkpoints it reported (newest first, then the
-        --resume-from one).  The first that loads, or one that cannot be checked (said
+        the command resumes from; else the checkpoints it reported or wrote (the journal's,
+        newest first, then the --resume-from one, then the copies earlier restarts kept).  The first that loads, or one that cannot be checked (said
         through ``on_unverified``); each refused one goes to ``on_skip``."""
         rule = INTEGRATION_RESUME.get(integration_of(files) or "") if spec.instrument else None
         if rule is not None:
             return rule(spec, files, last_checkpoint, on_skip, on_unverified)
+        from trainctl.agent.checkpoint_keep import kept_copies
+        from trainctl.store.checkpoint_accept import accept_script_checkpoint
         from trainctl.store.checkpoint_verify import first_loadable
 
         fixed = None if any("{checkpoint}" in a for a in spec.resume_args) else self._fixed_file(spec)
-        candidates = [fixed] if fixed else reported_checkpoints(files, last_checkpoint, spec.resume_from)
-        verdict = first_loadable(candidates, on_skip=on_skip, base=spec.cwd)
+        candidates = (
+            [fixed]
+            if fixed
+            else [*reported_checkpoints(files, last_checkpoint, spec.resume_from), *kept_copies(files)]
+        )
+        verdict = first_loadable(
+            candidates,
+            on_skip=on_skip,
+            base=spec.cwd,
+            verify=lambda p: accept_script_checkpoint(p, spec.trusted_checkpoints),
+        )
         if verdict is None:
             return None
         if not verdict.ok and on_unverified is not None:

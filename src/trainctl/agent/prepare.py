@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from trainctl.config.kinds import checkpoint_glob_problem
 from trainctl.core.statefile import replace_with_symlink
 from trainctl.core.torchrun import is_torchrun
 from trainctl.core.usage import UsageError
@@ -103,6 +104,9 @@ def prepare_run(args, note: Note) -> tuple[Path, RunSpec, bool]:
 
     job, job_dir, search, preset, fallback, deadline = _inputs(args)
     resume_args = list(args.resume_arg or (job.resume_args if job else []))
+    for glob in getattr(args, "checkpoints", None) or ():
+        if (why := checkpoint_glob_problem(glob)) is not None:
+            raise UsageError(f"--checkpoints: {why}")
     kind = job.kind if job else ("torchrun" if is_torchrun(args.command_argv) else "command")
     node_rank, command = node(args, job)
     trusted = [str(Path(t).expanduser().resolve()) for t in args.trust_checkpoint]
@@ -286,6 +290,7 @@ def _spec(
         fallback=fallback.name if fallback else None,
         resume_args=resume_args,
         resume_from=resume_from,
+        checkpoints=list(getattr(args, "checkpoints", None) or (job.checkpoints if job else ())),
         stall=stall,
         max_restarts=args.max_restarts if args.max_restarts is not None else (job.max_restarts if job else 3),
         auto_recover=not args.no_auto_recover,

@@ -17,6 +17,7 @@ from trainctl import __version__
 from trainctl.agent.adopt import where_the_run_was
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
+from trainctl.agent.checkpoint_watch import CheckpointWatch
 from trainctl.agent.claim import RunBusy, agent_lock, claim_run
 from trainctl.agent.context import RunConfig, RunContext
 from trainctl.agent.handlers import CommandHandlers
@@ -87,6 +88,7 @@ class Agent:
         self.commands = CommandHandlers(ctx, self.hello, self.loop.intake, self.loop.stopper)
         self.snapshots = SnapshotKeeper(ctx.files.dir, ctx.journal, clock)
         self.commands.goodput = self.snapshots.goodput
+        self.commands.resumed = lambda: self.snapshots.view.resumed if self.snapshots.ready else None
         self.server = ClientServer(
             ctx.files.sock, ctx.journal, self.hello, self.commands, snapshot=self.snapshots.current
         )
@@ -201,6 +203,9 @@ class Agent:
         # every second would make time race ahead while an executor job runs)
         keeper = asyncio.ensure_future(self._keep_run_dir()) if self.serve else None
         kernel = self._start_kernel_log()
+        found = (
+            await CheckpointWatch.start(ctx, lambda: self.loop.intake.last_progress) if self.serve else None
+        )
         if ctx.facts.gpu_probe is None:
             from trainctl.system.gpu import detect_gpu_probe
 
@@ -218,6 +223,8 @@ class Agent:
                 keeper.cancel()
             if kernel is not None:
                 kernel.stop()
+            if found is not None:
+                found.stop()
             if self.serve:
                 await self.server.close()
             if not priming.done():

@@ -81,6 +81,14 @@ def _recovery_options(p: argparse.ArgumentParser) -> None:
         help="appended to a generic command on restart (repeatable; {checkpoint} is replaced)",
     )
     p.add_argument(
+        "--checkpoints",
+        action="append",
+        metavar="GLOB",
+        help="the files or folders a command saves its own checkpoints as, a glob from its "
+        "working directory (repeatable; a job's checkpoints; default: *.pt, *.pth, *.ckpt, "
+        "*.safetensors, checkpoint-N/ ... created or replaced during the run)",
+    )
+    p.add_argument(
         "--resume-from",
         metavar="PATH",
         help="start from this checkpoint, or from the last good checkpoint of this "

@@ -45,6 +45,8 @@ def _forwarded_options(args) -> list[str]:
         out += ["--resume-arg", r]
     for t in args.trust_checkpoint or []:  # a path on the box, as --resume-from is
         out += ["--trust-checkpoint", t]
+    for glob in getattr(args, "checkpoints", None) or []:
+        out += ["--checkpoints", glob]
     if args.no_auto_recover:
         out.append("--no-auto-recover")
     if getattr(args, "no_instrument", False):

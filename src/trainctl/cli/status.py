@@ -56,6 +56,10 @@ def cmd_status(args) -> int:
         from trainctl.core.goodput import describe
 
         print(f"        {describe(status['goodput'])}")
+    if isinstance(status.get("resumed"), dict):  # the last restart: from which checkpoint
+        from trainctl.core.resumed import resumed_phrase
+
+        print(f"restart {status['resumed'].get('attempt', '?')}: {resumed_phrase(status['resumed'])}")
     if status.get("save_dir"):  # Ultralytics' save_dir: the weights, plots and results.csv
         print(f"results {status['save_dir']}")
     if status.get("progress"):

@@ -87,6 +87,9 @@ class Job:
     #                                   a command whose Ultralytics script an integration runs
     checkpoint_auto: bool = False  # checkpoint_every = "auto": Young's interval, re-decided in the run
     instrument: bool = True  # kind command: zero-code integrations in a Python command
+    checkpoints: tuple[
+        str, ...
+    ] = ()  # command, torchrun: the script's own checkpoints (globs); (): the default
     spare: bool = True  # a warm spare interpreter for the next attempt (a Python trainer)
     # [alerts]: {"use": [names in alerts.toml], "urls": [apprise URLs], "on": [ALERT_KINDS]}
     alerts: dict[str, tuple[str, ...]] | None = None

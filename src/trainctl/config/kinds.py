@@ -145,7 +145,29 @@ def _command(
     if "instrument" in data:  # false: no zero-code integration in a Python command
         out["instrument"] = p.bool_(None, "instrument", data["instrument"]) is not False
     out.update(_checkpoint_fields(p, data))  # an integration's mid-epoch saves (Ultralytics)
+    out.update(_script_checkpoints(p, data))
     return out
+
+
+def _script_checkpoints(p: Problems, data: Mapping[str, Any]) -> dict[str, Any]:
+    """``checkpoints``: globs, from the run's working directory, of the files and folders
+    the script saves its own checkpoints as (``["out/*.pt", "output/checkpoint-*"]``);
+    absent: the ones that look like checkpoints (agent/script_checkpoints.py)."""
+    if "checkpoints" not in data:
+        return {}
+    globs = p.str_list(None, "checkpoints", data["checkpoints"]) or ()
+    for glob in globs:
+        if (why := checkpoint_glob_problem(glob)) is not None:
+            p.add(None, "checkpoints", why)
+            return {}
+    return {"checkpoints": tuple(globs)}
+
+
+def checkpoint_glob_problem(glob: str) -> str | None:
+    """Why ``glob`` is no glob of checkpoints below the run's working directory, or None."""
+    if glob.strip() and not glob.startswith(("/", "~")) and ".." not in glob.split("/"):
+        return None
+    return f'each must be a glob below the run\'s working directory, e.g. "out/*.pt" (got {show(glob)})'
 
 
 def _command_argv(p: Problems, data: Mapping[str, Any]) -> tuple[str, ...]:
@@ -212,6 +234,7 @@ def _torchrun(
     (``rdzv_backend``, ``rdzv_endpoint``: required for several nodes, ``rdzv_id``) and the
     ``python`` that runs ``-m torch.distributed.run``; ``resume_args`` as for a command."""
     resume_args = _resume_args(p, data["resume_args"]) if "resume_args" in data else ()
+    found = _script_checkpoints(p, data)
     if table is None:
         if "torchrun" not in data:
             p.add(
@@ -219,7 +242,7 @@ def _torchrun(
                 None,
                 'required for kind = "torchrun": a section with script = "train.py" and nproc_per_node = N',
             )
-        return {"resume_args": resume_args}
+        return {"resume_args": resume_args, **found}
     sec = "torchrun"
     p.unknown(sec, table, _TORCHRUN_KEYS)
     out: dict[str, Any] = {
@@ -255,7 +278,7 @@ def _torchrun(
         )
     ready = "script" in out and (out["nnodes"] == 1 or "rdzv_endpoint" in out)
     command = torchrun_command(out) if ready else ()
-    return {"command": command, "resume_args": resume_args, "settings": out}
+    return {"command": command, "resume_args": resume_args, "settings": out, **found}
 
 
 def torchrun_command(settings: Mapping[str, Any], node_rank: int | None = None) -> tuple[str, ...]:
@@ -295,12 +318,15 @@ JOB_TABLES: dict[str, JobTable] = {
         hints={
             "command": "; use [ultralytics] model and data",
             "resume_args": " (Ultralytics runs resume natively)",
+            "checkpoints": " (the Ultralytics runner keeps its own checkpoints)",
         },
     ),
-    "command": JobTable(_command, keys=("command", "resume_args", "instrument", "checkpoint_every")),
+    "command": JobTable(
+        _command, keys=("command", "resume_args", "instrument", "checkpoint_every", "checkpoints")
+    ),
     "torchrun": JobTable(
         _torchrun,
-        keys=("resume_args",),
+        keys=("resume_args", "checkpoints"),
         section="torchrun",
         hints={"command": "; use [torchrun] script and args"},
     ),

@@ -131,6 +131,13 @@ class Restart(Event):
     preset: str | None
     resume_from: str | None = None
     delay_s: float = 0.0
+    # A checkpoint the script wrote itself (agent/checkpoint_keep.py): the file, trainctl's
+    # copy of it in the run directory (resume_from is one of the two), its age when the
+    # restart was decided, and the batches done since it that the next attempt does again.
+    resume_source: str | None = None
+    resume_copy: str | None = None
+    resume_age_s: float | None = None
+    resume_redone: int | None = None
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ import time
 
 from trainctl.core import events as E
 from trainctl.core.projection_text import format_money, humanize_duration, rate_phrase, signed_duration
+from trainctl.core.resumed import resumed, resumed_phrase
 from trainctl.core.sanitize import sanitize_text
 
 
@@ -73,6 +74,8 @@ def _format(ev: E.Event) -> str | None:
             )
         case E.Restart():
             frm = f" from {ev.resume_from}" if ev.resume_from else ""
+            if ev.resume_source:  # a checkpoint the script wrote: which file, its age, what is redone
+                frm = f"; {resumed_phrase(resumed(ev))}"
             return (
                 f"{t} RESTART attempt {ev.attempt} with preset {ev.preset or '-'}{frm} "
                 f"in {ev.delay_s:.1f}s: {ev.reason}"

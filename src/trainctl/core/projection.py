@@ -236,6 +236,12 @@ class Projector(WhatIf):
         _ts, epoch, batch, _kind = self._ckpt
         return (epoch - 1) * self._batches + batch if batch is not None else epoch * self._batches
 
+    def redone_since_checkpoint(self) -> int | None:
+        """The batches done past the last good checkpoint (a restart from it does them
+        again); None: no checkpoint with a position, or no batch count."""
+        view = self._checkpoint_view()
+        return None if view is None else view["lose"]
+
     def _checkpoint_view(self) -> dict[str, Any] | None:
         if self._ckpt is None:
             return None

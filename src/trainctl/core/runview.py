@@ -24,6 +24,7 @@ from typing import Any, cast
 
 from trainctl.core import events as ev
 from trainctl.core.goodput import Goodput
+from trainctl.core.resumed import resumed, resumed_phrase
 from trainctl.core.sanitize import sanitize
 from trainctl.core.series import CHART_POINTS, Series
 
@@ -91,6 +92,7 @@ class RunView:
         self.lead_rank: int | None = None  # the lowest rank: its progress drives the chart
         self.stuck_ranks: tuple[int, ...] = ()  # the culprits of this attempt's stall
         self.save_dir: str | None = None  # where the library writes its results (Ultralytics)
+        self.resumed: dict[str, Any] | None = None  # the last restart's resume (core/resumed.py)
         self.goodput = Goodput()  # the wall time by bucket (core/goodput.py)
         self.last_seq = -1
         self.events_seen = 0
@@ -254,7 +256,9 @@ class RunView:
         self.restarts.append((self.x, label))
         if len(self.restarts) > MARKS_KEEP:
             del self.restarts[:-MARKS_KEEP]
-        self._incident(e.ts, "restart", sanitize(f"{label}: {e.reason}"))
+        self.resumed = resumed(e)
+        frm = f"; {resumed_phrase(self.resumed)}" if e.resume_from else ""
+        self._incident(e.ts, "restart", sanitize(f"{label}: {e.reason}{frm}"))
         self.preset = e.preset or self.preset
         self.chart_version += 1
 
@@ -377,6 +381,7 @@ class RunView:
             "lead_rank": self.lead_rank,
             "stuck_ranks": list(self.stuck_ranks),
             "save_dir": self.save_dir,
+            "resumed": self.resumed,
             "goodput": self.goodput.to_dict(),
             "last_seq": self.last_seq,
             "events_seen": self.events_seen,
@@ -456,6 +461,15 @@ class RunView:
         self.projection = event(d["projection"], ev.Projection)
         self.exit = event(d["exit"], ev.Exit)
         self.save_dir = opt(d.get("save_dir"))  # absent in snapshots from before it
+        was = d.get("resumed")  # likewise
+        self.resumed = (
+            None
+            if was is None
+            else {
+                text(k): v if isinstance(v, (int, float)) or v is None else text(v)
+                for k, v in dict(was).items()
+            }
+        )
         self.goodput = Goodput()
         self.goodput.load_dict(d["goodput"])  # absent in older snapshots: folded again
         rows = [

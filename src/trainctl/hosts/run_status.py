@@ -92,6 +92,8 @@ def _from_run_dir(run_dir: Path, code: int, agent: str, host) -> tuple[dict, str
         status["progress"] = E.to_dict(view.progress)
     status["save_dir"] = view.save_dir
     status["env"] = list(view.env)  # the trainer's variables' names, never their values
+    if view.resumed is not None:
+        status["resumed"] = view.resumed
     status["goodput"] = view.goodput.totals()  # no agent: up to the journal's last event
     if view.unreadable:
         status["unreadable"] = view.unreadable  # journal lines skipped: not whole, well-typed events

@@ -22,6 +22,7 @@ from typing import Any
 from trainctl.client.connection import agent_holds
 from trainctl.core import events as E
 from trainctl.core.recovery import FINAL_STATES
+from trainctl.core.resumed import resumed
 from trainctl.core.sanitize import sanitize
 from trainctl.core.series import lttb
 from trainctl.store.snapshot import load_view
@@ -140,6 +141,7 @@ class _Pass:
                     "slurm_job": None,
                     "reason": e.reason,
                     "resume_from": e.resume_from,
+                    "resumed": resumed(e),
                     "restart": True,
                 }
             )

@@ -4,6 +4,7 @@ CSS: no script, no network) or as Markdown (the same numbers; tables for the cha
 from __future__ import annotations
 
 from trainctl.core.goodput import BUCKETS, describe
+from trainctl.core.resumed import resumed_phrase
 from trainctl.report.collect import Report
 from trainctl.report.svg import BUCKET_COLORS, clock, duration, esc, line_chart, stacked_bar, swatch
 
@@ -47,7 +48,13 @@ def preset_changes(r: Report) -> list[dict]:
 
 
 def _reasons(r: Report) -> dict[int, str]:
-    return {a["attempt"]: a["reason"] for a in r.attempts if a.get("restart")}
+    """Each restart's reason, and where it resumed from when it did (core/resumed.py)."""
+    return {
+        a["attempt"]: a["reason"]
+        + (f"; {resumed_phrase(a['resumed'])}" if (a.get("resumed") or {}).get("from") else "")
+        for a in r.attempts
+        if a.get("restart")
+    }
 
 
 def ends(r: Report) -> list[tuple[str, str]]:

@@ -428,11 +428,12 @@ def first_loadable(
     *,
     on_skip: Callable[[Path, str], None] | None = None,
     base: str | os.PathLike[str] | None = None,
+    verify: Callable[[Path], Verdict] = verify_path,
 ) -> Verdict | None:
     """The first candidate (give them newest first) that is not refused: whole, or of a
     format that cannot be checked (its verdict says so).  Missing paths and repeats are
     passed over quietly; each one refused goes to ``on_skip(path, reason)``.  Relative
-    paths are taken from ``base`` (the trainer's working directory)."""
+    paths are taken from ``base`` (the trainer's working directory); ``verify`` checks one."""
     seen: set[Path] = set()
     for cand in candidates:
         if cand is None or cand == "":
@@ -443,7 +444,7 @@ def first_loadable(
         if path in seen or not path.exists():
             continue
         seen.add(path)
-        verdict = verify_path(path)
+        verdict = verify(path)
         if verdict.usable:
             return verdict
         if on_skip is not None:

@@ -19,6 +19,9 @@ class RunSpec:
     resume_args: list[str] = field(default_factory=list)
     resume_from: str | None = None  # the first attempt starts from this checkpoint
     trusted_checkpoints: list[str] = field(default_factory=list)  # --trust-checkpoint: ungated
+    checkpoints: list[str] = field(
+        default_factory=list
+    )  # the script's own checkpoints (globs); []: the default
     stall: dict[str, float] = field(
         default_factory=dict
     )  # train_timeout, startup_timeout, val_timeout, save_timeout

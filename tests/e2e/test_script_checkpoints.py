@@ -1,0 +1,114 @@
+"""A plain script that saves its own checkpoints (tests/helpers/scripts/saves_own.py: its own
+argparse ``--resume``, its own ``torch.save``, 2 DataLoader workers), run as the README says:
+trainctl finds what it writes (inotify, agent/checkpoint_watch.py), checks and journals it,
+restarts a hang without the resume flag before the first save and with it after, from a
+copy in the run directory that the script's next saves cannot change."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from tests.e2e.conftest import PYTHON, ROOT, run_trainctl
+from trainctl.core import events as E
+
+pytestmark = pytest.mark.e2e
+SAVES_OWN = ROOT / "tests" / "helpers" / "scripts" / "saves_own.py"
+
+
+def _starts(res) -> list[E.Start]:
+    return [e for e in res.events if isinstance(e, E.Start)]
+
+
+def _restarts(res) -> list[E.Restart]:
+    return [e for e in res.events if isinstance(e, E.Restart)]
+
+
+@pytest.mark.timeout(110)
+def test_a_script_saving_out_ckpt_pt_resumes_with_its_own_flag_and_keeps_its_checkpoint(tmp_path):
+    ckpt = tmp_path / "out" / "ckpt.pt"
+    res = run_trainctl(
+        [
+            "run",
+            "--json",
+            "--stall-timeout",
+            "3",
+            "--resume-arg=--resume",
+            "--resume-arg={checkpoint}",
+            "--",
+            PYTHON,
+            str(SAVES_OWN),
+            "--steps",
+            "12",
+            "--save-every",
+            "5",
+            "--step-time",
+            "0.3",
+            "--hang",
+            "1:3",  # before the first save
+            "--hang",
+            "2:8",  # after it (step 5 saved)
+        ],
+        cwd=tmp_path,
+        timeout=100,
+    )
+    assert res.returncode == 0, res.describe()
+    one, two, three = _starts(res)
+    # Attempt 2: no checkpoint yet, so no resume flag (it would crash the script).
+    assert "--resume" not in two.command, two.command
+    found = [e for e in res.events if isinstance(e, E.Checkpoint) and e.kind == "script"]
+    assert found and all(e.ok for e in found), found
+    # its position: the run's progress when the save was seen (the console is read every 0.5 s)
+    assert (
+        found[0].path == str(ckpt)
+        and 3 <= (found[0].batch or 0) <= 5
+        and "written by the script" in found[0].detail
+    )
+    first, second = _restarts(res)
+    assert first.resume_from is None and first.resume_source is None, first
+    copy = second.resume_copy
+    assert copy is not None and copy.startswith(str(res.run_dir)), second
+    assert (second.resume_source, second.resume_from) == (str(ckpt), copy), second
+    assert second.resume_age_s is not None and 0 <= second.resume_age_s < 60, second
+    assert second.resume_redone is not None and second.resume_redone >= 2, second  # steps 6, 7 (8 hung)
+    assert list(three.command[-2:]) == ["--resume", copy], three.command
+    log = (res.run_dir / "train.log").read_text()
+    assert log.count("started from scratch") == 2 and f"resumed from {copy} at step 5" in log, log
+    # The script saved out/ckpt.pt again at step 10 (the same inode, rewritten): the copy
+    # the restart resumed from is still step 5's.
+    assert torch.load(ckpt, weights_only=False)["step"] == 10
+    assert torch.load(copy, weights_only=False)["step"] == 5
+    infos = [e.text for e in res.events if isinstance(e, E.Info) and e.key.startswith("checkpoints.")]
+    assert any("inotify" in t for t in infos) and any("kept a copy" in t for t in infos), infos
+    status = json.loads(run_trainctl(["status", str(res.run_dir), "--json"], timeout=30).stdout)
+    assert status["resumed"]["source"] == str(ckpt) and status["resumed"]["from"] == copy, status
+    text = run_trainctl(["status", str(res.run_dir)], timeout=30).stdout
+    assert f"resumed from the copy {copy} of {ckpt}" in text, text
+    md = run_trainctl(["report", str(res.run_dir), "--md", "--stdout"], timeout=60).stdout
+    assert f"resumed from the copy {copy} of {ckpt}" in md, md
+
+
+@pytest.mark.timeout(90)
+def test_a_script_writing_checkpoint_folders_resumes_from_the_newest_whole_folder(tmp_path):
+    job = tmp_path / "job.toml"
+    job.write_text(
+        'kind = "command"\n'
+        f'command = ["{PYTHON}", "{SAVES_OWN}", "--folders", "--steps", "9", "--save-every", "3", '
+        '"--hang", "1:8"]\n'
+        'resume_args = ["--resume", "{checkpoint}"]\n'
+        'checkpoints = ["out/checkpoint-*"]\n'
+    )
+    res = run_trainctl(["run", "--json", "--stall-timeout", "3", str(job)], cwd=tmp_path, timeout=80)
+    assert res.returncode == 0, res.describe()
+    found = [e for e in res.events if isinstance(e, E.Checkpoint) and e.kind == "script"]
+    # each folder once, as a whole (its two files), never the files on their own
+    paths = [e.path for e in found]
+    assert paths[:2] == [str(tmp_path / "out" / f"checkpoint-{s}") for s in (3, 6)], paths
+    assert all(e.ok and "2 checkpoint files complete" in e.detail for e in found), found
+    (restart,) = _restarts(res)
+    assert restart.resume_source == str(tmp_path / "out" / "checkpoint-6"), restart
+    assert restart.resume_from == restart.resume_copy and restart.resume_copy.endswith("/checkpoint-6")
+    log = (res.run_dir / "train.log").read_text()
+    assert f"resumed from {restart.resume_copy} at step 6" in log, log
