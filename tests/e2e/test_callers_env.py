@@ -148,7 +148,11 @@ def test_an_agent_that_replaces_a_killed_one_runs_in_its_tmux_session_which_goes
         )
         panes = runs.agents.pane_pids("trainctl-adopt7")
         assert panes.get(second) is False, (second, panes)  # its pane's live command: in tmux
-        assert any(e.type == "info" and e.key == "adopt" for e in read_journal(run_dir))
+        wait_until(
+            lambda: any(e.type == "info" and e.key == "adopt" for e in read_journal(run_dir)),
+            15,
+            what="the adopting agent's word that it adopted",
+        )
         _, err = attach.communicate(timeout=60)
         assert attach.returncode == 0, err.decode()[-2000:]
         assert [e.state for e in read_journal(run_dir) if e.type == "state"][-1] == "FINISHED"

@@ -65,6 +65,7 @@ class CheckpointWatch:
         self.timers: dict[str, asyncio.TimerHandle] = {}
         self.written_at: dict[str, E.Progress | None] = {}
         self.tree: TreeWatch | None = None
+        self._said: str | None = None  # what is watched, said after the first attempt's start
         self._loop: asyncio.AbstractEventLoop | None = None
 
     @classmethod
@@ -82,21 +83,31 @@ class CheckpointWatch:
             tree = TreeWatch(self.cwd, self._skip)
             await loop.run_in_executor(None, tree.add_tree, self.cwd)
         except OSError as e:
-            self.ctx.info(f"checkpoints the script writes are not watched: {e}", INFO_KEY)
+            self._say(f"checkpoints the script writes are not watched: {e}")
             return
         self.tree = tree
         loop.add_reader(tree.fd, self._on_ready)
         what = " ".join(self.ctx.spec.checkpoints) or "the files and folders that look like checkpoints"
         limit = f"; not all: {tree.limit_hit}" if tree.limit_hit else ""
-        self.ctx.info(
-            f"watching {self.cwd} ({tree.folders} folders, inotify) for {what} the script writes{limit}",
-            INFO_KEY,
+        self._say(
+            f"watching {self.cwd} ({tree.folders} folders, inotify) for {what} the script writes{limit}"
         )
+
+    def _say(self, text: str) -> None:
+        """A run's journal begins with its first attempt's start: what the watch says at the
+        agent's start waits for it (an adopting agent's journal has begun: said at once)."""
+        if self.ctx.journal.next_seq > 0:
+            self.ctx.info(text, INFO_KEY)
+        else:
+            self._said = text
 
     def _skip(self, parent: str, name: str) -> bool:
         return skipped_folder(name) or os.path.join(parent, name) == self.run_dir
 
     def _on_journaled(self, ev: E.Event) -> None:
+        if isinstance(ev, E.Start) and self._said is not None and self._loop is not None:
+            text, self._said = self._said, None
+            self._loop.call_soon(self.ctx.info, text, INFO_KEY)  # not from inside the journal's write
         if isinstance(ev, E.Checkpoint) and ev.kind != SCRIPT_KIND and ev.path:
             self.reported.add(os.path.realpath(os.path.join(self.cwd, ev.path)))
 
