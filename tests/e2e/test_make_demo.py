@@ -1,6 +1,6 @@
 """Issue 28, item 3: `make demo` as a newcomer runs it, in a terminal (a private tmux server):
-the demo is long enough to try every key (its default length, measured from its first
-batches, not waited for), says how to make it shorter or longer, and stopping it from the
+the demo is long enough to try every key (its default length, measured from one whole
+epoch, not waited for), says how to make it shorter or longer, and stopping it from the
 dashboard (s, y, then q) ends `make` quietly: exit 0, no `Error 130`, the run said STOPPED
 (not "agent running"), and how to put `trainctl` on the PATH said at the end.
 
@@ -57,17 +57,18 @@ def test_make_demo_is_minutes_long_and_a_stop_is_no_make_error(tmux_runs):
     # Where Ultralytics writes the results: on the Progress panel's border (the job's runner)
     wait_until(lambda: "results " in screen(runs), 60, 0.2, what="the results directory on screen")
 
-    # Its length, from its own pace: the first batches (after the first few) and the epoch size.
-    def pace():
-        prog = [e for e in read_journal(run_dir) if e.type == "progress" and e.epoch == 1]
-        late = [e for e in prog if e.batch >= 3]  # the first ones wait for the workers
-        return (
-            (prog[-1], late[0], late[-1]) if len(late) >= 2 and late[-1].batch - late[0].batch >= 8 else None
-        )
+    # Its length, from its own pace: one whole epoch (its batches, its validation, its
+    # workers' start), from the first batch of epoch 2 to the first of epoch 3.
+    def epoch_starts():
+        prog = [e for e in read_journal(run_dir) if e.type == "progress" and e.epoch is not None]
+        starts = {}
+        for e in prog:
+            starts.setdefault(e.epoch, e)
+        return (starts[2], starts[3]) if 3 in starts else None
 
-    last, a, b = wait_until(pace, 180, 0.5, what="8 batches of epoch 1")
-    length_s = (b.ts - a.ts) / (b.batch - a.batch) * last.batches * last.epochs
-    print(f"make demo: {last.epochs} epochs of {last.batches} batches, about {length_s:.0f} s at this pace")
+    a, b = wait_until(epoch_starts, 180, 0.5, what="the first batch of epoch 3")
+    length_s = (b.ts - a.ts) * b.epochs
+    print(f"make demo: {b.epochs} epochs of {b.batches} batches, about {length_s:.0f} s at this pace")
     assert length_s >= 90, f"the demo would be over in {length_s:.0f} s: too short to try the keys"
 
     # A normal stop: s, confirmed, then q.  make must not call it an error.
