@@ -9,7 +9,8 @@ STAMP   = $(VENV)/.installed
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	# torch first, pinned: pip takes these files from the local disk (no CUDA download)
+	# torch first, pinned: PyPI's Linux wheel brings its CUDA libraries (about 3.2 GB in the
+	# venv, GPU or not); `pip install torch --index-url https://download.pytorch.org/whl/cpu` is the CPU-only one
 	$(VENV)/bin/pip install -q torch==2.14.1 torchvision==0.29.1
 	$(VENV)/bin/pip install -q -e '.[train,test]'
 	touch $(STAMP)

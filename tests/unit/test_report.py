@@ -151,3 +151,39 @@ def test_a_stall_said_at_detection_shows_its_later_verdict(tmp_path):
     j.close()
     (stall,) = [i for i in collect(run).incidents if i.kind == "stall"]
     assert stall.text == "no batch for 5 s in train: deadlock; a worker in futex_wait"
+
+
+def test_a_run_resumed_from_files_never_journaled_as_checkpoints_lists_them(tmp_path):
+    """A run that resumed twice (a `--resume-from` file, a rescue save) with no checkpoint
+    event: the report lists what each restart went on from, never just "none"."""
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "spec.json").write_text(json.dumps({"job_name": "loop"}))
+    j = Journal(run_dir / "events.jsonl")
+    t = 1.76e9
+    evs: list[E.Event] = [E.Start(t, 1, 10, "A"), E.Progress(t + 1, 1, 1, 5, 20, {"loss": 1.0})]
+    evs += [E.Restart(t + 10, 2, "the trainer stalled", "A", "/data/rescue-1.pt", 1.0)]
+    evs += [E.Start(t + 11, 2, 11, "A"), E.Progress(t + 12, 1, 1, 9, 20, {"loss": 0.9})]
+    evs += [E.Restart(t + 20, 3, "the trainer stalled", "B", "/data/rescue-2.pt", 1.0)]
+    evs += [
+        E.Start(t + 21, 3, 12, "B"),
+        E.Exit(t + 30, 0),
+        E.State(t + 30, "FINISHED", "the trainer finished"),
+    ]
+    for e in evs:
+        j.append(e)
+    j.close()
+    r = collect(run_dir)
+    md = markdown_report(r)
+    part = md[md.index("## Checkpoints") :]
+    assert "no checkpoint journaled" in part
+    assert "| 2 |" in part and "/data/rescue-1.pt" in part and "| 3 |" in part and "/data/rescue-2.pt" in part
+    html = html_report(r)
+    assert "/data/rescue-1.pt" in html[html.index("Resumed from") :]
+    assert "/data/rescue-2.pt" in html[html.index("Resumed from") :]
+
+
+def test_the_checkpoint_a_restart_resumed_from_is_listed_with_its_attempt(tmp_path):
+    md = markdown_report(collect(write_run(tmp_path / "run")))
+    part = md[md.index("### Resumed from") :]
+    assert "| 2 |" in part and "/runs/ck.pt" in part  # the one restart, from the periodic save

@@ -135,6 +135,16 @@ def _checkpoint_rows(r: Report) -> list[tuple]:
     ]
 
 
+def _resumed_rows(r: Report) -> list[tuple]:
+    """Each restart given a checkpoint: the checkpoints a run went on from, journaled as a
+    checkpoint event or not (a ``--resume-from`` file, a rescue save)."""
+    return [
+        (a["attempt"], clock(a["ts"]), a["resume_from"], resumed_phrase(a["resumed"]))
+        for a in r.attempts
+        if a.get("restart") and a.get("resume_from")
+    ]
+
+
 def _preset_rows(r: Report) -> list[tuple]:
     reasons = _reasons(r)
     return [
@@ -193,7 +203,11 @@ def html_report(r: Report) -> str:
         )
         + _dropped(r, "checkpoints")
         if r.checkpoints
-        else '<p class="dim">none</p>',
+        else '<p class="dim">no checkpoint journaled</p>',
+        "<h3>Resumed from</h3>",
+        _table(("attempt", "when", "checkpoint", "how"), _resumed_rows(r))
+        if _resumed_rows(r)
+        else '<p class="dim">no restart resumed from a checkpoint</p>',
         f'<p class="dim">trainctl report, read in {r.read_s:.2f} s.</p>',
         "</body></html>",
     ]
@@ -271,7 +285,14 @@ def markdown_report(r: Report) -> str:
                 _checkpoint_rows(r),
             )
             if r.checkpoints
-            else ["none", ""]
+            else ["no checkpoint journaled", ""]
+        ),
+        "### Resumed from",
+        "",
+        *(
+            table(("attempt", "when", "checkpoint", "how"), _resumed_rows(r))
+            if _resumed_rows(r)
+            else ["no restart resumed from a checkpoint", ""]
         ),
     ]
     return "\n".join(lines)
