@@ -650,3 +650,31 @@ def test_a_finished_run_reports_what_it_measured_not_a_declared_rate():
     p = pj.project(t + 100)
     assert p.finished and p.rate == pytest.approx(14.0) and p.rate_source == "measured"
     assert "2.10" not in format_projection(p, t + 100)[0]
+
+
+def test_while_stalled_the_eta_is_frozen_and_marked_never_counted_down():
+    """A stall: the ETA says how much work is left when the projection was made and that
+    it moves later, instead of 'in 3 h' shrinking every second while nothing trains; the
+    next batch ends the mark, and a new attempt starts without it."""
+    pj = Projector(preset="A")
+    pj.on_event(E.Start(T0, 1, 100, "A"))
+    t_last, _ = feed_steady(pj, T0 + 30.0, 1, 1000, 2.4, 30)
+    live = pj.project(t_last)
+    assert live.stalled_since is None
+    stall_at = t_last + 60
+    pj.on_event(E.Stall(stall_at, "train", 60.0, "deadlock"))
+    p = pj.project(stall_at)
+    assert p.stalled_since == pytest.approx(t_last)
+    left = p.eta - p.ts
+    (line,) = [x for x in format_projection(p, stall_at + 600) if x.startswith("ETA")]
+    assert line.startswith("ETA not before") and "stalled for 11 m" in line
+    assert f"{humanize_duration(left)} of work left" in line
+    # ten minutes later, from the same projection: the same work left, never 10 m less
+    later = [x for x in format_projection(p, stall_at + 1200) if x.startswith("ETA")][0]
+    assert f"{humanize_duration(left)} of work left" in later and "stalled for 21 m" in later
+    pj.on_event(E.Progress(stall_at + 5, 1, EPOCHS, 1100, BATCHES))  # it recovered by itself
+    assert pj.project(stall_at + 5).stalled_since is None
+    pj.on_event(E.Stall(stall_at + 100, "train", 60.0, "deadlock"))
+    pj.on_event(E.Restart(stall_at + 101, 2, "stall", "A", None))
+    pj.on_event(E.Start(stall_at + 102, 2, 101, "A"))
+    assert pj.project(stall_at + 102).stalled_since is None

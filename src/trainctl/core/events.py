@@ -186,6 +186,8 @@ class Projection(Event):
     # (earlier runs), declared (the preset's expected_rate)
     preset: str | None = None  # the preset `rate` is of
     risk: dict[str, Any] | None = None  # that preset's incident rate and cost (the preset history)
+    stalled_since: float | None = None  # the last batch before a stall not yet ended: the ETA
+    # then moves later by every second without a batch (shown frozen and marked)
 
 
 @dataclass(frozen=True)

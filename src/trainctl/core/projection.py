@@ -86,6 +86,7 @@ class Projector(WhatIf):
         # stalls
         self._lost_closed = 0.0
         self._episode: tuple[float, int] | None = None  # (time lost from, high water then)
+        self._stalled_since: float | None = None  # a stall no batch and no new attempt ended
         self._risk = {"deadline": RiskLatch(), "budget": RiskLatch()}
         # a Slurm run: this job's work ends at job_end; each next job gives job_span_s of
         # work after job_gap_s (queue wait and start); None: no such limit
@@ -106,6 +107,7 @@ class Projector(WhatIf):
                 if ev.phase == "finished":
                     self._finish(ev.ts)
             case Start():
+                self._stalled_since = None
                 if self._attempt_ts is not None:
                     self._open_episode(ev.ts)
                 self._attempt_ts = ev.ts
@@ -117,6 +119,7 @@ class Projector(WhatIf):
                 self._chain = False
                 self._phase, self._phase_ts = "startup", ev.ts  # an interrupted phase is no sample
             case Restart():
+                self._stalled_since = None  # restarting: the new attempt's start-up, no stall
                 self._end_attempt(ev.ts)
                 self._open_episode(ev.ts)
                 self._resume_g = self._resume_position() if ev.resume_from else 0
@@ -126,6 +129,7 @@ class Projector(WhatIf):
                 if ev.preset is not None:
                     self.preset = ev.preset
             case Stall():
+                self._stalled_since = ev.ts - ev.idle_s
                 self._end_attempt(ev.ts)
                 self._open_episode(ev.ts)
                 self._phase_ts = None  # the stalled phase's length is no sample
@@ -142,6 +146,7 @@ class Projector(WhatIf):
     def _on_progress(self, ev: Progress) -> None:
         if ev.rank not in (None, 0):
             return
+        self._stalled_since = None
         if ev.epochs is not None:
             self._epochs = ev.epochs
         if ev.batches is not None:
@@ -387,6 +392,7 @@ class Projector(WhatIf):
             rate_source=source if rate else None,
             preset=self.preset,
             risk=risk_view(risk) if risk is not None else None,
+            stalled_since=self._stalled_since if self._finished_ts is None else None,
         )
 
     def _in_jobs(self, now: float, eta: float) -> float:

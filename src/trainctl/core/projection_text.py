@@ -106,9 +106,20 @@ def format_money(v: float | None, currency: str = "$") -> str:
     return f"{currency}{v:,.0f}" if abs(v) >= 100 else f"{currency}{v:,.2f}"
 
 
-def eta_phrase(p: Projection, now: float) -> str:
-    """'ETA Nov 24 18:00 (in 2 h 5 m)' or, once the run ended, 'finished … (3 m ago)'."""
+def eta_phrase(p: Projection, now: float, compact: bool = False) -> str:
+    """'ETA Nov 24 18:00 (in 2 h 5 m)' or, once the run ended, 'finished … (3 m ago)'.
+    While stalled the ETA moves later by every second without a batch: the work left is
+    said as it was when the projection was made, and marked, never counted down."""
     assert p.eta is not None
+    if p.stalled_since is not None and not p.finished:
+        left_s = max(0.0, p.eta - p.ts)
+        earliest = format_when(max(p.eta, now + left_s), now)
+        if compact:
+            return f"ETA ≥ {earliest} (stalled)"
+        return (
+            f"ETA not before {earliest} (stalled for {humanize_duration(now - p.stalled_since)}: "
+            f"{humanize_duration(left_s)} of work left, later by every second without a batch)"
+        )
     rel = f"in {humanize_duration(p.eta - now)}" if p.eta >= now else f"{humanize_duration(now - p.eta)} ago"
     return f"{'finished' if p.finished else 'ETA'} {format_when(p.eta, now)} ({rel})"
 

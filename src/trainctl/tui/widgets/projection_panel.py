@@ -34,7 +34,7 @@ class ProjectionInfo:
 
 def _compact_lines(p: Projection, now: float) -> list[str]:
     """The same facts as ``format_projection`` in lines of at most ~36 columns."""
-    lines = [eta_phrase(p, now) if p.eta is not None else "ETA unknown"]
+    lines = [eta_phrase(p, now, compact=True) if p.eta is not None else "ETA unknown"]
     if p.rate_source in ("declared", "history") and p.rate:
         lines[0] += f" at {rate_phrase(p.rate, p.rate_source, p.preset, compact=True)}"
     if p.deadline is not None:
