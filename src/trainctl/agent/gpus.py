@@ -25,6 +25,7 @@ class RunGpus:
         self.names: dict[int, str] = {}  # device -> its model, as read
         self.pids: tuple[int, ...] = ()  # the run's tree at the last reading
         self.rows: tuple[Any, ...] = ()  # the run's devices' samples, last reading
+        self._said: tuple[tuple[int, ...], str] | None = None  # the devices last journaled
 
     def _probe(self) -> Any:
         probe = self.ctx.facts.gpu_probe
@@ -40,7 +41,7 @@ class RunGpus:
         """Before an attempt's trainer starts: its devices are chosen afresh, and each
         device's used memory is the baseline its memory wait falls back to."""
         self.devices = gpu_devices.RunDevices((), "none", "no GPU read")
-        self.used, self.used_rules, self.activity = set(), set(), None
+        self.used, self.used_rules, self.activity, self._said = set(), set(), None, None
         reading = await self._read()
         self.baseline = (
             gpu_devices.used_bytes(reading.devices, (d.index for d in reading.devices)) if reading else {}
@@ -59,9 +60,16 @@ class RunGpus:
         envs = await asyncio.get_running_loop().run_in_executor(None, environments, trainers)
         unplaced = tuple(pid for pid, _ in reading.unplaced)
         self.devices = gpu_devices.choose(reading.devices, pids, envs, unplaced)
+        said = (self.devices.indices, self.devices.rule)
+        if said != self._said:  # journaled when it changes: what the watch reads
+            self._said = said
+            where = ", ".join(map(str, self.devices.indices)) or "none"
+            self.ctx.info(
+                f"the run's GPUs: {where} (by {self.devices.rule}: {self.devices.why})", "gpu_devices"
+            )
         self.used.update(self.devices.indices)
         self.used_rules.add(self.devices.rule)
-        self.activity, how = gpu_devices.run_activity(reading.devices, self.devices, pids)
+        self.activity, how = gpu_devices.run_activity(reading.devices, self.devices, pids, unplaced)
         rows = [d for d in reading.devices if d.index in self.devices.indices]
         self.rows = tuple(rows)
         for d in rows:

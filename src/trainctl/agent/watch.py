@@ -18,7 +18,9 @@ PROJECTION_S = 30.0
 
 
 class Watcher:
-    def __init__(self, ctx: RunContext, intake: Intake, on_stall, report=None, gpus: RunGpus | None = None) -> None:
+    def __init__(
+        self, ctx: RunContext, intake: Intake, on_stall, report=None, gpus: RunGpus | None = None
+    ) -> None:
         self.ctx = ctx
         self.gpus = gpus or RunGpus(ctx)  # the run's own devices (agent/gpus.py)
         self.report = report  # (where, exception): a probe that fails costs its figures only

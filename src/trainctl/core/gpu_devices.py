@@ -14,7 +14,8 @@ The run's devices, by the first rule that finds any:
 
 The run's activity on them (:func:`run_activity`): the run's processes' own utilisation
 where the driver gives it per process; a device's utilisation only where the run has the
-device to itself; never another process's work.
+device to itself (its pids and no other's listed); never another process's work, nor a
+figure no one can attribute (a container's host pids).
 """
 
 from __future__ import annotations
@@ -126,28 +127,36 @@ def choose(
 
 
 def run_activity(
-    devices: Sequence[DeviceView], run: RunDevices, tree_pids: Iterable[int]
+    devices: Sequence[DeviceView],
+    run: RunDevices,
+    tree_pids: Iterable[int],
+    unplaced: Iterable[int] = (),
 ) -> tuple[float | None, str]:
     """(the run's own GPU utilisation, %, the highest of its devices'; how it was read).
-    None when no figure is the run's own: another process on a device whose driver gives
-    no per-process figure is not counted as the run's."""
+    A device's own figure counts only where the run has the device to itself: its process
+    list holds the run's pids and no other's, or (rocm-smi, processes without their card)
+    it is the only device and every process the tool lists is the run's.  None when no
+    figure is the run's own: another process's work, a device shared without per-process
+    figures, a container whose driver lists the host's pids."""
     tree = set(tree_pids)
+    others = set(unplaced) - tree
+    alone_unplaced = len(devices) == 1 and bool(set(unplaced)) and not others
     best: float | None = None
     how: list[str] = []
     for d in devices:
         if d.index not in run.indices:
             continue
         value: float | None
-        if d.process_util is not None:
+        listed = {pid for pid, _ in d.processes}
+        if d.process_util is not None and listed & tree:
             value = sum(u for pid, u in d.process_util if pid in tree)
             how.append(f"GPU {d.index}: the run's processes' own")
-        elif all(pid in tree for pid, _ in d.processes) and (d.processes or run.rule != "pids"):
-            # the run's alone (pids), or a container whose driver lists no process at all
+        elif (listed and listed <= tree) or (not listed and alone_unplaced):
             value = d.util_percent
             how.append(f"GPU {d.index}: the device's (the run's alone)")
         else:
             value = None
-            how.append(f"GPU {d.index}: shared, no per-process figure: not counted")
+            how.append(f"GPU {d.index}: not known to be the run's alone: not counted")
         if value is not None:
             best = value if best is None else max(best, value)
     return best, "; ".join(how)

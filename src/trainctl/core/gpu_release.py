@@ -77,7 +77,9 @@ def held_by_device(
     return out
 
 
-def may_start_all(held: Mapping[int, int | None], waited_s: float, limit_s: float = LIMIT_S) -> tuple[bool, str]:
+def may_start_all(
+    held: Mapping[int, int | None], waited_s: float, limit_s: float = LIMIT_S
+) -> tuple[bool, str]:
     """:func:`may_start` over every device: released when each holds under 512 MB."""
     still = {i: h for i, h in held.items() if h is None or h >= RELEASED_BYTES}
     if not still:
