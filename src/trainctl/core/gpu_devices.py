@@ -149,7 +149,7 @@ def run_activity(
         value: float | None
         listed = {pid for pid, _ in d.processes}
         if d.process_util is not None and listed & tree:
-            value = sum(u for pid, u in d.process_util if pid in tree)
+            value = sum((u for pid, u in d.process_util if pid in tree), 0.0)
             how.append(f"GPU {d.index}: the run's processes' own")
         elif (listed and listed <= tree) or (not listed and alone_unplaced):
             value = d.util_percent
