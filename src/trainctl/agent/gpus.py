@@ -18,8 +18,10 @@ class RunGpus:
     def __init__(self, ctx: RunContext) -> None:
         self.ctx = ctx
         self.devices = gpu_devices.RunDevices((), "none", "no GPU read")
-        self.used: set[int] = set()  # this attempt's devices, every reading's
-        self.used_rules: set[str] = set()
+        # this attempt's devices by the rule that chose them, every reading's (the memory
+        # wait takes the strongest rule's: an early reading before the trainer's CUDA
+        # context falls back to every device)
+        self.used: dict[str, set[int]] = {}
         self.baseline: dict[int, int] = {}  # device -> used memory before this attempt started
         self.activity: float | None = None  # the run's own GPU %, last reading (None: none known)
         self.names: dict[int, str] = {}  # device -> its model, as read
@@ -41,7 +43,7 @@ class RunGpus:
         """Before an attempt's trainer starts: its devices are chosen afresh, and each
         device's used memory is the baseline its memory wait falls back to."""
         self.devices = gpu_devices.RunDevices((), "none", "no GPU read")
-        self.used, self.used_rules, self.activity, self._said = set(), set(), None, None
+        self.used, self.activity, self._said = {}, None, None
         reading = await self._read()
         self.baseline = (
             gpu_devices.used_bytes(reading.devices, (d.index for d in reading.devices)) if reading else {}
@@ -67,15 +69,15 @@ class RunGpus:
             self.ctx.info(
                 f"the run's GPUs: {where} (by {self.devices.rule}: {self.devices.why})", "gpu_devices"
             )
-        self.used.update(self.devices.indices)
-        self.used_rules.add(self.devices.rule)
+        self.used.setdefault(self.devices.rule, set()).update(self.devices.indices)
         self.activity, how = gpu_devices.run_activity(reading.devices, self.devices, pids, unplaced)
         rows = [d for d in reading.devices if d.index in self.devices.indices]
         self.rows = tuple(rows)
         for d in rows:
             if d.name:
                 self.names[d.index] = d.name
-        self.ctx.facts.gpu_model = self.model() or self.ctx.facts.gpu_model
+        if self.devices.rule in ("pids", "visible-devices"):  # "all" is no finding of the run's
+            self.ctx.facts.gpu_model = self.model() or self.ctx.facts.gpu_model
         run = {
             "devices": [d.as_dict() for d in rows],
             "rule": self.devices.rule,
@@ -101,12 +103,21 @@ class RunGpus:
 
     def model(self) -> str | None:
         """The model of the run's devices ("2× NVIDIA A100"), as last read; None unread."""
-        names = [self.names[i] for i in sorted(self.names) if i in self.used]
+        used = self.attempt_devices()[0]
+        names = [self.names[i] for i in sorted(self.names) if i in used]
         if not names:
             return None
         if len(set(names)) == 1:
             return names[0] if len(names) == 1 else f"{len(names)}× {names[0]}"
         return ", ".join(names)
+
+    def attempt_devices(self) -> tuple[tuple[int, ...], str | None]:
+        """(the attempt's devices, by the strongest rule any reading used: pids, then
+        visible-devices, then all; the rule), ((), None) before any reading."""
+        for rule in ("pids", "visible-devices", "all"):
+            if self.used.get(rule):
+                return tuple(sorted(self.used[rule])), rule
+        return (), None
 
     async def wait_released(self, killed: tuple[int, ...], limit_s: float = gpu_release.LIMIT_S) -> None:
         """Until the killed attempt's memory is released on every device it used (under
@@ -115,15 +126,16 @@ class RunGpus:
         if self._probe() is None:
             return
         t0 = ctx.clock()
+        used, rule = self.attempt_devices()
         while True:
             reading = await self._read()
             held = gpu_release.held_by_device(
                 reading.devices if reading else (),
                 reading.unplaced if reading else (),
-                tuple(sorted(self.used)),
+                used,
                 killed,
                 self.baseline,
-                by_pids="pids" in self.used_rules or not self.used_rules,
+                by_pids=rule in ("pids", None),
             )
             go, why = gpu_release.may_start_all(held, ctx.clock() - t0, limit_s)
             if go:
