@@ -77,6 +77,7 @@ def test_a_hung_collective_keeps_the_gpu_busy_and_the_train_threshold_still_deci
     batch threshold fires whatever the GPU reports."""
     d = StallDetector(train_timeout=5.0)
     d.reset(0.0)
+    d.on_phase("train", 0.5)
     for t in range(1, 4):
         d.on_progress(Progress(float(t), epoch=1, epochs=1, batch=t, batches=100), float(t))
     verdict = None

@@ -12,8 +12,8 @@ The scene is the JSON file named by ``TRAINCTL_TEST_NVML_SCENE``, read again at 
      "host_pids": false,      # a container: the run's processes are listed under other pids
      "release_s": 0}          # a run's process that ended is still listed this long
 
-A process is the run's on device D when its environment has ``TRAINCTL_TEST_GPU=D`` and
-its parent's has not the same (a DataLoader worker inherits it and is not on the GPU).
+A process is the run's on device D when its environment has ``TRAINCTL_TEST_GPU=D`` (and
+this scene's path: another test's runs are not this one's) and its parent's has not the same (a DataLoader worker inherits it and is not on the GPU).
 Processes that ended are remembered in ``<scene>.state`` for ``release_s``."""
 
 from __future__ import annotations
@@ -64,14 +64,16 @@ def _tree_on_gpus() -> dict[int, int]:
     """pid -> device of each live process of a run on the fake GPUs, and of each that
     ended less than ``release_s`` ago (remembered in the state file)."""
     scene = _scene()
+    mine = os.environ["TRAINCTL_TEST_NVML_SCENE"]
     live: dict[int, int] = {}
     for name in os.listdir("/proc"):
         if not name.isdigit():
             continue
         pid = int(name)
-        want = _environ(pid).get("TRAINCTL_TEST_GPU")
-        if want is None or not want.isdigit():
-            continue
+        env = _environ(pid)
+        want = env.get("TRAINCTL_TEST_GPU")
+        if want is None or not want.isdigit() or env.get("TRAINCTL_TEST_NVML_SCENE") != mine:
+            continue  # not a process of this test's run (another test's, in parallel)
         parent = _ppid(pid)
         if parent is not None and _environ(parent).get("TRAINCTL_TEST_GPU") == want:
             continue
