@@ -238,14 +238,15 @@ def step_worker_stop(c: Check, env, nv, device: int) -> None:
     shutil.rmtree(ckpt, ignore_errors=True)
     gone_at: dict[int, float] = {}
     first_pids: set[int] = set()
-    every_pid: set[int] = set()  # every pid NVML listed on the device during the run
+    first_seen: dict[int, float] = {}  # every pid NVML listed on the device, when first
     stop = threading.Event()
 
     def poll() -> None:  # when the first attempt's processes leave the device's list
         while not stop.is_set():
             with contextlib.suppress(Exception):
                 now_pids = set(compute_pids(nv, device))
-                every_pid.update(now_pids)
+                for pid in now_pids:
+                    first_seen.setdefault(pid, time.time())
                 first_pids.update(now_pids if not gone_at else ())
                 for pid in first_pids - now_pids:
                     gone_at.setdefault(pid, time.time())
@@ -290,14 +291,16 @@ def step_worker_stop(c: Check, env, nv, device: int) -> None:
     if nv is None:
         c.record("spare", "passed" if no_context else "FAILED", parked[0])
         return
-    # released, the spare is the next attempt's trainer: on the GPU then, not before
-    released_as = [e.get("pid") for e in starts[1:]]
-    on_gpu = spare_pid in every_pid
-    ok = no_context and spare_pid is not None and (spare_pid not in released_as or on_gpu)
+    # parked: NVML lists no process for it; released (the next attempt's trainer): on the GPU
+    released = next((e for e in starts[1:] if e.get("pid") == spare_pid), None)
+    seen = first_seen.get(spare_pid) if spare_pid is not None else None
+    parked_clean = seen is None or (released is not None and seen >= released["ts"] - 0.5)
+    ok = no_context and parked_clean and (released is None or seen is not None)
     c.record(
         "spare",
         "passed" if ok else "FAILED",
-        f"{parked[0]}; released as attempt 2's trainer: {spare_pid in released_as}; on the GPU then: {on_gpu}",
+        f"{parked[0]}; on the GPU while parked: {not parked_clean}; released as the next trainer: "
+        f"{released is not None}, then on the GPU: {seen is not None}",
     )
 
 
