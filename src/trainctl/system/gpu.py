@@ -569,13 +569,14 @@ class RocmSmiProbe:
         return self._read()
 
     def read(self) -> GpuReading | None:
-        """Every card, in one call; where the JSON has no process list, the text
-        ``--showpids`` table's."""
+        """Every card, in one call; where the JSON has no process section at all (a
+        version that prints the table as text only), the text ``--showpids`` table's."""
         if not self.available()[0]:
             return None
         try:
-            reading = parse_rocm_smi_reading(self._run([self.exe or "rocm-smi", *ROCM_SMI_ARGS]))
-            if reading is not None and not reading.unplaced:
+            raw = self._run([self.exe or "rocm-smi", *ROCM_SMI_ARGS])
+            reading = parse_rocm_smi_reading(raw)
+            if reading is not None and not reading.unplaced and '"system"' not in raw:
                 pids = parse_rocm_smi_pids_text(self._run([self.exe or "rocm-smi", "--showpids"]))
                 reading = dataclasses.replace(reading, unplaced=pids)
             return reading
