@@ -199,3 +199,25 @@ def test_mig_instances_named_by_uuid_in_cuda_visible_devices():
     assert before == {1: 9880 * MiB}
     held = gpu_release.held_by_device(devices, (), (1,), (4242,), {1: 13 * MiB}, by_pids=False)
     assert held == {1: (9880 - 13) * MiB}
+
+
+def test_rocm_smi_probe_reads_every_card_and_falls_back_to_the_text_table():
+    """One JSON call per reading; where that JSON has no process section, the recorded
+    text table of --showpids gives the processes."""
+    from trainctl.system.gpu import RocmSmiProbe
+
+    calls: list[list[str]] = []
+    json_text = read("rocm-smi_productname_mi200_rocm_smi_lib-159.json")
+    table = read("rocm-smi_showpids_roc-smi-60.txt")
+
+    def run(argv):
+        calls.append(list(argv))
+        return json_text if "--json" in argv else table
+
+    probe = RocmSmiProbe(exe="/opt/rocm/bin/rocm-smi", run=run)
+    assert probe.available() == (True, "rocm-smi at /opt/rocm/bin/rocm-smi")
+    calls.clear()
+    reading = probe.read()
+    assert reading is not None and [d.index for d in reading.devices] == [0]
+    assert dict(reading.unplaced)[1168514] == 177386942464
+    assert [c[1:] for c in calls] == [list(calls[0][1:]), ["--showpids"]] and "--json" in calls[0]
