@@ -608,3 +608,38 @@ async def test_t_shows_where_the_time_went_and_the_line_is_under_the_projection(
         await pilot.press("escape")
         await wait_for(pilot, lambda: app.screen is app.dashboard, what="dashboard")
         assert agent.commands == []
+
+
+def _run_gpus() -> dict:
+    """A tick's ``gpu`` of a run on GPUs 2 and 3 (agent/gpus.py), chosen by its pids."""
+
+    def device(index: int, util: float, used: float) -> dict:
+        return {
+            "index": index,
+            "name": "NVIDIA A100-SXM4-80GB",
+            "util": util,
+            "mem_used": used * 2**30,
+            "mem_total": 80 * 2**30,
+            "temperature_c": 61.0,
+            "power_w": 312.0,
+            "processes": [],
+        }
+
+    rows = [device(2, 97.0, 30.5), device(3, 95.0, 29.0)]
+    return {**rows[0], "devices": rows, "rule": "pids", "why": "the driver lists the run's pid(s) 4242, 4243"}
+
+
+@pytest.mark.parametrize("size", [(80, 24), (120, 40)])
+async def test_the_runs_gpus_have_a_row_each_in_the_resources_panel(make_app, agent, journal, size):
+    app = make_app()
+    async with app.run_test(size=size) as pilot:
+        await replayed(pilot, agent)
+        agent.emit(tick(journal[-1].ts + 1, gpu=_run_gpus()))
+        await wait_for(pilot, lambda: "gpu 3 " in screen_text(app), what="the device rows")
+        text = screen_text(app)
+        wide = size[0] >= 120
+        for index, util, mem in ((2, "97%", "30.5/80.0 GiB"), (3, "95%", "29.0/80.0 GiB")):
+            row = next(line for line in text.splitlines() if f"gpu {index} " in line)
+            assert f"util {util}" in row and f"mem {mem}" in row and "312 W" in row, row
+            assert ("61 °C" in row) == wide, row  # the narrow panel drops the temperature
+        assert "GPU 0" not in text and "gpu 0 " not in text

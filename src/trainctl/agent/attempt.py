@@ -327,7 +327,7 @@ class AttemptLoop:
         if adopted is not None:  # what its trainer declared before this agent took over
             intake.save_on_request = adopted.save_on_request
             intake.replay_until = ctx.facts.furthest  # lines read again since the last saved offset
-        watcher = Watcher(ctx, intake, self.on_stall, self.report)
+        watcher = Watcher(ctx, intake, self.on_stall, self.report, self.stopper.gpus)
         readers = [
             supervise("output", lambda: self.read_output(trainer), self.report, self.on_give_up),
             supervise("side_channel", lambda: self.read_side(trainer), self.report, self.on_give_up),
@@ -424,6 +424,10 @@ class AttemptLoop:
                 )
             )
             return Outcome(OutcomeKind.CRASH, False, None, preset, stop_reason=str(e))
+        try:
+            await self.stopper.gpus.begin_attempt()  # each device's memory before it starts
+        except Exception as e:  # noqa: BLE001 - a GPU probe's failure costs the baseline only
+            self.report("gpu", e)
         try:
             trainer = await self.spawner.spawn(argv, env, ctx.spec.cwd, ctx.files.log)
         except OSError as e:

@@ -55,6 +55,8 @@ class RunFacts:
     last_checkpoint: str | None = None  # the intake (a good checkpoint read); the loop: --resume-from
     furthest: tuple[int, int] = (0, 0)  # the intake: the furthest (epoch, batch) of the run
     gpu_probe: Any = None  # the service: found once, before the first attempt
+    gpu_model: str | None = None  # the watch (agent/gpus.py): the model of the run's own devices
+    gpus: dict[str, Any] | None = None  # the watch (agent/gpus.py): the run's devices, last reading
 
     def restore(
         self, attempt: int, preset: str | None, last_checkpoint: str | None, furthest: tuple[int, int]

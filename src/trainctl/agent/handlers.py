@@ -49,6 +49,8 @@ class CommandHandlers:
             "env": list(self.ctx.facts.env_names),  # names only: never a value
             "workers": self.ctx.facts.workers_seen,  # measured in the tree, not the preset's
         }
+        if self.ctx.facts.gpus is not None:  # the run's own devices, the rule that chose them
+            out["gpus"] = self.ctx.facts.gpus
         if (goodput := self.goodput(self.ctx.clock())) is not None:
             out["goodput"] = goodput
         if (resumed := self.resumed()) is not None:

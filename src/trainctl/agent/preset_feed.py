@@ -54,6 +54,7 @@ class PresetFeed:
         self.usage = PresetUsage(self.content_of)
         self._contents: dict[str | None, str] = {}
         self._machine: str | None = None
+        self._machine_of_run = False  # _machine has the run's own devices' model
         self._earlier: list[Record] = []  # this run's records from before an agent restart
         self._others: list[Record] = []  # the other runs' records of this job
         self._written: float | None = None
@@ -76,7 +77,13 @@ class PresetFeed:
 
     @property
     def machine(self) -> str:
-        if self._machine is not None:
+        """This machine's id with the model of the run's own devices once the watch read
+        them (agent/gpus.py); before, the machine's first GPU's (read once)."""
+        model = getattr(self.ctx.facts, "gpu_model", None)
+        if self._machine is not None and (self._machine_of_run or model is None):
+            return self._machine
+        if model is not None:
+            self._machine, self._machine_of_run = machine_id(model), True
             return self._machine
         probe = self.ctx.facts.gpu_probe  # found by the service before the first attempt
         if probe is None:

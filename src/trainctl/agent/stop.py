@@ -13,6 +13,7 @@ import traceback
 import psutil
 
 from trainctl.agent.context import RunContext
+from trainctl.agent.gpus import RunGpus
 from trainctl.agent.intake import Intake
 from trainctl.agent.spawner import Trainer
 from trainctl.core import events as E
@@ -37,6 +38,7 @@ class Stopper:
         self.ctx = ctx
         self.intake = intake
         self.report_error = report_error  # (where, exception) -> None: an `error` event
+        self.gpus = RunGpus(ctx)  # the run's own devices: the attempt loop's, its watch's
         self.requests = 0  # save requests sent (their ids)
 
     async def diagnose(
@@ -48,13 +50,7 @@ class Stopper:
         except OSError:
             pass  # diagnose() says the stacks could not be written
         try:
-            loop = asyncio.get_running_loop()
-            probe = ctx.facts.gpu_probe
-            gpu = (
-                await loop.run_in_executor(None, probe.sample)
-                if probe is not None and probe.available()[0]
-                else None
-            )
+            gpu = await self.gpus.for_verdict()  # the run's device, its own utilisation
             return await trainer.diagnose(
                 ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot, on_sampled=on_sampled
             )
@@ -246,25 +242,10 @@ class Stopper:
             self.ctx.info(f"processes still alive after kill: {list(report.survivors)}", "kill")
 
     async def wait_gpu_released(self, pids: tuple[int, ...], limit_s: float = gpu_release.LIMIT_S) -> None:
-        """On a GPU box, until the killed processes' device memory is released (under
-        512 MB), polled every 2 s, at most ``limit_s``; journaled.  No GPU: no wait."""
-        ctx = self.ctx
-        probe = ctx.facts.gpu_probe
+        """On a GPU box, until the killed attempt's device memory is released on every
+        device it used (agent/gpus.py); a probe's failure is reported, never in the way."""
         try:
-            if probe is None or not getattr(probe, "available", lambda: (False, ""))()[0]:
-                return
-            loop = asyncio.get_running_loop()
-            t0 = ctx.clock()
-            while True:
-                sample = await loop.run_in_executor(None, probe.sample)
-                held = gpu_release.held_bytes(sample.processes if sample else (), pids)
-                go, why = gpu_release.may_start(held, ctx.clock() - t0, limit_s)
-                if go:
-                    break
-                await asyncio.sleep(gpu_release.POLL_S)
-            waited = ctx.clock() - t0
-            if waited > 0 or why != "released":
-                ctx.info(f"waited {waited:.0f} s for GPU memory ({why})", "gpu_release")
+            await self.gpus.wait_released(pids, limit_s)
         except Exception as e:  # noqa: BLE001 - a GPU probe's failure must not hold up the restart
             self.report_error("gpu_release", e)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 
 from trainctl.agent.context import RunContext
+from trainctl.agent.gpus import RunGpus
 from trainctl.agent.intake import Intake
 from trainctl.core import events as E
 from trainctl.system.probes import tree_activity
@@ -17,8 +18,11 @@ PROJECTION_S = 30.0
 
 
 class Watcher:
-    def __init__(self, ctx: RunContext, intake: Intake, on_stall, report=None) -> None:
+    def __init__(
+        self, ctx: RunContext, intake: Intake, on_stall, report=None, gpus: RunGpus | None = None
+    ) -> None:
         self.ctx = ctx
+        self.gpus = gpus or RunGpus(ctx)  # the run's own devices (agent/gpus.py)
         self.report = report  # (where, exception): a probe that fails costs its figures only
         self.intake = intake
         self.on_stall = on_stall  # async (verdict) -> None, run as its own task
@@ -64,6 +68,7 @@ class Watcher:
         ctx = self.ctx
         trainer = ctx.facts.trainer
         processes: tuple = ()
+        samples: tuple = ()
         try:
             if trainer is not None and trainer.returncode is None:
                 samples = await trainer.sample()
@@ -80,8 +85,9 @@ class Watcher:
                     cpu, io = tree_activity(watched)
                     if any(s.status == "disk-sleep" for s in watched):
                         cpu = None  # in an uninterruptible read or write: not still
-                    gpu = self._last_gpu.get("util") if self._last_gpu else None
-                    ctx.detector.on_tree(now, cpu, io, gpu)
+                    # the run's own GPU work only: another process's, or a device shared
+                    # without per-process figures, is not the run's (agent/gpus.py)
+                    ctx.detector.on_tree(now, cpu, io, self.gpus.activity if self._last_gpu else None)
                 elif ctx.spec.kind == "torchrun":
                     # no rank (torchrun restarting its workers, a new rendezvous): not
                     # watched, as before the first ranks, rather than judged on stale figures
@@ -89,12 +95,9 @@ class Watcher:
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
             if ctx.facts.gpu_probe is not None and int(now) % 2 == 0:
-                loop = asyncio.get_running_loop()
                 self._last_gpu = None  # a probe that fails leaves no stale figure behind
-                sample = await loop.run_in_executor(None, ctx.facts.gpu_probe.sample)
-                self._last_gpu = (
-                    sample.as_dict() if sample is not None and hasattr(sample, "as_dict") else None
-                )
+                pids = tuple(s.pid for s in samples)
+                self._last_gpu = await self.gpus.sample(pids, pids)
         except Exception as e:  # e.g. no file descriptor left to read /proc: no figures this tick
             if self.report is None:
                 raise

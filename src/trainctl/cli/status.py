@@ -69,6 +69,13 @@ def cmd_status(args) -> int:
             print(f"at      {describe_position(E.from_dict(status['progress']))}")
     if status.get("ranks"):
         print("ranks   " + _rank_rows(status["ranks"]))
+    if isinstance(status.get("gpus"), dict):
+        from trainctl.core.gpu_text import gpu_row
+
+        gpus = status["gpus"]
+        for device in gpus.get("devices") or ():
+            print(f"gpu {device.get('index', '?'):<3} {gpu_row(device)}")
+        print(f"        the run's GPUs by {gpus.get('rule', '?')}: {gpus.get('why', '?')}")
     if unreadable := status.get("unreadable"):
         print(f"journal {unreadable} unreadable line{'s' if unreadable != 1 else ''} skipped")
     for node in status.get("nodes", ()):

@@ -1,5 +1,12 @@
 """Probes: the GPU (NVML, amdsmi, rocm-smi).
 
+A probe's :meth:`read` is one :class:`GpuReading` of every device the tool sees, each
+device's process list (pid, memory) and, where the driver gives it, each process's own
+utilisation (NVML's ``nvmlDeviceGetProcessUtilization``, amdsmi's per-process gfx engine
+time); rocm-smi's ``--showpids`` lists processes without their device (its "GPU(s)" column
+is a count), so they are the reading's ``unplaced``.  Which of these devices are a run's is
+decided in :mod:`trainctl.core.gpu_devices`.
+
 Nothing here raises on a machine without a GPU: :func:`detect_gpu_probe` returns a
 :class:`NoGpuProbe` that says why ("no NVIDIA driver (NVML: ...); no amdsmi; no rocm-smi
 on PATH").  The parsers (:func:`parse_rocm_smi`, :func:`nvml_sample`,
@@ -9,11 +16,13 @@ they are tested with recorded outputs (``tests/data/gpu/``) and fakes.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import re
 import shutil
 import subprocess
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -35,6 +44,10 @@ class GpuSample:
     source: str = ""  # nvml | amdsmi | rocm-smi
     processes: tuple[tuple[int, int | None], ...] = ()  # (pid, GPU memory bytes)
     devices: int = 1  # how many GPUs the tool saw
+    # (pid, % of the device's compute that pid used since the last reading); None: the
+    # driver gives no per-process figure; () given, and no process used the device
+    process_util: tuple[tuple[int, float], ...] | None = None
+    uuid: str | None = None  # NVML's "GPU-..." / "MIG-..." (CUDA_VISIBLE_DEVICES may name it)
 
     def as_dict(self) -> dict[str, Any]:
         """The tick event's ``gpu`` dict (keys the TUI reads: name, util, mem_used, mem_total, power_w)."""
@@ -52,10 +65,22 @@ class GpuSample:
         }
 
 
+@dataclass(frozen=True)
+class GpuReading:
+    """Every device one tool sees, at one moment."""
+
+    devices: tuple[GpuSample, ...]
+    source: str  # nvml | amdsmi | rocm-smi
+    # processes the tool lists without saying on which device (rocm-smi --showpids)
+    unplaced: tuple[tuple[int, int | None], ...] = ()
+
+
 class GpuProbe(Protocol):
     def available(self) -> tuple[bool, str]: ...
 
     def sample(self) -> GpuSample | None: ...
+
+    def read(self) -> GpuReading | None: ...
 
 
 @dataclass
@@ -70,6 +95,9 @@ class NoGpuProbe:
     def sample(self) -> GpuSample | None:
         return None
 
+    def read(self) -> GpuReading | None:
+        return None
+
 
 def _first_line(e: BaseException) -> str:
     text = str(e).strip().splitlines()
@@ -79,9 +107,11 @@ def _first_line(e: BaseException) -> str:
 # ----- NVIDIA (nvidia-ml-py's ``pynvml``)
 
 
-def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
+def nvml_sample(nvml: Any, index: int = 0, since_us: int | None = None) -> GpuSample:
     """Read one device through an initialised NVML module (real ``pynvml`` or a fake).
-    Each reading that fails is None; a failing handle raises the module's error."""
+    Each reading that fails is None; a failing handle raises the module's error.
+    ``since_us``: the per-process utilisation samples newer than this NVML timestamp
+    (µs) are read (None: not asked)."""
     handle = nvml.nvmlDeviceGetHandleByIndex(index)
 
     def get(fn: Callable[[], Any]) -> Any:
@@ -106,6 +136,9 @@ def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
             if isinstance(pid, int) and pid not in procs:
                 used = getattr(p, "usedGpuMemory", None)
                 procs[pid] = int(used) if isinstance(used, int) else None
+    uuid = get(lambda: nvml.nvmlDeviceGetUUID(handle))
+    if isinstance(uuid, bytes):
+        uuid = uuid.decode(errors="replace")
     return GpuSample(
         name=name,
         util_percent=_num(getattr(util, "gpu", None)),
@@ -117,7 +150,30 @@ def nvml_sample(nvml: Any, index: int = 0) -> GpuSample:
         source="nvml",
         processes=tuple(sorted(procs.items())),
         devices=count if isinstance(count, int) else 1,
+        process_util=None if since_us is None else nvml_process_util(nvml, handle, since_us),
+        uuid=uuid if isinstance(uuid, str) else None,
     )
+
+
+def nvml_process_util(nvml: Any, handle: Any, since_us: int) -> tuple[tuple[int, float], ...] | None:
+    """(pid, SM %) of each process with a utilisation sample newer than ``since_us``, its
+    newest; () when NVML has none (``NVML_ERROR_NOT_FOUND``: no process ran a kernel);
+    None when the driver does not give per-process figures (not supported, no function)."""
+    fn = getattr(nvml, "nvmlDeviceGetProcessUtilization", None)
+    if fn is None:
+        return None
+    try:
+        found = fn(handle, since_us)
+    except Exception as e:  # noqa: BLE001 - NVMLError_NotFound: no sample; anything else: not given
+        return () if "NotFound" in type(e).__name__ or "Not Found" in str(e) else None
+    newest: dict[int, tuple[int, float]] = {}
+    for u in found or ():
+        pid, ts, sm = getattr(u, "pid", None), getattr(u, "timeStamp", 0), _num(getattr(u, "smUtil", None))
+        if not isinstance(pid, int) or sm is None or not isinstance(ts, int) or ts <= since_us:
+            continue
+        if pid not in newest or ts > newest[pid][0]:
+            newest[pid] = (ts, sm)
+    return tuple(sorted((pid, sm) for pid, (_, sm) in newest.items()))
 
 
 class NvmlProbe:
@@ -127,6 +183,7 @@ class NvmlProbe:
         self.index = index
         self._nvml = nvml
         self._state: tuple[bool, str] | None = None
+        self._since_us: dict[int, int] = {}  # device -> NVML time of the last utilisation read
 
     def available(self) -> tuple[bool, str]:
         if self._state is None:
@@ -158,15 +215,43 @@ class NvmlProbe:
         except Exception:  # noqa: BLE001 - the handle's NVMLError (GPU lost, ...) → no sample
             return None
 
+    def read(self) -> GpuReading | None:
+        """Every device; a device whose handle fails (lost) is left out."""
+        if not self.available()[0]:
+            return None
+        try:
+            count = int(self._nvml.nvmlDeviceGetCount())
+        except Exception:  # noqa: BLE001 - the driver gone since: no reading
+            return None
+        now_us = int(time.time() * 1e6)
+        out = []
+        for i in range(count):
+            try:
+                # the first read asks for the last second's samples, then those since the last
+                out.append(nvml_sample(self._nvml, i, self._since_us.get(i, now_us - 1_000_000)))
+            except Exception:  # noqa: BLE001 - the handle's NVMLError (GPU lost, ...)
+                continue
+            self._since_us[i] = now_us
+        return GpuReading(tuple(out), "nvml")
+
 
 # ----- AMD: amdsmi (Python bindings of AMD SMI, ROCm 6+)
 
 
-def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) -> GpuSample:
+def amdsmi_sample(
+    amdsmi: Any,
+    handle: Any,
+    index: int = 0,
+    devices: int = 1,
+    gfx_before: dict[int, tuple[float, int]] | None = None,
+    now: float | None = None,
+) -> GpuSample:
     """Read one device through an initialised ``amdsmi`` module (real or fake).
 
     Units per the AMD SMI docs: VRAM in MB (MiB), power in W, temperature in °C; a
-    value may be the string "N/A"."""
+    value may be the string "N/A".  ``gfx_before``: pid -> (time, gfx engine ns) of the
+    last reading, updated in place: each process's utilisation is its gfx engine time
+    since then (None while no earlier reading, or the driver gives no engine time)."""
 
     def get(fn: Callable[[], Any]) -> Any:
         try:
@@ -186,12 +271,11 @@ def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) ->
     watts = _num(power.get("current_socket_power"))
     if watts is None:
         watts = _num(power.get("average_socket_power"))
-    procs: list[tuple[int, int | None]] = []
-    for p in get(lambda: amdsmi.amdsmi_get_gpu_process_list(handle)) or ():
-        if isinstance(p, dict) and isinstance(p.get("pid"), int):
-            usage = p.get("memory_usage")
-            mem: dict[str, Any] = usage if isinstance(usage, dict) else {}
-            procs.append((p["pid"], _int(mem.get("vram_mem"))))
+    listed = amdsmi_processes(get(lambda: amdsmi.amdsmi_get_gpu_process_list(handle)) or ())
+    procs = tuple((pid, vram) for pid, vram, _ in listed)
+    process_util = None
+    if gfx_before is not None and now is not None:
+        process_util = engine_util(gfx_before, {pid: ns for pid, _, ns in listed}, now)
     mib = 1 << 20
     used, total = _num(vram.get("vram_used")), _num(vram.get("vram_total"))
     return GpuSample(
@@ -203,9 +287,50 @@ def amdsmi_sample(amdsmi: Any, handle: Any, index: int = 0, devices: int = 1) ->
         temperature_c=_num(temp),
         index=index,
         source="amdsmi",
-        processes=tuple(procs),
+        processes=procs,
         devices=devices,
+        process_util=process_util,
     )
+
+
+def _amd_value(v: Any) -> int | None:
+    """A figure of amdsmi's process list: an int, or ``{"value": 123, "unit": "B"}`` (the
+    shape ``amd-smi process --json`` prints)."""
+    return _int(v.get("value")) if isinstance(v, dict) else _int(v)
+
+
+def amdsmi_processes(entries: Any) -> tuple[tuple[int, int | None, int | None], ...]:
+    """(pid, VRAM bytes, gfx engine ns) of each entry of ``amdsmi_get_gpu_process_list``
+    (ROCm 6.1+: dicts with ``pid``, ``memory_usage.vram_mem``, ``engine_usage.gfx``)."""
+    out = []
+    for p in entries if isinstance(entries, (list, tuple)) else ():
+        if not isinstance(p, dict) or not isinstance(p.get("pid"), int):
+            continue
+        usage, engine = p.get("memory_usage"), p.get("engine_usage")
+        vram = _amd_value(usage.get("vram_mem")) if isinstance(usage, dict) else None
+        gfx = _amd_value(engine.get("gfx")) if isinstance(engine, dict) else None
+        out.append((p["pid"], vram, gfx))
+    return tuple(out)
+
+
+def engine_util(
+    before: dict[int, tuple[float, int]], now_ns: dict[int, int | None], now: float
+) -> tuple[tuple[int, float], ...] | None:
+    """Each process's % of the device since its last reading, from its cumulative engine
+    time (ns); ``before`` is updated in place.  None when no process has an earlier
+    reading with an engine time (nothing to compare yet, or not given)."""
+    out = []
+    for pid, ns in now_ns.items():
+        if ns is None:
+            continue
+        prev = before.get(pid)
+        before[pid] = (now, ns)
+        if prev is not None and now > prev[0]:
+            share = max(0.0, (ns - prev[1]) / ((now - prev[0]) * 1e9) * 100.0)
+            out.append((pid, min(100.0, share)))
+    for gone in set(before) - set(now_ns):
+        del before[gone]
+    return tuple(sorted(out)) if out else None
 
 
 class AmdSmiProbe:
@@ -216,6 +341,7 @@ class AmdSmiProbe:
         self._mod = amdsmi
         self._handles: list[Any] = []
         self._state: tuple[bool, str] | None = None
+        self._gfx: dict[int, dict[int, tuple[float, int]]] = {}  # device -> pid -> (t, ns)
 
     def available(self) -> tuple[bool, str]:
         if self._state is None:
@@ -245,6 +371,19 @@ class AmdSmiProbe:
             return amdsmi_sample(self._mod, self._handles[self.index], self.index, len(self._handles))
         except Exception:  # noqa: BLE001 - amdsmi's error (GPU gone, ...) → no sample
             return None
+
+    def read(self) -> GpuReading | None:
+        if not self.available()[0]:
+            return None
+        out = []
+        now = time.monotonic()
+        for i, handle in enumerate(self._handles):
+            try:
+                before = self._gfx.setdefault(i, {})
+                out.append(amdsmi_sample(self._mod, handle, i, len(self._handles), before, now))
+            except Exception:  # noqa: BLE001 - amdsmi's error (GPU gone, ...)
+                continue
+        return GpuReading(tuple(out), "amdsmi")
 
 
 # ----- AMD: the rocm-smi command line
@@ -277,7 +416,19 @@ _CARD = re.compile(r"^card(\d+)$")
 
 def parse_rocm_smi(text: str, index: int = 0) -> GpuSample | None:
     """Parse ``rocm-smi ... --json`` output (anything before the first ``{`` is skipped:
-    some versions print warnings first).  None when the card is not in it."""
+    some versions print warnings first): card ``index``, with every process
+    ``--showpids`` listed (it does not say which card).  None when the card is not in it."""
+    reading = parse_rocm_smi_reading(text)
+    for card in reading.devices if reading is not None else ():
+        if card.index == index:
+            return dataclasses.replace(card, processes=reading.unplaced if reading else ())
+    return None
+
+
+def parse_rocm_smi_reading(text: str) -> GpuReading | None:
+    """Every card of ``rocm-smi ... --json`` output; the ``--showpids`` processes are the
+    reading's ``unplaced`` (rocm-smi gives a process's GPU count, not its cards).  None
+    when the text holds no JSON object."""
     start = text.find("{")
     if start < 0:
         return None
@@ -288,9 +439,11 @@ def parse_rocm_smi(text: str, index: int = 0) -> GpuSample | None:
     if not isinstance(data, dict):
         return None
     cards = {int(m.group(1)): v for k, v in data.items() if (m := _CARD.match(k)) and isinstance(v, dict)}
-    card = cards.get(index)
-    if card is None:
-        return None
+    samples = tuple(_rocm_card(card, index, len(cards)) for index, card in sorted(cards.items()))
+    return GpuReading(samples, "rocm-smi", _rocm_pids(data.get("system")))
+
+
+def _rocm_card(card: dict[str, Any], index: int, count: int) -> GpuSample:
     low = {str(k).strip().lower(): v for k, v in card.items()}
 
     def pick(keys: Sequence[str]) -> float | None:
@@ -316,8 +469,7 @@ def parse_rocm_smi(text: str, index: int = 0) -> GpuSample | None:
         temperature_c=pick(_TEMP_KEYS),
         index=index,
         source="rocm-smi",
-        processes=_rocm_pids(data.get("system")),
-        devices=len(cards),
+        devices=count,
     )
 
 
@@ -335,6 +487,35 @@ def _rocm_pids(system: Any) -> tuple[tuple[int, int | None], ...]:
         vram = _int(_num(parts[2])) if len(parts) > 2 else None
         out.append((int(m.group(1)), vram))
     return tuple(sorted(out))
+
+
+_PIDS_ROW = re.compile(r"^\s*(\d+)\s+(\S.*?)\s+(\d+)\s+(\d+|UNKNOWN)\s+(\d+|UNKNOWN)\s+(\d+|UNKNOWN)\s*$")
+
+
+def parse_rocm_smi_pids_text(text: str) -> tuple[tuple[int, int | None], ...]:
+    """(pid, VRAM bytes) of each row of ``rocm-smi --showpids`` as text (the "KFD process
+    information" table: PID, name, GPU count, VRAM, SDMA, CU occupancy; "UNKNOWN" where
+    the driver does not say, as on a process that cannot see every GPU).  A pid listed
+    twice (``--showpids=details``: once per card) has its VRAM summed."""
+    table = False
+    out: dict[int, int | None] = {}
+    for line in text.splitlines():
+        if line.strip().startswith("PID") and "VRAM" in line:
+            table = True
+            continue
+        if not table or line.lstrip().startswith("="):
+            table = table and not line.lstrip().startswith("=")
+            continue
+        m = _PIDS_ROW.match(line.replace("\t", " "))
+        if not m:
+            continue
+        pid, vram = int(m.group(1)), None if m.group(4) == "UNKNOWN" else int(m.group(4))
+        if pid in out:
+            held = out[pid]
+            out[pid] = None if held is None or vram is None else held + vram
+        else:
+            out[pid] = vram
+    return tuple(sorted(out.items()))
 
 
 class RocmSmiProbe:
@@ -387,6 +568,21 @@ class RocmSmiProbe:
             return None
         return self._read()
 
+    def read(self) -> GpuReading | None:
+        """Every card, in one call; where the JSON has no process section at all (a
+        version that prints the table as text only), the text ``--showpids`` table's."""
+        if not self.available()[0]:
+            return None
+        try:
+            raw = self._run([self.exe or "rocm-smi", *ROCM_SMI_ARGS])
+            reading = parse_rocm_smi_reading(raw)
+            if reading is not None and not reading.unplaced and '"system"' not in raw:
+                pids = parse_rocm_smi_pids_text(self._run([self.exe or "rocm-smi", "--showpids"]))
+                reading = dataclasses.replace(reading, unplaced=pids)
+            return reading
+        except (OSError, subprocess.SubprocessError, ValueError):
+            return None
+
 
 def detect_gpu_probe(index: int = 0) -> GpuProbe:
     """The first GPU probe that works here (NVML, amdsmi, rocm-smi), else a
@@ -429,6 +625,12 @@ def _int(v: Any) -> int | None:
 
 
 __all__ = [
+    "GpuReading",
+    "parse_rocm_smi_reading",
+    "parse_rocm_smi_pids_text",
+    "amdsmi_processes",
+    "engine_util",
+    "nvml_process_util",
     "GpuSample",
     "GpuProbe",
     "NoGpuProbe",

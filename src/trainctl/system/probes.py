@@ -211,3 +211,15 @@ def process_tree(pid: int, sampler: TreeSampler | None = None) -> tuple[ProcSamp
 
 
 __all__ = ["ProcSample", "TreeSampler", "process_tree", "classify_role", "read_wchan"]
+
+
+def environments(pids: Sequence[int]) -> dict[int, dict[str, str]]:
+    """pid -> its environment (/proc/PID/environ), for the pids whose environment can be
+    read (gone, another user's: left out)."""
+    out: dict[int, dict[str, str]] = {}
+    for pid in pids:
+        try:
+            out[pid] = psutil.Process(pid).environ()
+        except (psutil.Error, OSError):
+            continue
+    return out

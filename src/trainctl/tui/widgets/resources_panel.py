@@ -11,9 +11,11 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
+from trainctl.core.gpu_text import gpu_row
 from trainctl.tui import fmt
 
 MAX_ROWS = 6
+MAX_GPU_ROWS = 4  # device rows of the run (8 GPUs of a torchrun node: 4 and "… 4 more")
 
 
 @dataclass(frozen=True)
@@ -47,6 +49,22 @@ def gpu_line(gpu: dict[str, Any] | None) -> str:
         mem = f" · mem {fmt.size(gpu['mem_used'])}/{fmt.size(gpu.get('mem_total'))}"
     power = f" · {gpu['power_w']:.0f} W" if gpu.get("power_w") is not None else ""
     return f"GPU {gpu.get('name') or ''} util {fmt.percent(gpu.get('util'))}{mem}{power}"
+
+
+def gpu_lines(gpu: dict[str, Any] | None, wide: bool, text: Text) -> None:
+    """A row per device of the run (agent/gpus.py: ``devices``; at most MAX_GPU_ROWS, the
+    rest counted), else the one GPU line of an older agent's tick, or "no GPU"."""
+    if gpu is None or "devices" not in gpu:
+        text.append(gpu_line(gpu), style="" if gpu else "dim")
+        return
+    devices = gpu["devices"] if isinstance(gpu["devices"], list) else []
+    if not devices:
+        text.append(f"no GPU of the run ({gpu.get('why') or 'none read'})", style="dim")
+        return
+    rows = [f"gpu {d.get('index', '?')} {gpu_row(d, wide)}" for d in devices[:MAX_GPU_ROWS]]
+    text.append("\n".join(rows))
+    if len(devices) > MAX_GPU_ROWS:
+        text.append(f"\n… {len(devices) - MAX_GPU_ROWS} more GPUs", style="dim")
 
 
 def rank_lines(info: ResourcesInfo, text: Text) -> None:
@@ -87,7 +105,7 @@ def resources_text(info: ResourcesInfo) -> Text:
     text = Text()
     if info.ranks or any("rank" in p for p in info.processes):
         rank_lines(info, text)
-        text.append(gpu_line(info.gpu), style="" if info.gpu else "dim")
+        gpu_lines(info.gpu, info.wide, text)
         return text
     procs = info.processes
     for proc in procs[:MAX_ROWS]:
@@ -110,7 +128,7 @@ def resources_text(info: ResourcesInfo) -> Text:
         text.append(f"… {len(procs) - MAX_ROWS} more processes\n", style="dim")
     if not procs:
         text.append("no trainer process\n", style="dim")
-    text.append(gpu_line(info.gpu), style="" if info.gpu else "dim")
+    gpu_lines(info.gpu, info.wide, text)
     return text
 
 
