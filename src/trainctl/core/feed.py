@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainctl.core import events as E
-from trainctl.core.formats import compile_user_pattern
+from trainctl.core.user_pattern import compile_user_pattern
 from trainctl.core.lines import LineSplitter
 from trainctl.core.parse import ConsoleParser
 

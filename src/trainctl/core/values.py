@@ -28,6 +28,8 @@ _SPACED_LOSS = re.compile(r"(?<![\w./-])([\w./-]*?loss) ++(?>(" + _NUM + r"))(?!
 _KEY_START = re.compile(r"[A-Za-z_]", re.I)
 _ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
+# A loss measured on held-out data ("val_loss", "eval/loss"): no training progress.
+EVAL_PREFIXES = ("val_", "val/", "valid_", "valid/", "validation_", "eval_", "eval/", "test_", "test/")
 
 
 def parse_rate(text: str) -> float | None:
@@ -71,8 +73,9 @@ def _kv_key(run: str) -> str:
 
 
 def is_loss_key(key: str) -> bool:
+    """A name of a loss: holds "loss" (not the AMP scaler's ``loss_scale``), or nll, mse, ..."""
     k = key.lower()
-    return "loss" in k or k in _LOSS_EXTRA
+    return ("loss" in k and not k.endswith("scale")) or k in _LOSS_EXTRA
 
 
 def kv_losses(line: str) -> dict[str, float]:
@@ -90,3 +93,10 @@ def kv_losses(line: str) -> dict[str, float]:
             if k.lower() == "loss" or (len(k) > 4 and k[-5] in "_-./"):
                 losses.setdefault(k, float(v))
     return losses
+
+
+def split_eval_losses(losses: dict[str, float]) -> tuple[dict[str, float], bool]:
+    """The training losses of ``losses``, and whether any was an evaluation's
+    (a name starting with one of :data:`EVAL_PREFIXES`, any case)."""
+    train = {k: v for k, v in losses.items() if not k.lower().startswith(EVAL_PREFIXES)}
+    return train, len(train) < len(losses)
