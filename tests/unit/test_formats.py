@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 
 from trainctl.core.events import Phase, Progress
-from trainctl.core.user_pattern import PatternError, compile_user_pattern
 from trainctl.core.parse import ConsoleParser
+from trainctl.core.user_pattern import PatternError, compile_user_pattern
 
 MS = 123.456
 

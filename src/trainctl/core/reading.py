@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+
 @dataclass(frozen=True)
 class Reading:
     """What one line says.  ``phase`` is set (``val``) when the line is an evaluation
