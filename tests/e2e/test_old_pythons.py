@@ -60,11 +60,11 @@ for m in pkgutil.iter_modules(inside.__path__):
 out["files"] = sorted(
     getattr(mod, "__file__", None) or "" for n, mod in sys.modules.items() if n.split(".")[0] == "trainctl"
 )
-from trainctl.config.validation import parse_toml
+from trainctl.config.validation import ConfigError, parse_toml
 try:
     out["toml"] = parse_toml('[dataloader]\\nworkers = 2\\n', "preset.toml")
-except ImportError as e:
-    out["toml"] = "ImportError: " + str(e)
+except ConfigError as e:
+    out["toml"] = "ConfigError: " + str(e)
 print(json.dumps(out))
 """
 

@@ -244,7 +244,9 @@ else:  # Python 3.8-3.10: the trainer's interpreter, where trainctl.inside reads
         """tomli's reading (tomllib's own code, in most environments: pip, pytest and black
         need it before 3.11), else tomlkit's as plain values (trainctl's dependency, and the
         bootstrap's fallback where the trainer's interpreter has none of its own).  An
-        ImportError that says so when neither imports (a tomlkit too new for this Python)."""
+        ImportError that says so when neither imports (a tomlkit too new for this Python):
+        :func:`parse_toml` makes it the file's ConfigError, which every reader of a preset
+        inside the trainer says once."""
         try:
             import tomli
 
@@ -264,6 +266,8 @@ else:  # Python 3.8-3.10: the trainer's interpreter, where trainctl.inside reads
 def parse_toml(text: str, file: str) -> dict[str, Any]:
     try:
         return _loads(text)
+    except ImportError as exc:  # Python 3.8-3.10 with neither tomli nor a tomlkit for it
+        raise ConfigError(file, "", str(exc)) from None
     except ValueError as exc:  # tomllib.TOMLDecodeError, tomlkit's ParseError
         match = _TOML_POS.search(str(exc))
         line = int(match.group(1)) if match else None
