@@ -7,7 +7,8 @@ Two pieces:
 * :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
   events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars,
   plain ``key=value`` logs, and the trainers in :mod:`trainctl.core.formats` (HF Trainer,
-  timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first),
+  timm, MMEngine, Keras, Megatron, nanoGPT, ``[epoch/E][i/N]``, JSON lines, ...), plus a job's
+  own pattern (:mod:`trainctl.core.user_pattern`, tried first),
   and last the generic counter (:mod:`trainctl.core.counter`).  Rates and ``key=value``
   losses are read by :mod:`trainctl.core.values`.
   ``ConsoleParser.last_format`` names the reader that claimed the last line it read.

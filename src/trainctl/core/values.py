@@ -73,9 +73,10 @@ def _kv_key(run: str) -> str:
 
 
 def is_loss_key(key: str) -> bool:
-    """A name of a loss: holds "loss" (not the AMP scaler's ``loss_scale``), or nll, mse, ..."""
+    """A name of a loss: holds "loss" (not a coefficient: the AMP scaler's ``loss_scale``, a
+    config's ``loss_weight``), or nll, mse, ..."""
     k = key.lower()
-    return ("loss" in k and not k.endswith("scale")) or k in _LOSS_EXTRA
+    return ("loss" in k and not k.endswith(("scale", "weight"))) or k in _LOSS_EXTRA
 
 
 def kv_losses(line: str) -> dict[str, float]:
