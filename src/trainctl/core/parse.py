@@ -127,6 +127,20 @@ def _has_val_word(text: str, low: str | None = None) -> bool:
     return _VAL_WORD.search(text) is not None
 
 
+def _training_losses(line: str, low: str) -> tuple[dict[str, float], bool]:
+    """The line's ``key=value`` losses less an evaluation's, and whether it had one; the
+    split only where "val" or "test" is in the line (most lines: neither)."""
+    losses = kv_losses(line)
+    if losses and ("val" in low or "test" in low):
+        return split_eval_losses(losses)
+    return losses, False
+
+
+def _line_rate(line: str) -> float | None:
+    """:func:`parse_rate` where the line can hold ``it/s`` or ``s/it`` at all."""
+    return parse_rate(line) if "/s" in line or "s/" in line else None
+
+
 # ---------------------------------------------------------------------------- parser
 
 
@@ -161,7 +175,7 @@ class ConsoleParser:
         if self.user is not None:
             r = self.user.read(line)
             if r is not None:
-                return self._reading(r, now, None, parse_rate(line))
+                return self._reading(r, now, None, _line_rate(line))
         if "%" in line and "/" in line:
             # Fast path: an Ultralytics batch frame (the overwhelming majority of lines).
             m = _UL_BATCH.match(line)
@@ -197,7 +211,7 @@ class ConsoleParser:
         if ":" in line or "[" in line or "{" in line:
             r = self._known(line)
             if r is not None:
-                return self._reading(r, now, rank, parse_rate(line))
+                return self._reading(r, now, rank, _line_rate(line))
         low = line.lower()
         if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
             events = self._keyvalue(line, now, rank, low)
@@ -411,7 +425,7 @@ class ConsoleParser:
         if found is None:
             return []
         n, m, end = found
-        losses, evaluated = split_eval_losses(kv_losses(line))
+        losses, evaluated = _training_losses(line, low)
         if not losses and not evaluated and not training_sign(line, end):
             return []
         if _SKIP_DESC.search(line):
@@ -461,7 +475,7 @@ class ConsoleParser:
                 batch, batches = int(bm.group(1)), int(bm.group(2))
         if epoch is None and batch is None:
             return []
-        losses, evaluated = split_eval_losses(kv_losses(line))
+        losses, evaluated = _training_losses(line, low)
         if not losses and batches is None and not evaluated:
             return []  # "epochs=2, batch=4" in an argument dump is not progress
         self.last_format = "keyvalue"
@@ -478,7 +492,7 @@ class ConsoleParser:
                 batch=batch,
                 batches=batches,
                 losses=losses,
-                rate=parse_rate(line),
+                rate=_line_rate(line),
                 rank=rank,
             )
         )

@@ -30,6 +30,8 @@ _ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWX
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
 # A loss measured on held-out data ("val_loss", "eval/loss"): no training progress.
 EVAL_PREFIXES = ("val_", "val/", "valid_", "valid/", "validation_", "eval_", "eval/", "test_", "test/")
+_EVAL_INITIALS = frozenset("vVeEtT")
+_COEFFICIENTS = ("scale", "weight")  # loss_scale, loss_weight: coefficients, no losses
 
 
 def parse_rate(text: str) -> float | None:
@@ -76,7 +78,9 @@ def is_loss_key(key: str) -> bool:
     """A name of a loss: holds "loss" (not a coefficient: the AMP scaler's ``loss_scale``, a
     config's ``loss_weight``), or nll, mse, ..."""
     k = key.lower()
-    return ("loss" in k and not k.endswith(("scale", "weight"))) or k in _LOSS_EXTRA
+    if "loss" in k:
+        return not k.endswith(_COEFFICIENTS)
+    return k in _LOSS_EXTRA
 
 
 def kv_losses(line: str) -> dict[str, float]:
@@ -99,5 +103,7 @@ def kv_losses(line: str) -> dict[str, float]:
 def split_eval_losses(losses: dict[str, float]) -> tuple[dict[str, float], bool]:
     """The training losses of ``losses``, and whether any was an evaluation's
     (a name starting with one of :data:`EVAL_PREFIXES`, any case)."""
+    if not any(k[:1] in _EVAL_INITIALS for k in losses):  # every line: the common case first
+        return losses, False
     train = {k: v for k, v in losses.items() if not k.lower().startswith(EVAL_PREFIXES)}
     return train, len(train) < len(losses)
