@@ -113,7 +113,7 @@ def main() -> int:
     ap.add_argument("--length", type=int, default=26)
     ap.add_argument("--only-sigterm", action="store_true", help="leave out the first run")
     a = ap.parse_args()
-    from trainctl.core.formats import compile_user_pattern
+    from trainctl.core.user_pattern import compile_user_pattern
 
     engine = type(compile_user_pattern(PATTERN).regex).__module__
     print(

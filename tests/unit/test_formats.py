@@ -10,12 +10,14 @@ from __future__ import annotations
 import datetime
 import math
 import time
+import urllib.parse
+from pathlib import Path
 
 import pytest
 
 from trainctl.core.events import Phase, Progress
-from trainctl.core.formats import PatternError, compile_user_pattern
 from trainctl.core.parse import ConsoleParser
+from trainctl.core.user_pattern import PatternError, compile_user_pattern
 
 MS = 123.456
 
@@ -557,6 +559,62 @@ def test_composer_loss_without_a_header_is_ignored():
     assert ConsoleParser().feed("\t Train loss/train/total: 2.3456", 0.0) == []
 
 
+# ---------------------------------------------------------------------------- public scripts (issue 41)
+
+PUBLIC_LINES = Path(__file__).resolve().parents[1] / "data" / "public_script_lines.txt"
+
+
+def _public_corpus() -> list:
+    """The cases of tests/data/public_script_lines.txt: (head, context lines, line)."""
+    cases, context = [], []
+    for raw in PUBLIC_LINES.read_text(encoding="utf-8").splitlines():
+        if not raw.strip() or raw.startswith("#"):
+            continue
+        if raw.startswith("> "):
+            context.append(raw[2:])
+            continue
+        head, _, line = raw.partition(" | ")
+        cases.append(pytest.param(head.split(), context, line.replace("\\t", "\t"), id=line[:60]))
+        context = []
+    return cases
+
+
+PUBLIC = _public_corpus()
+
+
+def test_public_corpus_holds_forty_shapes_and_forty_negatives():
+    signs = [c.values[0][0] for c in PUBLIC]
+    assert signs.count("+") >= 40 and signs.count("-") >= 40, (signs.count("+"), signs.count("-"))
+
+
+@pytest.mark.parametrize("head,context,line", PUBLIC)
+def test_public_script_line(head, context, line):
+    """A shape a public script prints is read as its source says; its neighbour is no progress."""
+    p = ConsoleParser()
+    for c in context:
+        p.feed(c, 0.0)
+    p.last_format = None
+    progress = [e for e in p.feed(line, 1.0) if isinstance(e, Progress)]
+    if head[0] == "-":
+        assert progress == [], (line, progress)
+        return
+    assert len(progress) == 1, (line, progress)
+    got = progress[0]
+    fmt, epoch, position, *values = head[1:]
+    assert p.last_format == fmt, (line, p.last_format)
+    assert got.epoch == (None if epoch == "-" else int(epoch)), (line, got)
+    if position != "-":
+        batch, batches = position.split("/")
+        assert (got.batch, got.batches) == (int(batch), None if batches == "-" else int(batches)), (line, got)
+    rates = [float(v.partition("=")[2]) for v in values if v.startswith("rate=")]
+    losses = {
+        urllib.parse.unquote(k): float(v)
+        for k, _, v in (v.partition("=") for v in values if v != "{}" and not v.startswith("rate="))
+    }
+    assert got.rate == (pytest.approx(rates[0], rel=1e-3) if rates else None), (line, got.rate)
+    assert got.losses == pytest.approx(losses, rel=1e-6), (line, got.losses)
+
+
 # ---------------------------------------------------------------------------- the user's pattern
 
 
@@ -606,6 +664,10 @@ HOSTILE = {
     "deepspeed": lambda n: "step=1, skipped=" * (n // 16) + " global_step=",
     "composer": lambda n: "[epoch=1][batch=" + "1" * n,
     "bracket": lambda n: "[" + " " * n + "1/2]",
+    "epoch_batch": lambda n: "[1/2][" + " " * n + "1/2",
+    "epoch_batch pairs": lambda n: "[1/2][1/2]" + " Loss 1 (" * (n // 9),
+    "json line": lambda n: '{"loss": 1, "iter": 2, ' + '"x": [' * (n // 6) + "}",
+    "running average": lambda n: "Epoch: [0][1/2] " + "a" * n + " 1 (1",
 }
 
 

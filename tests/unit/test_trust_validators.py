@@ -13,7 +13,7 @@ import pytest
 from trainctl.config import preset_problems
 from trainctl.config.job import job_problems
 from trainctl.core import events as E
-from trainctl.core.formats import PatternError, compile_user_pattern
+from trainctl.core.user_pattern import PatternError, compile_user_pattern
 from trainctl.store.paths import (
     UnsafePathError,
     make_trusted_parents,

@@ -21,8 +21,8 @@ from trainctl.config.preset import Preset
 from trainctl.config.slurm import job_slurm, slurm_nodes_problems
 from trainctl.config.store import is_path_ref, load_preset
 from trainctl.config.validation import SAFE_NAME, ConfigError, Problems, choices, parse_toml, read_text, show
-from trainctl.core.formats import PatternError, compile_user_pattern
 from trainctl.core.names import MAX_NAME, BadNameError, check_name
+from trainctl.core.user_pattern import PatternError, compile_user_pattern
 
 JOB_KINDS = tuple(JOB_TABLES)  # as shipped; the checks below read JOB_TABLES itself
 JOB_FILE_NAME = "trainctl.toml"

@@ -11,7 +11,8 @@ import math
 import re
 import shlex
 import string
-from collections.abc import Callable, Mapping
+import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,11 @@ _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0}
 # An entry's parser: (problems, the job file's top-level table, its own [section] when that
 # is a table, the job's directory) -> the Job fields it sets ("command", "resume_args",
 # "settings", "checkpoint_every").
-KindParser = Callable[[Problems, Mapping[str, Any], Mapping[str, Any] | None, Path], dict[str, Any]]
+# (typing's generics: an alias is evaluated, and this runs on Python 3.8 inside the trainer)
+KindParser = typing.Callable[
+    [Problems, typing.Mapping[str, Any], typing.Optional[typing.Mapping[str, Any]], Path],
+    typing.Dict[str, Any],
+]
 
 
 @dataclass(frozen=True)

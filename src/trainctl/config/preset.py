@@ -138,7 +138,7 @@ def check_train_value(p: Problems, sec: str, key: str, value: Any) -> Any:
         return value
     if key in ("epochs", "imgsz"):
         return p.int_(sec, key, value, 1)
-    if isinstance(value, bool | int | float | str) and not (
+    if isinstance(value, (bool, int, float, str)) and not (
         isinstance(value, float) and not math.isfinite(value)
     ):
         return value

@@ -13,9 +13,6 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import tomlkit
-from tomlkit.exceptions import TOMLKitError
-
 from trainctl.config.preset import Preset, preset_from_text
 from trainctl.config.validation import SAFE_NAME, ConfigError, read_text, show
 from trainctl.core.statefile import write_atomic
@@ -132,6 +129,11 @@ def update_preset_text(text: str, changes: Mapping[str, Any], file: str | os.Pat
     ``changes`` maps a section name to ``{key: value}`` or a top-level key to a value;
     ``None`` removes a key.  Returns the new text; nothing is validated or written.
     """
+    # imported here: editing is the agent's and the CLI's, never the trainer's (whose Python,
+    # 3.8 for one, may not import the tomlkit trainctl runs with)
+    import tomlkit
+    from tomlkit.exceptions import TOMLKitError
+
     try:
         doc = tomlkit.parse(text)
     except TOMLKitError as exc:

@@ -16,7 +16,7 @@ import json
 import math
 import os
 import re
-import tomllib
+import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -24,7 +24,7 @@ from typing import Any
 from trainctl.core.statefile import UnsafePathError, read_regular
 
 SAFE_NAME = re.compile(r"[A-Za-z0-9._-]+\Z")
-_TOML_POS = re.compile(r"at line (\d+), column (\d+)")
+_TOML_POS = re.compile(r"at line (\d+),? col(?:umn)? (\d+)")  # tomllib's and tomlkit's words
 
 
 class ConfigError(Exception):
@@ -232,10 +232,43 @@ def _control_char(text: str) -> str | None:
     return f"U+{ord(m.group()):04X}" if m else None
 
 
+if sys.version_info >= (3, 11):
+    import tomllib
+
+    def _loads(text: str) -> dict[str, Any]:
+        return tomllib.loads(text)
+
+else:  # Python 3.8-3.10: the trainer's interpreter, where trainctl.inside reads the preset
+
+    def _loads(text: str) -> dict[str, Any]:
+        """tomli's reading (tomllib's own code, in most environments: pip, pytest and black
+        need it before 3.11), else tomlkit's as plain values (trainctl's dependency, and the
+        bootstrap's fallback where the trainer's interpreter has none of its own).  An
+        ImportError that says so when neither imports (a tomlkit too new for this Python):
+        :func:`parse_toml` makes it the file's ConfigError, which every reader of a preset
+        inside the trainer says once."""
+        try:
+            import tomli
+
+            return tomli.loads(text)
+        except ImportError:
+            pass
+        try:
+            import tomlkit
+        except Exception as exc:  # noqa: BLE001 - a tomlkit too new for this Python fails in its body
+            raise ImportError(
+                f"reading TOML on Python {sys.version.split()[0]} needs tomli or tomlkit "
+                f"({type(exc).__name__}: {exc}); pip install tomli"
+            ) from None
+        return tomlkit.parse(text).unwrap()
+
+
 def parse_toml(text: str, file: str) -> dict[str, Any]:
     try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+        return _loads(text)
+    except ImportError as exc:  # Python 3.8-3.10 with neither tomli nor a tomlkit for it
+        raise ConfigError(file, "", str(exc)) from None
+    except ValueError as exc:  # tomllib.TOMLDecodeError, tomlkit's ParseError
         match = _TOML_POS.search(str(exc))
         line = int(match.group(1)) if match else None
         raise ConfigError(file, "", f"invalid TOML: {exc}", line) from None
@@ -255,7 +288,8 @@ def read_text(path: Path, file: str) -> str:
     except IsADirectoryError:
         raise ConfigError(file, "", "is a directory, not a TOML file") from None
     except UnsafePathError as exc:
-        raise ConfigError(file, "", str(exc).removeprefix(f"{path}: ")) from None
+        why, prefix = str(exc), f"{path}: "  # (no str.removeprefix: Python 3.8 runs this)
+        raise ConfigError(file, "", why[len(prefix) :] if why.startswith(prefix) else why) from None
     except UnicodeDecodeError as exc:
         raise ConfigError(file, "", f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     except OSError as exc:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, cast
@@ -31,7 +32,13 @@ STATES = tuple(s.value for s in RunState)
 class Event:
     type: ClassVar[str] = ""
     ts: float
-    seq: int | None = field(default=None, kw_only=True, compare=False)
+    if sys.version_info >= (3, 10):
+        seq: int | None = field(default=None, kw_only=True, compare=False)
+    else:
+        # Python 3.8/3.9 (the trainer's interpreter, where trainctl.inside runs) have no
+        # kw_only: there seq is no argument at all.  Nothing sets it there: the side channel's
+        # events carry none; the agent (3.11) numbers the journal.
+        seq: int | None = field(default=None, init=False, compare=False)
 
 
 @dataclass(frozen=True)

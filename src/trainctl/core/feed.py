@@ -11,9 +11,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from trainctl.core import events as E
-from trainctl.core.formats import compile_user_pattern
 from trainctl.core.lines import LineSplitter
 from trainctl.core.parse import ConsoleParser
+from trainctl.core.user_pattern import compile_user_pattern
 
 if TYPE_CHECKING:
     from trainctl.core.signatures import WarningMatcher

@@ -14,29 +14,18 @@ repetitions where a run could meet what follows, and every search anchored on a 
 
 from __future__ import annotations
 
+import json
 import math
 import re
-from dataclasses import dataclass, field
 from typing import Any
+
+from trainctl.core.reading import Reading
+from trainctl.core.values import is_loss_key, split_eval_losses
 
 NUM = r"[-+]?(?:nan|inf(?:inity)?|\d++(?:\.\d*+)?(?:[eE][-+]?\d++)?|\.\d++(?:[eE][-+]?\d++)?)"
 
 # "name: 1.23" / "name=1.23" pairs, searched from a literal start; the value is atomic.
 _PAIR_COLON = re.compile(r"([A-Za-z_][\w./-]*+): (" + NUM + r")(?![\w.])", re.I)
-
-
-@dataclass(frozen=True)
-class Reading:
-    """What one line says.  ``phase`` is set (``val``) when the line is an evaluation
-    line rather than training progress; then the positions are ignored."""
-
-    fmt: str
-    epoch: int | None = None
-    epochs: int | None = None
-    batch: int | None = None
-    batches: int | None = None
-    losses: dict[str, float] = field(default_factory=dict)
-    phase: str | None = None
 
 
 def _f(s: str) -> float | None:
@@ -55,7 +44,7 @@ def _colon_losses(text: str, skip_prefix: str = "") -> dict[str, float]:
     ``skip_prefix`` left out: Keras's ``val_loss``)."""
     out = {}
     for k, v in _PAIR_COLON.findall(text):
-        if "loss" in k.lower() and not (skip_prefix and k.startswith(skip_prefix)):
+        if is_loss_key(k) and not (skip_prefix and k.startswith(skip_prefix)):
             out[k] = float(v)
     return out
 
@@ -302,6 +291,104 @@ def read_torchtune_desc(desc: str) -> tuple[int, dict[str, float]] | None:
     return (int(m.group(1)), {"loss": float(m.group(3))}) if m is not None else None
 
 
+# ------------------------------------------------------------------ "[epoch/epochs][batch/batches]"
+# pytorch/examples dcgan/main.py:
+#   '[%d/%d][%d/%d] Loss_D: %.4f Loss_G: %.4f D(x): %.4f D(G(z)): %.4f / %.4f'
+#   % (epoch, opt.niter, i, len(dataloader), ...)
+# microsoft/Swin-Transformer main.py train_one_epoch:
+#   f'Train: [{epoch}/{config.TRAIN.EPOCHS}][{idx}/{num_steps}]\t' f'eta {...} lr {lr:.6f}\t' ...
+#   f'loss {loss_meter.val:.4f} ({loss_meter.avg:.4f})\t' ...  (both epochs 0-based, as printed)
+_EPOCH_BATCH = re.compile(r"\[ *+(\d++) *+/ *+(\d++) *+\]\[ *+(\d++) *+/ *+(\d++) *+\]")
+
+
+def read_epoch_batch(line: str) -> Reading | None:
+    m = _EPOCH_BATCH.search(line)
+    if m is None:
+        return None
+    epoch, epochs, batch, batches = (int(g) for g in m.groups())
+    losses = running_losses(line[m.end() :])
+    if epoch > epochs or batch > batches or not losses:
+        return None  # a loss beside it, or it is two counters of something else
+    return Reading("epoch_batch", epoch=epoch, epochs=epochs, batch=batch, batches=batches, losses=losses)
+
+
+# ------------------------------------------------------------------ JSON lines
+# detectron2/utils/events.py JSONWriter.write: json.dumps({"iteration": iter, "data_time": ...,
+#   "loss_cls": ..., "lr": ..., "total_loss": ...}, sort_keys=True) per line of metrics.json;
+# mmengine/visualization/vis_backend.py LocalVisBackend.add_scalars: json.dumps of
+#   {"lr": ..., "loss": ..., "epoch": 1, "iter": 50, "memory": ..., "step": 50} per line;
+# mmcv 1.x mmcv/runner/hooks/logger/text.py _dump_log: {"mode": "train", "epoch": 1, "iter": 50, ...};
+# fairseq/logging/progress_bar.py JsonProgressBar.log: json.dumps of
+#   {"epoch": 1, "update": 1.1, "loss": "7.123", ..., "num_updates": "100"} (values as strings).
+# A line is progress when it says where (an epoch or a step) and a training loss.
+_JSON_STEP_KEYS = ("iteration", "iter", "step", "num_updates", "global_step")
+
+
+def _json_number(value: Any) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    if isinstance(value, str) and len(value) < 40:
+        return _f(value.strip())
+    return None
+
+
+def read_json_line(line: str) -> Reading | None:
+    start = line.find('{"')
+    text = line[start:].rstrip()
+    if start < 0 or not text.endswith("}"):
+        return None
+    try:
+        data = json.loads(text)
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
+        return None
+    if not isinstance(data, dict):
+        return None
+    mode = data.get("mode")
+    if mode is not None and mode != "train":
+        return Reading("json", phase="val")
+    step = None
+    for key in _JSON_STEP_KEYS:
+        v = _json_number(data.get(key))
+        if v is not None and math.isfinite(v) and v >= 0:
+            step = int(v)
+            break
+    ep = _json_number(data.get("epoch"))
+    epoch = None
+    if ep is not None and math.isfinite(ep) and ep >= 0:
+        # a whole epoch as written; a fractional one is 0-based, as HF's (0.4: the first)
+        epoch = int(ep) if ep == int(ep) else max(1, math.ceil(ep))
+    found = {}
+    for k, v in data.items():
+        f = _json_number(v) if isinstance(k, str) and is_loss_key(k) else None
+        if f is not None:
+            found[k] = f
+    losses, evaluated = split_eval_losses(found)
+    if not losses:
+        return Reading("json", phase="val") if evaluated and (step is not None or epoch is not None) else None
+    if step is None and epoch is None:
+        return None
+    return Reading("json", epoch=epoch, batch=step, losses=losses)
+
+
+# ------------------------------------------------------------------ running averages
+# pytorch/examples imagenet/main.py AverageMeter.__str__: '{name} {val:.4e} ({avg:.4e})'
+# joined by '\t' ("Loss 6.9078e+00 (6.9101e+00)"); timm, Swin, torchvision's MetricLogger
+# print the same "value (average)": the value is the current one, the average is left.
+_RUNNING = re.compile(r"(?<![\w./-])([A-Za-z_][\w./-]*+)(?::? ++|=)(" + NUM + r") ++\((" + NUM + r")\)")
+
+
+def running_losses(text: str) -> dict[str, float]:
+    """``Name value (average)`` / ``name: value (average)`` pairs whose name holds "loss",
+    the current value of each, and the plain ``name: value`` ones."""
+    out = _colon_losses(text)
+    for k, v, _avg in _RUNNING.findall(text):
+        if is_loss_key(k):
+            out[k] = float(v)
+    return out
+
+
 # ------------------------------------------------------------------ a hand-written "[37/500] ..."
 _BRACKET = re.compile(r"\[ *+(\d++) *+/ *+(\d++) *+\]")
 
@@ -310,105 +397,3 @@ def read_bracket(line: str) -> tuple[int, int, int] | None:
     """``[37/500]`` at the start of a line: (batch, batches, end)."""
     m = _BRACKET.match(line)
     return (int(m.group(1)), int(m.group(2)), m.end()) if m is not None else None
-
-
-# ------------------------------------------------------------------ the user's own pattern
-
-POSITION_GROUPS = ("epoch", "epochs", "batch", "batches")
-
-
-class PatternError(ValueError):
-    """A user pattern that cannot be used; the message says why and what is allowed.
-    ``key``: what is wrong, ``pattern`` or ``losses``."""
-
-    def __init__(self, message: str, key: str = "pattern") -> None:
-        super().__init__(message)
-        self.key = key
-
-
-@dataclass(frozen=True)
-class UserPattern:
-    """A job's ``[progress]`` pattern, compiled: named groups epoch/epochs/batch/batches and
-    the loss groups (``losses`` named in the job, or any group named ``loss`` or ``loss_*``).
-    Compiled by RE2 (:func:`linear_regex`): a match takes time linear in the line, whatever
-    the pattern, so no pattern can freeze the agent's supervision."""
-
-    regex: Any  # an re2 pattern: search() and groupdict() as re's
-    losses: tuple[str, ...]
-
-    def read(self, line: str) -> Reading | None:
-        m = self.regex.search(line)
-        if m is None:
-            return None
-        g = m.groupdict()
-        try:
-            pos: dict[str, Any] = {k: int(g[k]) if g.get(k) else None for k in POSITION_GROUPS}
-        except ValueError:
-            return None
-        if pos["epoch"] is None and pos["batch"] is None:
-            return None
-        losses = {}
-        for name in self.losses:
-            v = _f(g.get(name) or "")
-            if v is not None:
-                losses[name] = v
-        return Reading("user", losses=losses, **pos)
-
-
-def linear_regex(pattern: str) -> Any:
-    """Compile a user's pattern with RE2 (google-re2): matching in linear time (no
-    backtracking: a pattern such as ``(a+)+$`` costs what any other does).  RE2 has no
-    backreferences nor lookaround; such a pattern is a :class:`PatternError` that says so."""
-    try:
-        import re2
-    except ImportError:  # a dependency of trainctl: only a broken installation lacks it
-        raise PatternError(
-            "[progress] patterns need the google-re2 package (pip install "
-            "google-re2): it matches in linear time"
-        ) from None
-    options = re2.Options()
-    options.log_errors = False  # the error is ours to say, in one line
-    try:
-        return re2.compile(pattern, options=options)
-    except re2.error as exc:
-        why = (
-            exc.args[0].decode(errors="replace") if exc.args and isinstance(exc.args[0], bytes) else str(exc)
-        )
-        raise PatternError(
-            f"not a regular expression RE2 takes: {why} (trainctl matches "
-            "[progress] patterns in linear time: no backreferences, no lookaround)"
-        ) from None
-
-
-def compile_user_pattern(pattern: str, losses: tuple[str, ...] | list[str] = ()) -> UserPattern:
-    """Compile a ``[progress]`` pattern; :class:`PatternError` says what is wrong."""
-    try:
-        re.compile(pattern)  # Python's own message for a pattern that is wrong in any engine
-    except re.error as exc:
-        raise PatternError(f"not a valid regular expression: {exc}") from None
-    except RecursionError:
-        raise PatternError("not a valid regular expression: nested too deeply") from None
-    rx = linear_regex(pattern)
-    groups = tuple(rx.groupindex)
-    named_losses = tuple(losses)
-    unknown_losses = [n for n in named_losses if n not in groups]
-    if unknown_losses:
-        raise PatternError(
-            f"{', '.join(unknown_losses)}: not a named group of the pattern "
-            f"(its groups: {', '.join(groups) or 'none'})",
-            key="losses",
-        )
-    loss_groups = tuple(
-        dict.fromkeys([*named_losses, *(g for g in groups if g == "loss" or g.startswith("loss_"))])
-    )
-    unknown = [g for g in groups if g not in POSITION_GROUPS and g not in loss_groups]
-    if unknown:
-        raise PatternError(
-            f"unknown group name(s) {', '.join(unknown)}: a group is one of "
-            f"{', '.join(POSITION_GROUPS)}, 'loss', 'loss_<name>', or a name listed in losses"
-        )
-    if "epoch" not in groups and "batch" not in groups:
-        raise PatternError(
-            "needs a named group (?P<batch>...) or (?P<epoch>...): what the line says about progress"
-        )
-    return UserPattern(rx, loss_groups)

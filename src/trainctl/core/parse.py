@@ -7,7 +7,8 @@ Two pieces:
 * :class:`ConsoleParser` reads those lines and returns :class:`Progress` / :class:`Phase`
   events.  Formats: Ultralytics 8.4 (own TQDM), Ultralytics 8.3 (tqdm), generic tqdm bars,
   plain ``key=value`` logs, and the trainers in :mod:`trainctl.core.formats` (HF Trainer,
-  timm, MMEngine, Keras, Megatron, nanoGPT, ...), plus a job's own pattern (tried first),
+  timm, MMEngine, Keras, Megatron, nanoGPT, ``[epoch/E][i/N]``, JSON lines, ...), plus a job's
+  own pattern (:mod:`trainctl.core.user_pattern`, tried first),
   and last the generic counter (:mod:`trainctl.core.counter`).  Rates and ``key=value``
   losses are read by :mod:`trainctl.core.values`.
   ``ConsoleParser.last_format`` names the reader that claimed the last line it read.
@@ -28,8 +29,10 @@ import re
 from trainctl.core import formats as F
 from trainctl.core.counter import generic_counter, training_sign
 from trainctl.core.events import Event, Phase, Progress
+from trainctl.core.reading import Reading
 from trainctl.core.sanitize import MAX_LINE, cut_line
-from trainctl.core.values import RATE_SCALE, is_loss_key, kv_losses, parse_rate, to_float
+from trainctl.core.user_pattern import UserPattern
+from trainctl.core.values import RATE_SCALE, is_loss_key, kv_losses, parse_rate, split_eval_losses, to_float
 
 # ---------------------------------------------------------------------------- patterns
 
@@ -63,9 +66,10 @@ _TQDM_NOTOTAL = re.compile(r"(?:((?:(?!it \[).)*?):)?\s*+(\d++)it \[([^\]]*+)\]?
 
 _EPOCH_IN = re.compile(r"\bepoch(?:s)?\b\W{0,3}?(\d++)(?:\s*+/\s*+(\d++))?", re.I)
 # "epoch 2", "Step: 40", "batch=3/30", "iter #[ 5 / 9": spaces, one of :=#, one [, digits.
+# A word after a slash is a unit ("ms/batch 45.67", pytorch/examples word_language_model).
 # Searched in the lower-cased line (faster than re.I).
 _COUNTER = re.compile(
-    r"\b(epoch|step|batch|iter|iteration)s?\b\s*+(?:[:=#]\s*+)?(?:\[\s*+)?(\d++)"
+    r"(?<!/)\b(epoch|step|batch|iter|iteration)s?\b\s*+(?:[:=#]\s*+)?(?:\[\s*+)?(\d++)"
     r"(?:\s*+/\s*+(\d++))?"
 )
 # torchvision references: "Epoch: [0]  [  0/1563]  eta: ...  loss: 6.9"
@@ -86,7 +90,7 @@ _SKIP_DESC = re.compile(
 )
 _RANK_PREFIX = re.compile(r"\[(?:rank|default)(\d++)\]:?\s?")
 # After "epoch N[/M]": separators, then "37/500" (a hand-written loop, fairseq's simple bar).
-_AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:\[\s*+)?(\d++)\s*+/\s*+(\d++)")
+_AFTER_EPOCH = re.compile(r"\s*+[:,|\]-]?\s*+(?:[\[(]\s*+)?(\d++)\s*+/\s*+(\d++)")
 # A tqdm bar of bytes (a download, an upload): "570/570 [00:00<00:00, 2.1MB/s]", "?B/s".
 _BYTE_RATE = re.compile(r"[\d?]\s*+[kKMGTPE]?i?B/s\b")
 _EPOCH_LINE = re.compile(
@@ -98,6 +102,8 @@ _EPOCH_LINE = re.compile(
 # the line: most lines hold none, and an `in` test costs far less than a regex.
 _READERS = (
     (("{'",), F.read_hf_dict),
+    (('{"',), F.read_json_line),
+    (("][",), F.read_epoch_batch),
     (("Train: ",), F.read_timm),
     (("Test",), F.read_timm_test),
     (("/step", "ETA: "), F.read_keras),
@@ -121,6 +127,20 @@ def _has_val_word(text: str, low: str | None = None) -> bool:
     return _VAL_WORD.search(text) is not None
 
 
+def _training_losses(line: str, low: str) -> tuple[dict[str, float], bool]:
+    """The line's ``key=value`` losses less an evaluation's, and whether it had one; the
+    split only where "val" or "test" is in the line (most lines: neither)."""
+    losses = kv_losses(line)
+    if losses and ("val" in low or "test" in low):
+        return split_eval_losses(losses)
+    return losses, False
+
+
+def _line_rate(line: str) -> float | None:
+    """:func:`parse_rate` where the line can hold ``it/s`` or ``s/it`` at all."""
+    return parse_rate(line) if "/s" in line or "s/" in line else None
+
+
 # ---------------------------------------------------------------------------- parser
 
 
@@ -136,7 +156,7 @@ class ConsoleParser:
     never mistaken for progress.
     """
 
-    def __init__(self, user: F.UserPattern | None = None) -> None:
+    def __init__(self, user: UserPattern | None = None) -> None:
         self.phase: str | None = None
         self.loss_names: tuple[str, ...] = DEFAULT_LOSS_NAMES
         self.ultralytics = False
@@ -155,7 +175,7 @@ class ConsoleParser:
         if self.user is not None:
             r = self.user.read(line)
             if r is not None:
-                return self._reading(r, now, None)
+                return self._reading(r, now, None, _line_rate(line))
         if "%" in line and "/" in line:
             # Fast path: an Ultralytics batch frame (the overwhelming majority of lines).
             m = _UL_BATCH.match(line)
@@ -191,7 +211,7 @@ class ConsoleParser:
         if ":" in line or "[" in line or "{" in line:
             r = self._known(line)
             if r is not None:
-                return self._reading(r, now, rank)
+                return self._reading(r, now, rank, _line_rate(line))
         low = line.lower()
         if "epoch" in low or "step" in low or "batch" in low or "iter" in low:
             events = self._keyvalue(line, now, rank, low)
@@ -201,7 +221,7 @@ class ConsoleParser:
             return self._generic(line, now, rank, low)
         return []
 
-    def _known(self, line: str) -> F.Reading | None:
+    def _known(self, line: str) -> Reading | None:
         """The trainers' own formats (:mod:`.formats`), each behind a substring test."""
         batch: int | None
         batches: int | None
@@ -211,14 +231,14 @@ class ConsoleParser:
                 if r is not None:
                     self._composer = (r.epoch, r.batch, r.batches)
                     return r
-            b = F.read_bracket(line)
+            b = F.read_bracket(line) if "][" not in line else None
             if b is not None:
                 batch, batches, end = b
                 rest = line[end:]
                 losses = kv_losses(rest)
                 if losses or not rest.strip(" :-|"):
                     epoch, epochs = self._context_epoch or (None, None)
-                    return F.Reading(
+                    return Reading(
                         "bracket", epoch=epoch, epochs=epochs, batch=batch, batches=batches, losses=losses
                     )
         for needles, reader in _READERS:
@@ -232,17 +252,17 @@ class ConsoleParser:
             kv = F.read_composer_loss(line)
             if kv is not None:
                 epoch, batch, batches = self._composer
-                return F.Reading("composer", epoch=epoch, batch=batch, batches=batches, losses={kv[0]: kv[1]})
+                return Reading("composer", epoch=epoch, batch=batch, batches=batches, losses={kv[0]: kv[1]})
         return None
 
-    def _with_context(self, r: F.Reading) -> F.Reading:
+    def _with_context(self, r: Reading) -> Reading:
         """A Keras bar takes its epoch from the "Epoch 2/10" line printed before it."""
         if self._context_epoch is None:
             return r
         epoch, epochs = self._context_epoch
-        return F.Reading(r.fmt, epoch=epoch, epochs=epochs, batch=r.batch, batches=r.batches, losses=r.losses)
+        return Reading(r.fmt, epoch=epoch, epochs=epochs, batch=r.batch, batches=r.batches, losses=r.losses)
 
-    def _reading(self, r: F.Reading, now: float, rank: int | None) -> list[Event]:
+    def _reading(self, r: Reading, now: float, rank: int | None, rate: float | None) -> list[Event]:
         self.last_format = r.fmt
         if r.phase is not None:
             return self._phase(r.phase, now) if self.phase != "finished" else []
@@ -254,7 +274,7 @@ class ConsoleParser:
                 batch=r.batch,
                 batches=r.batches,
                 losses=dict(r.losses),
-                rate=None,
+                rate=rate,
                 rank=rank,
             )
         )
@@ -377,6 +397,10 @@ class ConsoleParser:
         if tt is not None:
             epoch, losses = tt[0], {**tt[1], **losses}
             self.last_format = "torchtune"
+        elif "loss" in desc.lower() and em is None:  # PyTorch-Ignite's desc "ITERATION - loss: 0.30"
+            losses = {**kv_losses(desc), **losses}
+            if self._context_epoch is not None:
+                epoch, epochs = self._context_epoch
         elif em is not None:
             epoch = int(em.group(1))
             epochs = int(em.group(2)) if em.group(2) else None
@@ -401,13 +425,13 @@ class ConsoleParser:
         if found is None:
             return []
         n, m, end = found
-        losses = kv_losses(line)
-        if not losses and not training_sign(line, end):
+        losses, evaluated = _training_losses(line, low)
+        if not losses and not evaluated and not training_sign(line, end):
             return []
         if _SKIP_DESC.search(line):
             return []
         self.last_format = "counter"
-        if _has_val_word(line, low):
+        if (evaluated and not losses) or _has_val_word(line, low):
             return self._phase("val", now) if self.phase != "finished" else []
         epoch, epochs = self._context_epoch or (None, None)
         return self._emit(
@@ -451,11 +475,12 @@ class ConsoleParser:
                 batch, batches = int(bm.group(1)), int(bm.group(2))
         if epoch is None and batch is None:
             return []
-        losses = kv_losses(line)
-        if not losses and batches is None:
+        losses, evaluated = _training_losses(line, low)
+        if not losses and batches is None and not evaluated:
             return []  # "epochs=2, batch=4" in an argument dump is not progress
         self.last_format = "keyvalue"
-        if _has_val_word(line, low):
+        if (evaluated and not losses) or _has_val_word(line, low):
+            # "step:125/1750 val_loss:4.12", "epoch 0: perplexity: 35.1 eval_loss: 3.55"
             return self._phase("val", now) if self.phase != "finished" else []
         if epoch is None and self._context_epoch is not None:
             epoch, epochs = self._context_epoch
@@ -467,7 +492,7 @@ class ConsoleParser:
                 batch=batch,
                 batches=batches,
                 losses=losses,
-                rate=None,
+                rate=_line_rate(line),
                 rank=rank,
             )
         )

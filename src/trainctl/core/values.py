@@ -28,6 +28,10 @@ _SPACED_LOSS = re.compile(r"(?<![\w./-])([\w./-]*?loss) ++(?>(" + _NUM + r"))(?!
 _KEY_START = re.compile(r"[A-Za-z_]", re.I)
 _ASCII_KEY_START = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
 _LOSS_EXTRA = frozenset({"nll", "mse", "bce", "kl", "kld", "ce"})
+# A loss measured on held-out data ("val_loss", "eval/loss"): no training progress.
+EVAL_PREFIXES = ("val_", "val/", "valid_", "valid/", "validation_", "eval_", "eval/", "test_", "test/")
+_EVAL_INITIALS = frozenset("vVeEtT")
+_COEFFICIENTS = ("scale", "weight")  # loss_scale, loss_weight: coefficients, no losses
 
 
 def parse_rate(text: str) -> float | None:
@@ -71,8 +75,12 @@ def _kv_key(run: str) -> str:
 
 
 def is_loss_key(key: str) -> bool:
+    """A name of a loss: holds "loss" (not a coefficient: the AMP scaler's ``loss_scale``, a
+    config's ``loss_weight``), or nll, mse, ..."""
     k = key.lower()
-    return "loss" in k or k in _LOSS_EXTRA
+    if "loss" in k:
+        return not k.endswith(_COEFFICIENTS)
+    return k in _LOSS_EXTRA
 
 
 def kv_losses(line: str) -> dict[str, float]:
@@ -90,3 +98,12 @@ def kv_losses(line: str) -> dict[str, float]:
             if k.lower() == "loss" or (len(k) > 4 and k[-5] in "_-./"):
                 losses.setdefault(k, float(v))
     return losses
+
+
+def split_eval_losses(losses: dict[str, float]) -> tuple[dict[str, float], bool]:
+    """The training losses of ``losses``, and whether any was an evaluation's
+    (a name starting with one of :data:`EVAL_PREFIXES`, any case)."""
+    if not any(k[:1] in _EVAL_INITIALS for k in losses):  # every line: the common case first
+        return losses, False
+    train = {k: v for k, v in losses.items() if not k.lower().startswith(EVAL_PREFIXES)}
+    return train, len(train) < len(losses)

@@ -59,10 +59,10 @@ def as_a_cold_start(kind: str, target: str) -> None:
 
 
 def encode_request(
-    run: tuple[str, str, list[str]],
-    argv: list[str],
-    env: dict[str, str],
-    launch_env: dict[str, str],
+    run: "tuple[str, str, list[str]]",
+    argv: "list[str]",
+    env: "dict[str, str]",
+    launch_env: "dict[str, str]",
     cwd: str,
 ) -> bytes:
     kind, target, args = run
@@ -105,7 +105,7 @@ def decode_request(payload: bytes) -> dict:
     }
 
 
-def _read_request(fd: int) -> dict | None:
+def _read_request(fd: int) -> "dict | None":
     """The request read from the FIFO; None at EOF before its end (the agent is gone, or
     died while writing it: nothing was released)."""
     data = b""
@@ -141,7 +141,7 @@ def _ready_json(ready: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def park(fifo: str, modules: list[str]) -> dict | None:
+def park(fifo: str, modules: "list[str]") -> "dict | None":
     """Import ``modules``, write ``<fifo>.ready``, wait for the release; the request, or None
     when the FIFO reached EOF (the agent is gone)."""
     # opened first: once it says it is ready, a request written and closed at once stays here
@@ -170,7 +170,7 @@ def park(fifo: str, modules: list[str]) -> dict | None:
         os.close(fd)
 
 
-def _quiet() -> tuple[int, int]:
+def _quiet() -> "tuple[int, int]":
     sys.stdout.flush()
     sys.stderr.flush()
     saved = os.dup(1), os.dup(2)
@@ -181,10 +181,10 @@ def _quiet() -> tuple[int, int]:
     return saved
 
 
-def _loud(saved: tuple[int, int]) -> None:
+def _loud(saved: "tuple[int, int]") -> None:
     sys.stdout.flush()
     sys.stderr.flush()
-    for fd, old in zip((1, 2), saved, strict=True):
+    for fd, old in zip((1, 2), saved):  # two and two (no strict=: Python 3.8 runs this)
         os.dup2(old, fd)
         os.close(old)
 
@@ -197,7 +197,9 @@ def _cuda_initialized() -> bool:
         return False
 
 
-def final_env(current: dict[str, str], launch: dict[str, str], wanted: dict[str, str]) -> dict[str, str]:
+def final_env(
+    current: "dict[str, str]", launch: "dict[str, str]", wanted: "dict[str, str]"
+) -> "dict[str, str]":
     """The environment the script runs with: ``wanted``, except where it equals what the spare
     was launched with; there the spare's own value stands (the bootstrap took its settings out
     of the environment at start-up, as it does in a cold start)."""
@@ -234,7 +236,7 @@ def release(req: dict) -> None:
 PR_SET_MM, PR_SET_MM_ARG_END = 35, 9
 
 
-def retitle(argv: list[str]) -> None:
+def retitle(argv: "list[str]") -> None:
     """The process's command line (``/proc/PID/cmdline``: ``ps``, ``pgrep -f``, htop,
     nvidia-smi) made the attempt's ``argv`` in place of the spare's ``python -c ...``: written
     over the argv area the kernel shows (its bounds from /proc/self/stat, written through
@@ -264,7 +266,7 @@ def retitle(argv: list[str]) -> None:
             pass
 
 
-def run_script(target: str, args: list[str]) -> None:
+def run_script(target: str, args: "list[str]") -> None:
     """``target`` run as ``python SCRIPT`` runs it: in the ``__main__`` module, with its
     globals, ``__file__`` and loader as CPython gives them; no module imported for it."""
     path = target if os.path.isabs(target) else os.path.join(os.getcwd(), target)

@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import os
 import pickletools
+import typing
 import zipfile
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -213,8 +214,9 @@ CODE_NAMES: frozenset[str] = frozenset(
     }
 )
 
-Trusted = Collection[str | os.PathLike[str]]
-"""The files the user trusts (``--trust-checkpoint``, the job's ``trust_checkpoints``)."""
+Trusted = typing.Collection[typing.Union[str, "os.PathLike[str]"]]
+"""The files the user trusts (``--trust-checkpoint``, the job's ``trust_checkpoints``).
+(typing's generics: an alias is evaluated, and this runs on Python 3.8 inside the trainer.)"""
 
 _ZIP_MAGIC = b"PK\x03\x04"
 _LEGACY_PICKLES = 5  # torch's legacy format: magic, protocol, sys info, the object, storage keys

@@ -155,6 +155,13 @@ _ELEMENT_SIZE = {
 }
 
 
+def _storage_kind(name: str) -> str:
+    """``"torch FloatStorage"`` -> ``"Float"`` (no str.removeprefix: Python 3.8 runs this)."""
+    if name.startswith("torch "):
+        name = name[len("torch ") :]
+    return name[: -len("Storage")] if name.endswith("Storage") else name
+
+
 def _legacy_storages(f) -> dict[str, int] | None:
     """Walk the object pickle of a legacy torch file: its storages' byte counts by key, or
     None when one of them is of a type not known here."""
@@ -184,11 +191,7 @@ def _legacy_storages(f) -> dict[str, int] | None:
                 value = memo.get(int(arg))
             elif name == "TUPLE" and len(items) >= 5 and items[0] == "storage":
                 cls, key, numel = items[1], items[2], items[4]
-                kind = (
-                    cls[1].removeprefix("torch ").removesuffix("Storage")
-                    if isinstance(cls, tuple) and isinstance(cls[1], str)
-                    else None
-                )
+                kind = _storage_kind(cls[1]) if isinstance(cls, tuple) and isinstance(cls[1], str) else None
                 if kind in _ELEMENT_SIZE and type(numel) is int and isinstance(key, str):
                     storages[key] = numel * _ELEMENT_SIZE[kind]
                 else:

@@ -31,7 +31,7 @@ _MAIN_PID = os.getpid()
 _ENV = "TRAINCTL_INSTRUMENT"
 _EVENTS = "TRAINCTL_EVENTS_PATH"
 _PACKAGE = "trainctl.inside"
-_MIN_PYTHON = (3, 11)
+_MIN_PYTHON = (3, 8)  # what trainctl.inside and what it imports run on (tests/e2e/test_old_pythons.py)
 
 
 def say(text, key):
