@@ -67,7 +67,7 @@ def test_a_silent_torchrun_job_whose_rank_deadlocks_is_caught_by_the_ranks_still
     assert stall.phase == "startup" and stall.threshold_s == 5.0, stall
     assert "deadlock before the first batch" in stall.detail, stall.detail
     verdict = r.of_type("stall_diagnosis")[0]  # the stall goes out at detection, its verdict after
-    assert verdict.ranks == (1,) and "Culprit: rank 1 waits for a DataLoader batch" in verdict.detail
+    assert verdict.culprits == (1,) and "Culprit: rank 1 waits for a DataLoader batch" in verdict.detail
     late = _late(r, stall)
     print(f"silent torchrun deadlock caught {late:.1f}s after it began (window 5 s + diagnosis)")
     assert 5.0 < late < 5.0 + 30.0, late  # the window, ticks and py-spy on a loaded box
@@ -99,7 +99,7 @@ def test_the_issues_torchrun_job_printing_a_bar_less_tqdm_line_stalls_naming_ran
     stall = r.of_type("stall")[0]
     assert stall.phase == "train" and stall.threshold_s == 8.0, stall
     verdict = r.of_type("stall_diagnosis")[0]
-    assert verdict.ranks == (1,), verdict
+    assert verdict.culprits == (1,), verdict
     assert "Culprit: rank 1 waits for a DataLoader batch" in verdict.detail
     assert "rank 0 waits in a collective" in verdict.detail
     late = _late(r, stall)
