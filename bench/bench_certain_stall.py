@@ -41,26 +41,12 @@ from tests.e2e.conftest import run_trainctl, start_trainctl  # noqa: E402
 from tests.helpers.hangs import STEADY, TRAIN_LOOP  # noqa: E402
 
 LOOP = ["--epochs", "1", "--batches", "5000", "--batch-time", "0.02"]
+DEADLOCK = "--epochs 3 --batches 20 --batch-time 0.05 --hang-at 2:5 --hang-kind worker".split()
 CASES = {
     "workers stopped": ([str(TRAIN_LOOP), *LOOP], "stop-workers"),
     "trainer stopped": ([str(STEADY), *LOOP, "--hang-at", "1:20", "--hang-kind", "stop"], None),
     "worker killed": ([str(STEADY), *LOOP, "--mp-workers", "1"], "kill-worker"),
-    "deadlock": (
-        [
-            str(TRAIN_LOOP),
-            "--epochs",
-            "3",
-            "--batches",
-            "20",
-            "--batch-time",
-            "0.05",
-            "--hang-at",
-            "2:5",
-            "--hang-kind",
-            "worker",
-        ],
-        None,
-    ),
+    "deadlock": ([str(TRAIN_LOOP), *DEADLOCK], None),
 }
 
 
