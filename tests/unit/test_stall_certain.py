@@ -130,7 +130,8 @@ def test_a_deadlocked_tree_is_certain_after_10_s_with_the_stack_in_a_dataloader_
         if v is not None:
             break
     assert v is not None and v.certain == "deadlock", v
-    assert t == 1.0 + DEADLOCK_S and asked == [4.0], (t, asked)  # quiet from the 2nd sample
+    # no CPU and no I/O between the first two samples: quiet since the first
+    assert t == DEADLOCK_S and asked == [3.0], (t, asked)
     assert "DataLoader wait" in v.reason
     assert w.check(t + 1, "train", "train", t + 1) is None  # one verdict per stall
     # a batch re-arms it
@@ -178,3 +179,20 @@ def test_nothing_is_certain_once_finished_and_the_waits_are_read_by_name():
     assert parked("do_sys_poll") and parked(POLL) and not parked("anon_pipe_read") and not parked("")
     with pytest.raises(ValueError, match="unknown stack wait"):
         CertainWatch().on_stack("data")
+
+
+def test_a_stack_read_that_comes_back_after_a_batch_is_about_nothing():
+    w = CertainWatch()
+    for t in range(4):
+        w.on_tree(float(t), DEADLOCKED)
+        asked = w.stack_wanted(float(t))
+        assert w.check(float(t), "train", "train", float(t)) is None
+    assert asked  # at 3 s of quiet
+    assert w.check(3.5, "train", "train", 0.2) is None  # a batch at 3.3 while py-spy read
+    w.on_stack("dataloader")  # ... the answer about the silence before it
+    for t in range(4, 13):
+        w.on_tree(float(t), DEADLOCKED)
+        assert w.check(float(t), "train", "train", t - 3.3) is None  # never asked again yet
+        if w.stack_wanted(float(t)):
+            break
+    assert t == 7  # asked anew 3 s into the spell after the batch (quiet since the batch, 3.3)

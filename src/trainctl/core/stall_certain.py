@@ -20,8 +20,9 @@ passing moment:
 * **deadlock** (``DEADLOCK_S``, 10 s): the whole tree at no CPU (below ``QUIET_CPU``
   together), no bytes read or written, no process running, in I/O or stopped, every thread
   of every process asleep in a futex or poll wait, no busy GPU, and the main thread's stack
-  in a DataLoader wait.  The stack is asked for once per quiet spell
-  (:meth:`CertainWatch.stack_wanted`, ``STACK_AFTER_S`` into it).
+  in a DataLoader wait.  A spell begins at the sample before its first quiet one (no CPU
+  and no byte between the two), never before the last batch.  The stack is asked for once
+  per quiet spell (:meth:`CertainWatch.stack_wanted`, ``STACK_AFTER_S`` into it).
 
 A main thread waiting in a collective (an allreduce, a barrier: a rank waiting for rank 0's
 evaluation or save looks the same) is never certain: the phase thresholds decide there.
@@ -53,6 +54,7 @@ MID_EPOCH = ("train", "warmup", "pause")
 #: the stack's waits (:meth:`CertainWatch.on_stack`)
 STACK_WAITS = ("dataloader", "queue", "collective", "own")
 
+_DEAD = ("Z", "X")
 _FUTEX = re.compile(r"futex")
 _POLL = re.compile(r"^(do_sys_poll|poll_schedule_timeout|do_select|core_sys_select|ep_poll|do_epoll_wait)")
 
@@ -98,6 +100,7 @@ class CertainWatch:
         self._armed = True
         self._procs: tuple[ProcFacts, ...] = ()
         self._sampled = 0
+        self._sampled_t: float | None = None  # the previous sample's time
         self._workers: frozenset[int] = frozenset()  # the live workers of the last sample
         self._lost: set[int] = set()  # workers gone (not zombies), fewer left, none new
         self._gone_since: float | None = None  # a worker zombie or lost since
@@ -107,15 +110,17 @@ class CertainWatch:
         self._quiet: float | None = None  # the whole tree parked since
         self._stack: str | None = None  # the main thread's wait, read in this spell
         self._stack_asked = False
+        self._spell = 0  # bumped where a stack read stops being about now (a batch, a spell's end)
+        self._asked_in = -1  # the spell the stack was asked in
 
     # ------------------------------------------------------------------ feeding
     def on_tree(self, now: float, procs: tuple[ProcFacts, ...], gpu_busy: bool = False) -> None:
         """One sample of the tree (main first); ``gpu_busy``: the GPU works (no deadlock)."""
-        before, prior = self._workers, self._procs
-        self._procs = procs
+        before, prior, prior_t = self._workers, self._procs, self._sampled_t
+        self._procs, self._sampled_t = procs, now
         self._sampled += 1
         main = next((p for p in procs if p.role == "main"), None)
-        live = frozenset(p.pid for p in procs if p.role == "worker" and p.state not in "ZX")
+        live = frozenset(p.pid for p in procs if p.role == "worker" and p.state not in _DEAD)
         if live - before:  # new workers: a loader (re)started, nothing is lost
             self._lost.clear()
         elif before - live and len(live) < len(before):
@@ -126,7 +131,7 @@ class CertainWatch:
         self._main_stopped = _since(
             self._main_stopped, now, main is not None and main.state == "T" and not traced
         )
-        workers = [p for p in procs if p.role == "worker" and p.state not in "ZX"]
+        workers = [p for p in procs if p.role == "worker" and p.state not in _DEAD]
         self._workers_stopped = _since(
             self._workers_stopped, now, bool(workers) and all(p.state == "T" for p in workers) and not traced
         )
@@ -141,8 +146,13 @@ class CertainWatch:
             and _io_still(prior, procs)
         )
         if not quiet and self._quiet is not None:  # a quiet spell ended: its stack with it
-            self._stack, self._stack_asked = None, False
-        self._quiet = _since(self._quiet, now, quiet)
+            self._forget_stack()
+        if quiet and self._quiet is None and prior_t is not None:
+            # no CPU and no byte since the previous sample: quiet since then (not before
+            # the last batch)
+            self._quiet = max(prior_t, self._episode if self._episode is not None else prior_t)
+        elif not quiet:
+            self._quiet = None
 
     def stack_wanted(self, now: float) -> bool:
         """Whether the main thread's stack should be read now: once per quiet spell
@@ -152,17 +162,24 @@ class CertainWatch:
             return False
         quiet = self._quiet is not None and now - self._quiet >= self.stack_after_s
         if quiet or (self._blocked is not None and self._gone_since is not None):
-            self._stack_asked = True
+            self._stack_asked, self._asked_in = True, self._spell
             return True
         return False
 
     def on_stack(self, wait: str | None) -> None:
-        """What the main thread waits for (one of STACK_WAITS; None: unreadable)."""
+        """What the main thread waits for (one of STACK_WAITS; None: unreadable), read
+        since :meth:`stack_wanted` asked; an answer that comes after a batch or after the
+        spell it was asked in ended is dropped."""
         if wait is not None and wait not in STACK_WAITS:
             raise ValueError(
                 f"certain watch: unknown stack wait {wait!r} (allowed: {', '.join(STACK_WAITS)})"
             )
-        self._stack = wait
+        if self._asked_in == self._spell:
+            self._stack = wait
+
+    def _forget_stack(self) -> None:
+        self._stack, self._stack_asked = None, False
+        self._spell += 1
 
     # ------------------------------------------------------------------ asking
     def check(self, now: float, phase: str, mode: str, idle_s: float) -> StallVerdict | None:
@@ -174,8 +191,8 @@ class CertainWatch:
             # a batch (or a phase): what a spell proved is about the silence after it
             self._episode, self._armed = episode, True
             self._lost.clear()
-            self._gone_since = self._quiet = self._stack = None
-            self._stack_asked = False
+            self._gone_since = self._quiet = None
+            self._forget_stack()
         if phase == "finished" or not self._armed or self._sampled < 2:
             return None
         verdict = self._verdict(now, phase, mode, idle_s)
@@ -208,7 +225,7 @@ class CertainWatch:
             and idle_s >= self.gone_s
             and self._stack in ("dataloader", "queue")
         ):
-            zombies = [p.pid for p in self._procs if p.role == "worker" and p.state in "ZX"]
+            zombies = [p.pid for p in self._procs if p.role == "worker" and p.state in _DEAD]
             what = "; ".join(
                 part
                 for part in (
@@ -232,7 +249,7 @@ class CertainWatch:
         return None
 
     def _gone(self) -> bool:
-        return bool(self._lost) or any(p.role == "worker" and p.state in "ZX" for p in self._procs)
+        return bool(self._lost) or any(p.role == "worker" and p.state in _DEAD for p in self._procs)
 
 
 def _since(since: float | None, now: float, holds: bool) -> float | None:
@@ -249,7 +266,7 @@ def _tree_parked(procs: tuple[ProcFacts, ...]) -> bool:
     """Every live process asleep (S) and at no CPU together; each thread of the trainer and
     its workers parked (a helper such as multiprocessing's resource tracker sleeps in a
     read: it is no part of the data path, its CPU counts)."""
-    live = [p for p in procs if p.state not in "ZX"]
+    live = [p for p in procs if p.state not in _DEAD]
     if not live or any(p.state != "S" or p.cpu_percent is None for p in live):
         return False
     if sum(p.cpu_percent or 0.0 for p in live) >= QUIET_CPU:
@@ -262,7 +279,7 @@ def _io_still(prior: tuple[ProcFacts, ...], procs: tuple[ProcFacts, ...]) -> boo
     """No process read or wrote a byte since the previous sample (every figure readable)."""
     was = {p.pid: p.io_chars for p in prior}
     for p in procs:
-        if p.state in "ZX":
+        if p.state in _DEAD:
             continue
         if p.io_chars is None or was.get(p.pid) is None or was[p.pid] != p.io_chars:
             return False

@@ -63,7 +63,7 @@ def tree_facts(samples: Sequence[ProcSample]) -> tuple[ProcFacts, ...]:
     """The samples as the rules read them.  The threads' waits are read only when every
     process sleeps at no CPU together (elsewhere the deadlock rule cannot hold)."""
     letters = [_LETTERS.get(s.status, "?") for s in samples]
-    live = [(s, c) for s, c in zip(samples, letters, strict=True) if c not in "ZX"]
+    live = [(s, c) for s, c in zip(samples, letters, strict=True) if c not in ("Z", "X")]
     quiet = all(c == "S" and s.cpu_percent is not None for s, c in live) and (
         sum(s.cpu_percent or 0.0 for s, _ in live) < QUIET_CPU
     )
@@ -72,10 +72,10 @@ def tree_facts(samples: Sequence[ProcSample]) -> tuple[ProcFacts, ...]:
             s.pid,
             s.role,
             c,
-            c not in "ZX" and traced(s.pid),
+            c not in ("Z", "X") and traced(s.pid),
             s.cpu_percent,
             s.io_chars,
-            thread_waits(s.pid) if quiet and c not in "ZX" and s.role in ("main", "worker") else None,
+            thread_waits(s.pid) if quiet and c not in ("Z", "X") and s.role in ("main", "worker") else None,
         )
         for s, c in zip(samples, letters, strict=True)
     )
