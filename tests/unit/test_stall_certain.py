@@ -1,11 +1,14 @@
 """The certain-evidence rules (core/stall_certain.py): each against its hang and its
-look-alikes.  The trees are snapshots of real ones (the kernel waits as Linux 6.18 names
-them: ``futex_do_wait``, ``poll_schedule_timeout.constprop.0``, ``anon_pipe_read``,
-``hrtimer_nanosleep``), fed once a second as the agent samples them."""
+look-alikes.  The hand-built trees copy what real ones show (the kernel waits as Linux 6.18
+names them: ``futex_do_wait``, ``poll_schedule_timeout.constprop.0``, ``anon_pipe_read``,
+``hrtimer_nanosleep``); tests/data/trees holds recorded ones (tests/helpers/record_trees.py).
+Each is fed once a second, as the agent samples the tree."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -196,3 +199,39 @@ def test_a_stack_read_that_comes_back_after_a_batch_is_about_nothing():
         if w.stack_wanted(float(t)):
             break
     assert t == 7  # asked anew 3 s into the spell after the batch (quiet since the batch, 3.3)
+
+
+TREES = Path(__file__).resolve().parent.parent / "data" / "trees"
+
+
+def _recorded(case: str):
+    data = json.loads((TREES / f"{case}.json").read_text(encoding="utf-8"))
+    trees = [tuple(ProcFacts(**{**p, "waits": _tuple(p["waits"])}) for p in tree) for tree in data["trees"]]
+    return trees, data["main_wait"]
+
+
+def _tuple(waits):
+    return None if waits is None else tuple(waits)
+
+
+@pytest.mark.parametrize(
+    "case, rule, by",
+    [("deadlock", "deadlock", 11.0), ("workers_stopped", "stopped", 5.0), ("zombie", "worker_gone", 4.0)],
+)
+def test_recorded_hangs_are_certain_in_time(case, rule, by):
+    """Real trees (tests/helpers/record_trees.py), the batch just before the first sample;
+    the main thread's stack as py-spy read it then."""
+    trees, wait = _recorded(case)
+    v, t = feed(CertainWatch(), trees, last_batch=-0.5, stack=wait)
+    assert v is not None and v.certain == rule and t <= by, (v, t, wait)
+
+
+def test_a_recorded_healthy_run_is_never_certain_even_with_no_batch_read():
+    """train_loop.py: busy batches and an epoch's end whose workers are replaced, judged as
+    if no batch ever came (the harshest reading: mid-epoch, silent since the start)."""
+    trees, wait = _recorded("healthy")
+    assert any(
+        {p.pid for p in a if p.role == "worker"} != {p.pid for p in b if p.role == "worker"}
+        for a, b in zip(trees, trees[1:])
+    )  # the epoch's end replaced the workers
+    assert feed(CertainWatch(), trees, stack="dataloader")[0] is None
