@@ -18,8 +18,10 @@ passing moment:
   A worker that left is forgotten at the next batch (its loader ended; the trainer went
   on) and when new workers come; a zombie is seen in every sample.
 * **deadlock** (``DEADLOCK_S``, 10 s): the whole tree at no CPU (below ``QUIET_CPU``
-  together), no bytes read or written, no process running, in I/O or stopped, every thread
-  of every process asleep in a futex or poll wait, no busy GPU, and the main thread's stack
+  together), no bytes read or written, no process running, in I/O or stopped, the main
+  thread of the trainer and of each worker asleep in a futex or poll wait and their other
+  threads too (or in accept(): multiprocessing's resource sharer listens in every forked
+  DataLoader worker), no busy GPU, and the main thread's stack
   in a DataLoader wait.  A spell begins at the sample before its first quiet one (no CPU
   and no byte between the two), never before the last batch.  The stack is asked for once
   per quiet spell (:meth:`CertainWatch.stack_wanted`, ``STACK_AFTER_S`` into it).
@@ -56,6 +58,9 @@ STACK_WAITS = ("dataloader", "queue", "collective", "own")
 
 _DEAD = ("Z", "X")
 _FUTEX = re.compile(r"futex")
+# a helper thread waiting for a connection on a unix socket (multiprocessing's resource
+# sharer in every forked DataLoader worker: accept() waits here)
+_ACCEPT = re.compile(r"^(__skb_wait_for_more_packets|unix_accept|inet_csk_accept)")
 _POLL = re.compile(r"^(do_sys_poll|poll_schedule_timeout|do_select|core_sys_select|ep_poll|do_epoll_wait)")
 
 
@@ -66,7 +71,7 @@ class ProcFacts:
     ``state``: the letter of /proc/PID/stat (R S D T t Z X I); ``traced``: a tracer is
     attached (TracerPid != 0); ``cpu_percent``: since the previous sample (None: the first);
     ``waits``: each thread's kernel wait (/proc/PID/task/TID/wchan, "" for a running
-    thread), None when not read."""
+    thread), the process's main thread first; None when not read."""
 
     pid: int
     role: str  # main | worker | child
@@ -80,6 +85,11 @@ class ProcFacts:
 def parked(wait: str) -> bool:
     """A thread asleep in a futex or a poll/select/epoll wait (the kernel's wchan name)."""
     return bool(_FUTEX.search(wait) or _POLL.match(wait))
+
+
+def helper_parked(wait: str) -> bool:
+    """Another thread than a process's main one: parked, or waiting in accept()."""
+    return parked(wait) or bool(_ACCEPT.match(wait))
 
 
 class CertainWatch:
@@ -272,7 +282,9 @@ def _tree_parked(procs: tuple[ProcFacts, ...]) -> bool:
     if sum(p.cpu_percent or 0.0 for p in live) >= QUIET_CPU:
         return False
     path = [p for p in live if p.role in ("main", "worker")]
-    return bool(path) and all(p.waits and all(parked(w) for w in p.waits) for p in path)
+    return bool(path) and all(
+        p.waits and parked(p.waits[0]) and all(helper_parked(w) for w in p.waits[1:]) for p in path
+    )
 
 
 def _io_still(prior: tuple[ProcFacts, ...], procs: tuple[ProcFacts, ...]) -> bool:

@@ -43,20 +43,25 @@ def traced(pid: int) -> bool:
 
 
 def thread_waits(pid: int) -> tuple[str, ...] | None:
-    """Each thread's kernel wait ("" for a running one); None when unreadable."""
+    """Each thread's kernel wait ("" for a running one), the process's own (main) thread
+    first; None when unreadable or when that thread cannot be read."""
     out = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
     except OSError:
         return None
-    for tid in tids:
+    if str(pid) not in tids:
+        return None
+    for tid in [str(pid), *sorted((t for t in tids if t != str(pid)), key=int)]:
         try:
             with open(f"/proc/{pid}/task/{tid}/wchan", encoding="ascii", errors="replace") as f:
                 value = f.read().strip()
         except OSError:
+            if tid == str(pid):
+                return None
             continue  # the thread ended between the listing and the read
         out.append("" if value == "0" else value)
-    return tuple(out) or None
+    return tuple(out)
 
 
 def tree_facts(samples: Sequence[ProcSample]) -> tuple[ProcFacts, ...]:
