@@ -110,6 +110,7 @@ def under_trainctl(cap: float) -> dict:
     left = [p for p in first if _alive(p)]
     events = list(read_events(run_dir / "events.jsonl"))
     stall = next(e for e in events if e.type == "stall")
+    verdict = next((e for e in events if e.type == "stall_diagnosis" and e.seq > stall.seq), None)
     restart = next(e for e in events if e.type == "restart")
     before = [e for e in events if e.type == "progress" and e.seq < stall.seq]
     after = [e for e in events if e.type == "progress" and e.seq > restart.seq]
@@ -120,7 +121,7 @@ def under_trainctl(cap: float) -> dict:
         "detection": stall.ts - last,
         "recovered": min(e.ts for e in after) - last,
         "redone": furthest - (min(e.batch for e in after) - 1),
-        "culprit": ", ".join(map(str, stall.ranks)) or "—",
+        "culprit": ", ".join(map(str, verdict.culprits if verdict else ())) or "—",
         "left": len(left),
         "finished": proc.returncode == 0,
     }

@@ -184,7 +184,9 @@ def test_the_preset_history_keeps_the_hang_and_presets_stats_shows_it(recovered)
     assert a.batches >= 10 and b.batches >= 10 and b.hours > 0  # (B may stall on a loaded box)
     assert a.costed == 1, a  # B got back past the batch A stopped at
     assert {"detection", "restart", "startup", "redone"} <= set(a.cost_s)
-    assert a.cost_s["detection"] >= 6.0  # the stall timeout
+    # every worker stopped is certain after 3 s (the stall timeout, 6 s, comes later); from
+    # the last batch at least the second the trainer takes to be seen blocked
+    assert a.cost_s["detection"] >= 1.0
     assert a.key.machine.startswith(socket.gethostname()) and a.key.content != b.key.content
     risky = [w for p in of(events, "projection") for w in p.what_if if w["preset"] == "A" and w.get("risk")]
     assert risky and risky[-1]["risk"]["incidents"] == 1 and risky[-1]["risk"]["cost_measured"], risky[-1:]

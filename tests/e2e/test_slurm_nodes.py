@@ -124,7 +124,7 @@ def test_a_hang_on_node_2_restarts_every_node_inside_the_same_job(tmp_path, slur
     # the rendezvous numbers the ranks, anew at each restart: node 2's before its stall
     (its_rank,) = {p.rank for p in of_type(other, "progress") if stall and p.seq < stall[0].seq}
     verdict = verdicts(other)
-    assert stall and verdict and verdict[0].ranks == (its_rank,), verdict
+    assert stall and verdict and verdict[0].culprits == (its_rank,), verdict
     assert f"Culprit: rank {its_rank} waits for a DataLoader batch" in verdict[0].detail, verdict
     ckpt = str(tmp_path / "ckpts" / "periodic.pt")
     for evs in (res.events, other):

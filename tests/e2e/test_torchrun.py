@@ -65,7 +65,7 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     assert res.returncode == 0, res.describe()
     stall = of(res.events, "stall")
     verdict = verdicts(res.events)  # the stall goes out at detection, its verdict after
-    assert len(stall) == 1 and len(verdict) == 1 and verdict[0].ranks == (1,), (stall, verdict)
+    assert len(stall) == 1 and len(verdict) == 1 and verdict[0].culprits == (1,), (stall, verdict)
     assert "Culprit: rank 1 waits for a DataLoader batch" in verdict[0].detail
     assert "rank 0 waits in a collective" in verdict[0].detail
     restart = of(res.events, "restart")

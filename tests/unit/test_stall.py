@@ -579,3 +579,16 @@ def test_output_silence_alone_is_no_hang_while_the_tree_works():
         d.on_tree(still_from + k, 0.0, 1000)
     assert d.check(still_from + 59) is None  # still for 59 s: not yet
     assert d.check(still_from + 61) is not None
+
+
+def test_mode_says_what_the_silence_is_judged_as():
+    d = StallDetector()
+    assert d.mode() == "startup"
+    t = run_epoch(d, 0.0, 1, 10, 0.1, total=20)
+    assert d.mode() == "train"
+    t = run_epoch(d, t, 1, 20, 0.1)
+    assert d.mode() == "boundary"  # after the epoch's last batch
+    d.on_phase("val", t + 0.1)
+    assert d.mode() == "val"
+    d.on_phase("finished", t + 0.2)
+    assert d.mode() == "finished"

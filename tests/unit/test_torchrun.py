@@ -11,6 +11,7 @@ import pytest
 from trainctl.config import job_problems, load_job, torchrun_command
 from trainctl.core import events as E
 from trainctl.core import torchrun as T
+from trainctl.core.runview import RunView
 from trainctl.system.diagnose import blame_ranks, rank_wait
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "stacks"
@@ -179,11 +180,23 @@ def test_every_rank_in_a_collective_names_no_culprit_and_a_rank_in_its_own_code_
     assert blame_ranks({1: 0}, {})[0] == ()
 
 
-def test_the_stall_event_carries_its_culprit_ranks_and_old_journals_still_read():
-    ev = E.Stall(1.0, "train", 5.0, "deadlock", ranks=(1,))
+def test_the_stall_names_the_stalled_ranks_its_verdict_the_culprits_and_old_journals_still_read():
+    ev = E.Stall(1.0, "train", 5.0, E.DIAGNOSING, ranks=(0, 1))
     assert E.decode(E.encode(ev)) == ev
+    verdict = E.StallDiagnosis(2.0, "train", "deadlock", culprits=(1,))
+    assert E.decode(E.encode(verdict)) == verdict and '"culprits":[1]' in E.encode(verdict)
     old = '{"ts": 1, "type": "stall", "phase": "train", "idle_s": 5, "diagnosis": "deadlock"}'
     assert E.decode(old).ranks == ()
+    # a journal written before the field had its name: the culprits were "ranks"
+    former = '{"ts": 2, "type": "stall_diagnosis", "phase": "train", "diagnosis": "deadlock", "ranks": [1]}'
+    assert E.decode(former).culprits == (1,)
+    view = RunView()
+    for line in (
+        '{"ts": 1, "type": "stall", "phase": "train", "idle_s": 5, "diagnosis": "diagnosing", "ranks": [0, 1]}',
+        former,
+    ):
+        view.apply(E.decode(line))
+    assert view.stall is not None and view.stall.ranks == (0, 1) and view.stuck_ranks == (1,)
 
 
 NCCL_TIMEOUT = (

@@ -58,7 +58,7 @@ class Intake:
         self.integration_said = False  # attached, or "none attached" said, this attempt
         self.rank_feeds: dict[str, tuple[int, OutputFeed]] = {}  # torchrun: a feed per rank file
         self.rank_progress: dict[int, E.Progress] = {}  # torchrun: each rank's last batch
-        self.stuck_ranks: tuple[int, ...] = ()  # the culprits of this attempt's stall
+        self.stuck_ranks: tuple[int, ...] = ()  # the stall's culprits (none known: its stalled ranks)
         self.save_dir: str | None = None  # where the library writes results (kept across attempts)
         self.last_progress: E.Progress | None = None  # the last position, merged (status)
 

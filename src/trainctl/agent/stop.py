@@ -71,7 +71,7 @@ class Stopper:
             # several nodes: this node's ranks all still may be waiting for another node's;
             # only the stacks tell, so they come before the stall is said
             diag = await self.diagnose(trainer, f"{ctx.facts.attempt}")
-            if diag.rank_pids and not diag.ranks:  # every rank waits in a collective
+            if diag.rank_pids and not diag.culprits:  # every rank waits in a collective
                 ctx.info(
                     f"every rank of this node waits in a collective for "
                     f"{verdict.idle_s:.0f}s in {verdict.phase}: the other nodes are awaited "
@@ -81,11 +81,12 @@ class Stopper:
                 self.intake.stalled = False
                 return
             ctx.set_state(RunState.STALLED, stalled)
-            self.emit_stall(verdict, diag)
+            self.emit_stall(verdict)
+            self.emit_verdict(verdict, diag)
             await self.rescue(trainer, diag)
         else:
             ctx.set_state(RunState.STALLED, stalled)
-            self.emit_stall(verdict, None)
+            self.emit_stall(verdict)
             loop, sampled = asyncio.get_running_loop(), asyncio.Event()
             diagnosing = asyncio.create_task(
                 self.diagnose(
@@ -107,40 +108,45 @@ class Stopper:
                 await asyncio.gather(diagnosing, self.rescue(trainer, None))
             else:
                 await self.rescue(trainer, None, why)
-            diag = await diagnosing
-            ranks = tuple(diag.ranks) or tuple(verdict.ranks)
-            self.intake.stuck_ranks = ranks
-            ctx.emit(
-                E.StallDiagnosis(
-                    ctx.clock(),
-                    verdict.phase,
-                    diag.diagnosis,
-                    diag.cpu_percent,
-                    diag.stacks,
-                    f"{diag.detail} ({verdict.reason})",
-                    ranks,
-                    round(diag.elapsed_s, 1),
-                )
-            )
+            self.emit_verdict(verdict, await diagnosing)
         if ctx.policy.auto_recover and trainer.returncode is None and self.intake.stalled:
             ctx.requests.recover()
 
-    def emit_stall(self, verdict, diag: Diagnosis | None) -> None:
-        """The Stall event: with its diagnosis when it is known already, else DIAGNOSING."""
+    def emit_stall(self, verdict) -> None:
+        """The Stall event, at detection (DIAGNOSING): the stalled ranks, the rule that
+        proved the hang where one did; its StallDiagnosis follows (:meth:`emit_verdict`)."""
         ctx = self.ctx
-        ranks = (tuple(diag.ranks) if diag else ()) or tuple(verdict.ranks)
-        self.intake.stuck_ranks = ranks
+        self.intake.stuck_ranks = tuple(verdict.ranks)
         ctx.emit(
             E.Stall(
                 ctx.clock(),
                 verdict.phase,
                 round(verdict.idle_s, 1),
-                diag.diagnosis if diag else E.DIAGNOSING,
-                diag.cpu_percent if diag else None,
-                diag.stacks if diag else None,
+                E.DIAGNOSING,
+                None,
+                None,
                 verdict.threshold_s,
-                f"{diag.detail} ({verdict.reason})" if diag else verdict.reason,
-                ranks,
+                verdict.reason,
+                tuple(verdict.ranks),
+                verdict.certain,
+            )
+        )
+
+    def emit_verdict(self, verdict, diag: Diagnosis) -> None:
+        """The StallDiagnosis of the stall just said: what the stacks and the tree say, and
+        the culprit ranks (the status marks them stuck; none known: the stalled ranks)."""
+        ctx = self.ctx
+        self.intake.stuck_ranks = tuple(diag.culprits) or tuple(verdict.ranks)
+        ctx.emit(
+            E.StallDiagnosis(
+                ctx.clock(),
+                verdict.phase,
+                diag.diagnosis,
+                diag.cpu_percent,
+                diag.stacks,
+                f"{diag.detail} ({verdict.reason})",
+                tuple(diag.culprits),
+                round(diag.elapsed_s, 1),
             )
         )
 

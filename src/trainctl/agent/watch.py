@@ -1,6 +1,9 @@
 """The periodic watch of a running attempt: every WATCH_S it flushes what the throttle and
-the log tail hold, asks the stall detector, and on its cadences samples the process tree
-and GPU (a tick for the dashboard), projects the deadline and checks the risk."""
+the log tail hold, asks the stall detector and then the certain-evidence rules
+(:mod:`trainctl.core.stall_certain`: a tree that proves a hang), and on its cadences
+samples the process tree and GPU (a tick for the dashboard), projects the deadline and
+checks the risk.  The certain rules watch a plain trainer's tree (under torchrun a rank's
+stop or loss shows in the other ranks' collective waits: the thresholds decide)."""
 
 from __future__ import annotations
 
@@ -10,7 +13,9 @@ from trainctl.agent.context import RunContext
 from trainctl.agent.gpus import RunGpus
 from trainctl.agent.intake import Intake
 from trainctl.core import events as E
+from trainctl.core.stall_certain import CertainWatch
 from trainctl.system.probes import tree_activity
+from trainctl.system.tree_facts import read_main_wait, tree_facts
 
 TICK_S = 1.0
 WATCH_S = 0.5
@@ -32,6 +37,8 @@ class Watcher:
         self._last_gpu: dict | None = None
         self._rank_of: dict[int, int | None] = {}  # torchrun: pid -> its rank (read once per pid)
         self.stall_task: asyncio.Task | None = None
+        self.certain = CertainWatch()
+        self._stack_read: asyncio.Future | None = None  # the main thread's stack, being read
 
     async def run(self) -> None:
         while True:
@@ -44,6 +51,9 @@ class Watcher:
         intake.say_unknown_format(now)
         intake.flush_logs_if_due()  # lines that came with the trainer's last write
         verdict = ctx.detector.check(now)
+        if verdict is None and ctx.spec.kind != "torchrun":
+            d = ctx.detector
+            verdict = self.certain.check(now, d.phase, d.mode(), d.idle(now))
         if verdict is not None and not intake.stalled:
             intake.say_unknown_format(now, at_stall=True)  # said before its stall
             intake.stalled = True
@@ -94,6 +104,8 @@ class Watcher:
                     ctx.detector.on_tree(now, None, None)
                 if self.intake.phase == "startup" and any((s.cpu_percent or 0) > 50 for s in samples):
                     ctx.detector.on_evidence(now, "cpu")
+                if ctx.spec.kind != "torchrun" and samples:
+                    self.watch_certain(now, samples)
             if ctx.facts.gpu_probe is not None and int(now) % 2 == 0:
                 self._last_gpu = None  # a probe that fails leaves no stale figure behind
                 pids = tuple(s.pid for s in samples)
@@ -114,6 +126,22 @@ class Watcher:
         )
         ctx.facts.workers_seen = tick.workers if processes else None
         ctx.emit(tick)
+
+    def watch_certain(self, now: float, samples) -> None:
+        """Feed the certain rules this tick's tree; read the main thread's stack when they
+        ask (in a thread, one at a time: a tick never waits for py-spy).  While our own
+        py-spy is attached the tree is not fed (its tracer would read as a debugger's)."""
+        read = self._stack_read
+        if read is not None:
+            if not read.done():
+                return
+            self._stack_read = None
+            self.certain.on_stack(None if read.cancelled() or read.exception() else read.result())
+        gpu = self._last_gpu.get("util") if self._last_gpu else None
+        self.certain.on_tree(now, tree_facts(samples), gpu is not None and gpu >= 5.0)
+        if self.certain.stack_wanted(now):
+            loop = asyncio.get_running_loop()
+            self._stack_read = loop.run_in_executor(None, read_main_wait, samples[0])
 
     def with_ranks(self, samples, ranks: dict[int, int | None] | None = None) -> tuple[dict, ...]:
         """The tick's process dicts, each rank process and its descendants (DataLoader

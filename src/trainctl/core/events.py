@@ -112,7 +112,10 @@ class Stall(Event):
     stacks: str | None = None
     threshold_s: float | None = None
     detail: str = ""
-    ranks: tuple[int, ...] = ()  # torchrun: the culprit ranks (absent in older journals)
+    ranks: tuple[int, ...] = ()  # torchrun: the stalled ranks (victims included)
+    # the rule of core/stall_certain.py that proved the hang (stopped, worker_gone,
+    # deadlock); None: a threshold decided
+    certain: str | None = None
 
 
 @dataclass(frozen=True)
@@ -126,7 +129,9 @@ class StallDiagnosis(Event):
     cpu_percent: float | None = None
     stacks: str | None = None
     detail: str = ""
-    ranks: tuple[int, ...] = ()
+    # torchrun: the culprit ranks, read from their stacks (the stall's ``ranks`` are the
+    # stalled ones, victims included); journals before 2026-12 wrote them as ``ranks``
+    culprits: tuple[int, ...] = ()
     elapsed_s: float = 0.0  # how long the diagnosis took
 
 
@@ -342,9 +347,22 @@ def from_dict(d: dict[str, Any]) -> Event:
         raise ValueError(f"unknown event type {d.get('type')!r}") from e
     names = _FIELDS[cls]
     kw = {k: v for k, v in d.items() if k in names}
+    if cls is StallDiagnosis and "ranks" in d and "culprits" not in d:
+        kw["culprits"] = d["ranks"]  # the field's former name
     if cls is Progress and isinstance(kw.get("losses"), dict):
         kw["losses"] = {k: float_or_special(v) for k, v in kw["losses"].items()}
-    for k in ("command", "env", "what_if", "processes", "lines", "redone", "traceback", "ranks", "rungs"):
+    for k in (
+        "command",
+        "env",
+        "what_if",
+        "processes",
+        "lines",
+        "redone",
+        "traceback",
+        "ranks",
+        "culprits",
+        "rungs",
+    ):
         if k in kw and isinstance(kw[k], list):
             kw[k] = tuple(kw[k])
     return cls(**kw)

@@ -67,7 +67,7 @@ def _format(ev: E.Event) -> str | None:
             )
         case E.StallDiagnosis():
             stacks = f", stacks: {ev.stacks}" if ev.stacks else ""
-            ranks = f" (rank {', '.join(map(str, ev.ranks))})" if ev.ranks else ""
+            ranks = f" (culprit rank {', '.join(map(str, ev.culprits))})" if ev.culprits else ""
             return (
                 f"{t} DIAG   {ev.diagnosis}{ranks} in {ev.phase} (read in {ev.elapsed_s:.1f}s){stacks}"
                 f"\n         {ev.detail}"

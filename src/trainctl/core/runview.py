@@ -90,7 +90,7 @@ class RunView:
         self.exit: ev.Exit | None = None
         self.ranks: dict[int, RankRow] = {}  # torchrun: a row per rank (this attempt)
         self.lead_rank: int | None = None  # the lowest rank: its progress drives the chart
-        self.stuck_ranks: tuple[int, ...] = ()  # the culprits of this attempt's stall
+        self.stuck_ranks: tuple[int, ...] = ()  # the stall's culprits (none known: its stalled ranks)
         self.save_dir: str | None = None  # where the library writes its results (Ultralytics)
         self.resumed: dict[str, Any] | None = None  # the last restart's resume (core/resumed.py)
         self.goodput = Goodput()  # the wall time by bucket (core/goodput.py)
@@ -241,9 +241,8 @@ class RunView:
         self.stall = replace(
             self.stall, diagnosis=e.diagnosis, cpu_percent=e.cpu_percent, stacks=e.stacks, detail=e.detail
         )
-        if e.ranks:
-            self.stall = replace(self.stall, ranks=tuple(e.ranks))
-            self.stuck_ranks = tuple(e.ranks)
+        if e.culprits:
+            self.stuck_ranks = tuple(e.culprits)
         s = self.stall
         self._note_verdict(s, f"no batch for {s.idle_s:.0f} s in {s.phase}: {s.diagnosis}")
 

@@ -125,7 +125,9 @@ class StallVerdict:
     """A stall: ``idle_s`` without progress in ``phase``, past ``threshold_s``.
 
     ``ranks`` names the stuck ranks when progress carries ranks (empty otherwise);
-    ``still``: the still-tree watch decided (no output, CPU or I/O), not a threshold."""
+    ``still``: the still-tree watch decided (no output, CPU or I/O), not a threshold;
+    ``certain``: the rule of :mod:`trainctl.core.stall_certain` that proved the hang
+    (``stopped``, ``worker_gone``, ``deadlock``; None: a threshold decided)."""
 
     phase: str
     idle_s: float
@@ -133,6 +135,7 @@ class StallVerdict:
     reason: str
     ranks: tuple[int, ...] = ()
     still: bool = False
+    certain: str | None = None
 
 
 class _Rank:
@@ -346,6 +349,13 @@ class StallDetector(SilenceWatch, Thresholds):
     def phase(self) -> str:
         """The phase whose threshold applies now (a val/save stays until the next batch)."""
         return self._phase
+
+    def mode(self) -> str:
+        """What the current silence is judged as: startup, silence (an unknown format),
+        warmup, train, pause, boundary (after an epoch's last batch), val, save, finished."""
+        if self._phase == "finished":
+            return "finished"
+        return self._mode_for(self._ranks.get(self._last_key))
 
     def idle(self, now: float) -> float:
         """Seconds without progress (in startup/val/save: since the phase began)."""

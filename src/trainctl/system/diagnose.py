@@ -63,6 +63,8 @@ _WAIT_FRAMES = (
     "synchronize",
 )
 _DATALOADER_FRAMES = ("_try_get_data", "_get_data", "_next_data")
+# a multiprocessing queue's get (py-spy names the function alone or with its class)
+_QUEUE_FRAMES = ("get (multiprocessing/queues", "Queue.get (multiprocessing/queues")
 
 
 @dataclass(frozen=True)
@@ -75,7 +77,7 @@ class Diagnosis:
     detail: str  # one human sentence or two
     processes: tuple[ProcSample, ...] = ()
     elapsed_s: float = 0.0
-    ranks: tuple[int, ...] = ()  # torchrun: the culprit ranks (see blame_ranks)
+    culprits: tuple[int, ...] = ()  # torchrun: the culprit ranks (see blame_ranks)
     rank_pids: dict[int, int] | None = None  # torchrun: pid -> global rank of each rank process
 
 
@@ -209,8 +211,17 @@ def find_ranks(samples: tuple[ProcSample, ...]) -> dict[int, int]:
 def rank_wait(dump: str) -> str:
     """What a rank's main thread waits for, from its ``py-spy dump --native``: ``data``
     (a DataLoader batch), ``collective`` (an allreduce, a barrier, DDP's backward waiting
-    for the other ranks' gradients) or ``own`` (its own code, or nothing known).  The
-    innermost frame that says decides."""
+    for the other ranks' gradients) or ``own`` (its own code, a plain queue, or nothing
+    known).  The innermost frame that says decides (:func:`main_wait`)."""
+    wait = main_wait(dump)
+    return "data" if wait == "dataloader" else "own" if wait == "queue" else wait
+
+
+def main_wait(dump: str) -> str:
+    """What the main thread of a ``py-spy dump`` waits for: ``dataloader`` (a DataLoader
+    batch), ``queue`` (a multiprocessing queue's get outside a DataLoader: its producer's
+    data), ``collective`` or ``own``.  The innermost DataLoader or collective frame
+    decides (a DataLoader waits in a queue's get too), then a queue's."""
     frames: list[str] = []
     for header, body in _threads(dump):
         if '"MainThread"' in header or not frames:
@@ -219,10 +230,10 @@ def rank_wait(dump: str) -> str:
             break
     for f in frames:
         if any(d in f for d in _DATALOADER_FRAMES):
-            return "data"
+            return "dataloader"
         if any(c in f for c in _COLLECTIVE):
             return "collective"
-    return "own"
+    return "queue" if any(q in f for f in frames for q in _QUEUE_FRAMES) else "own"
 
 
 def _threads(text: str) -> list[tuple[str, list[str]]]:
