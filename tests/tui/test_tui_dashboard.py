@@ -638,8 +638,13 @@ async def test_the_runs_gpus_have_a_row_each_in_the_resources_panel(make_app, ag
         await wait_for(pilot, lambda: "gpu 3 " in screen_text(app), what="the device rows")
         text = screen_text(app)
         wide = size[0] >= 120
+        # the model, once, in the title (narrow: the title is the model)
+        assert ("Resources · " if wide else "─ ") + "2× NVIDIA A100-SXM4-80GB ─" in text
+        assert "more process" in text or "48330" in text  # the process rows give way, counted
         for index, util, mem in ((2, "97%", "30.5/80.0 GiB"), (3, "95%", "29.0/80.0 GiB")):
             row = next(line for line in text.splitlines() if f"gpu {index} " in line)
-            assert f"util {util}" in row and f"mem {mem}" in row and "312 W" in row, row
-            assert ("61 °C" in row) == wide, row  # the narrow panel drops the temperature
+            if wide:
+                assert f"util {util} · mem {mem} · 61 °C · 312 W" in row, row
+            else:  # the narrow panel: no labels, no temperature, nothing cut
+                assert f"gpu {index} {util} · {mem} · 312 W" in row and "…" not in row, row
         assert "GPU 0" not in text and "gpu 0 " not in text

@@ -11,6 +11,7 @@ from typing import Any
 
 from trainctl.agent.context import RunContext
 from trainctl.core import gpu_devices, gpu_release
+from trainctl.core.gpu_text import gpu_model_line
 from trainctl.system.probes import environments
 
 
@@ -104,12 +105,8 @@ class RunGpus:
     def model(self) -> str | None:
         """The model of the run's devices ("2× NVIDIA A100"), as last read; None unread."""
         used = self.attempt_devices()[0]
-        names = [self.names[i] for i in sorted(self.names) if i in used]
-        if not names:
-            return None
-        if len(set(names)) == 1:
-            return names[0] if len(names) == 1 else f"{len(names)}× {names[0]}"
-        return ", ".join(names)
+        names = [{"name": self.names[i]} for i in sorted(self.names) if i in used]
+        return gpu_model_line(names) if names else None
 
     def attempt_devices(self) -> tuple[tuple[int, ...], str | None]:
         """(the attempt's devices, by the strongest rule any reading used: pids, then

@@ -3,7 +3,7 @@ Pure: a device's dict (:meth:`trainctl.system.gpu.GpuSample.as_dict`) in, text o
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 GIB = float(1 << 30)
@@ -13,20 +13,30 @@ def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def gpu_row(device: Mapping[str, Any], wide: bool = True) -> str:
-    """``NVIDIA A100 util 97% · mem 30.1/80.0 GiB · 66 °C · 250 W`` (what the driver gives;
-    narrow: no temperature, the model cut to 18 characters)."""
-    name = str(device.get("name") or "GPU")
-    if not wide and len(name) > 18:
-        name = name[:17] + "…"
+def gpu_row(device: Mapping[str, Any], wide: bool = True, named: bool = True) -> str:
+    """``NVIDIA A100 util 97% · mem 30.1/80.0 GiB · 66 °C · 250 W`` (what the driver gives).
+    ``named=False``: without the model (the dashboard says it once above the rows);
+    narrow: ``97% · 30.1/80.0 GiB · 250 W`` (no labels, no temperature), for a 36-column
+    panel."""
     util = _num(device.get("util"))
-    parts = [f"{name} util {'—' if util is None else f'{util:.0f}%'}"]
+    shown = "—" if util is None else f"{util:.0f}%"
+    parts = [f"util {shown}" if wide else shown]
     used, total = _num(device.get("mem_used")), _num(device.get("mem_total"))
     if used is not None:
-        parts.append(f"mem {used / GIB:.1f}/{'?' if total is None else f'{total / GIB:.1f}'} GiB")
+        mem = f"{used / GIB:.1f}/{'?' if total is None else f'{total / GIB:.1f}'} GiB"
+        parts.append(f"mem {mem}" if wide else mem)
     temp, power = _num(device.get("temperature_c")), _num(device.get("power_w"))
     if temp is not None and wide:
         parts.append(f"{temp:.0f} °C")
     if power is not None:
         parts.append(f"{power:.0f} W")
-    return " · ".join(parts)
+    row = " · ".join(parts)
+    return f"{device.get('name') or 'GPU'} {row}" if named else row
+
+
+def gpu_model_line(devices: Sequence[Mapping[str, Any]]) -> str:
+    """The run's devices' model once: ``2× NVIDIA A100-SXM4-80GB`` (several models: each)."""
+    names = [str(d.get("name") or "GPU") for d in devices]
+    if len(set(names)) == 1:
+        return names[0] if len(names) == 1 else f"{len(names)}× {names[0]}"
+    return ", ".join(dict.fromkeys(names))

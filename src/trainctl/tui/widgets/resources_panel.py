@@ -11,7 +11,7 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widgets import Static
 
-from trainctl.core.gpu_text import gpu_row
+from trainctl.core.gpu_text import gpu_model_line, gpu_row
 from trainctl.tui import fmt
 
 MAX_ROWS = 6
@@ -61,7 +61,7 @@ def gpu_lines(gpu: dict[str, Any] | None, wide: bool, text: Text) -> None:
     if not devices:
         text.append(f"no GPU of the run ({gpu.get('why') or 'none read'})", style="dim")
         return
-    rows = [f"gpu {d.get('index', '?')} {gpu_row(d, wide)}" for d in devices[:MAX_GPU_ROWS]]
+    rows = [f"gpu {d.get('index', '?')} {gpu_row(d, wide, named=False)}" for d in devices[:MAX_GPU_ROWS]]
     text.append("\n".join(rows))
     if len(devices) > MAX_GPU_ROWS:
         text.append(f"\n… {len(devices) - MAX_GPU_ROWS} more GPUs", style="dim")
@@ -97,7 +97,17 @@ def rank_lines(info: ResourcesInfo, text: Text) -> None:
         )
 
 
-def resources_text(info: ResourcesInfo) -> Text:
+def gpu_row_count(gpu: dict[str, Any] | None) -> int:
+    """The lines :func:`gpu_lines` takes."""
+    devices = gpu.get("devices") if gpu else None
+    if not isinstance(devices, list) or not devices:
+        return 1
+    return min(len(devices), MAX_GPU_ROWS) + (1 if len(devices) > MAX_GPU_ROWS else 0)
+
+
+def resources_text(info: ResourcesInfo, height: int | None = None) -> Text:
+    """``height``: the panel's lines; the GPU rows keep theirs, the process rows get the
+    rest (the others counted)."""
     if info.ended:
         return Text(f"run {info.ended}: no trainer process", style="dim")
     if not info.known:
@@ -108,7 +118,11 @@ def resources_text(info: ResourcesInfo) -> Text:
         gpu_lines(info.gpu, info.wide, text)
         return text
     procs = info.processes
-    for proc in procs[:MAX_ROWS]:
+    shown = MAX_ROWS
+    if height is not None and height > 0:
+        room = height - gpu_row_count(info.gpu)
+        shown = min(MAX_ROWS, max(1, room if len(procs) <= room else room - 1))
+    for proc in procs[:shown]:
         role = str(proc.get("role") or "?")
         style = "bold" if role == "main" else ""
         status = str(proc.get("status") or "?")
@@ -124,8 +138,8 @@ def resources_text(info: ResourcesInfo) -> Text:
                 f"{role:<6} {proc.get('pid', '?'):>7} {STATUS.get(status, '?')} {cpu:>5} {rss:>9}\n",
                 style=style,
             )
-    if len(procs) > MAX_ROWS:
-        text.append(f"… {len(procs) - MAX_ROWS} more processes\n", style="dim")
+    if len(procs) > shown:
+        text.append(f"… {len(procs) - shown} more processes\n", style="dim")
     if not procs:
         text.append("no trainer process\n", style="dim")
     gpu_lines(info.gpu, info.wide, text)
@@ -140,5 +154,12 @@ class ResourcesPanel(Static):
         self.watch_info(self.info)
 
     def watch_info(self, info: ResourcesInfo) -> None:
-        self.border_title = "Ranks" if info.ranks and not info.ended else "Resources"
-        self.update(resources_text(info))
+        title = "Ranks" if info.ranks and not info.ended else "Resources"
+        devices = info.gpu.get("devices") if info.gpu and not info.ended else None
+        if isinstance(devices, list) and devices:  # the run's GPUs' model, once (narrow: alone)
+            title = f"{title} · {gpu_model_line(devices)}" if info.wide else gpu_model_line(devices)
+        self.border_title = title
+        self.update(resources_text(info, self.content_size.height or None))
+
+    def on_resize(self) -> None:
+        self.watch_info(self.info)
