@@ -70,6 +70,27 @@ def test_a_stall_and_a_restart_split_into_detection_diagnosis_restart_and_redone
     assert b["ending"] == 0
 
 
+def test_a_journaled_interval_that_crosses_the_furthest_batch_moves_its_redone_share():
+    """The journal keeps about one progress a second: a fast attempt 2 journals batch 2,
+    then batch 9, past the furthest (6).  Of that interval, batches 3..6 of 3..9 were redone."""
+    evs = attempt(0, 1, 1, 6)  # batch 6 at 16
+    evs += [E.Stall(26, "train", 10.0, "deadlock"), E.Exit(30, -9, "SIGKILL")]
+    evs += [E.Restart(30, 2, "stalled", "B", "ck.pt", 0.0)]
+    evs += [E.Start(30, 2, 102, "B"), E.Phase(30, "startup"), E.Phase(40, "train")]
+    evs += [
+        progress(41, 1, 2),
+        progress(48, 1, 9),
+        progress(49, 1, 10),
+        E.Exit(50, 0),
+        E.State(50, "FINISHED"),
+    ]
+    t = fold(evs).totals()
+    sums_to_wall(t)
+    b = t["buckets"]
+    assert b["redone"] == pytest.approx(1 + 7 * 4 / 7)  # batch 2 (40..41), then 4 s of 41..48
+    assert t["productive_s"] == pytest.approx(6 + 3 + 1 + 1)  # 10..16, 45..48 (batches 7..9), 48..49, 49..50
+
+
 def test_a_stall_event_after_the_batches_came_back_is_no_new_hang():
     evs = attempt(0, 1, 1, 4)  # batch 4 at 14
     evs += [E.State(20, "STALLED", "no batch for 6 s"), progress(21, 1, 5), E.State(21, "RUNNING")]

@@ -11,7 +11,9 @@ assignments are made provisionally and moved later, never copied:
   first): then it moves to ``detection``;
 - the time between two progress events sits in ``productive`` until the later one says
   which batch it ended: a batch at or before the furthest one reached before a restart is
-  work redone, and the interval moves to ``redone``.
+  work redone, and the interval moves to ``redone``; an interval that crosses the furthest
+  batch (the journal keeps about one progress a second, so a fast attempt's first journaled
+  batches may skip past it) moves the redone batches' share of it.
 
 The events keyed on: ``start`` (start-up, or restart start-up after the first attempt),
 ``phase`` (train, val, save, startup, finished), ``progress`` (its batch: redone or not),
@@ -65,6 +67,7 @@ class Goodput:
         self.furthest = -1.0  # the furthest global batch reached
         self.lead_rank: int | None = None
         self.last_batch: float | None = None  # the last progress's time
+        self.last_x: float | None = None  # the last progress's global batch in this attempt
 
     # ------------------------------------------------------------------ folding
     def apply(self, e: ev.Event) -> None:
@@ -111,7 +114,7 @@ class Goodput:
 
     def _on_start(self, e: ev.Start) -> None:
         self.attempts += 1
-        self.hang, self.lead_rank = False, None
+        self.hang, self.lead_rank, self.last_x = False, None, None
         self._enter("startup" if self.attempts == 1 else "restart")
 
     def _on_phase(self, e: ev.Phase) -> None:
@@ -128,9 +131,13 @@ class Goodput:
         self.hang, self.last_batch = False, e.ts
         if e.epoch and e.batches and e.batch is not None:
             x = float((e.epoch - 1) * e.batches + e.batch)
-            if x <= self.furthest and self.pending_in == "productive":
-                self._move(self.pending, "redone")
+            if self.pending_in == "productive":
+                if x <= self.furthest:
+                    self._move(self.pending, "redone")
+                elif self.last_x is not None and self.last_x < self.furthest:  # crossed it
+                    self._move(self.pending * (self.furthest - self.last_x) / (x - self.last_x), "redone")
             self.furthest = max(self.furthest, x)
+            self.last_x = x
         if self.mode in _NOT_TRAINING:
             self._enter("productive")  # a batch ends them (a trainer that says no train phase)
         else:
@@ -209,6 +216,7 @@ class Goodput:
             "furthest": self.furthest,
             "lead_rank": self.lead_rank,
             "last_batch": self.last_batch,
+            "last_x": self.last_x,
         }
 
     def load_dict(self, d: dict[str, Any]) -> None:
@@ -230,6 +238,7 @@ class Goodput:
         self.furthest = float(d["furthest"])
         self.lead_rank = None if d["lead_rank"] is None else int(d["lead_rank"])
         self.last_batch = num(d["last_batch"])
+        self.last_x = num(d.get("last_x"))  # absent in older snapshots: no share moved once
 
 
 def describe(totals: dict[str, Any], top: int = 4) -> str:
