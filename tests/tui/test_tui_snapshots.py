@@ -57,6 +57,15 @@ def test_dashboard(snap_compare, make_app, agent, journal, size):
     assert snap_compare(make_app(), terminal_size=size, run_before=settle(agent, journal))
 
 
+def test_dashboard_drawn_at_every_update(snap_compare, make_app, agent, journal, monkeypatch):
+    """A loaded machine's timing: every chart update draws at once, the first ones before the
+    layout has settled; the chart is drawn again at its final size (the 80x24 snapshot)."""
+    from trainctl.tui.widgets import loss_chart
+
+    monkeypatch.setattr(loss_chart, "MIN_INTERVAL", 0.0)
+    assert snap_compare(make_app(), terminal_size=(80, 24), run_before=settle(agent, journal))
+
+
 def test_dashboard_with_log(snap_compare, make_app, agent, journal):
     lines = tuple(
         f"       3/3         0G      1.301      1.482      1.094         41         64: "

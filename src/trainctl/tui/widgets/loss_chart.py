@@ -50,7 +50,8 @@ class LossChart(PlotextPlot):
         plt.title("")
 
     def on_resize(self) -> None:
-        self.border_title = legend(self._shown, short=self.size.width < 60)
+        # The y ticks and the legend's length follow the size: draw again at the new one.
+        self.flush()
 
     def show(self, data: ChartData) -> None:
         """Take new data; draw now if the last draw was long enough ago, else soon."""
@@ -64,9 +65,11 @@ class LossChart(PlotextPlot):
             self._timer = self.set_timer(wait, self._draw)
 
     def flush(self) -> None:
-        """Draw pending data at once (tests and screenshots)."""
+        """Draw the newest data at once, at the current size (a resize, tests, screenshots)."""
         if self._timer is not None:
             self._timer.stop()
+        if self._pending is None:
+            self._pending = self._shown
         self._draw()
 
     def _draw(self) -> None:
