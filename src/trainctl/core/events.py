@@ -189,7 +189,6 @@ class Projection(Event):
     eta_high: float | None = None
     budget: float | None = None
     what_if: tuple[dict[str, Any], ...] = ()
-    lost_s: float | None = None  # time lost to stalls and restarts (detection, restart, redone work)
     finished: bool = False  # the run ended (eta is when); not inferred from eta <= ts
     checkpoint: dict[str, Any] | None = None  # the last good one: ts, epoch, batch, kind, lose
     # (batches a restart now would redo)

@@ -1,4 +1,4 @@
-"""Deadline and cost projection: ETA, buffer, cost, time lost to stalls, and the what-if
+"""Deadline and cost projection: ETA, buffer, cost, and the what-if
 for every other preset.  Pure: time is always an argument (`now`); the only I/O is
 :class:`~trainctl.core.rates.RateHistory`'s small JSON file.  The rate meter and history are
 in :mod:`trainctl.core.rates`, the words in :mod:`trainctl.core.projection_text`.
@@ -84,8 +84,6 @@ class Projector(WhatIf):
         self._phase_ts: float | None = None
         self._phase_s: dict[str, list[float]] = {"val": [], "save": []}
         # stalls
-        self._lost_closed = 0.0
-        self._episode: tuple[float, int] | None = None  # (time lost from, high water then)
         self._stalled_since: float | None = None  # a stall no batch and no new attempt ended
         self._risk = {"deadline": RiskLatch(), "budget": RiskLatch()}
         # a Slurm run: this job's work ends at job_end; each next job gives job_span_s of
@@ -108,8 +106,6 @@ class Projector(WhatIf):
                     self._finish(ev.ts)
             case Start():
                 self._stalled_since = None
-                if self._attempt_ts is not None:
-                    self._open_episode(ev.ts)
                 self._attempt_ts = ev.ts
                 self._attempt_progressed = False
                 self._finished_ts = None
@@ -121,7 +117,6 @@ class Projector(WhatIf):
             case Restart():
                 self._stalled_since = None  # restarting: the new attempt's start-up, no stall
                 self._end_attempt(ev.ts)
-                self._open_episode(ev.ts)
                 self._resume_g = self._resume_position() if ev.resume_from else 0
                 self._restarted = True
                 self._attempt_ts = ev.ts + ev.delay_s  # the next attempt starts after the delay
@@ -131,7 +126,6 @@ class Projector(WhatIf):
             case Stall():
                 self._stalled_since = ev.ts - ev.idle_s
                 self._end_attempt(ev.ts)
-                self._open_episode(ev.ts)
                 self._phase_ts = None  # the stalled phase's length is no sample
             case Exit():
                 self._end_attempt(ev.ts)
@@ -177,14 +171,7 @@ class Projector(WhatIf):
                 del self._boundaries[:-50]
             self._meter.cut()
         self._meter.add(ts, g)
-        if g >= self._high_water:
-            if self._episode is not None and g >= self._episode[1]:
-                t0, hw = self._episode
-                est = self._meter.estimate()
-                redo_extra = (g - hw) / est.rate if est and est.rate > 0 else 0.0
-                self._lost_closed += max(0.0, ts - t0 - redo_extra)
-                self._episode = None
-            self._high_water = g
+        self._high_water = max(self._high_water, g)
         self._last = (ts, g, epoch, ev.batch)
         self._chain = True
 
@@ -201,15 +188,6 @@ class Projector(WhatIf):
     def _finish(self, ts: float) -> None:
         self._finished_ts = ts
         self._remember(ts, force=True)
-
-    def _open_episode(self, ts: float) -> None:
-        """Time is lost from the last progress (or, with none, the attempt's start) until
-        the run gets back past its high-water mark."""
-        if self._episode is not None or self._finished_ts is not None:
-            return
-        since = self._last[0] if self._last is not None else self._attempt_ts
-        if since is not None:
-            self._episode = (min(since, ts), self._high_water)
 
     def _end_attempt(self, ts: float) -> None:
         self._remember(ts, force=True)
@@ -385,7 +363,6 @@ class Projector(WhatIf):
             eta_high,
             self.budget,
             what_if,
-            self._lost(now, rate),
             finished=self._finished_ts is not None,
             checkpoint=self._checkpoint_view(),
             redone=tuple(self._redone),
@@ -400,18 +377,6 @@ class Projector(WhatIf):
         if not self.job_gap_measured and self._startups:  # each next job starts the trainer again
             gap += statistics.median(self._startups)
         return across_jobs(now, eta, self.job_end, self.job_span_s, gap)
-
-    def _lost(self, now: float, rate: float | None) -> float:
-        """Time lost to stalls and restarts: closed episodes, plus the open one so far, the
-        rest of the new attempt's startup and the work it still has to redo."""
-        lost = self._lost_closed
-        if self._episode is not None:
-            t0, hw = self._episode
-            lost += max(0.0, now - t0) + self._startup_left(now)
-            g = self._resume_g if self._resume_g is not None else (self._last[1] if self._last else hw)
-            if rate:
-                lost += max(0, hw - g) / rate
-        return lost
 
     # ------------------------------------------------------------------ risk
     def at_risk(self, now: float) -> WarningEvent | None:

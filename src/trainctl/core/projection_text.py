@@ -218,8 +218,6 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
         lines.append(line)
     elif p.budget is not None:
         lines.append(f"budget {format_money(p.budget, currency)} (no cost per hour set)")
-    if p.lost_s:
-        lines.append(f"lost to stalls and restarts: {humanize_duration(p.lost_s)}")
     if p.redone:
         lines.append(f"batches redone per restart: {', '.join(map(str, p.redone))}")
     if p.checkpoint and not p.finished:
