@@ -58,6 +58,7 @@ def test_bounded_writes_an_incident_at_once_and_the_risk_to_the_projector(tmp_pa
     assert data["updated"] == 41.5 and data["records"][0]["incidents"] == {"deadlock": 1}
     risk = ctx.projector.risks["A"]
     assert risk.incidents == 3 and risk.hours == pytest.approx(8.0 + 31.0 / 3600)
+    assert (risk.runs, risk.this_run) == (2, True)  # the earlier run's and this one's: the scope shown
 
 
 def test_a_new_agent_of_the_run_goes_on_from_its_file(tmp_path: Path) -> None:
@@ -71,6 +72,8 @@ def test_a_new_agent_of_the_run_goes_on_from_its_file(tmp_path: Path) -> None:
     second(E.Exit(5800.0, 0))
     [r] = history.read("yolo")[0]
     assert r.hours == pytest.approx(1.5) and r.runs == 1
+    # the two agents' records are one run's, and the projection says 'this run'
+    assert (ctx.projector.risks["A"].runs, ctx.projector.risks["A"].this_run) == (1, True)
 
 
 def test_an_unreadable_own_file_starts_fresh_and_says_so(tmp_path: Path) -> None:

@@ -111,3 +111,22 @@ def test_the_dashboard_panel_says_the_risk_wide_and_narrow() -> None:
     wide = projection_text(p, t).plain
     assert "3 incidents in 9 h (≈ 40 s each)" in wide and "4 incidents in 2 h (≈ 5 m each)" in wide
     assert "B (~declared) (4 in 2 h): ETA " in projection_text(p, t, wide=False).plain
+
+
+def test_every_count_says_whose_runs_it_is_of() -> None:
+    """A preset's incidents are counted over runs of this job on this machine: the line says
+    which ('this run', 'this job here, 12 runs', '3 earlier runs of this job here')."""
+    from trainctl.tui.widgets.projection_panel import projection_text
+
+    pj = _projector()
+    pj.risks = {"A": estimate(9.0, 3, 120.0, runs=12, this_run=True), "B": estimate(2.0, 4, 1200.0, runs=3)}
+    t = _run(pj)
+    p = pj.project(t)
+    line = format_projection(p, t)[0]
+    assert "3 incidents in 9 h (this job here, 12 runs; ≈ 40 s each)" in line
+    assert "4 incidents in 2 h (3 earlier runs of this job here; ≈ 5 m each)" in format_what_if(
+        p.what_if[0], t
+    )
+    assert "B (~declared) (4 in 2 h, 3 earlier runs): ETA " in projection_text(p, t, wide=False).plain
+    pj.risks = {"A": estimate(2.0, 1, 60.0, runs=1, this_run=True)}
+    assert "1 incident in 2 h (this run; ≈ 1 m each)" in format_projection(pj.project(t), t)[0]

@@ -9,6 +9,7 @@ this module is the one writer of that attribute."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -117,7 +118,7 @@ class PresetFeed:
         for (preset, content), tally in self.usage.tallies(now).items():
             key = RecordKey(self.ctx.spec.job_name, self.machine, preset, content)
             r = Record.of_tally(key, tally)
-            mine[key] = mine[key].merged(r) if key in mine else r
+            mine[key] = replace(mine[key].merged(r), runs=1) if key in mine else r  # one run still
         return list(mine.values())
 
     def write(self, now: float) -> None:
@@ -135,9 +136,11 @@ class PresetFeed:
     def _publish(self, now: float, mine: list[Record] | None = None) -> None:
         """Each preset's risk (this machine, the content it has now) to the projector."""
         merged: dict[str, Record] = {}
-        for r in self._others + (mine if mine is not None else self.records(now)):
+        ours = mine if mine is not None else self.records(now)
+        for r in self._others + ours:
             if r.key.machine != self.machine or r.key.content != self.content_of(r.key.preset or None):
                 continue
             merged[r.key.preset] = merged[r.key.preset].merged(r) if r.key.preset in merged else r
-        risks: dict[str, Risk] = {name: r.risk() for name, r in merged.items()}
+        shown = {r.key.preset for r in ours}
+        risks: dict[str, Risk] = {name: r.risk(this_run=name in shown) for name, r in merged.items()}
         self.ctx.projector.risks = risks

@@ -48,6 +48,8 @@ class Risk:
     rate_high_per_h: float  # 95 % quantile
     mean_cost_s: float  # measured mean cost of one incident; DEFAULT_INCIDENT_COST_S when none measured
     cost_measured: bool = False  # whether mean_cost_s comes from measured incidents
+    runs: int = 0  # how many runs of this job on this machine the figures are from (0: unknown)
+    this_run: bool = False  # whether the run that shows them is one of those runs
 
     @property
     def loss_s_per_h(self) -> float:
@@ -60,10 +62,13 @@ class Risk:
         return 1.0 / self.rate_per_h
 
 
-def estimate(hours: float, incidents: int, cost_s_total: float = 0.0) -> Risk:
+def estimate(
+    hours: float, incidents: int, cost_s_total: float = 0.0, runs: int = 0, this_run: bool = False
+) -> Risk:
     """The risk after ``incidents`` in ``hours`` (negative inputs count as 0).
     ``cost_s_total`` is the summed measured cost of those incidents; 0 (nothing measured)
-    gives :data:`DEFAULT_INCIDENT_COST_S` per incident."""
+    gives :data:`DEFAULT_INCIDENT_COST_S` per incident.  ``runs`` and ``this_run`` say whose
+    figures they are (the scope a count is shown with)."""
     h = max(float(hours), 0.0) if math.isfinite(hours) else 0.0
     k = max(int(incidents), 0)
     shape = PRIOR_INCIDENTS + k
@@ -77,6 +82,8 @@ def estimate(hours: float, incidents: int, cost_s_total: float = 0.0) -> Risk:
         rate_high_per_h=gamma_quantile(HIGH_QUANTILE, shape) / rate,
         mean_cost_s=cost_s_total / k if measured else DEFAULT_INCIDENT_COST_S,
         cost_measured=measured,
+        runs=max(int(runs), 0),
+        this_run=this_run,
     )
 
 

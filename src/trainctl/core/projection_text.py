@@ -150,19 +150,36 @@ def rate_phrase(
 
 
 def risk_phrase(risk: dict[str, Any] | None) -> str:
-    """'3 incidents in 9 h (≈ 40 s each)', '0 incidents in 30 h'; '' with no record, or with
-    none in under an hour (a clean short record says nothing yet).  A cost that was not
-    measured says it is the default."""
+    """'3 incidents in 9 h (this job here, 12 runs; ≈ 40 s each)', '0 incidents in 30 h (this
+    run)'; '' with no record, or with none in under an hour (a clean short record says nothing
+    yet).  The scope says whose runs the count is of (:func:`scope_phrase`); a cost that was
+    not measured says it is the default."""
     if not risk:
         return ""
     n = int(risk.get("incidents", 0))
     if n == 0 and float(risk.get("hours", 0.0)) < 1:
         return ""
     text = f"{n} incident{'s' if n != 1 else ''} in {hours_phrase(float(risk.get('hours', 0.0)))}"
+    notes = [scope] if (scope := scope_phrase(risk)) else []
     if n:
         each = humanize_duration(float(risk.get("mean_cost_s", 0.0)))
-        text += f" (≈ {each} each)" if risk.get("cost_measured") else f" (≈ {each} each, not measured yet)"
-    return text
+        notes.append(f"≈ {each} each" if risk.get("cost_measured") else f"≈ {each} each, not measured yet")
+    return text + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def scope_phrase(risk: dict[str, Any], compact: bool = False) -> str:
+    """Whose runs a preset's counts are of: 'this run', 'this job here, 12 runs' (this run
+    among them), '3 earlier runs' (of this job on this machine); '' where a projection from
+    before the scope was journaled does not say."""
+    runs = int(risk.get("runs") or 0)
+    if runs <= 0:
+        return ""
+    if risk.get("this_run"):
+        if runs == 1:
+            return "this run"
+        return f"{runs} runs" if compact else f"this job here, {runs} runs"
+    earlier = f"{runs} earlier run{'s' if runs != 1 else ''}"
+    return earlier if compact else f"{earlier} of this job here"
 
 
 def hours_phrase(hours: float) -> str:

@@ -40,6 +40,8 @@ def risk_view(risk: Risk) -> dict[str, Any]:
         "rate_high_per_h": risk.rate_high_per_h,
         "mean_cost_s": risk.mean_cost_s,
         "cost_measured": risk.cost_measured,
+        "runs": risk.runs,
+        "this_run": risk.this_run,
     }
 
 

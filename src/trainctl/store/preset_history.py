@@ -83,12 +83,12 @@ class Record:
     def incident_count(self) -> int:
         return sum(self.incidents.values())
 
-    def risk(self) -> Risk:
+    def risk(self, this_run: bool = False) -> Risk:
         """The estimate (:func:`~trainctl.core.preset_risk.estimate`); the mean cost from the
-        costed incidents only."""
+        costed incidents only.  ``this_run``: the run asking is one of :attr:`runs`."""
         total = sum(self.cost_s.values())
         per = total / self.costed if self.costed else 0.0
-        return estimate(self.hours, self.incident_count, per * self.incident_count)
+        return estimate(self.hours, self.incident_count, per * self.incident_count, self.runs, this_run)
 
     def merged(self, other: Record) -> Record:
         return Record(

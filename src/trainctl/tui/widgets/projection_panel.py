@@ -18,6 +18,7 @@ from trainctl.core.projection_text import (
     format_when,
     hours_phrase,
     rate_phrase,
+    scope_phrase,
     signed_duration,
 )
 
@@ -52,7 +53,9 @@ def _compact_lines(p: Projection, now: float) -> list[str]:
         guess = {"declared": " (declared)", "scaled": " (~declared)"}.get(w.get("source") or "", "")
         risk = w.get("risk") or {}
         if risk.get("incidents"):
-            guess += f" ({risk['incidents']} in {hours_phrase(float(risk.get('hours', 0.0)))})"
+            scope = scope_phrase(risk, compact=True)
+            guess += f" ({risk['incidents']} in {hours_phrase(float(risk.get('hours', 0.0)))}"
+            guess += f", {scope})" if scope else ")"
         lines.append(f"{w.get('preset', '?')}{guess}: ETA {format_when(w.get('eta'), now)}{buffer}")
     return lines
 
