@@ -5,10 +5,12 @@ file says whether that attempt's trainer lives on, or how it ended while nobody 
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from trainctl.core import events as E
+from trainctl.core.projection import LEARNS_FROM, Projector
 from trainctl.core.recovery import FINAL_STATES, Outcome, OutcomeKind
 from trainctl.inside.report import SAVE_ON_REQUEST_KEY
 from trainctl.store.journal import read_events
@@ -71,6 +73,30 @@ def where_the_run_was(journal: Path) -> Where:
             if mark > before:
                 w.progressed = True
     return w
+
+
+def projector_catches_up(projector: Projector, journal: Path) -> None:
+    """A new agent's projection goes on from the run's journal: the run's first start (its
+    cost so far), the attempts, stalls, restarts and checkpoints, and the current attempt's
+    batches (journaled about once a second), so the rate shown is this attempt's, not the
+    rate earlier runs measured until the new agent's meter fills again."""
+
+    def learned() -> Iterator[E.Event]:
+        lead: int | None = None  # ranks move in lockstep: the lowest one's batches make the rate
+        for ev in read_events(journal):
+            if isinstance(ev, E.Progress):
+                if ev.rank is not None:
+                    lead = ev.rank if lead is None else min(lead, ev.rank)
+                    if ev.rank != lead:
+                        continue
+                yield ev
+            elif ev.type in LEARNS_FROM:
+                yield ev
+
+    try:
+        projector.catch_up(learned())
+    except OSError:
+        pass
 
 
 def agent_running(run_dir: Path) -> bool:

@@ -21,7 +21,7 @@ from trainctl.agent.requests import Requests
 from trainctl.config import ConfigError, load_preset
 from trainctl.config.ladder import rung_preset
 from trainctl.core import events as E
-from trainctl.core.projection import Projector
+from trainctl.core.projection import LEARNS_FROM, Projector
 from trainctl.core.rates import RateHistory
 from trainctl.core.recovery import Decision, Outcome, RecoveryPolicy, RunState, StateMachine
 from trainctl.core.signatures import Catalog, WarningMatcher
@@ -117,7 +117,7 @@ class RunContext:
 
     def _project_on(self, ev: E.Event) -> None:
         """The journaled events the projector learns from (its rates, losses and restarts)."""
-        if ev.type in ("start", "phase", "restart", "stall", "exit", "checkpoint"):
+        if ev.type in LEARNS_FROM:
             self.projector.on_event(ev)
 
     # ------------------------------------------------------------------ the configuration

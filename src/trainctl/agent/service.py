@@ -14,7 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from trainctl import __version__
-from trainctl.agent.adopt import where_the_run_was
+from trainctl.agent.adopt import projector_catches_up, where_the_run_was
 from trainctl.agent.attempt import AttemptLoop
 from trainctl.agent.bus import PrinterSink
 from trainctl.agent.checkpoint_watch import CheckpointWatch
@@ -318,6 +318,7 @@ class Agent:
             ctx.info(f"nothing to adopt: the run already ended {was.state}", "adopt")
             return exit_code(was.state)
         ctx.facts.restore(was.attempt, was.preset, was.last_checkpoint, was.furthest)
+        projector_catches_up(ctx.projector, ctx.files.events)
         ctx.policy.auto_restarts = ctx.policy.used = ctx.policy.incident_restarts = was.auto_restarts
         if lead is not None:  # a node of a Slurm job: its run is the lead's, which goes on
             ctx.info(

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import statistics
+from collections.abc import Iterable
 from typing import Any
 
 from trainctl.core.events import Checkpoint, Event, Exit, Phase, Progress, Projection, Restart, Stall, Start
@@ -29,6 +30,11 @@ SAFE_MARGIN_S = 900.0  # "clearly safe": the pessimistic ETA this far before the
 
 
 # ---------------------------------------------------------------------------- projector
+# The journaled event types a projector learns from (its rates, losses and restarts); a
+# live agent gives it every batch's progress besides (the journal keeps about one a second).
+LEARNS_FROM = frozenset({"start", "phase", "restart", "stall", "exit", "checkpoint"})
+
+
 class Projector(WhatIf):
     """Consumes run events (:meth:`on_event`) and answers :meth:`project` / :meth:`at_risk`.
 
@@ -94,6 +100,21 @@ class Projector(WhatIf):
         self.job_gap_measured = False  # False: a queue wait alone; the start is added
 
     # ------------------------------------------------------------------ events
+    def catch_up(self, events: Iterable[Event]) -> None:
+        """Learn from events an earlier agent journaled (and projected from): the same as
+        :meth:`on_event`, but nothing goes into the rate history again (that agent wrote it),
+        and its next write is due ``HISTORY_EVERY_S`` after the last event's time."""
+        history, self.history = self.history, None
+        last: float | None = None
+        try:
+            for ev in events:
+                self.on_event(ev)
+                last = ev.ts
+        finally:
+            self.history = history
+        if last is not None:
+            self._history_ts = last
+
     def on_event(self, ev: Event) -> None:
         if self._first_ts is None and isinstance(ev, (Start, Progress)):
             self._first_ts = ev.ts
