@@ -18,6 +18,33 @@ pytestmark = pytest.mark.e2e
 SAVES_OWN = ROOT / "tests" / "helpers" / "scripts" / "saves_own.py"
 
 
+def hangs_before_and_after_its_first_save(python: str) -> list[str]:
+    """`trainctl run` of saves_own.py with its own resume flag: 12 steps, a save every 5,
+    a DataLoader deadlock in attempt 1 at step 3 (before the first save) and in attempt 2
+    at step 8 (after it)."""
+    return [
+        "run",
+        "--json",
+        "--stall-timeout",
+        "3",
+        "--resume-arg=--resume",
+        "--resume-arg={checkpoint}",
+        "--",
+        python,
+        str(SAVES_OWN),
+        "--steps",
+        "12",
+        "--save-every",
+        "5",
+        "--step-time",
+        "0.3",
+        "--hang",
+        "1:3",
+        "--hang",
+        "2:8",
+    ]
+
+
 def _starts(res) -> list[E.Start]:
     return [e for e in res.events if isinstance(e, E.Start)]
 
@@ -30,27 +57,7 @@ def _restarts(res) -> list[E.Restart]:
 def test_a_script_saving_out_ckpt_pt_resumes_with_its_own_flag_and_keeps_its_checkpoint(tmp_path):
     ckpt = tmp_path / "out" / "ckpt.pt"
     res = run_trainctl(
-        [
-            "run",
-            "--json",
-            "--stall-timeout",
-            "3",
-            "--resume-arg=--resume",
-            "--resume-arg={checkpoint}",
-            "--",
-            PYTHON,
-            str(SAVES_OWN),
-            "--steps",
-            "12",
-            "--save-every",
-            "5",
-            "--step-time",
-            "0.3",
-            "--hang",
-            "1:3",  # before the first save
-            "--hang",
-            "2:8",  # after it (step 5 saved)
-        ],
+        hangs_before_and_after_its_first_save(PYTHON),
         cwd=tmp_path,
         timeout=100,
     )

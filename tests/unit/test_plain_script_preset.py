@@ -29,6 +29,19 @@ def test_workers_0_drops_every_worker_only_argument_and_says_only_what_the_prese
     }
 
 
+def test_workers_0_gives_worker_only_arguments_this_torchs_own_defaults():
+    """torch 1.13's DataLoader: prefetch_factor defaults to 2 and refuses any other value
+    without workers (2.x: None); the signature's defaults are what goes back."""
+    given = dict(SCRIPT)
+    old = {"multiprocessing_context": None, "prefetch_factor": 2, "persistent_workers": False}
+    assert loader_overrides(given, DataLoaderCfg(workers=0), old) == {"num_workers": (2, 0)}
+    assert (given["prefetch_factor"], given["multiprocessing_context"], given["persistent_workers"]) == (
+        2,
+        None,
+        False,
+    )
+
+
 def test_the_preset_wins_over_the_scripts_own_values():
     given = dict(SCRIPT)
     cfg = DataLoaderCfg(workers=2, multiprocessing_context="spawn", prefetch_factor=2, pin_memory=True)

@@ -75,10 +75,14 @@ def current_preset() -> Any:
     return _cache["preset"]
 
 
-def loader_overrides(given: dict[str, Any], dataloader: Any) -> dict[str, tuple[Any, Any]]:
+def loader_overrides(
+    given: dict[str, Any], dataloader: Any, defaults: dict[str, Any] | None = None
+) -> dict[str, tuple[Any, Any]]:
     """What the preset's ``dataloader`` (a DataLoaderCfg) changes in a DataLoader's bound
     arguments ``given`` (its defaults filled in): argument -> (the script's, the preset's);
-    ``given`` is changed in place.  Pure."""
+    ``given`` is changed in place.  Without workers, a worker-only argument goes back to
+    this torch's own default (``defaults``, from its signature: torch 1.x refuses any
+    prefetch_factor but its default 2, torch 2.x any but None).  Pure."""
     changed: dict[str, tuple[Any, Any]] = {}
 
     def put(arg: str, value: Any, say: bool) -> None:
@@ -93,12 +97,13 @@ def loader_overrides(given: dict[str, Any], dataloader: Any) -> dict[str, tuple[
             put(arg, value, True)
     if not given.get("num_workers"):  # PyTorch refuses these without workers
         for arg, empty in _WORKER_ONLY.items():
-            put(arg, empty, False)
+            put(arg, (defaults or {}).get(arg, empty), False)
     return changed
 
 
 def _wrap_init(init: Any) -> Any:
     signature = inspect.signature(init)
+    defaults = {n: p.default for n, p in signature.parameters.items() if p.default is not p.empty}
 
     @functools.wraps(init)
     def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
@@ -115,7 +120,7 @@ def _wrap_init(init: Any) -> Any:
         extra = given.pop(
             next((n for n, p in signature.parameters.items() if p.kind is p.VAR_KEYWORD), ""), {}
         )
-        changed = loader_overrides(given, preset.dataloader)
+        changed = loader_overrides(given, preset.dataloader, defaults)
         if changed:
             from trainctl.inside.session import said_changes
 
