@@ -57,6 +57,17 @@ def test_launchers_shells_and_others_are_not(argv):
     assert not python_command(argv)
 
 
+def test_a_launcher_that_is_a_python_console_script_is_still_a_launcher(tmp_path):
+    """torch installs torchrun as a console script (#! python) in a venv's bin, Debian's
+    python3-torch in /usr/bin: found on the PATH it is still no trainer."""
+    for name in ("torchrun", "accelerate", "my-tool"):
+        (tmp_path / name).write_text("#!/usr/bin/python3\nimport sys\n")
+        (tmp_path / name).chmod(0o755)
+    assert not python_command(["torchrun", "--nproc-per-node", "2", "train.py"], path=str(tmp_path))
+    assert not python_command([str(tmp_path / "accelerate"), "launch", "t.py"], path=str(tmp_path))
+    assert python_command(["my-tool", "x"], path=str(tmp_path))  # any other Python script is one
+
+
 def test_a_script_is_python_by_its_shebang(tmp_path):
     (tmp_path / "a.py").write_text("#!/usr/bin/env -S python3 -u\nprint(1)\n")
     (tmp_path / "b.sh").write_text("#!/bin/bash\necho 1\n")

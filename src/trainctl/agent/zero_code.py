@@ -20,6 +20,9 @@ LIB_DIR = "instrument"  # in the run directory: lib/trainctl (links), fallback/<
 
 _PYTHON = re.compile(r"(?:python|pypy)(?:\d+(?:\.\d+)*)?[mtw]?(?:\.exe)?$")
 _ENV_ASSIGN = re.compile(r"[A-Za-z_][A-Za-z0-9_]*=")
+# Launchers that are Python scripts themselves (a console script whose #! names Python, as
+# torch's own torchrun is in a venv's bin or Debian's /usr/bin): what they start is not them.
+LAUNCHERS = frozenset({"torchrun", "accelerate", "deepspeed", "horovodrun", "mpirun", "srun"})
 
 
 def is_python(name: str) -> bool:
@@ -51,7 +54,7 @@ def python_command(argv: Sequence[str], cwd: str | os.PathLike[str] = ".", path:
         args = args[1:]
         while args and (args[0].startswith("-") or _ENV_ASSIGN.match(args[0])):
             args = args[1:]
-    if not args:
+    if not args or os.path.basename(args[0]) in LAUNCHERS:
         return False
     if is_python(args[0]):
         return True
