@@ -115,6 +115,22 @@ def test_a_slurm_job_chain_counts_the_queue_wait_between_jobs():
     assert t["productive_s"] == 11  # 10 batches, and the last one's end to the exit
 
 
+def test_with_auto_recovery_off_the_wait_for_the_key_is_no_diagnosis():
+    """The verdict came 4 s after the stall; the user pressed restart 10 minutes later: those
+    minutes await a decision, and only the stacks and the kill are the diagnosis."""
+    evs = attempt(0, 1, 1, 6)  # batch 6 at 16
+    evs += [E.State(26, "STALLED", "no batch"), E.Stall(26, "train", 10.0, E.DIAGNOSING)]
+    evs += [E.StallDiagnosis(30, "train", "deadlock", 0.0, None, "main waits")]
+    evs += [E.State(630, "STOPPING", "restart by the user"), E.Exit(632, -15, "SIGTERM")]
+    evs += [E.State(632, "BACKOFF"), E.Restart(632, 2, "by the user", "A", None), E.State(633, "STARTING")]
+    evs += attempt(633, 2, 1, 2)
+    t = fold(evs).totals()
+    sums_to_wall(t)
+    b = t["buckets"]
+    assert (b["detection"], b["diagnosis"], b["awaiting"]) == (10, 4 + 2, 600)
+    assert "lost 11 min: awaiting a decision 10," in describe(t)  # minutes, the biggest first
+
+
 def test_a_pause_by_the_user_and_a_stopped_run_that_goes_on():
     evs = attempt(0, 1, 1, 3)
     evs += [E.State(14, "PAUSED", "by the user"), E.State(74, "RUNNING"), progress(75, 1, 4)]

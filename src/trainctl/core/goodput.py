@@ -19,7 +19,8 @@ The events keyed on: ``start`` (start-up, or restart start-up after the first at
 ``phase`` (train, val, save, startup, finished), ``progress`` (its batch: redone or not),
 ``state`` (STALLED: detection; STOPPING after a hang: diagnosis and kill; BACKOFF: restart;
 PENDING: queue wait; PAUSED: paused; a final state ends the wall time), ``stall``
-(detection, when no STALLED came before it), ``exit``.  A stall event before or after its
+(detection, when no STALLED came before it), ``stall_diagnosis`` (the verdict: from it until
+the STOPPING, awaiting a decision: the user's key with auto-recovery off), ``exit``.  A stall event before or after its
 diagnosis, or a diagnosis as an event of its own, gives the same buckets: only the first
 sign of the hang counts, and the diagnosis lasts until the kill ends the attempt.
 """
@@ -35,6 +36,7 @@ BUCKETS: dict[str, str] = {  # bucket -> what a person reads
     "startup": "start-up",
     "detection": "detection",
     "diagnosis": "diagnosis and kill",
+    "awaiting": "awaiting a decision",
     "restart": "restart start-up",
     "redone": "work redone",
     "checkpoint": "checkpoints",
@@ -45,9 +47,9 @@ BUCKETS: dict[str, str] = {  # bucket -> what a person reads
 }
 LOSSES = tuple(b for b in BUCKETS if b != "productive")
 _PHASE_MODES = {"train": "productive", "val": "validation", "save": "checkpoint", "finished": "ending"}
-_NOT_TRAINING = frozenset({"startup", "restart", "diagnosis", "paused", "queue"})
+_NOT_TRAINING = frozenset({"startup", "restart", "diagnosis", "awaiting", "paused", "queue"})
 _FINAL = frozenset({"FINISHED", "FAILED", "STOPPED"})
-GOODPUT_FORMAT = 1
+GOODPUT_FORMAT = 2  # 2: the awaiting bucket (an older snapshot is folded again)
 
 
 class Goodput:
@@ -159,7 +161,7 @@ class Goodput:
             self._enter("paused")
         elif s == "STARTING":
             self._enter("startup" if self.attempts == 0 else "restart")
-        elif s == "RUNNING" and self.mode in ("diagnosis", "paused"):
+        elif s == "RUNNING" and self.mode in ("diagnosis", "awaiting", "paused"):
             self.hang = False
             self._enter("productive")
 
@@ -167,6 +169,12 @@ class Goodput:
         if not self.hang and self.last_batch is not None and e.ts - e.idle_s < self.last_batch:
             return  # the diagnosis of a hang that batches have ended since (its STALLED counted)
         self._hang_detected()
+
+    def _on_verdict(self, e: ev.StallDiagnosis) -> None:
+        """The stacks are read: what follows until the attempt is stopped is the wait for a
+        decision (with auto-recovery off, the user's key; else the moment to the stop)."""
+        if self.hang and self.mode == "diagnosis":
+            self._enter("awaiting")
 
     def _on_exit(self, e: ev.Exit) -> None:
         if e.returncode == 0 and not e.signal:
@@ -180,6 +188,7 @@ class Goodput:
         "progress": _on_progress,
         "state": _on_state,
         "stall": _on_stall,
+        "stall_diagnosis": _on_verdict,
         "exit": _on_exit,
     }
 

@@ -135,6 +135,7 @@ BUCKET_COLORS = (  # productive first, then one colour per loss (core/goodput.py
     "#9467bd",
     "#d62728",
     "#ff7f0e",
+    "#ffbb78",
     "#8c564b",
     "#e377c2",
     "#bcbd22",
