@@ -4,7 +4,7 @@ VENV   ?= .venv
 PY      = $(VENV)/bin/python
 STAMP   = $(VENV)/.installed
 
-.PHONY: venv demo test lint bench clean
+.PHONY: venv demo test lint bench bench-docs clean
 
 $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
@@ -63,6 +63,27 @@ lint: venv
 
 bench: venv
 	for b in bench/bench_*.py; do echo "== $$b"; $(PY) $$b || exit 1; done
+
+# `make bench-docs`: every bench whose tables docs/benchmarks.md holds, one after another (they
+# time real runs: never two at once), each writing its tables between its markers there
+# (bench/doc_tables.py); `make bench-docs BENCH=ranks` for one (the names below).  An hour and
+# more in all on 2 cores; each table records the load it ran at.
+BENCH_DOCS_certain_stall     = bench/bench_certain_stall.py
+BENCH_DOCS_detection_matrix  = bench/bench_detection_matrix.py
+BENCH_DOCS_incidents_defaults = bench/bench_incidents.py --defaults
+BENCH_DOCS_incidents         = bench/bench_incidents.py --cap 90 --yolo-cap 300
+BENCH_DOCS_ranks             = bench/bench_ranks.py --cap 30
+BENCH_DOCS_spare             = bench/bench_spare.py
+BENCH_DOCS_serve             = bench/bench_serve.py --window 15
+BENCH_DOCS_ladder            = bench/bench_ladder.py
+BENCH_DOCS_preset_history    = bench/bench_preset_history.py
+BENCH_DOCS_checkpoint_watch  = bench/bench_checkpoint_watch.py
+BENCH_DOCS = certain_stall detection_matrix incidents_defaults incidents ranks spare serve \
+             ladder preset_history checkpoint_watch
+bench-docs: venv
+	@$(foreach b,$(or $(BENCH),$(BENCH_DOCS)),\
+	  $(if $(BENCH_DOCS_$(b)),,echo "make bench-docs: no bench named $(b) (one of: $(BENCH_DOCS))"; exit 2;) \
+	  echo "== $(b): $(BENCH_DOCS_$(b))"; $(PY) $(BENCH_DOCS_$(b)) --docs || exit 1;)
 
 clean:
 	rm -rf $(VENV) build *.egg-info

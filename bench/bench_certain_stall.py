@@ -16,18 +16,16 @@ Each run is `trainctl run --json --no-auto-recover -- python SCRIPT ...`, ended 
 Printed per run: ``idle`` = the stall event's ``idle_s`` (the detector's seconds since the
 last batch it read, the figure the goals are about), ``journal`` = the stall's timestamp −
 the last progress event's in the journal (journaled progress is throttled: an upper bound),
-the rule that called it (``certain``) and its window.  Date, commit, CPUs and the load
-average at the start and the end come first and last.
+the rule that called it (``certain``) and its window.  The table goes through
+bench/doc_tables.py (``--docs``: into docs/benchmarks.md, block ``certain-stall``).
 """
 
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
 import shutil
 import signal
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -40,13 +38,21 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.conftest import run_trainctl, start_trainctl  # noqa: E402
 from tests.helpers.hangs import STEADY, TRAIN_LOOP  # noqa: E402
 
+sys.path.insert(0, str(ROOT / "bench"))
+from doc_tables import Recorder, add_docs_flag  # noqa: E402
+
+DOC_TABLES = {"certain-stall": ("case", "idle s", "journal s", "rule (window)")}
+
 LOOP = ["--epochs", "1", "--batches", "5000", "--batch-time", "0.02"]
 DEADLOCK = "--epochs 3 --batches 20 --batch-time 0.05 --hang-at 2:5 --hang-kind worker".split()
 CASES = {
-    "workers stopped": ([str(TRAIN_LOOP), *LOOP], "stop-workers"),
-    "trainer stopped": ([str(STEADY), *LOOP, "--hang-at", "1:20", "--hang-kind", "stop"], None),
-    "worker killed": ([str(STEADY), *LOOP, "--mp-workers", "1"], "kill-worker"),
-    "deadlock": ([str(TRAIN_LOOP), *DEADLOCK], None),
+    "workers stopped (2 forked DataLoader workers SIGSTOPped)": ([str(TRAIN_LOOP), *LOOP], "stop-workers"),
+    "trainer stopped (SIGSTOP)": ([str(STEADY), *LOOP, "--hang-at", "1:20", "--hang-kind", "stop"], None),
+    "worker killed (a queue's producer SIGKILLed: a zombie)": (
+        [str(STEADY), *LOOP, "--mp-workers", "1"],
+        "kill-worker",
+    ),
+    "deadlock (a DataLoader worker blocked on an Event, epoch 2)": ([str(TRAIN_LOOP), *DEADLOCK], None),
 }
 
 
@@ -70,38 +76,29 @@ def one_run(argv: list[str], act: str | None) -> dict[str, object]:
     }
 
 
-def _commit() -> str:
-    r = subprocess.run(
-        ["git", "-C", str(ROOT), "rev-parse", "--short", "HEAD"], capture_output=True, text=True
-    )
-    dirty = subprocess.run(
-        ["git", "-C", str(ROOT), "status", "--porcelain", "--untracked-files=no"],
-        capture_output=True,
-        text=True,
-    ).stdout.strip()
-    return (r.stdout.strip() or "?") + (" (+ uncommitted changes)" if dirty else "")
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--runs", type=int, default=1)
+    add_docs_flag(ap)
     a = ap.parse_args()
+    rec = Recorder(DOC_TABLES, a.docs)
     home = Path(tempfile.mkdtemp(prefix="bench-certain-"))
     os.environ.setdefault("TRAINCTL_RUNS_DIR", str(home / "runs"))
     os.environ.setdefault("TRAINCTL_CONFIG_DIR", str(home / "config"))
-    now = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
-    print(
-        f"{now}, commit {_commit()}, {os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at the start"
-    )
-    print(f"{'case':16} {'idle':>6} {'journal':>8}  rule (window)")
+    rows: list[list[object]] = []
     for name, (argv, act) in CASES.items():
         for _ in range(a.runs):
             row = one_run(argv, act)
-            print(
-                f"{name:16} {row['idle']:5.1f}s {row['journal']:7.1f}s  {row['certain']} ({row['window']:g}s)",
-                flush=True,
+            rows.append(
+                [
+                    name,
+                    f"{row['idle']:.1f}",
+                    f"{row['journal']:.1f}",
+                    f"{row['certain']} ({row['window']:g} s)",
+                ]
             )
-    print(f"load average {os.getloadavg()[0]:.2f} at the end")
+            print(" | ".join(map(str, rows[-1])), flush=True)
+    rec.publish("certain-stall", rows)
     shutil.rmtree(home, ignore_errors=True)
     return 0
 

@@ -27,6 +27,14 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import Recorder, add_docs_flag
+
+DOC_TABLES = {
+    "checkpoint-watch": ("", "the tree (below)", "empty folder"),
+    "checkpoint-watch-setup": ("what", "figure"),
+}
+
 SLEEP = (
     "import time, torch\ntime.sleep({s})\ntorch.save({{'w': torch.ones(4)}}, 'late/ckpt.pt')\ntime.sleep(3)"
 )
@@ -108,7 +116,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--files", type=int, default=100_000)
     ap.add_argument("--seconds", type=float, default=30.0)
+    add_docs_flag(ap)
     args = ap.parse_args()
+    rec = Recorder(DOC_TABLES, args.docs)
     base = Path(tempfile.mkdtemp(prefix="bench-watch-"))
     try:
         big, empty = base / "big", base / "empty"
@@ -117,23 +127,37 @@ def main() -> None:
         (empty / "late").mkdir()
         t0 = time.perf_counter()
         make_tree(big, args.files)
-        print(
-            f"tree: {args.files} files in {args.files // 100} folders, made in {time.perf_counter() - t0:.1f} s"
-        )
+        made_s = time.perf_counter() - t0
         wall, cpu, folders = watch_setup_cost(big)
-        print(
-            f"adding the inotify watches ({folders} folders), once at the start: {wall:.3f} s, {cpu:.3f} s CPU"
-        )
-        print(f"one bounded scan of it instead (walk + stat), each time: {scan_cost(big):.3f} s CPU")
+        setup: list[list[object]] = [
+            ["the tree", f"{args.files:,} files in {args.files // 100:,} folders, made in {made_s:.1f} s"],
+            [
+                f"adding the inotify watches ({folders:,} folders), once at the start",
+                f"{wall:.3f} s, {cpu:.3f} s CPU",
+            ],
+            ["one bounded scan of it instead (walk + stat), each time", f"{scan_cost(big):.3f} s CPU"],
+        ]
+        runs = {}
         for name, cwd in (("big tree", big), ("empty dir", empty)):
-            r = run(cwd, args.seconds, base / f"run-{name.replace(' ', '-')}")
-            per_min = r["cpu_s"] / r["window_s"] * 60
-            print(
-                f"{name:9}: agent CPU {r['cpu_s']:.3f} s over {r['window_s']:.0f} s idle "
-                f"({per_min:.3f} s/min), {r['total_s']:.2f} s in all; "
-                f"a checkpoint journaled {r['found_after_write_s']:.2f} s after its write"
-            )
-            print(f"           {r['watch']}")
+            runs[name] = r = run(cwd, args.seconds, base / f"run-{name.replace(' ', '-')}")
+            print(name, r, flush=True)
+        big_r, empty_r = runs["big tree"], runs["empty dir"]
+        rows: list[list[object]] = [
+            [
+                f"agent CPU over {big_r['window_s']:.0f} s idle",
+                f"{big_r['cpu_s']:.2f} s",
+                f"{empty_r['cpu_s']:.2f} s",
+            ],
+            ["agent CPU in all (start included)", f"{big_r['total_s']:.2f} s", f"{empty_r['total_s']:.2f} s"],
+            [
+                "a checkpoint journaled after its write",
+                f"{big_r['found_after_write_s']:.2f} s",
+                f"{empty_r['found_after_write_s']:.2f} s",
+            ],
+            ["the watch (its journal line)", big_r["watch"] or "—", empty_r["watch"] or "—"],
+        ]
+        rec.publish("checkpoint-watch", rows)
+        rec.publish("checkpoint-watch-setup", setup)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

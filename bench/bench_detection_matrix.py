@@ -14,8 +14,10 @@ the journal and the trainer's own clock:
 
 Healthy counterparts run to their end: any stall is a false stall.  The full product
 (6 faults × 7 moments × 3 formats × 4 launchers) would take hours on a 2-core box; the cells
-below cover each value of each axis at least once (see ``CELLS``).  The table (markdown) is
-printed, and with ``--write`` it replaces the section between the markers in the file.
+below cover each value of each axis at least once (see ``CELLS``).  The stall event goes out
+at detection (its diagnosis ``diagnosing``); the verdict is the ``stall_diagnosis`` event after
+it.  The table goes through bench/doc_tables.py (``--docs``: into docs/benchmarks.md, block
+``detection-matrix``, or ``detection-matrix-healthy`` for the H cells).
 """
 
 from __future__ import annotations
@@ -37,7 +39,33 @@ sys.path.insert(0, str(ROOT))
 from tests.e2e.conftest import PYTHON, start_trainctl, write_command_job, write_ultralytics_job  # noqa: E402
 from tests.helpers.hangs import SCRIPTS, STEADY, TRAIN_LOOP  # noqa: E402
 
-BEGIN, END = "<!-- detection-matrix:begin -->", "<!-- detection-matrix:end -->"
+sys.path.insert(0, str(ROOT / "bench"))
+from doc_tables import Recorder, add_docs_flag  # noqa: E402
+
+DOC_TABLES = {
+    "detection-matrix": (
+        "#",
+        "fault",
+        "when",
+        "format",
+        "launcher",
+        "stall after the hang s",
+        "verdict (after the stall)",
+        "threshold that applied",
+        "why the stall (its words)",
+        "load avg",
+    ),
+    "detection-matrix-healthy": (
+        "#",
+        "healthy run",
+        "when",
+        "format",
+        "launcher",
+        "stalls",
+        "ended",
+        "load avg",
+    ),
+}
 MIDEPOCH = ROOT / "examples" / "midepoch_resume.py"
 DDP = SCRIPTS / "ddp_unknown.py"
 CASES = SCRIPTS / "startup_cases.py"
@@ -341,7 +369,9 @@ def run_cell(cell: Cell, tmp: Path) -> dict:
             if cell.healthy:
                 tc.wait(cell.cap)
             else:
-                tc.wait_event(lambda e: e.type in cell.ends, cell.cap, "a stall or an exit")
+                end = tc.wait_event(lambda e: e.type in cell.ends, cell.cap, "a stall or an exit")
+                if end.type == "stall":  # the verdict on it comes after the stacks are read
+                    tc.wait_event(lambda e: e.type == "stall_diagnosis", 60, "the stall's verdict")
                 time.sleep(1.0)
         except TimeoutError:
             pass
@@ -359,55 +389,67 @@ def run_cell(cell: Cell, tmp: Path) -> dict:
     if hang_t is None and end is not None:  # no clock from the trainer: its last word
         said = [e for e in events[: events.index(end)] if e["type"] in ("progress", "phase", "checkpoint")]
         hang_t = said[-1]["ts"] if said else None
-    row.update(end=end, hang_t=hang_t)
+    verdict = None
+    if end is not None and end["type"] == "stall":  # the verdict on it follows
+        verdict = next((e for e in events[events.index(end) + 1 :] if e["type"] == "stall_diagnosis"), None)
+    row.update(end=end, hang_t=hang_t, verdict=verdict)
     return row
 
 
-def _detail(stall: dict) -> str:
-    """The verdict's reason: the last balanced "(...)" of the stall's detail."""
-    text = stall.get("detail", "").rstrip()
-    if text.endswith(")"):
-        depth = 0
-        for i in range(len(text) - 1, -1, -1):
-            depth += {")": 1, "(": -1}.get(text[i], 0)
-            if depth == 0:
-                return text[i + 1 : -1][:160]
-    return text[:160]
+def _detail(event: dict) -> str:
+    """An event's own words, cut at 160 characters."""
+    return " ".join(event.get("detail", "").split())[:160]
 
 
-def fmt_row(row: dict) -> str:
+def fmt_row(row: dict) -> list[object]:
     c = row["cell"]
-    head = f"| {c.key} | {c.fault} | {c.when} | {c.fmt} | {c.launcher} |"
+    load = f"{row['load']:.1f}"
     if c.healthy:
         ok = "no stall" if row["stalls"] == 0 else f"**{row['stalls']} false stall(s)**"
-        return f"{head} {ok} | — | ended {row['state']} after {row['wall']:.0f}s | {row['load']:.1f} |"
+        return [
+            c.key,
+            c.fault,
+            c.when,
+            c.fmt,
+            c.launcher,
+            ok,
+            f"{row['state']} after {row['wall']:.0f} s",
+            load,
+        ]
+    head: list[object] = [c.key, c.fault, c.when, c.fmt, c.launcher]
     end, hang_t = row.get("end"), row.get("hang_t")
     if end is None or hang_t is None:
-        return f"{head} **not caught** in {c.cap:.0f}s | — | — | {row['load']:.1f} |"
-    late = end["ts"] - hang_t
+        return [*head, f"**not caught** in {c.cap:.0f} s", "—", "—", "—", load]
+    late = f"{end['ts'] - hang_t:.1f}"
     if end["type"] == "exit":
-        return (
-            f"{head} {late:.1f}s (the trainer crashed: exit {end.get('returncode')}) | — | "
-            f"{(end.get('exception') or '')[:100]} | {row['load']:.1f} |"
-        )
-    ranks = f"; culprit rank {', '.join(map(str, end['ranks']))}" if end.get("ranks") else ""
-    return (
-        f"{head} {late:.1f}s ({end['diagnosis']}{ranks}) | {end.get('threshold_s')}s in "
-        f"{end['phase']} | {_detail(end)} | {row['load']:.1f} |"
-    )
-
-
-HEADER = (
-    "| # | fault | when | format | launcher | caught after the hang (diagnosis) | threshold "
-    "that applied | why (the verdict's words) | load avg |\n|---|---|---|---|---|---|---|---|---|"
-)
+        return [
+            *head,
+            late,
+            f"the trainer crashed: exit {end.get('returncode')}",
+            "—",
+            (end.get("exception") or "")[:160],
+            load,
+        ]
+    verdict = row.get("verdict")
+    if verdict is None:
+        said = f"none in the journal (the stall says {end['diagnosis']})"
+    else:
+        culprits = verdict.get("culprits") or verdict.get("ranks") or ()
+        said = f"{verdict['diagnosis']} {verdict['ts'] - end['ts']:+.1f} s"
+        if culprits:
+            said += f"; culprit rank {', '.join(map(str, culprits))}"
+        if verdict.get("detail"):
+            said += f": {_detail(verdict)}"
+    rule = f"; certain: {end['certain']}" if end.get("certain") else ""
+    return [*head, late, said, f"{end.get('threshold_s')} s in {end['phase']}{rule}", _detail(end), load]
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cells", default="", help="comma-separated cell keys (default: all)")
-    ap.add_argument("--write", default="", help="replace the matrix section of this markdown file")
+    add_docs_flag(ap)
     a = ap.parse_args()
+    rec = Recorder(DOC_TABLES, a.docs)
     chosen = [c for c in CELLS if not a.cells or c.key in a.cells.split(",")]
     home = Path(tempfile.mkdtemp(prefix="bench-matrix-"))
     os.environ.update(
@@ -419,35 +461,18 @@ def main() -> int:
     os.environ.setdefault(
         "TRAINCTL_CACHE_DIR", os.environ.get("TRAINCTL_TEST_CACHE", "/tmp/trainctl-test-cache")
     )
-    load0 = os.getloadavg()
-    print(
-        f"detection matrix, defaults; load average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f} "
-        f"on {os.cpu_count()} CPUs",
-        flush=True,
-    )
-    lines = []
+    faulty: list[list[object]] = []
+    healthy: list[list[object]] = []
     for cell in chosen:
         tmp = home / f"cell{cell.key}"
         tmp.mkdir()
-        row = run_cell(cell, tmp)
-        lines.append(fmt_row(row))
-        print(lines[-1], flush=True)
-    load1 = os.getloadavg()
-    table = "\n".join([HEADER, *lines])
-    print(table)
-    if a.write:
-        path = Path(a.write)
-        text = path.read_text()
-        body = (
-            f"{BEGIN}\n{table}\n\nLoad average (1, 5, 15 min) {load0[0]:.1f} {load0[1]:.1f} "
-            f"{load0[2]:.1f} at the start, {load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} at the end "
-            f"(2 cores, shared).\n{END}"
-        )
-        if BEGIN in text:
-            text = text[: text.index(BEGIN)] + body + text[text.index(END) + len(END) :]
-        else:
-            text += "\n" + body + "\n"
-        path.write_text(text)
+        row = fmt_row(run_cell(cell, tmp))
+        (healthy if cell.healthy else faulty).append(row)
+        print(" | ".join(map(str, row)), flush=True)
+    if faulty:
+        rec.publish("detection-matrix", faulty)
+    if healthy:
+        rec.publish("detection-matrix-healthy", healthy)
     shutil.rmtree(home, ignore_errors=True)
     return 0
 

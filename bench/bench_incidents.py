@@ -18,6 +18,20 @@ NVRx (the optional ``bench`` extra) runs the loop with ``--nvrx-heartbeat``; whe
 ft_launcher does not import, its column says so.  trainctl restarts on its warm spare; the
 rows "... cold" are the same runs with ``--no-spare``.
 
+``--defaults``: defaults against defaults, in one invocation: a DataLoader worker deadlock
+early (batch 25, the first seconds of training) and late (batch 200 of 0.2 s: past the 30 s
+after which trainctl warms its spare), under trainctl, NVRx ft_launcher and torchrun each with
+its shipped defaults, then each tuned to the same 4 s threshold.  A row whose tool would wait
+past ``DEFAULTS_CAP_S`` by its own settings (NVRx's heartbeat timeouts, read from its
+FaultToleranceConfig; torchrun, which watches exits only) is not run and says "> 10 min".
+
+Trainer lines: one rule for every tool, the lines of the loop that end with ``# TOOL`` (its
+import, its set-up, the guards that keep the loop running without it, the calls, the code that
+acts on what it asks), beyond the loop's own save/resume code that every tool needs.
+
+Tables go through bench/doc_tables.py (``--docs``: into docs/benchmarks.md, blocks
+``incidents-faults`` and ``incidents-defaults``).
+
 The Ultralytics run (trainctl only): YOLOv8n from YAML on a synthetic data set, CPU,
 imgsz 64, preset A (2 spawned DataLoader workers) with fallback B; the faults come from
 bench/ultralytics_faults/sitecustomize.py (on PYTHONPATH), at epoch 1 batch YOLO_HANG_AT.
@@ -34,11 +48,44 @@ import sys
 import tempfile
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 
+from trainctl.agent.holder_spawner import SPARE_AFTER_S
 from trainctl.system.process import descendants
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import Recorder, add_docs_flag
+
+DOC_TABLES = {
+    "incidents-faults": (
+        "fault",
+        "tool",
+        "detection s",
+        "hang → first new batch s",
+        "of which start-up s",
+        "batches redone",
+        "processes left over",
+        "trainer lines changed",
+        "load avg",
+        "notes",
+    ),
+    "incidents-defaults": (
+        "hang",
+        "tool",
+        "settings",
+        "detection s",
+        "hang → first new batch s",
+        "of which start-up s",
+        "batches redone",
+        "processes left over",
+        "trainer lines changed",
+        "load avg",
+        "notes",
+    ),
+}
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "midepoch_resume.py"
@@ -63,13 +110,29 @@ YOLO_TRAIN, YOLO_BATCH, YOLO_HANG_AT, YOLO_EVERY = 80, 4, 12, "3s"  # 20 batches
 YOLO_NBS = 8  # an optimizer step every 2 batches (Ultralytics' default nbs 64: every 16)
 YOLO_STALL_S = 10  # batches of 1-5 s on the 2 shared cores: 4 s saw false stalls
 FAULTS_DIR = ROOT / "bench" / "ultralytics_faults"
+DEFAULTS_CAP_S = 600.0  # --defaults: a tool that would wait longer says "> 10 min"
+
+
+@dataclass(frozen=True)
+class Moment:
+    """Where in the loop's one epoch the hang comes (the loop's length and pace with it)."""
+
+    name: str
+    batches: int
+    batch_time: float
+    hang_at: int
+
+
+EARLY = Moment("early (batch 25 of 0.03 s)", 60, 0.03, 25)
+LATE = Moment("late (batch 200 of 0.2 s)", 240, 0.2, 200)
+TRAINCTL_TUNED = ["--stall-timeout", str(STALL_S)]  # --defaults: the threshold alone
 # Lines of the launchers' logs that say they saw the fault (their detection).
 LAUNCHER_SAW = re.compile(r"Did not get subsequent heartbeat|FT timeout elapsed|failed \(exitcode")
 
 
-def loop_args(ckpts: Path, kind: str) -> list[str]:
+def loop_args(ckpts: Path, kind: str, moment: Moment = EARLY) -> list[str]:
     hang = (
-        ["--hang-at", f"{HANG_AT[0]}:{HANG_AT[1]}", "--hang-kind", kind, "--hang-attempt", "1"]
+        ["--hang-at", f"{HANG_AT[0]}:{moment.hang_at}", "--hang-kind", kind, "--hang-attempt", "1"]
         if kind
         else []
     )
@@ -78,9 +141,9 @@ def loop_args(ckpts: Path, kind: str) -> list[str]:
         "--epochs",
         "1",
         "--batches",
-        "60",
+        str(moment.batches),
         "--batch-time",
-        "0.03",
+        str(moment.batch_time),
         "--save-every",
         "10",
         "--checkpoint-dir",
@@ -90,7 +153,10 @@ def loop_args(ckpts: Path, kind: str) -> list[str]:
     ]
 
 
-def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
+def command(
+    tool: str, ckpts: Path, kind: str, run_dir: Path, flags: list[str] | None = None, moment: Moment = EARLY
+) -> list[str]:
+    """The tool's command line; ``flags``: its settings (None: the faults table's)."""
     py = sys.executable
     if tool == "trainctl":
         return [
@@ -99,10 +165,7 @@ def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
             "trainctl",
             "run",
             "--json",
-            "--stall-timeout",
-            "4",
-            "--rescue-wait",
-            "10",
+            *(["--stall-timeout", str(STALL_S), "--rescue-wait", "10"] if flags is None else flags),
             "--max-restarts",
             "2",
             "--run-dir",
@@ -112,7 +175,7 @@ def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
             "--",
             py,
             "-u",
-            *loop_args(ckpts, kind),
+            *loop_args(ckpts, kind, moment),
         ]
     if tool == "nvrx":
         return [
@@ -124,8 +187,8 @@ def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
             "1",
             "--max-restarts",
             "2",
-            *NVRX,
-            *loop_args(ckpts, kind),
+            *(NVRX if flags is None else flags),
+            *loop_args(ckpts, kind, moment),
             "--resume",
             "auto",
             "--nvrx-heartbeat",
@@ -139,7 +202,7 @@ def command(tool: str, ckpts: Path, kind: str, run_dir: Path) -> list[str]:
         "1",
         "--max-restarts",
         "2",
-        *loop_args(ckpts, kind),
+        *loop_args(ckpts, kind, moment),
         "--resume",
         "auto",
     ]
@@ -178,13 +241,20 @@ def yolo_job(root: Path) -> Path:
     return job
 
 
-def measure(tool: str, fault: str, cap: float) -> dict:
+def measure(
+    tool: str, fault: str, cap: float, flags: list[str] | None = None, moment: Moment = EARLY
+) -> dict:
+    """One run.  ``flags`` None: the faults table's settings, with TRAINCTL_SPARE_AFTER=0 (the
+    spare warmed at the first batch: a run's default is after 30 s of training, the fault here
+    comes 2 s in); else the tool's settings are ``flags`` and the spare keeps its default."""
     tmp = Path(tempfile.mkdtemp(prefix="bench-incidents-"))
     ckpts, run_dir = tmp / "ckpts", tmp / "run"
     named, tool, cold = tool, tool.removesuffix(COLD), tool.endswith(COLD)
-    # TRAINCTL_SPARE_AFTER=0: the spare warmed at the first batch (a run's default is after 30 s
-    # of training; the fault here comes 2 s in)
-    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1", TRAINCTL_SPARE_AFTER="0")
+    env = dict(os.environ, PYTHONUNBUFFERED="1", OMP_NUM_THREADS="1")
+    if flags is None:
+        env["TRAINCTL_SPARE_AFTER"] = "0"
+    else:
+        env.pop("TRAINCTL_SPARE_AFTER", None)
     if tool == YOLO:
         py = sys.executable
         argv = [
@@ -215,7 +285,7 @@ def measure(tool: str, fault: str, cap: float) -> dict:
         )
         env.pop("OMP_NUM_THREADS")  # the preset sets it
     else:
-        argv = command(tool, ckpts, FAULTS[fault], run_dir)
+        argv = command(tool, ckpts, FAULTS[fault], run_dir, flags, moment)
     if cold:  # the same run without the warm spare
         argv.insert(argv.index("--json") + 1, "--no-spare")
     lines: list[tuple[float, str]] = []
@@ -240,7 +310,7 @@ def measure(tool: str, fault: str, cap: float) -> dict:
     seen: set[psutil.Process] = set()  # every process of the tree, while it ran
     capped = False
     stamped = tmp / "stamps.txt" if tool == YOLO else run_dir / "train.log"
-    at = YOLO_HANG_AT if tool == YOLO else HANG_AT[1]
+    at = YOLO_HANG_AT if tool == YOLO else moment.hang_at
     asked = None
     while proc.poll() is None:
         if time.time() - t0 > cap:
@@ -423,15 +493,13 @@ def _kill_all(proc: subprocess.Popen, marker: Path) -> None:
 
 
 def trainer_lines() -> dict[str, int | str]:
-    """Lines of the loop that speak each tool's protocol: trainctl's (report.*), NVRx's
-    heartbeat (the lines marked ``# nvrx``); what each needs beyond a loop that can resume;
-    torchrun needs none beyond that (and `--resume auto`).  The Ultralytics runner: none
-    (``checkpoint_every`` in the job file)."""
+    """The lines of the loop there only for each tool, by one rule: those that end with
+    ``# trainctl`` or ``# nvrx`` (imports, set-up, guards, calls, and the code acting on a
+    request all carry the mark); torchrun needs none beyond the loop's own resume
+    (``--resume auto``); the Ultralytics runner none (``checkpoint_every`` in the job file)."""
     text = EXAMPLE.read_text().splitlines()
     return {
-        "trainctl": sum(
-            1 for ln in text if "report." in ln and not ln.lstrip().startswith("#") and "``" not in ln
-        ),
+        "trainctl": sum(1 for ln in text if ln.rstrip().endswith("# trainctl")),
         "nvrx": sum(1 for ln in text if ln.rstrip().endswith("# nvrx")),
         "torchrun": 0,
         YOLO: "0 (job file)",
@@ -442,27 +510,90 @@ def fmt(v, spec=".1f") -> str:
     return "—" if v is None else format(v, spec)
 
 
-def table(rows: list[dict]) -> str:
+def cells(r: dict) -> list[object]:
+    """A row's cells from ``detection s`` on (the columns after the row's names in DOC_TABLES)."""
     code = trainer_lines()
-    out = [
-        "| fault | tool | detection s | hang → first new batch s | of which start-up s | batches redone | "
-        "processes left over | trainer lines changed | load avg | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    if r.get("over"):  # not run: the tool's own settings wait past the cap
+        return [r["over"], r["over"], "—", "—", "—", code[r["tool"]], "—", r["note"]]
+    detect = (
+        (r["detect"] if isinstance(r["detect"], str) else fmt(r["detect"]))
+        if r["detect"] is not None
+        else (r["note"] or "—")
+    )
+    load = "{:.1f}→{:.1f}".format(*r["load"]) if r.get("load") else "—"
+    return [
+        detect,
+        fmt(r["recover"]),
+        fmt(r.get("startup")),
+        fmt(r["redone"], "d"),
+        fmt(r["left"], "d"),
+        code[r["tool"].removesuffix(COLD)],
+        load,
+        r["note"] if r["detect"] is not None else "",
     ]
-    for r in rows:
-        detect = (
-            (r["detect"] if isinstance(r["detect"], str) else fmt(r["detect"]))
-            if r["detect"] is not None
-            else (r["note"] or "—")
+
+
+def tool_name(tool: str) -> str:
+    return "NVRx ft_launcher" if tool == "nvrx" else tool
+
+
+def nvrx_defaults() -> dict[str, float | None]:
+    """ft_launcher's shipped timeouts (its FaultToleranceConfig), in seconds."""
+    from nvidia_resiliency_ext.fault_tolerance.config import FaultToleranceConfig
+
+    c = FaultToleranceConfig()
+    return {
+        "initial": c.initial_rank_heartbeat_timeout,
+        "rank": c.rank_heartbeat_timeout,
+        "interval": c.workload_check_interval,
+    }
+
+
+def _minutes(s: float | None) -> str:
+    return "none" if s is None else f"{s / 60:g} min"
+
+
+def setups(missing: str | None) -> list[tuple[str, str, list[str], str | None]]:
+    """(tool, settings as the row says them, flags, why it is not run or None) for --defaults."""
+    cap = f"> {DEFAULTS_CAP_S / 60:g} min"
+    torchrun_why = f"{cap}: not run: torchrun watches exits only, no setting of it sees a hang"
+    if missing:
+        nvrx_default, nvrx_why = "defaults", f"ft_launcher {missing}"
+    else:
+        d = nvrx_defaults()
+        nvrx_default = (
+            f"defaults: first heartbeat within {_minutes(d['initial'])}, then every "
+            f"{_minutes(d['rank'])}, checked every {d['interval']:g} s"
         )
-        name = "NVRx ft_launcher" if r["tool"] == "nvrx" else r["tool"]
-        load = "{:.1f}→{:.1f}".format(*r["load"]) if r.get("load") else "—"
-        out.append(
-            f"| {r['fault']} | {name} | {detect} | {fmt(r['recover'])} | {fmt(r.get('startup'))} | "
-            f"{fmt(r['redone'], 'd')} | {fmt(r['left'], 'd')} | {code[r['tool'].removesuffix(COLD)]} | {load} | "
-            f"{r['note'] if r['detect'] is not None else ''} |"
+        waits = [w for w in (d["initial"], d["rank"]) if w is not None]
+        nvrx_why = (
+            f"{cap}: not run: its {_minutes(min(waits) if waits else None)} heartbeat timeout is past the cap"
+            if not waits or min(waits) > DEFAULTS_CAP_S
+            else None
         )
-    return "\n".join(out)
+    spare = f"the spare warmed after {SPARE_AFTER_S:g} s of training"
+    return [
+        ("trainctl", f"defaults ({spare})", [], None),
+        ("nvrx", nvrx_default, [], nvrx_why),
+        ("torchrun", "defaults", [], torchrun_why),
+        ("trainctl", " ".join(TRAINCTL_TUNED) + f" ({spare})", TRAINCTL_TUNED, None),
+        ("nvrx", " ".join(NVRX), NVRX, f"ft_launcher {missing}" if missing else None),
+        ("torchrun", "no hang threshold to tune", [], torchrun_why),
+    ]
+
+
+def defaults_rows(missing: str | None) -> list[list[object]]:
+    rows = []
+    for moment in (EARLY, LATE):
+        for tool, settings, flags, why in setups(missing):
+            if why is not None:
+                over = why.split(":", 1)[0] if why.startswith(">") else None
+                r = {"tool": tool, "over": over or "—", "note": why.split(": ", 1)[-1] if over else why}
+            else:
+                r = measure(tool, "deadlock", DEFAULTS_CAP_S, flags, moment)
+            print(r, flush=True)
+            rows.append([moment.name, tool_name(tool), settings, *cells(r)])
+    return rows
 
 
 def main() -> int:
@@ -471,7 +602,13 @@ def main() -> int:
     p.add_argument("--yolo-cap", type=float, default=240.0, help="seconds per fault (Ultralytics)")
     p.add_argument("--faults", default=",".join(FAULTS))
     p.add_argument("--tools", default=f"trainctl,trainctl{COLD},torchrun,nvrx,{YOLO},{YOLO}{COLD}")
+    p.add_argument("--defaults", action="store_true", help="defaults against defaults, then tuned alike")
+    add_docs_flag(p)
     args = p.parse_args()
+    rec = Recorder(DOC_TABLES, args.docs)
+    if args.defaults:
+        rec.publish("incidents-defaults", defaults_rows(nvrx_missing()))
+        return 0
     tools = args.tools.split(",")
     missing = nvrx_missing() if "nvrx" in tools else None
     rows = []
@@ -493,8 +630,8 @@ def main() -> int:
             else:
                 row = measure(tool, fault, args.yolo_cap if tool.startswith(YOLO) else args.cap)
             print(row, flush=True)
-            rows.append(row)
-    print(table(rows))
+            rows.append([fault, tool_name(row["tool"]), *cells(row)])
+    rec.publish("incidents-faults", rows)
     return 0
 
 

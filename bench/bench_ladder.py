@@ -31,9 +31,21 @@ from __future__ import annotations
 import argparse
 import random
 import statistics
+import sys
+from pathlib import Path
 
 from trainctl.core.ladder import LadderPolicy
 from trainctl.core.preset_risk import estimate
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import Recorder, add_docs_flag
+
+DOC_TABLES = {
+    "ladder-rungs": ("rung", "it/s", "hangs/h (true)", "expected s/batch"),
+    "ladder-policies": ("policy", "median end h", "min h", "max h"),
+    "ladder-findings": ("what", "figure"),
+}
+
 
 RUNGS = ("W8", "W4", "W2", "W0")
 RATE = {"W8": 3.0, "W4": 2.6, "W2": 2.3, "W0": 1.8}  # batches per second
@@ -117,14 +129,15 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--seeds", type=int, default=20)
     p.add_argument("--hours", type=float, default=24.0, help="the work, in hours on the safest rung")
+    add_docs_flag(p)
     args = p.parse_args(argv)
+    rec = Recorder(DOC_TABLES, args.docs)
     batches = args.hours * 3600 * RATE[RUNGS[-1]]
     best = min(RUNGS, key=expected_s_per_batch)
-    print(f"work: {batches:.0f} batches ({args.hours:g} h on {RUNGS[-1]}); {args.seeds} seeds")
-    print("rung  it/s  hangs/h (true)  expected s/batch")
-    for r in RUNGS:
-        print(f"{r:4}  {RATE[r]:4.1f}  {HANGS_PER_H[r]:14.2f}  {expected_s_per_batch(r):.4f}")
-    print(f"the fastest stable rung in the long run (least expected time): {best}\n")
+    rec.publish(
+        "ladder-rungs",
+        [[r, f"{RATE[r]:.1f}", f"{HANGS_PER_H[r]:.2f}", f"{expected_s_per_batch(r):.4f}"] for r in RUNGS],
+    )
     names = ["ladder", "fallback", *(f"stay {r}" for r in RUNGS)]
     ends: dict[str, list[float]] = {n: [] for n in names}
     settled, errors, faster, one_per_stretch = [], [], 0, True
@@ -141,19 +154,27 @@ def main(argv=None) -> int:
         one_per_stretch &= all(g >= 3600.0 for g in gaps)
         if lad.eta_at_settle is not None and lad.t > lad.settle_t:
             errors.append(100 * abs(lad.eta_at_settle - lad.t) / (lad.t - lad.settle_t))
-    print("policy        median end (h)   min    max")
-    for n in names:
-        v = ends[n]
-        print(f"{n:12}  {statistics.median(v):14.2f}  {min(v):5.2f}  {max(v):5.2f}")
+    rec.publish(
+        "ladder-policies",
+        [[n, f"{statistics.median(v):.2f}", f"{min(v):.2f}", f"{max(v):.2f}"] for n, v in ends.items()],
+    )
     counts = {r: settled.count(r) for r in RUNGS if settled.count(r)}
-    print(f"\nladder settled on (the rung it ran longest): {counts} (goal: {best})")
-    print(f"ladder finished sooner than fallback in {faster} of {args.seeds} runs")
-    print(f"at most one step up per stretch: {one_per_stretch}")
+    findings: list[list[object]] = [
+        ["the work", f"{batches:.0f} batches ({args.hours:g} h on {RUNGS[-1]}); {args.seeds} seeds"],
+        ["the fastest stable rung in the long run (least expected time)", best],
+        ["ladder settled on (the rung it ran longest, runs)", f"{counts} (goal: {best})"],
+        ["ladder finished sooner than fallback", f"in {faster} of {args.seeds} runs"],
+        ["at most one step up per stretch", one_per_stretch],
+    ]
     if errors:
-        print(
-            f"settled rung's ETA made half-way, error of the time then left: median {statistics.median(errors):.1f} %, "
-            f"max {max(errors):.1f} % (goal: within {GOAL_PCT:g} %), {len(errors)} runs"
+        findings.append(
+            [
+                "settled rung's ETA made half-way, error of the time then left",
+                f"median {statistics.median(errors):.1f} %, max {max(errors):.1f} % "
+                f"(goal: within {GOAL_PCT:g} %), {len(errors)} runs",
+            ]
         )
+    rec.publish("ladder-findings", findings)
     return 0
 
 

@@ -7,12 +7,15 @@ Usage: .venv/bin/python bench/bench_preset_history.py [--runs 1000] [--events 10
 * the feed's work per journaled event (PresetUsage.on_event): a replayed run of --events
   progress events with a hang every 5,000 batches, per event;
 * a read merging --runs run files (`trainctl presets stats`, and each agent once at start).
+
+The table goes through bench/doc_tables.py (``--docs``: block ``preset-history``).
 """
 
 from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -20,6 +23,11 @@ from pathlib import Path
 from trainctl.core import events as E
 from trainctl.core.preset_usage import PresetUsage
 from trainctl.store.preset_history import PresetHistory, Record, RecordKey
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import Recorder, add_docs_flag
+
+DOC_TABLES = {"preset-history": ("what", "figure")}
 
 
 def _records(i: int) -> list[Record]:
@@ -40,7 +48,10 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=1000)
     ap.add_argument("--events", type=int, default=100_000)
+    add_docs_flag(ap)
     args = ap.parse_args()
+    rec = Recorder(DOC_TABLES, args.docs)
+    rows: list[list[object]] = []
     with tempfile.TemporaryDirectory() as tmp:
         h = PresetHistory(Path(tmp) / "hist")
         writes = []
@@ -48,8 +59,11 @@ def main() -> None:
             t0 = time.perf_counter()
             h.write_run("this-run", _records(i), float(i))
             writes.append(time.perf_counter() - t0)
-        print(
-            f"write one run's file (3 presets): median {statistics.median(writes) * 1e3:.2f} ms, max {max(writes) * 1e3:.2f} ms"
+        rows.append(
+            [
+                "one write of a run's history file (3 presets), 200 writes",
+                f"median {statistics.median(writes) * 1e3:.2f} ms, max {max(writes) * 1e3:.2f} ms",
+            ]
         )
 
         usage = PresetUsage(lambda p: "c")
@@ -73,8 +87,12 @@ def main() -> None:
             usage.on_event(ev)
         per = (time.perf_counter() - t0) / len(evs)
         tally = usage.tallies(t)[("A", "c")]
-        print(
-            f"PresetUsage.on_event: {per * 1e6:.2f} µs per event over {len(evs):,} ({sum(tally.incidents.values())} incidents)"
+        rows.append(
+            [
+                f"the feed's accounting per journaled event (`PresetUsage.on_event`, {len(evs):,} events, "
+                f"{sum(tally.incidents.values())} incidents)",
+                f"{per * 1e6:.2f} µs",
+            ]
         )
 
         for i in range(args.runs):
@@ -82,9 +100,13 @@ def main() -> None:
         t0 = time.perf_counter()
         records, problems = h.read("yolo")
         took = time.perf_counter() - t0
-        print(
-            f"read and merge {args.runs} run files: {took * 1e3:.0f} ms ({len(records)} records, {len(problems)} problems)"
+        rows.append(
+            [
+                f"reading and merging {args.runs:,} run files (`trainctl presets stats`; each agent once at start)",
+                f"{took * 1e3:.0f} ms ({len(records)} records, {len(problems)} problems)",
+            ]
         )
+    rec.publish("preset-history", rows)
 
 
 if __name__ == "__main__":

@@ -30,10 +30,23 @@ import psutil
 from bench_incidents import _alive  # same helpers
 from bench_incidents import _kill_all as kill_all
 from bench_incidents import _procs as job_procs
+from doc_tables import Recorder, add_docs_flag
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "ddp_resume.py"
 HANG_AT = (1, 8)
+DOC_TABLES = {
+    "ranks": (
+        "fault",
+        "tool",
+        "detection s",
+        "hang → first new batch s",
+        "batches redone",
+        "culprit rank",
+        "processes left over",
+        "notes",
+    )
+}
 
 
 def loop_args(ckpts: Path) -> list[str]:
@@ -176,22 +189,19 @@ def fmt(v, spec=".1f") -> str:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cap", type=float, default=30.0)
+    add_docs_flag(ap)
     args = ap.parse_args()
-    rows = [under_trainctl(args.cap), torchrun_alone(args.cap)]
-    print(
-        "| fault | tool | detection s | hang → first new batch s | batches redone | culprit rank "
-        "| processes left over | notes |"
-    )
-    print("|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        rec = "—" if r["recovered"] is None else f"{r['recovered']:.1f}"
+    rec = Recorder(DOC_TABLES, args.docs)
+    rows: list[list[object]] = []
+    for r in [under_trainctl(args.cap), torchrun_alone(args.cap)]:
+        rec_s = "—" if r["recovered"] is None else f"{r['recovered']:.1f}"
         redone = "—" if r["redone"] is None else str(r["redone"])
         left = "—" if r["left"] is None else str(r["left"])
         note = r.get("note", "finished" if r["finished"] else "did not finish")
-        print(
-            f"| 2-rank deadlock | {r['tool']} | {fmt(r['detection'])} | {rec} | {redone} | "
-            f"{r['culprit']} | {left} | {note} |"
+        rows.append(
+            ["2-rank deadlock", r["tool"], fmt(r["detection"]), rec_s, redone, r["culprit"], left, note]
         )
+    rec.publish("ranks", rows)
     return 0
 
 

@@ -26,6 +26,22 @@ from pathlib import Path
 
 import psutil
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from doc_tables import Recorder, add_docs_flag
+
+DOC_TABLES = {
+    "serve": (
+        "",
+        "agent sockets",
+        "agent CPU %",
+        "serve CPU %",
+        "serve MiB",
+        "tabs",
+        "dashboards CPU %",
+        "dashboards MiB",
+    )
+}
+
 ROOT = Path(__file__).resolve().parents[1]
 LOOP = ROOT / "tests" / "helpers" / "scripts" / "train_loop.py"
 
@@ -77,7 +93,9 @@ def connections(agent: psutil.Process) -> int:
     return len(agent.net_connections(kind="unix"))
 
 
-def measure(name: str, window: float, agent: psutil.Process, serve: psutil.Process | None, page=None) -> None:
+def measure(
+    name: str, window: float, agent: psutil.Process, serve: psutil.Process | None, page=None
+) -> list[object]:
     serve_tree = [serve] if serve else []
     tabs = serve.children(recursive=True) if serve else []
     a0, s0, d0 = cpu_s([agent]), cpu_s(serve_tree), cpu_s(tabs)
@@ -86,18 +104,28 @@ def measure(name: str, window: float, agent: psutil.Process, serve: psutil.Proce
     else:
         time.sleep(window)
     a1, s1, d1 = cpu_s([agent]), cpu_s(serve_tree), cpu_s(tabs)
-    print(
-        f"{name:<26} {connections(agent):>8} {100 * (a1 - a0) / window:>10.1f} "
-        f"{100 * (s1 - s0) / window:>10.1f} {rss_mib(serve_tree):>10.0f} {len(tabs):>5} "
-        f"{100 * (d1 - d0) / window:>12.1f} {rss_mib(tabs):>12.0f}",
-        flush=True,
-    )
+    row: list[object] = [
+        name,
+        connections(agent),
+        f"{100 * (a1 - a0) / window:.1f}",
+        f"{100 * (s1 - s0) / window:.1f}",
+        f"{rss_mib(serve_tree):.0f}",
+        len(tabs),
+        f"{100 * (d1 - d0) / window:.1f}",
+        f"{rss_mib(tabs):.0f}",
+    ]
+    print(" | ".join(map(str, row)), flush=True)
+    return row
 
 
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--window", type=float, default=15.0)
-    window = ap.parse_args().window
+    add_docs_flag(ap)
+    args = ap.parse_args()
+    window = args.window
+    rec = Recorder(DOC_TABLES, args.docs)
+    rows: list[list[object]] = []
     from playwright.sync_api import sync_playwright
 
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -113,17 +141,13 @@ def main() -> int:
         wait_for(lambda: (run_dir / "agent.sock").exists(), 60, "agent socket")
         agent = psutil.Process(json.loads((run_dir / "agent.json").read_text())["pid"])
         time.sleep(3)
-        print(f"load average {os.getloadavg()[0]:.2f}; window {window:.0f} s; CPU in % of one core")
-        print(
-            f"{'':<26} {'sockets':>8} {'agent CPU':>10} {'serve CPU':>10} {'serve MiB':>10} "
-            f"{'tabs':>5} {'dashb. CPU':>12} {'dashb. MiB':>12}"
-        )
+        print(f"window {window:.0f} s; CPU in % of one core")
         idle = connections(agent)
-        measure("no serve", window, agent, None)
+        rows.append(measure("no serve", window, agent, None))
         serve = trainctl(["serve", str(run_dir), "--port", "0"], env)
         url = wait_for(lambda: re.search(r"http://\S+/", serve.stdout.readline()), 30, "URL").group(0)
         serve_p = psutil.Process(serve.pid)
-        measure("serve, no browser", window, agent, serve_p)
+        rows.append(measure("serve, no browser", window, agent, serve_p))
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium, headless=True, args=["--no-sandbox"])
             try:
@@ -132,12 +156,13 @@ def main() -> int:
                     page.goto(url)
                     page.wait_for_function("document.body.classList.contains('-first-byte')", timeout=60_000)
                     page.wait_for_timeout(3000)
-                    measure(f"serve, {tabs} tab{'s' * (tabs > 1)}", window, agent, serve_p, page)
+                    rows.append(measure(f"serve, {tabs} tab{'s' * (tabs > 1)}", window, agent, serve_p, page))
             finally:
                 browser.close()
         print(
             f"(sockets: the agent's Unix sockets; {idle} before serve: its listening one and its own links)"
         )
+        rec.publish("serve", rows)
     finally:
         if serve is not None:
             serve.send_signal(signal.SIGINT)  # serve ends its dashboards itself

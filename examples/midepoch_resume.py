@@ -22,7 +22,8 @@ catastrophic regex), worker-exit (that worker dies); ``--hang-attempt N``: only 
 (TRAINCTL_ATTEMPT, or torchrun's TORCHELASTIC_RESTART_COUNT + 1); ``--resume auto``: the
 newest save in the checkpoint directory (for launchers that restart with the same argv).  Prints ``resume epoch=E batch=B`` at start and one
 ``epoch=E/EE batch=B/BB loss=X`` per batch.  ``--nvrx-heartbeat``: send NVRx ft_launcher's
-heartbeat per batch (bench/bench_incidents.py's comparison; the lines marked ``# nvrx``).
+heartbeat per batch (bench/bench_incidents.py's comparison).  The lines there only for a tool
+end with ``# trainctl`` or ``# nvrx`` (the bench counts them: docs/benchmarks.md, the rule).
 """
 
 from __future__ import annotations
@@ -38,9 +39,10 @@ from pathlib import Path
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from trainctl.inside import report
+from trainctl.inside import report  # trainctl
 
-PLANNED_PAUSE_S = 60.0  # trainctl's planned_wait_s: the kill comes well before
+# trainctl's planned_wait_s: the kill comes well before
+PLANNED_PAUSE_S = 60.0  # trainctl
 
 
 class Synthetic(Dataset):
@@ -88,7 +90,7 @@ def main(argv=None) -> int:
     p.add_argument("--hang-attempt", type=int, default=0)
     p.add_argument("--nvrx-heartbeat", action="store_true", help="NVRx ft_launcher's heartbeat per batch")
     args = p.parse_args(argv)
-    ft = None
+    ft = None  # nvrx
     if args.nvrx_heartbeat:  # nvrx
         from nvidia_resiliency_ext.fault_tolerance import RankMonitorClient  # nvrx
 
@@ -122,7 +124,7 @@ def main(argv=None) -> int:
 
     def save_now(kind: str) -> None:
         path = args.checkpoint_dir / f"{kind}.pt"
-        with report.saving():
+        with report.saving():  # trainctl
             save(
                 path,
                 {
@@ -133,12 +135,13 @@ def main(argv=None) -> int:
                     "gen_state": pos["gen_state"],
                 },
             )
-        report.report_checkpoint(path, pos["epoch"], batch=pos["batch"], kind=kind)
+        report.report_checkpoint(path, pos["epoch"], batch=pos["batch"], kind=kind)  # trainctl
         print(f"checkpoint kind={kind} epoch={pos['epoch']} batch={pos['batch']}", flush=True)
-        if kind == "planned":  # trainctl restarts it now: take no batch it would redo
-            time.sleep(PLANNED_PAUSE_S)
+        # trainctl restarts it now: take no batch it would redo
+        if kind == "planned":  # trainctl
+            time.sleep(PLANNED_PAUSE_S)  # trainctl
 
-    report.supports_save_on_request(save=save_now)
+    report.supports_save_on_request(save=save_now)  # trainctl
     hang_e, _, hang_b = args.hang_at.partition(":")
     attempt = os.environ.get("TRAINCTL_ATTEMPT") or str(
         int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) + 1
@@ -165,27 +168,33 @@ def main(argv=None) -> int:
             persistent_workers=False,
         )
         pos.update(epoch=epoch, batch=done)
-        report.report_phase("train")
+        report.report_phase("train")  # trainctl
         try:
+            # fmt: off
             done = run_epoch(
-                args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b, stamp, ft
+                args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b, stamp,
+                ft,  # nvrx
             )
+            # fmt: on
         except RuntimeError:  # a DataLoader worker died: keep what is done
             save_now("rescue")
             raise
         save_now("epoch")  # position: all of this epoch done
         epoch, done = epoch + 1, 0
-    report.report_phase("finished")
+    report.report_phase("finished")  # trainctl
     if ft is not None:  # nvrx
         ft.shutdown_workload_monitoring()  # nvrx
     print("done", flush=True)
     return 0
 
 
+# fmt: off
 def run_epoch(
-    args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b, stamp, ft=None
+    args, epoch, done, loader, model, opt, pos, save_now, hanging, hang_e, hang_b, stamp,
+    ft=None,  # nvrx
 ) -> int:
-    for x, y in report.data_wait(loader):
+    # fmt: on
+    for x, y in report.data_wait(loader):  # trainctl
         if hanging and args.hang_kind == "spin" and (epoch, done + 1) == (int(hang_e), int(hang_b)):
             re.match(r"(a+)+$", "a" * 64 + "b")  # native: no Python runs until it ends
         loss = torch.nn.functional.mse_loss(model(x), y)
@@ -199,13 +208,13 @@ def run_epoch(
             f"epoch={epoch}/{args.epochs} batch={done}/{args.batches} loss={loss.item():.4f}{stamp()}",
             flush=True,
         )
-        report.report_progress(epoch, args.epochs, done, args.batches, {"loss": loss.item()})
+        report.report_progress(epoch, args.epochs, done, args.batches, {"loss": loss.item()})  # trainctl
         if ft is not None:  # nvrx
             ft.send_heartbeat()  # nvrx
-        kind = report.save_requested()
-        if kind is not None:
-            save_now(kind)
-        elif args.save_every and done % args.save_every == 0 and done < args.batches:
+        kind = report.save_requested()  # trainctl
+        if kind is not None:  # trainctl
+            save_now(kind)  # trainctl
+        elif args.save_every and done % args.save_every == 0 and done < args.batches:  # trainctl
             save_now("periodic")
     return done
 
