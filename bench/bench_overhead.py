@@ -47,6 +47,23 @@ Usage: .venv/bin/python bench/bench_overhead.py [--seconds S] [--repeats N] [--r
    batches/s is wall time (throughput is what the user waits for), so it is sensitive to
    load on a shared machine: read the medians and the spread; the trainer's own CPU ms per
    batch (process_time) is printed beside it as a load-insensitive check.
+
+3. Start-up.  The time from the command's start to the trainer's first statement and to its
+   first batch, for the same small trainer (`python bench_overhead.py _first STATUS`: it
+   notes CLOCK_MONOTONIC at its first statement, imports torch, trains one batch of a small
+   MLP, notes the time again, prints one key=value line and exits), started bare
+   (`python train.py`), under `trainctl run --json` (the agent in the CLI's process) and
+   `trainctl run --detach` (the agent in a tmux session of a private server, as a user's
+   `trainctl run` starts it; the CLI returns once the agent answers) and
+   `--detach --no-tmux` (a detached process); --startup-repeats alternating rounds, medians
+   and the spread.  "+ s" is the median over the bare start, per point: what trainctl adds
+   before the trainer runs (the agent's interpreter, imports and set-up) and while it starts
+   (what the agent does meanwhile on the same cores).  "returned" is when the command gave
+   back the prompt (`--json`: after the run ended; `--detach`: once the agent answered).
+   With --compare-src DIR each trainctl start also runs with trainctl imported from DIR (an
+   older tree's src/, e.g. `git archive COMMIT src | tar -x -C DIR/..`), in the same rounds:
+   before and after at the same load.  Bytecode is cached in every part (PYTHONDONTWRITEBYTECODE
+   is dropped from the environment; the first run compiles).
 """
 
 from __future__ import annotations
@@ -137,6 +154,25 @@ def _gen_main(argv: list[str]) -> int:
         flush()
     time.sleep(QUIET_S)
     Path(status).write_text(json.dumps({"t0": t0, "t1": t1, "n": n, "marks": marks}))
+    return 0
+
+
+def _first_main(argv: list[str]) -> int:
+    """`_first STATUS`: the start-up trainer (part 3): its first statement, then one batch."""
+    t_exec = time.monotonic()
+    import torch
+
+    torch.set_num_threads(1)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(), torch.nn.Linear(128, 10))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(32, 64), torch.randint(0, 10, (32,))
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    t_batch = time.monotonic()
+    print(f"epoch=1/1 batch=1/1 loss={loss.item():.4f}", flush=True)
+    Path(argv[0]).write_text(json.dumps({"exec": t_exec, "batch": t_batch}))
     return 0
 
 
@@ -299,6 +335,9 @@ def bench_env(tmp: Path) -> dict[str, str]:
         PYTHONUNBUFFERED="1",
     )
     env.pop("GITHUB_ACTIONS", None)
+    # bytecode cached, as an installed package's (pip compiles at install): a start that
+    # compiles every module of trainctl and torch is no user's
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
     return env
 
 
@@ -561,6 +600,106 @@ def bench_throughput(tmp: Path, env: dict[str, str], a: argparse.Namespace) -> N
     )
 
 
+# ---------------------------------------------------------------------- 3. start-up
+STARTS = ("bare", "run --json", "run --detach (tmux)", "run --detach --no-tmux")
+
+
+def _wait_gone(run_dir: Path, timeout: float = 60) -> None:
+    """Until the run's agent has let go of its lock (the run ended, its agent exited)."""
+    import fcntl
+
+    deadline = time.monotonic() + timeout
+    lock = run_dir / "agent.lock"
+    while time.monotonic() < deadline:
+        try:
+            with open(lock, "rb") as f:
+                fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+        except FileNotFoundError:
+            pass
+        except BlockingIOError:
+            pass
+        time.sleep(0.05)
+    raise RuntimeError(f"the agent of {run_dir} still runs after {timeout:.0f} s")
+
+
+def start_run(tmp: Path, env: dict[str, str], how: str, tag: str, src: str | None = None) -> dict:
+    """One start (part 3): seconds from the command's start to the trainer's first statement,
+    its first batch, and the command's return."""
+    status = tmp / f"{tag}.json"
+    trainer = [PY, str(THIS), "_first", str(status)]
+    run_dir = tmp / f"run-{tag}"
+    if src is not None:  # trainctl from another tree (the trainer imports none of it)
+        env = dict(env, PYTHONPATH=os.pathsep.join(filter(None, [src, env.get("PYTHONPATH")])))
+    if how == "bare":
+        argv = trainer
+    else:
+        argv = [PY, "-m", "trainctl", "run", "--run-dir", str(run_dir), "--name", tag.split("-")[0]]
+        argv += {"run --json": ["--json"], "run --detach (tmux)": ["--detach"]}.get(
+            how, ["--detach", "--no-tmux"]
+        )
+        argv += ["--", *trainer]
+    with open(tmp / f"{tag}.out", "wb") as out:
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            argv, stdin=subprocess.DEVNULL, stdout=out, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT)
+        )
+        returned = time.monotonic() - t0
+    deadline = time.monotonic() + 60
+    while not status.exists() or not status.read_text():
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{how}: no trainer status; see {tmp / f'{tag}.out'}")
+        time.sleep(0.05)
+    if how != "bare":
+        _wait_gone(run_dir)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{how} exited {proc.returncode}; see {tmp / f'{tag}.out'}")
+    st = json.loads(status.read_text())
+    return {"exec": st["exec"] - t0, "batch": st["batch"] - t0, "returned": returned}
+
+
+def bench_startup(tmp: Path, env: dict[str, str], a: argparse.Namespace) -> None:
+    print(
+        f"\n3. start-up: the command's start -> the trainer's first statement and its first batch "
+        f"(import torch, one MLP batch); {a.startup_repeats} alternating rounds; medians [min-max]"
+    )
+    socket = f"bench-startup-{os.getpid()}"
+    env = dict(env, TRAINCTL_TMUX_SOCKET=socket)
+    srcs: list[tuple[str, str | None]] = [("", None)]
+    if a.compare_src:
+        srcs.append((f"{Path(a.compare_src).parent.name}: ", str(Path(a.compare_src).resolve())))
+    starts = [("bare", None, "bare")] + [(f"{p}{h}", s, h) for h in STARTS[1:] for p, s in srcs]
+    res: dict[str, list[dict]] = {label: [] for label, _, _ in starts}
+    try:
+        for _, src, how in starts:  # bytecode compiled, files cached
+            start_run(tmp, env, how, "warmup", src)
+        for r in range(a.startup_repeats):
+            for i, (label, src, how) in enumerate(starts if r % 2 == 0 else starts[::-1]):
+                res[label].append(start_run(tmp, env, how, f"start{i}-{r}", src))
+    finally:
+        subprocess.run(["tmux", "-L", socket, "kill-server"], capture_output=True, check=False)
+    print(
+        f"{'start':38s} {'first statement s':>22s} {'+ s':>6s} {'first batch s':>22s} {'+ s':>6s} {'returned s':>11s}"
+    )
+    base = {k: statistics.median(x[k] for x in res["bare"]) for k in ("exec", "batch")}
+    for how, _, _ in starts:
+        xs = res[how]
+        cells = []
+        for k in ("exec", "batch"):
+            med = statistics.median(x[k] for x in xs)
+            spread = f"{med:.2f} [{min(x[k] for x in xs):.2f}-{max(x[k] for x in xs):.2f}]"
+            cells.append(f"{spread:>22s} {med - base[k]:+6.2f}")
+        print(f"{how:38s} {cells[0]} {cells[1]} {statistics.median(x['returned'] for x in xs):11.2f}")
+    worst = max(
+        statistics.median(x["batch"] for x in res[h]) - base["batch"]
+        for h, src, _ in starts
+        if h != "bare" and src is None
+    )
+    print(
+        f"goal: <= +0.3 s to the first batch -> {'met' if worst <= 0.3 else 'NOT met'} (worst {worst:+.2f} s)"
+    )
+
+
 def calibrate() -> None:
     timer = timeit.Timer("sum(range(1000))", timer=time.process_time)
     best = min(timer.repeat(number=2000, repeat=7)) / 2000
@@ -575,6 +714,8 @@ def main() -> int:
         return _gen_main(sys.argv[2:])
     if len(sys.argv) > 1 and sys.argv[1] == "_train":
         return _train_main(sys.argv[2:])
+    if len(sys.argv) > 1 and sys.argv[1] == "_first":
+        return _first_main(sys.argv[2:])
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument(
         "--seconds",
@@ -602,6 +743,11 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1, help="torch threads of the MLP trainer")
     ap.add_argument("--skip-cpu", action="store_true", help="skip part 1 (agent CPU)")
     ap.add_argument("--skip-throughput", action="store_true", help="skip part 2 (throughput)")
+    ap.add_argument("--skip-startup", action="store_true", help="skip part 3 (start-up)")
+    ap.add_argument("--startup-repeats", type=int, default=5, help="rounds of part 3 (start-up)")
+    ap.add_argument(
+        "--compare-src", help="part 3 also with trainctl imported from this src/ directory (before/after)"
+    )
     ap.add_argument("--keep", action="store_true", help="keep the run directories and outputs and say where")
     a = ap.parse_args()
     with tempfile.TemporaryDirectory(prefix="bench-overhead-") as tmpdir:
@@ -618,6 +764,8 @@ def main() -> int:
             bench_cpu(tmp, env, a)
         if not a.skip_throughput:
             bench_throughput(tmp, env, a)
+        if not a.skip_startup:
+            bench_startup(tmp, env, a)
         print(f"\n(bench took {time.monotonic() - t0:.0f} s; load average now {os.getloadavg()[0]:.1f})")
     return 0
 

@@ -73,3 +73,32 @@ def test_the_agent_keeps_its_own_tmux_variables(monkeypatch):
     finally:
         os.environb.clear()
         os.environb.update(saved)
+
+
+def test_the_writer_waits_for_the_agent_without_polling_it(tmp_path):
+    """send() blocks in the kernel until the agent opens the FIFO: whether the agent ended (a
+    tmux query, a process each time) is asked once per GONE_CHECK_S, not at every retry."""
+    env = {b"A": b"1"}
+    fifo = H.make_fifo(tmp_path)
+    asked = []
+
+    def gone() -> bool:
+        asked.append(time.monotonic())
+        return False
+
+    writer = threading.Thread(target=H.send, args=(fifo, env, gone, 10))
+    writer.start()
+    time.sleep(3 * H.GONE_CHECK_S)  # the agent is slow to start
+    assert H.receive(fifo, timeout=10) == env
+    writer.join(10)
+    assert not writer.is_alive()
+    assert 1 <= len(asked) <= 4  # polled every 20 ms it was ~75 calls
+
+
+def test_an_agent_that_ended_unblocks_the_waiting_writer(tmp_path):
+    fifo = H.make_fifo(tmp_path)
+    t0 = time.monotonic()
+    with pytest.raises(H.HandoverError, match="ended"):
+        H.send(fifo, {b"A": b"1"}, lambda: True, timeout=30)
+    assert time.monotonic() - t0 < 10  # not the 30 s timeout: the blocked open was ended
+    assert not any(t.name == "env-handover" for t in threading.enumerate())  # its open returned

@@ -15,9 +15,31 @@ the map).
 - server / handlers: the Unix socket and the command handlers
 - tasks: supervised background tasks and error reports
 - service: Agent, which wires them and owns the run's life
+
+
+Importing the package imports none of them: `trainctl run --detach` uses the spec builder
+alone, and the agent's own process imports the rest once (``Agent`` and
+``EXIT_SUPERVISION_LOST`` are read from here lazily).
 """
 
-from trainctl.agent.attempt import EXIT_SUPERVISION_LOST
-from trainctl.agent.service import Agent
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from trainctl.agent.attempt import EXIT_SUPERVISION_LOST
+    from trainctl.agent.service import Agent
 
 __all__ = ["Agent", "EXIT_SUPERVISION_LOST"]
+
+
+def __getattr__(name: str):
+    if name == "Agent":
+        from trainctl.agent.service import Agent
+
+        return Agent
+    if name == "EXIT_SUPERVISION_LOST":
+        from trainctl.agent.attempt import EXIT_SUPERVISION_LOST
+
+        return EXIT_SUPERVISION_LOST
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

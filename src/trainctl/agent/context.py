@@ -67,9 +67,10 @@ class RunFacts:
 
 
 class RunContext:
-    def __init__(self, config: RunConfig, journal: Journal, catalog: Catalog, gpu_probe=None) -> None:
+    def __init__(self, config: RunConfig, journal: Journal, catalog: Catalog | None, gpu_probe=None) -> None:
         """``journal``: the run's events.jsonl, opened by the service; ``catalog``: the
-        signatures its warnings are matched against."""
+        signatures its warnings are matched against (None: the packaged ones, loaded at the
+        first line)."""
         self.config = config
         spec, clock = config.spec, config.clock
         self.journal = journal

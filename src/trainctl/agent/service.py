@@ -29,7 +29,6 @@ from trainctl.agent.spawner import PipeSpawner, Spawner
 from trainctl.agent.tasks import ErrorReporter
 from trainctl.core import events as E
 from trainctl.core.recovery import exit_code
-from trainctl.core.signatures import Catalog
 from trainctl.store.joblock import JobBusy, JobLock
 from trainctl.store.journal import Journal
 from trainctl.store.paths import RunFiles, make_private_dir, write_private
@@ -67,9 +66,7 @@ class Agent:
         (`agent --slurm`, src/trainctl/hosts/slurm/agent_part.py) goes on with the run an
         earlier job began, and continues it in a next job at the time limit."""
         files = RunFiles(run_dir)  # the context is given what it reads, opened here
-        self.ctx = ctx = RunContext(
-            RunConfig(files, spec, clock), Journal(files.events), Catalog.load(), gpu_probe
-        )
+        self.ctx = ctx = RunContext(RunConfig(files, spec, clock), Journal(files.events), None, gpu_probe)
         self.files, self.spec, self.clock = ctx.files, spec, clock
         self.on_locked = on_locked
         self.serve = serve

@@ -5,8 +5,6 @@ says what a follow does between two agents."""
 
 from __future__ import annotations
 
-import asyncio
-
 from trainctl.cli.common import UsageError, note, printer
 
 
@@ -33,6 +31,8 @@ def cmd_attach(args) -> int:
     host, run_dir = locate(args.target)
     host.adopt(run_dir, note)
     if args.json or args.headless:
+        import asyncio
+
         from trainctl.client.follow import follow
 
         return asyncio.run(

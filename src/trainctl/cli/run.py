@@ -7,7 +7,6 @@ follow or the dashboard.  The run's spec comes from the spec builder
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 from trainctl.agent.prepare import prepare_run
@@ -97,6 +96,8 @@ def cmd_run(args) -> int:
             print(launched.detached, flush=True)
         return 0
     if args.headless or args.json:
+        import asyncio
+
         from trainctl.client.follow import follow
 
         return asyncio.run(

@@ -413,11 +413,19 @@ class WarningMatcher:
     """
 
     def __init__(self, catalog: Catalog | None = None):
-        self.catalog = catalog if catalog is not None else _default_catalog()
+        """``catalog`` None: the packaged one, loaded at the first use (an agent's start
+        does not wait for it: its trainer starts first)."""
+        self._catalog = catalog
         self._counts: dict[str, int] = {}
         self._rearmed: set[str] = set()
         self._nan_active = False
         self.last: Signature | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            self._catalog = _default_catalog()
+        return self._catalog
 
     def feed(self, line: str, now: float, source: str = "trainer") -> Warning | None:
         sig = self.catalog.match(line, source)

@@ -6,7 +6,6 @@ between two of them (an attach that adopts): starting a run here is this machine
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import subprocess
@@ -28,6 +27,8 @@ def run_agent(
     plug=None,
 ) -> int:
     """The run's agent in this process, its events printed by ``printer``; its exit code."""
+    import asyncio
+
     from trainctl.agent import Agent
 
     agent = Agent(run_dir, spec, printer=printer, on_locked=on_locked, adopt=adopt, plug=plug)
@@ -209,4 +210,6 @@ class Adopting:
             return False
         if agent_running(self.run_dir):
             return True
+        import asyncio
+
         return await asyncio.get_running_loop().run_in_executor(None, needs_adoption, self.run_dir)

@@ -13,10 +13,10 @@ removes the FIFO.
 from __future__ import annotations
 
 import contextlib
-import errno
 import os
 import select
 import stat
+import threading
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -63,6 +63,10 @@ def decode(data: bytes) -> dict[bytes, bytes]:
     return out
 
 
+GONE_CHECK_S = 0.5
+"""How often a waiting :func:`send` asks whether the agent ended (a tmux query: a process)."""
+
+
 def send(
     fifo: Path,
     environ: Mapping[bytes, bytes],
@@ -70,22 +74,40 @@ def send(
     timeout: float = HANDOVER_S,
 ) -> None:
     """Write ``environ`` into the FIFO once the agent has opened it; HandoverError when the
-    agent ends (``gone``) or does not open it within ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while True:
+    agent ends (``gone``, asked every :data:`GONE_CHECK_S`) or does not open it within
+    ``timeout`` seconds.  The wait is the kernel's (a blocking open returns as the agent
+    opens its end), in a thread, so the agent's start is never polled for."""
+    opened: dict[str, int | OSError] = {}
+
+    def open_writer() -> None:
         try:
-            fd = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
-            break
+            opened["fd"] = os.open(fifo, os.O_WRONLY)  # returns once a reader has opened it
         except OSError as e:
-            if e.errno != errno.ENXIO:  # ENXIO: no reader yet
-                raise HandoverError(f"cannot hand the environment to the agent: {e}") from None
+            opened["error"] = e
+
+    waiter = threading.Thread(target=open_writer, name="env-handover", daemon=True)
+    waiter.start()
+    deadline = time.monotonic() + timeout
+    why = None
+    while True:
+        waiter.join(max(0.0, min(GONE_CHECK_S, deadline - time.monotonic())))
+        if not waiter.is_alive():
+            break
         if gone():
-            raise HandoverError("the agent ended before it took the environment")
-        if time.monotonic() > deadline:
-            raise HandoverError(f"the agent did not take the environment within {timeout:.0f} s")
-        time.sleep(0.02)
+            why = "the agent ended before it took the environment"
+        elif time.monotonic() >= deadline:
+            why = f"the agent did not take the environment within {timeout:.0f} s"
+        if why is not None:
+            _unblock(fifo, waiter)
+            fd = opened.get("fd")
+            if isinstance(fd, int):
+                os.close(fd)
+            raise HandoverError(why)
+    if isinstance(err := opened.get("error"), OSError):
+        raise HandoverError(f"cannot hand the environment to the agent: {err}") from None
+    fd = opened["fd"]
+    assert isinstance(fd, int)
     try:
-        os.set_blocking(fd, True)
         data = memoryview(encode(environ))
         while data:
             data = data[os.write(fd, data) :]
@@ -95,6 +117,14 @@ def send(
         os.close(fd)
 
 
+def _unblock(fifo: Path, waiter: threading.Thread) -> None:
+    """End the blocking open of a :func:`send` that gives up: open the FIFO's other end."""
+    with contextlib.suppress(OSError):
+        rfd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+        waiter.join(5)
+        os.close(rfd)
+
+
 def receive(fifo: Path, timeout: float = HANDOVER_S) -> dict[bytes, bytes]:
     """The environment the CLI writes into ``fifo`` (the FIFO is removed after);
     HandoverError when nothing complete comes within ``timeout`` seconds."""
@@ -102,30 +132,31 @@ def receive(fifo: Path, timeout: float = HANDOVER_S) -> dict[bytes, bytes]:
     if not stat.S_ISFIFO(st.st_mode) or st.st_uid != os.getuid():
         raise HandoverError(f"{fifo}: not a FIFO of this user's")
     fd = os.open(fifo, os.O_RDONLY | os.O_NONBLOCK)
+    # A writer of its own until the CLI's data comes: a FIFO no writer holds reads as EOF,
+    # so without it the wait for the CLI would be a poll; with it, select waits for the data.
+    hold = os.open(fifo, os.O_WRONLY | os.O_NONBLOCK)
     chunks: list[bytes] = []
     deadline = time.monotonic() + timeout
-    wrote = False  # Linux: a FIFO no writer has opened yet reads as EOF
     try:
         while True:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise HandoverError(f"no environment came through {fifo} within {timeout:.0f} s")
-            ready, _, _ = select.select([fd], [], [], min(left, 0.2))
+            ready, _, _ = select.select([fd], [], [], left)
             if not ready:
                 continue
             chunk = os.read(fd, 1 << 16)
-            if chunk:
-                chunks.append(chunk)
-                wrote = True
-                if sum(map(len, chunks)) > LIMIT:
-                    raise HandoverError(
-                        f"more than {LIMIT >> 20} MiB came through {fifo}: not an environment"
-                    )
-            elif wrote:
+            if not chunk:  # the CLI's writer closed (its data came first: ``hold`` is gone)
                 return decode(b"".join(chunks))
-            else:
-                time.sleep(0.02)
+            if hold >= 0:
+                os.close(hold)
+                hold = -1
+            chunks.append(chunk)
+            if sum(map(len, chunks)) > LIMIT:
+                raise HandoverError(f"more than {LIMIT >> 20} MiB came through {fifo}: not an environment")
     finally:
+        if hold >= 0:
+            os.close(hold)
         os.close(fd)
         with contextlib.suppress(FileNotFoundError):
             fifo.unlink()

@@ -8,16 +8,17 @@ from __future__ import annotations
 import shlex
 import shutil
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from trainctl.agent.adopt import agent_running
 from trainctl.core.recovery import FINAL_STATES
 from trainctl.core.usage import UsageError
 from trainctl.hosts.base import Launched, LaunchRequest
 from trainctl.hosts.here import resolve_run_dir, self_command
-from trainctl.hosts.slurm import queue as slurm
-from trainctl.store.listing import LIVE, UNREADABLE, JournalFold, run_dirs
 from trainctl.store.paths import trusted_run_dir
 from trainctl.store.spec import RunSpec
+
+if TYPE_CHECKING:
+    from trainctl.store.listing import JournalFold
 
 
 class LocalHost:
@@ -78,6 +79,7 @@ class LocalHost:
 
     def runs(self, folds: dict | None = None, ended_slurm: bool = True) -> list[dict]:
         from trainctl.hosts.slurm.host import queued_slurm_runs
+        from trainctl.store.listing import run_dirs
 
         return [
             dict(summarize(d, folds=folds, ended_slurm=ended_slurm), where="local")
@@ -128,6 +130,10 @@ def summarize(
     again (the dashboard, every few seconds): only the journal lines written since are read.
     ``ended_slurm=False``: no scontrol for a Slurm run whose journal has ended (its job's
     state and partition left out), for a caller that asks every few seconds."""
+    from trainctl.agent.adopt import agent_running  # not on `trainctl run`'s path
+    from trainctl.hosts.slurm import queue as slurm
+    from trainctl.store.listing import LIVE, UNREADABLE, JournalFold
+
     run_dir = Path(run_dir)
     out: dict = {
         "run_dir": str(run_dir),

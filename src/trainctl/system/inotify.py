@@ -5,7 +5,6 @@ queues the events on one descriptor that the caller's event loop reads when it i
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
 import struct
@@ -38,9 +37,8 @@ class Change:
 
 
 def _libc() -> ctypes.CDLL:
-    name = ctypes.util.find_library("c") or "libc.so.6"
-    try:
-        libc = ctypes.CDLL(name, use_errno=True)
+    try:  # the process's own symbols, libc's among them (find_library would run ldconfig)
+        libc = ctypes.CDLL(None, use_errno=True)
         libc.inotify_init1.argtypes = [ctypes.c_int]
         libc.inotify_add_watch.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32]
     except (OSError, AttributeError) as e:

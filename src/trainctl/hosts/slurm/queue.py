@@ -21,7 +21,6 @@ from typing import Any
 
 from trainctl.config.slurm import slurm_time_s
 from trainctl.store.paths import read_private, write_private
-from trainctl.system.process import ends_with_us
 
 BATCH_SCRIPT = "slurm-job.sh"
 AGENT_SCRIPT = "slurm-agent.sh"  # a node's agent, kept going (keeper_script)
@@ -95,6 +94,8 @@ def configured() -> bool:
 
 
 def _run(argv: list[str], timeout: float = QUERY_TIMEOUT_S) -> subprocess.CompletedProcess:
+    from trainctl.system.process import ends_with_us  # psutil: not on `trainctl run`'s path
+
     try:
         return subprocess.run(
             argv,
