@@ -7,11 +7,13 @@ recovery goes on without it: nothing here may leave a stalled run stalled."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import traceback
 
 import psutil
 
+from trainctl.agent import flight
 from trainctl.agent.context import RunContext
 from trainctl.agent.gpus import RunGpus
 from trainctl.agent.intake import Intake
@@ -51,12 +53,36 @@ class Stopper:
             pass  # diagnose() says the stacks could not be written
         try:
             gpu = await self.gpus.for_verdict()  # the run's device, its own utilisation
-            return await trainer.diagnose(
+            stacks = trainer.diagnose(
                 ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot, on_sampled=on_sampled
+            )
+            if ctx.spec.kind != "torchrun" or snapshot:
+                return await stacks
+            # the ranks' Flight Recorder, asked while py-spy reads their stacks
+            diag, (collectives, said) = await asyncio.gather(stacks, self.flight_verdict())
+            if not said:
+                return diag
+            # no culprit in the stacks (unreadable, or every rank in a collective): the
+            # ranks that never entered the collective are
+            missing = sorted({r for c in collectives for r in c["missing"]})
+            return dataclasses.replace(
+                diag,
+                collectives=collectives,
+                detail=f"{said} {diag.detail}",
+                culprits=tuple(diag.culprits) or tuple(missing),
             )
         except Exception as e:  # noqa: BLE001 - never in the way of recovery
             self.report_error("diagnose", e)
             return Diagnosis("unknown", None, None, f"the diagnosis failed: {e!r}")
+
+    async def flight_verdict(self) -> tuple[tuple[dict, ...], str]:
+        """The ranks' Flight Recorder's verdict (agent/flight.py); ``((), "")`` when it
+        fails (said as an error): never in the way of the stacks."""
+        try:
+            return await asyncio.to_thread(flight.verdict, self.ctx.files.dir)
+        except Exception as e:  # noqa: BLE001
+            self.report_error("flight_recorder", e)
+            return (), ""
 
     async def on_stall(self, verdict) -> None:
         """A stall: say so at once, then read the stacks while the rescue save is asked and
@@ -147,6 +173,7 @@ class Stopper:
                 f"{diag.detail} ({verdict.reason})",
                 tuple(diag.culprits),
                 round(diag.elapsed_s, 1),
+                tuple(diag.collectives),
             )
         )
 

@@ -79,6 +79,9 @@ class Diagnosis:
     elapsed_s: float = 0.0
     culprits: tuple[int, ...] = ()  # torchrun: the culprit ranks (see blame_ranks)
     rank_pids: dict[int, int] | None = None  # torchrun: pid -> global rank of each rank process
+    # torchrun: the collectives that did not complete, from the ranks' Flight Recorder
+    # (core/flight_record.py Unfinished.as_dict; the agent adds them: agent/flight.py)
+    collectives: tuple[dict, ...] = ()
 
 
 def diagnose(
