@@ -31,6 +31,7 @@ FLIGHT_DIR = "flight"  # in the run directory
 BUFFER_ENTRIES = "2000"  # torch's own default for NCCL's recorder, now for every backend
 NCCL_PREFIX = "nccl-rank"  # NCCL's pipe <prefix><rank>.pipe and its dump <prefix><rank>
 ANSWER_WAIT_S = 3.0
+RELISTEN_S = 0.5  # how long a FIFO with no reader is tried again
 MAX_ANSWER_BYTES = 64 << 20
 
 # a variable -> the older names the user may have set instead (torch reads either)
@@ -113,12 +114,20 @@ def ask(
         _poke(pipe, b"1\n")
     waiting: set[int] = set()
     missed: dict[int, str] = {}
-    for rank in ranks_listed(directory):
-        why = _poke(directory / f"rank{rank}.fifo", line)
-        if why:
-            missed[rank] = why
-        else:
-            waiting.add(rank)
+    listed = ranks_listed(directory)
+    deadline = clock() + RELISTEN_S  # a rank between two requests reopens its FIFO at once
+    while listed:
+        for rank in listed:
+            why = _poke(directory / f"rank{rank}.fifo", line)
+            if why:
+                missed[rank] = why
+            else:
+                waiting.add(rank)
+                missed.pop(rank, None)
+        listed = [r for r, why in missed.items() if why == "not listening"]
+        if not listed or clock() >= deadline:
+            break
+        time.sleep(0.05)
     answers: dict[int, dict[str, Any]] = {}
     deadline = clock() + wait_s
     while waiting:

@@ -102,6 +102,14 @@ class RunGpus:
             return None
         return dataclasses.replace(self.rows[0], util_percent=self.activity)
 
+    def verdict_devices(self) -> tuple[dict[str, Any], ...]:
+        """The run's devices as last read (:meth:`for_verdict`'s reading), for a verdict's
+        fields: index, model, utilisation (the device's), power."""
+        return tuple(
+            {"index": d.index, "name": d.name, "util": d.util_percent, "power_w": d.power_w}
+            for d in self.rows
+        )
+
     def model(self) -> str | None:
         """The model of the run's devices ("2× NVIDIA A100"), as last read; None unread."""
         used = self.attempt_devices()[0]

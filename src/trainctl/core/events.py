@@ -137,6 +137,8 @@ class StallDiagnosis(Event):
     # {"group", "seq", "name" (torch's: "gloo:all_reduce"), "state", "entered": [ranks],
     # "missing": [ranks that never entered it]} (core/flight_record.py)
     collectives: tuple[dict[str, Any], ...] = ()
+    # the run's devices as read for the verdict: {"index", "name", "util", "power_w"}
+    devices: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -366,6 +368,7 @@ def from_dict(d: dict[str, Any]) -> Event:
         "ranks",
         "culprits",
         "collectives",
+        "devices",
         "rungs",
     ):
         if k in kw and isinstance(kw[k], list):
