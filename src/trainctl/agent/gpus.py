@@ -110,6 +110,23 @@ class RunGpus:
             for d in self.rows
         )
 
+    async def health_check(self, python: str | None) -> Any:
+        """Before a restart: the short check of the devices the attempt used
+        (system/gpu_health.py), journaled; None where there is nothing to check (no GPU
+        probe, no device read: a CPU run, said nowhere) or no Python to run it with."""
+        from trainctl.system import gpu_health
+
+        devices = self.attempt_devices()[0] if self._probe() is not None else ()
+        if not devices:
+            return None
+        if python is None:
+            self.ctx.info("GPU health check skipped: the trainer's Python is not known", "gpu_health")
+            return None
+        loop = asyncio.get_running_loop()
+        health = await loop.run_in_executor(None, gpu_health.check, python, devices)
+        self.ctx.info(health.said(), "gpu_health")
+        return health
+
     def model(self) -> str | None:
         """The model of the run's devices ("2× NVIDIA A100"), as last read; None unread."""
         used = self.attempt_devices()[0]
