@@ -364,6 +364,23 @@ def step_pyspy(c: Check, env, nv) -> None:
     c.record("py-spy", "passed" if ok else "FAILED", f"dump names synchronize: {ok}")
 
 
+def step_health(c: Check, nv, device: int) -> None:
+    """The pre-restart health check (src/trainctl/system/gpu_health.py, stdlib only: loaded
+    from its file) on the device: a good one passes, within its bound."""
+    if nv is None:
+        c.record("health", "skipped", "needs a GPU: the check runs on CUDA/ROCm devices only")
+        return
+    import importlib.util
+
+    where = ROOT / "src" / "trainctl" / "system" / "gpu_health.py"
+    spec = importlib.util.spec_from_file_location("gpu_health", where)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    health = module.check(sys.executable, [device])
+    ok = health.passed == (device,) and not health.failed
+    c.record("health", "passed" if ok else "FAILED", health.said(), seconds=round(health.seconds, 1))
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", type=Path, required=True)
@@ -387,6 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         name = nv.nvmlDeviceGetName(nv.nvmlDeviceGetHandleByIndex(args.device))
         c.facts["gpu"] = name.decode() if isinstance(name, bytes) else name
     c.record("setup", "passed", f"torch {torch.__version__}, CUDA {cuda}, GPU {c.facts.get('gpu')}")
+    step_health(c, nv, args.device)  # stdlib only: runs without trainctl's dependencies
     env, why = trainctl_env(args)
     if env is None:
         for name in ("train", "worker-stop", "spare", "busy-other", "py-spy"):
@@ -399,7 +417,6 @@ def main(argv: list[str] | None = None) -> int:
     step_worker_stop(c, env, nv, args.device)
     step_busy_other(c, env, nv, args.device)
     step_pyspy(c, env, nv)
-    c.record("health", "skipped", "the pre-restart health check (issue 43 item 5) is not built yet")
     return c.write()
 
 

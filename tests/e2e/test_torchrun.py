@@ -22,6 +22,7 @@ from tests.e2e.test_recovery import alive, of
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(200)]
 
 EXAMPLE = ROOT / "examples" / "ddp_resume.py"
+SKIP_ALLREDUCE = ROOT / "tests" / "helpers" / "scripts" / "skip_allreduce.py"
 
 
 def _left(tc) -> list[str]:
@@ -68,6 +69,9 @@ def test_a_worker_deadlock_in_rank_1_is_named_and_the_whole_job_resumes_from_its
     assert len(stall) == 1 and len(verdict) == 1 and verdict[0].culprits == (1,), (stall, verdict)
     assert "Culprit: rank 1 waits for a DataLoader batch" in verdict[0].detail
     assert "rank 0 waits in a collective" in verdict[0].detail
+    # the ranks' Flight Recorder: rank 1 never entered DDP's all_reduce that rank 0 waits in
+    (collective,) = verdict[0].collectives
+    assert (collective["name"], collective["missing"], collective["entered"]) == ("gloo:all_reduce", [1], [0])
     restart = of(res.events, "restart")
     assert restart and restart[0].resume_from == str(ckpts / "periodic.pt"), restart
     assert restart[0].preset == "B"
@@ -181,4 +185,38 @@ def test_two_nodes_on_loopback_a_hang_on_node_2_restarts_both(tmp_path):
     assert res1.run_dir.name != res2.run_dir.name
     verdict2 = verdicts(res2.events)[0]  # the stall goes out at detection, its verdict after
     assert "waits for a DataLoader batch" in verdict2.detail, verdict2
+    assert left == []
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_that_skips_an_all_reduce_is_named_by_the_flight_recorder(tmp_path):
+    """A real deadlock: rank 1 skips the all_reduce of batch 6 and waits in its own code,
+    rank 0 waits in the all_reduce for ever.  The verdict names the collective (from the
+    ranks' Flight Recorder, asked through their FIFOs) and the rank that never entered it."""
+    job = tmp_path / "trainctl.toml"
+    job.write_text(
+        'kind = "torchrun"\nmax_restarts = 0\n[stall]\ntrain_timeout = 5\n'
+        f"[torchrun]\npython = {json.dumps(PYTHON)}\nscript = {json.dumps(str(SKIP_ALLREDUCE))}\n"
+        'nproc_per_node = 2\nargs = ["1", "6"]\n'
+    )
+    with start_trainctl(["run", str(job), "--headless"]) as tc:
+        res = tc.wait(50)
+        left = _left(tc)
+    (verdict,) = verdicts(res.events)
+    assert verdict.collectives == (
+        {
+            "group": "default_pg",
+            "seq": 6,
+            "name": "gloo:all_reduce",
+            "state": "scheduled",
+            "entered": [0],
+            "missing": [1],
+        },
+    ), verdict
+    assert (
+        "Flight Recorder: gloo:all_reduce #6 of default_pg did not complete: rank 1 never entered it; "
+        "rank 0 waits in it (scheduled)." in verdict.detail
+    ), verdict.detail
+    assert verdict.culprits == (1,)  # its stack (rank 1 in its own code), else the recorder
+    assert sorted(p.name for p in (res.run_dir / "flight").glob("rank*.json")) == ["rank0.json", "rank1.json"]
     assert left == []

@@ -100,3 +100,51 @@ async def test_no_probe_or_no_gpu_no_wait_and_no_tick():
     assert await g.sample((1,), (1,)) is None
     await g.wait_released((1,))
     assert infos == [] and g.baseline == {}
+
+
+async def test_the_verdict_says_the_run_s_device_idle_at_its_power_while_ranks_wait_in_a_collective():
+    from trainctl.agent.stop import Stopper
+    from trainctl.core.gpu_text import verdict_devices
+    from trainctl.system.diagnose import Diagnosis
+
+    me = os.getpid()
+    other = GpuSample("NVIDIA H100 #0", 99.0, GiB, 80 * GiB, 300.0, None, index=0, processes=((7777, GiB),))
+    ours = GpuSample(
+        "NVIDIA H100 #1", 0.0, 2 * GiB, 80 * GiB, 61.4, 40.0, index=1, processes=((me, 2 * GiB),)
+    )
+    ctx, _ = ctx_with(ScriptedProbe([GpuReading((other, ours), "nvml")]), lambda: 0.0)
+    stopper = Stopper(ctx, None, lambda where, e: None)
+    await stopper.gpus.sample((me,), (me,))  # a tick of the watch: the run's tree
+    await stopper.gpus.for_verdict()
+    assert stopper.gpus.verdict_devices() == (
+        {"index": 1, "name": "NVIDIA H100 #1", "util": 0.0, "power_w": 61.4},
+    )  # the other user's busy device 0 is not the run's
+    waiting = {"group": "default_pg", "seq": 6, "name": "nccl:all_reduce", "state": "started"}
+    diag = Diagnosis(
+        "deadlock",
+        1.0,
+        None,
+        "Flight Recorder: ...",
+        collectives=({**waiting, "entered": [0], "missing": [1]},),
+    )
+    said = stopper.with_devices(diag)
+    assert said.devices == stopper.gpus.verdict_devices()
+    assert said.detail == (
+        "Flight Recorder: ... GPU 1 idle at 61 W (0% util) while the host waits in a collective."
+    )
+    # no collective known: the readings alone; a busy device, its power after its utilisation
+    assert (
+        verdict_devices([{"index": 3, "util": 97.2, "power_w": 250.0}], False) == "GPU 3 at 97% util, 250 W."
+    )
+    assert verdict_devices([{"index": 0, "util": None, "power_w": None}], True) == ""
+
+
+async def test_no_gpu_leaves_the_verdict_as_it_was():
+    from trainctl.agent.stop import Stopper
+    from trainctl.system.diagnose import Diagnosis
+
+    ctx, _ = ctx_with(None, lambda: 0.0)
+    stopper = Stopper(ctx, None, lambda where, e: None)
+    assert await stopper.gpus.for_verdict() is None
+    diag = Diagnosis("deadlock", 1.0, None, "main process at 0% CPU.")
+    assert stopper.with_devices(diag) is diag

@@ -28,6 +28,7 @@ from trainctl.agent.spawner import Spawner, Trainer
 from trainctl.agent.stop import Stopper
 from trainctl.agent.tasks import ErrorReporter, supervise
 from trainctl.agent.watch import Watcher
+from trainctl.agent.zero_code import is_python
 from trainctl.config import ConfigError
 from trainctl.core import events as E
 from trainctl.core.recovery import Outcome, OutcomeKind, RunState, exit_code, reached_the_end
@@ -53,6 +54,10 @@ def with_setup(argv: list[str], setup: str) -> list[str]:
 
 
 _IMPORT_ERROR = ("ModuleNotFoundError:", "ImportError:")
+_HEALTH_ADVICE = (
+    "Check the device (nvidia-smi / rocm-smi, its Xid or dmesg lines), reset it or train on "
+    "another one (CUDA_VISIBLE_DEVICES), then `trainctl run ... --resume-from RUN_DIR`."
+)
 
 
 class AttemptLoop:
@@ -148,6 +153,14 @@ class AttemptLoop:
             if decision.action == "fail":
                 await self.fail(decision.reason, outcome)
                 return exit_code(RunState.FAILED)
+            if failed := await self.unhealthy_devices():  # never trained on
+                ctx.set_state(RunState.FAILED, failed)
+                ctx.emit(
+                    E.Warning(
+                        ctx.clock(), "trainctl.gpu_health", "fatal", failed, _HEALTH_ADVICE, source="trainctl"
+                    )
+                )
+                return exit_code(RunState.FAILED)
             preset = asked.take_next(decision.preset)
             kept = await self.keep_resume(await self.find_resume())
             resume_from = kept.resume_from
@@ -202,6 +215,22 @@ class AttemptLoop:
             return EXIT_SUPERVISION_LOST
         ctx.set_state(RunState.STOPPED, reason)
         return exit_code(RunState.STOPPED)
+
+    async def unhealthy_devices(self) -> str:
+        """Before a restart, the check of the attempt's GPUs (agent/gpus.py): why the
+        restart must not train on them, or "" (passed, skipped, no GPU, a remote host)."""
+        ctx = self.ctx
+        if ctx.spec.remote or not ctx.spec.command:
+            return ""
+        python = ctx.spec.command[0] if is_python(ctx.spec.command[0]) else None
+        try:
+            health = await self.stopper.gpus.health_check(python)
+        except Exception as e:  # noqa: BLE001 - a check that cannot run stops nothing
+            self.report("gpu_health", e)
+            return ""
+        if health is None or not health.failed:
+            return ""
+        return f"not restarting on a GPU that failed its health check: {health.said()}"
 
     async def fail(self, reason: str, outcome: Outcome) -> None:
         ctx = self.ctx

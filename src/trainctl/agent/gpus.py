@@ -102,6 +102,31 @@ class RunGpus:
             return None
         return dataclasses.replace(self.rows[0], util_percent=self.activity)
 
+    def verdict_devices(self) -> tuple[dict[str, Any], ...]:
+        """The run's devices as last read (:meth:`for_verdict`'s reading), for a verdict's
+        fields: index, model, utilisation (the device's), power."""
+        return tuple(
+            {"index": d.index, "name": d.name, "util": d.util_percent, "power_w": d.power_w}
+            for d in self.rows
+        )
+
+    async def health_check(self, python: str | None) -> Any:
+        """Before a restart: the short check of the devices the attempt used
+        (system/gpu_health.py), journaled; None where there is nothing to check (no GPU
+        probe, no device read: a CPU run, said nowhere) or no Python to run it with."""
+        from trainctl.system import gpu_health
+
+        devices = self.attempt_devices()[0] if self._probe() is not None else ()
+        if not devices:
+            return None
+        if python is None:
+            self.ctx.info("GPU health check skipped: the trainer's Python is not known", "gpu_health")
+            return None
+        loop = asyncio.get_running_loop()
+        health = await loop.run_in_executor(None, gpu_health.check, python, devices)
+        self.ctx.info(health.said(), "gpu_health")
+        return health
+
     def model(self) -> str | None:
         """The model of the run's devices ("2× NVIDIA A100"), as last read; None unread."""
         used = self.attempt_devices()[0]

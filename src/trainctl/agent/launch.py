@@ -176,6 +176,15 @@ class TorchrunRunner(CommandRunner):
 
     name = "torchrun"
 
+    def env(self, spec, files, env, argv, resume_from):
+        """A command's, and where the bootstrap rides along (a Python launcher), the ranks'
+        Flight Recorder turned on (agent/flight.py)."""
+        from trainctl.agent.flight import launch_env
+        from trainctl.inside import INSTRUMENT_ENV
+
+        env = super().env(spec, files, env, argv, resume_from)
+        return launch_env(env, files.dir) if INSTRUMENT_ENV in env else env
+
     def argv(self, spec, files, preset_name, preset, resume_from, attempt):
         from trainctl.core.torchrun import supervised
 

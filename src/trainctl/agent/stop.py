@@ -7,17 +7,20 @@ recovery goes on without it: nothing here may leave a stalled run stalled."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import re
 import traceback
 
 import psutil
 
+from trainctl.agent import flight
 from trainctl.agent.context import RunContext
 from trainctl.agent.gpus import RunGpus
 from trainctl.agent.intake import Intake
 from trainctl.agent.spawner import Trainer
 from trainctl.core import events as E
 from trainctl.core import gpu_release
+from trainctl.core.gpu_text import verdict_devices
 from trainctl.core.recovery import RunState
 from trainctl.core.torchrun import rendezvous_wait
 from trainctl.inside.report import SAVE_REQUEST_SIGNAL, write_save_request
@@ -51,12 +54,50 @@ class Stopper:
             pass  # diagnose() says the stacks could not be written
         try:
             gpu = await self.gpus.for_verdict()  # the run's device, its own utilisation
-            return await trainer.diagnose(
+            stacks = trainer.diagnose(
                 ctx.files.stacks, f"{tag}-{int(ctx.clock())}", gpu, snapshot=snapshot, on_sampled=on_sampled
             )
+            if snapshot:
+                return await stacks
+            if ctx.spec.kind != "torchrun":
+                return self.with_devices(await stacks)
+            # the ranks' Flight Recorder, asked while py-spy reads their stacks
+            diag, (collectives, said) = await asyncio.gather(stacks, self.flight_verdict())
+            if said:
+                # no culprit in the stacks (unreadable, or every rank in a collective): the
+                # ranks that never entered the collective are
+                missing = sorted({r for c in collectives for r in c["missing"]})
+                diag = dataclasses.replace(
+                    diag,
+                    collectives=collectives,
+                    detail=f"{said} {diag.detail}",
+                    culprits=tuple(diag.culprits) or tuple(missing),
+                )
+            return self.with_devices(diag)
         except Exception as e:  # noqa: BLE001 - never in the way of recovery
             self.report_error("diagnose", e)
             return Diagnosis("unknown", None, None, f"the diagnosis failed: {e!r}")
+
+    def with_devices(self, diag: Diagnosis) -> Diagnosis:
+        """``diag`` with the run's devices as read for it (utilisation, power) in its fields
+        and its text: "GPU 0 idle at 60 W (0% util) while the host waits in a collective"."""
+        devices = self.gpus.verdict_devices()
+        if not devices:
+            return diag
+        in_collective = any(c["entered"] for c in diag.collectives) or bool(
+            diag.rank_pids and not diag.culprits
+        )
+        said = verdict_devices(devices, in_collective)
+        return dataclasses.replace(diag, devices=devices, detail=f"{diag.detail} {said}".strip())
+
+    async def flight_verdict(self) -> tuple[tuple[dict, ...], str]:
+        """The ranks' Flight Recorder's verdict (agent/flight.py); ``((), "")`` when it
+        fails (said as an error): never in the way of the stacks."""
+        try:
+            return await asyncio.to_thread(flight.verdict, self.ctx.files.dir)
+        except Exception as e:  # noqa: BLE001
+            self.report_error("flight_recorder", e)
+            return (), ""
 
     async def on_stall(self, verdict) -> None:
         """A stall: say so at once, then read the stacks while the rescue save is asked and
@@ -147,6 +188,8 @@ class Stopper:
                 f"{diag.detail} ({verdict.reason})",
                 tuple(diag.culprits),
                 round(diag.elapsed_s, 1),
+                tuple(diag.collectives),
+                tuple(diag.devices),
             )
         )
 

@@ -133,6 +133,12 @@ class StallDiagnosis(Event):
     # stalled ones, victims included); journals before 2026-12 wrote them as ``ranks``
     culprits: tuple[int, ...] = ()
     elapsed_s: float = 0.0  # how long the diagnosis took
+    # torchrun: the collectives that did not complete, read from the ranks' Flight Recorder:
+    # {"group", "seq", "name" (torch's: "gloo:all_reduce"), "state", "entered": [ranks],
+    # "missing": [ranks that never entered it]} (core/flight_record.py)
+    collectives: tuple[dict[str, Any], ...] = ()
+    # the run's devices as read for the verdict: {"index", "name", "util", "power_w"}
+    devices: tuple[dict[str, Any], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -360,6 +366,8 @@ def from_dict(d: dict[str, Any]) -> Event:
         "traceback",
         "ranks",
         "culprits",
+        "collectives",
+        "devices",
         "rungs",
     ):
         if k in kw and isinstance(kw[k], list):

@@ -1,5 +1,6 @@
-"""How one GPU of a run reads in a line: the dashboard's device rows and `trainctl status`'s.
-Pure: a device's dict (:meth:`trainctl.system.gpu.GpuSample.as_dict`) in, text out."""
+"""How one GPU of a run reads in a line: the dashboard's device rows and `trainctl status`'s,
+and the run's devices in a stall's verdict.  Pure: a device's dict
+(:meth:`trainctl.system.gpu.GpuSample.as_dict`) in, text out."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 GIB = float(1 << 30)
+GPU_IDLE = 5.0  # % utilisation at or under which a device is idle
 
 
 def _num(v: Any) -> float | None:
@@ -40,3 +42,27 @@ def gpu_model_line(devices: Sequence[Mapping[str, Any]]) -> str:
     if len(set(names)) == 1:
         return names[0] if len(names) == 1 else f"{len(names)}× {names[0]}"
     return ", ".join(dict.fromkeys(names))
+
+
+def verdict_devices(devices: Sequence[Mapping[str, Any]], in_collective: bool) -> str:
+    """The run's devices in a stall's verdict, from their readings (``index``, ``util``,
+    ``power_w``): ``GPU 2 idle at 60 W (3% util) while the host waits in a collective.``;
+    ``GPU 0 at 97% util, 250 W.``  ``in_collective``: the ranks wait in a collective.  ""
+    when no device gave a utilisation or a power figure."""
+    parts = []
+    for d in devices:
+        util, power = _num(d.get("util")), _num(d.get("power_w"))
+        if util is None and power is None:
+            continue
+        label = f"GPU {d.get('index', '?')}"
+        watts = f" at {power:.0f} W" if power is not None else ""
+        if util is not None and util <= GPU_IDLE:
+            parts.append(f"{label} idle{watts} ({util:.0f}% util)")
+        elif util is not None:
+            parts.append(f"{label} at {util:.0f}% util{watts and ',' + watts[3:]}")
+        else:
+            parts.append(f"{label}{watts}")
+    if not parts:
+        return ""
+    tail = " while the host waits in a collective" if in_collective else ""
+    return f"{'; '.join(parts)}{tail}."

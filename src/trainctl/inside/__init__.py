@@ -40,6 +40,7 @@ INSTRUMENT_ENV = "TRAINCTL_INSTRUMENT"  # the bootstrap's settings (JSON); it po
 PRESET_FILE_ENV = "TRAINCTL_PRESET_FILE"  # the preset of this attempt, a TOML file
 RESUME_ENV = "TRAINCTL_RESUME_FROM"  # the checkpoint this attempt resumes from
 CHECKPOINT_EVERY_ENV = "TRAINCTL_CHECKPOINT_EVERY"  # seconds between mid-epoch saves (0: off)
+FLIGHT_DIR_ENV = "TRAINCTL_FLIGHT_DIR"  # torchrun: where ranks answer for their Flight Recorder
 LOADER_OVERRIDE_ENV = "TRAINCTL_LOADER_OVERRIDE"  # "off": a plain script's DataLoaders are its own
 
 # Info keys on the side channel (the agent reads the integration's name from the first).

@@ -35,6 +35,7 @@ from pathlib import Path
 
 import psutil
 
+from trainctl.core.gpu_text import GPU_IDLE
 from trainctl.system.gpu import GpuSample
 from trainctl.system.probes import ProcSample, TreeSampler
 from trainctl.system.pyspy import DEAD, PYSPY_TIMEOUT_S, STOPPED, Dump, dump_all, find_pyspy, write_dump
@@ -44,7 +45,6 @@ IDLE_CPU = 10.0  # % of one core: below this and sleeping = waiting
 BUSY_RUNNABLE = 0.6  # share of the window in state R: busy even when a crowded box gives it little CPU
 POLL_S = 0.05
 GPU_BUSY = 50.0  # % utilisation
-GPU_IDLE = 5.0
 
 _WAIT_FRAMES = (
     "_try_get_data",
@@ -79,6 +79,11 @@ class Diagnosis:
     elapsed_s: float = 0.0
     culprits: tuple[int, ...] = ()  # torchrun: the culprit ranks (see blame_ranks)
     rank_pids: dict[int, int] | None = None  # torchrun: pid -> global rank of each rank process
+    # torchrun: the collectives that did not complete, from the ranks' Flight Recorder
+    # (core/flight_record.py Unfinished.as_dict; the agent adds them: agent/flight.py)
+    collectives: tuple[dict, ...] = ()
+    # the run's devices read for the verdict: {"index", "name", "util", "power_w"} (the agent adds them)
+    devices: tuple[dict, ...] = ()
 
 
 def diagnose(

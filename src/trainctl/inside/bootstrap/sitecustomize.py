@@ -9,6 +9,11 @@ At start-up it
   named there; nothing else is imported;
 * runs the ``sitecustomize`` the user's path would have given (chained, as if first).
 
+Under torchrun (``TRAINCTL_FLIGHT_DIR`` set, see ``trainctl_flight``): the launcher keeps
+the bootstrap on ``PYTHONPATH`` so that its ranks load it too; each rank takes it off (its
+DataLoader workers start without it), pops ``TRAINCTL_FLIGHT_DIR`` and answers requests
+for its Flight Recorder (``trainctl_flight.start``).
+
 When the script imports a watched module (``ultralytics``, ...), the module runs as usual;
 then the hook makes trainctl importable (``path``: a directory the agent made that holds
 only a ``trainctl`` package of links to its own code, first on sys.path; never trainctl's
@@ -31,6 +36,10 @@ _MAIN_PID = os.getpid()
 _ENV = "TRAINCTL_INSTRUMENT"
 _EVENTS = "TRAINCTL_EVENTS_PATH"
 _PACKAGE = "trainctl.inside"
+try:
+    import trainctl_flight as _flight_mod  # type: ignore[import-not-found]  # next to this file, on sys.path here
+except Exception:  # noqa: BLE001 - the rest of the bootstrap goes on without it
+    _flight_mod = None
 _MIN_PYTHON = (3, 8)  # what trainctl.inside and what it imports run on (tests/e2e/test_old_pythons.py)
 
 
@@ -56,9 +65,12 @@ def say(text, key):
         pass
 
 
-def _unlist():
-    """Our directory off sys.path and off the front of PYTHONPATH (the user's stays)."""
+def _unlist(keep_env=False):
+    """Our directory off sys.path and off the front of PYTHONPATH (the user's stays);
+    ``keep_env``: on sys.path only (a torchrun launcher: its ranks load the bootstrap)."""
     sys.path[:] = [p for p in sys.path if os.path.abspath(p or ".") != _HERE]
+    if keep_env:
+        return
     parts = os.environ.get("PYTHONPATH", "").split(os.pathsep)
     if parts and parts[0] and os.path.abspath(parts[0]) == _HERE:
         rest = os.pathsep.join(parts[1:])
@@ -183,8 +195,24 @@ def _chain():
     spec.loader.exec_module(module)  # its errors are site's to print, as without trainctl
 
 
+def _flight():
+    """A torchrun rank: its Flight Recorder answered (``trainctl_flight``); the launcher:
+    the bootstrap kept on PYTHONPATH for its ranks.  Whether PYTHONPATH keeps it."""
+    directory = os.environ.get(_flight_mod.DIR_ENV) if _flight_mod is not None else None
+    if not directory:
+        return False
+    if not _flight_mod.is_rank(os.environ):
+        return True
+    del os.environ[_flight_mod.DIR_ENV]
+    try:
+        _flight_mod.start(directory, int(os.environ["RANK"]))
+    except Exception as e:  # noqa: BLE001
+        say(f"the rank's Flight Recorder cannot be asked for ({type(e).__name__}: {e})", "flight.failed")
+    return False
+
+
 def _main():
-    _unlist()
+    _unlist(keep_env=_flight())
     raw = os.environ.pop(_ENV, None)
     if raw is None:
         return
