@@ -130,6 +130,27 @@ def test_seeds_eight_hours_lost_to_a_hang_then_restart_from_checkpoint():
 
 
 # ---------------------------------------------------------------------------- edge cases
+def test_an_open_step_counter_has_a_rate_a_checkpoint_position_and_batches_redone():
+    """nanoGPT's ``iter N: loss X``: a step with no epoch and no count.  No total (no ETA),
+    but a rate, the checkpoint's position on that counter ("step 2000"), the batches a
+    restart from it redoes, and those it did redo once resumed."""
+    pj = Projector()
+    pj.on_event(E.Start(T0, 1, 100, None))
+    for i in range(1, 41):
+        pj.on_event(E.Progress(T0 + i * 0.5, None, None, i * 50, None, {"loss": 1.0}))
+        if i == 20:
+            pj.on_event(E.Checkpoint(T0 + i * 0.5, "/w/out/ckpt.pt", None, batch=1000, kind="script"))
+    assert pj.redone_since_checkpoint() == 2000 - 1000
+    p = pj.project(T0 + 20.0)
+    assert p.rate == pytest.approx(100.0) and p.eta is None  # 50 steps every 0.5 s; no total
+    assert p.checkpoint is not None and p.checkpoint["lose"] == 1000
+    assert "step 1000" in " ".join(format_projection(p, T0 + 20.0))
+    pj.on_event(E.Restart(T0 + 25, 2, "stall", None, "/w/out/ckpt.pt"))
+    pj.on_event(E.Start(T0 + 26, 2, 101, None))
+    pj.on_event(E.Progress(T0 + 30, None, None, 1001, None, {"loss": 1.0}))
+    assert pj.project(T0 + 30).redone == (2000 - 1000,)  # 1001 .. 2000 again
+
+
 def test_nothing_seen_yet_and_no_rate_yet():
     pj = Projector(deadline=DEADLINE, cost_per_hour=1.0)
     assert pj.project(T0) is None

@@ -152,7 +152,9 @@ class CheckpointWatch:
         self.checked[path] = sig
         progress = self.written_at.pop(path, None)
         batch = progress.batch if progress is not None else None
-        epoch = (progress.epoch or 1) if progress is not None and batch is not None else None
+        epoch = None  # an open step counter (no epoch, no count: nanoGPT's iter N) has none
+        if progress is not None and batch is not None and (progress.epoch or progress.batches) is not None:
+            epoch = progress.epoch or 1
         now = self.ctx.clock()
         self.ctx.emit(
             E.Checkpoint(

@@ -80,7 +80,7 @@ class Projector(WhatIf):
         self._chain = False  # _last is in the same unbroken attempt
         self._resume_g: int | None = None  # where a restarted attempt should resume
         self._ckpt_epoch: int | None = None
-        self._ckpt: tuple[float, int, int | None, str] | None = None  # ts, epoch, batch, kind
+        self._ckpt: tuple[float, int | None, int | None, str] | None = None  # ts, epoch, batch, kind
         self._redone: list[int] = []
         self._restarted = False  # the first batch of this attempt is a resume
         self._high_water = 0
@@ -153,7 +153,8 @@ class Projector(WhatIf):
                 if ev.returncode == 0 and self._finished_ts is None and self._last is not None:
                     self._finish(ev.ts)
             case Checkpoint():
-                if ev.ok and ev.epoch is not None:
+                # epoch None with a batch: a position on an open step counter (nanoGPT's iter N)
+                if ev.ok and (ev.epoch is not None or ev.batch is not None):
                     if ev.batch is None:
                         self._ckpt_epoch = ev.epoch
                     self._ckpt = (ev.ts, ev.epoch, ev.batch, ev.kind)
@@ -166,11 +167,12 @@ class Projector(WhatIf):
             self._epochs = ev.epochs
         if ev.batches is not None:
             self._batches = ev.batches
-        if ev.batch is None or self._batches is None:
-            return
+        if ev.batch is None or (self._batches is None and ev.epoch is not None):
+            return  # a batch of an epoch of unknown length has no global position
         self._labelled = ev.epoch is not None
         epoch = ev.epoch if ev.epoch is not None else 1
-        g = (epoch - 1) * self._batches + ev.batch
+        # no epoch and no count: an open step counter (nanoGPT's "iter N"), its own position
+        g = ev.batch if self._batches is None else (epoch - 1) * self._batches + ev.batch
         ts = ev.ts
         last = self._last if self._chain else None
         if ev.epoch is None and last is not None and g < last[1]:
@@ -187,7 +189,7 @@ class Projector(WhatIf):
             self._set_phase("train", ts)
         if last is not None and epoch != last[2]:
             batches_before = last[3]
-            if epoch == last[2] + 1 and batches_before >= self._batches:
+            if self._batches is not None and epoch == last[2] + 1 and batches_before >= self._batches:
                 self._boundaries.append((ts - last[0], ev.batch))
                 del self._boundaries[:-50]
             self._meter.cut()
@@ -221,9 +223,9 @@ class Projector(WhatIf):
     def _resume_position(self) -> int:
         """Where a restart from the last checkpoint resumes: the end of the last checkpointed
         epoch, else the start of the current epoch."""
-        if self._batches is None or self._last is None:
-            return 0
         ckpt_g = self._ckpt_g()
+        if self._batches is None or self._last is None:
+            return ckpt_g if ckpt_g is not None else 0  # an open step counter's checkpoint
         if ckpt_g is not None and self._ckpt is not None and self._ckpt[2] is not None:
             return ckpt_g
         epoch = self._last[2]
@@ -235,9 +237,13 @@ class Projector(WhatIf):
     def _ckpt_g(self) -> int | None:
         """The global batch the last good checkpoint holds (its epoch 1-based; batch None:
         the whole epoch)."""
-        if self._ckpt is None or self._batches is None:
+        if self._ckpt is None:
             return None
         _ts, epoch, batch, _kind = self._ckpt
+        if epoch is None:  # a position on an open step counter
+            return batch
+        if self._batches is None:
+            return None
         return (epoch - 1) * self._batches + batch if batch is not None else epoch * self._batches
 
     def redone_since_checkpoint(self) -> int | None:

@@ -246,15 +246,16 @@ def format_projection(p: Projection, now: float, currency: str = "$") -> list[st
 
 def checkpoint_phrase(c: dict[str, Any], now: float, compact: bool = False) -> str:
     """'last checkpoint 3 m ago, epoch 2 batch 700 (periodic); a restart now loses 12 batches'."""
-    where = (
-        f"epoch {c.get('epoch')} batch {c['batch']}"
-        if c.get("batch") is not None
-        else f"end of epoch {c.get('epoch')}"
-    )
+    if c.get("epoch") is None:  # a position on an open step counter (nanoGPT's iter N)
+        where, short = f"step {c.get('batch')}", f"s{c.get('batch')}"
+    elif c.get("batch") is not None:
+        where, short = f"epoch {c['epoch']} batch {c['batch']}", f"e{c['epoch']} b{c['batch']}"
+    else:
+        where, short = f"end of epoch {c['epoch']}", f"e{c['epoch']} bend"
     ago = humanize_duration(max(0.0, now - c.get("ts", now)))
     if compact:
         lose = f", loses {c['lose']}" if c.get("lose") is not None else ""
-        return f"ckpt {ago} ago, e{c.get('epoch')} b{c.get('batch') if c.get('batch') is not None else 'end'}{lose}"
+        return f"ckpt {ago} ago, {short}{lose}"
     line = f"last checkpoint {ago} ago, {where} ({c.get('kind', '?')})"
     if c.get("lose") is not None:
         n = c["lose"]
