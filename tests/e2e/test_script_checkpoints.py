@@ -119,3 +119,49 @@ def test_a_script_writing_checkpoint_folders_resumes_from_the_newest_whole_folde
     assert restart.resume_from == restart.resume_copy and restart.resume_copy.endswith("/checkpoint-6")
     log = (res.run_dir / "train.log").read_text()
     assert f"resumed from {restart.resume_copy} at step 6" in log, log
+
+
+@pytest.mark.timeout(90)
+def test_a_nanogpt_like_script_resumes_by_its_own_flag_with_no_path_after_its_main_process_hung(tmp_path):
+    """nanoGPT's way (bench/real_scripts.toml runs nanoGPT itself): no DataLoader worker,
+    ``iter N: loss X`` lines, out/ckpt.pt saved in place, and ``--init_from=resume``, a flag
+    with no path that makes the script read its own file.  The flag is given only once the
+    file exists; the main process blocking at step 8 is the hang."""
+    args = ["run", "--json", "--stall-timeout", "3", "--resume-arg=--init-from", "--resume-arg=resume"]
+    args += ["--", PYTHON, str(SAVES_OWN), "--prints", "nanogpt", "--workers", "0"]
+    args += ["--steps", "10", "--save-every", "5", "--step-time", "0.2", "--hang", "1:8"]
+    res = run_trainctl(args, cwd=tmp_path, timeout=80)
+    assert res.returncode == 0, res.describe()
+    one, two = _starts(res)
+    assert "--init-from" not in one.command and list(two.command[-2:]) == ["--init-from", "resume"], two
+    batches = [e.batch for e in res.events if isinstance(e, E.Progress)]
+    # "iter N" is the batch (the journal keeps some of them); the restart goes on after step 5
+    assert batches[0] == 1 and batches[-1] == 10 and 6 in batches, batches
+    losses = [e.losses for e in res.events if isinstance(e, E.Progress)]
+    assert all(set(x) == {"loss"} for x in losses), losses
+    (restart,) = _restarts(res)
+    assert restart.resume_source == str(tmp_path / "out" / "ckpt.pt"), restart
+    assert restart.resume_redone is not None and restart.resume_redone >= 2, restart  # steps 6, 7
+    log = (res.run_dir / "train.log").read_text()
+    assert "resumed from out/ckpt.pt at step 5" in log and log.rstrip().endswith("done"), log[-600:]
+
+
+@pytest.mark.timeout(90)
+def test_an_imagenet_like_scripts_scientific_loss_is_read_and_it_resumes_from_its_file(tmp_path):
+    """pytorch/examples imagenet's console (``Epoch: [0][ 7/10]`` and ``Loss 1.2300e+00
+    (1.3100e+00)``: the value, its running average in parentheses) under the README's
+    command, its ``--resume PATH`` filled with trainctl's copy after a worker's deadlock."""
+    args = ["run", "--json", "--stall-timeout", "3", "--resume-arg=--resume", "--resume-arg={checkpoint}"]
+    args += ["--", PYTHON, str(SAVES_OWN), "--prints", "imagenet"]
+    args += ["--steps", "10", "--save-every", "5", "--step-time", "0.2", "--hang", "1:8"]
+    res = run_trainctl(args, cwd=tmp_path, timeout=80)
+    assert res.returncode == 0, res.describe()
+    progress = [e for e in res.events if isinstance(e, E.Progress)]
+    assert progress and all(e.batches == 10 and e.epoch == 0 for e in progress), progress[:3]
+    log = (res.run_dir / "train.log").read_text()
+    first = next(ln for ln in log.splitlines() if ln.startswith("Epoch: [0][ 0/10]"))
+    value, average = first.split("Loss ")[1].split()
+    assert progress[0].losses == {"Loss": float(value)}, (progress[0], average)  # the value, not its average
+    (restart,) = _restarts(res)
+    assert restart.resume_copy is not None and restart.resume_source == str(tmp_path / "out" / "ckpt.pt")
+    assert f"resumed from {restart.resume_copy} at step 5" in log, log[-600:]
