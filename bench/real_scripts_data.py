@@ -87,13 +87,45 @@ def yolo_boxes(work: Path) -> None:
     make_dataset(work / "data", n_train=32, n_val=8, size=64)
 
 
+def imagenet_tiny(work: Path) -> None:
+    """imagenet/main.py DIR reads DIR/train and DIR/val (ImageFolder); the command passes
+    ``data``: 2 classes x 12 train images, 2 x 4 val (one short epoch per checkpoint)."""
+    image_folder(work / "data", ("train", "val"), per_class=12)
+
+
+def mnist_tiny(work: Path) -> None:
+    """mnist/main.py opens datasets.MNIST('../data'), relative to its cwd: 6000 train and
+    1000 test random digits there."""
+    mnist_raw(work.resolve().parent / "data", n_train=6000, n_test=1000)
+
+
+def wikitext2_tiny(work: Path) -> None:
+    """word_language_model/main.py --data ./data/wikitext-2 reads train.txt, valid.txt and
+    test.txt (a sentence a line, words split on spaces): 500 random words, 40,000 train
+    tokens, 4,000 valid and test tokens."""
+    d = work / "data" / "wikitext-2"
+    d.mkdir(parents=True, exist_ok=True)
+    rnd = random.Random(0)
+    words = ["".join(rnd.choice("abcdefghijklmnop") for _ in range(rnd.randint(2, 8))) for _ in range(500)]
+    for name, n in (("train", 40_000), ("valid", 4_000), ("test", 4_000)):
+        lines, left = [], n
+        while left > 0:
+            k = min(left, rnd.randint(5, 20))
+            lines.append(" " + " ".join(rnd.choice(words) for _ in range(k)) + " ")
+            left -= k
+        (d / f"{name}.txt").write_text("\n".join(lines) + "\n", encoding="utf8")
+
+
 MAKERS: dict[str, Callable[[Path], None]] = {
     f.__name__: f
     for f in (
         imagenet_folder,
+        imagenet_tiny,
         timm_folder,
         nanogpt_bins,
         pytorch_mnist,
+        mnist_tiny,
+        wikitext2_tiny,
         lightning_mnist,
         char_text,
         yolo_boxes,
